@@ -1,0 +1,173 @@
+package config
+
+// Config is the whole configuration file. Load and Parse return it with every default
+// applied and every value validated.
+type Config struct {
+	DataDir         string   `yaml:"data_dir"`         // holds the WAL
+	Log             Log      `yaml:"log"`              // the process's own log
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"` // time to drain in-flight sends before exiting
+	WAL             WAL      `yaml:"wal"`
+	Inputs          Inputs   `yaml:"inputs"`
+	Admin           Admin    `yaml:"admin"`
+	Sinks           []Sink   `yaml:"sinks"`
+
+	file string              // the name problems are reported against
+	pos  map[string]position // where each key was found in the file, by path
+}
+
+// Log configures the process's own log lines.
+type Log struct {
+	Level  string `yaml:"level"`  // LevelDebug, LevelInfo, LevelWarn or LevelError
+	Format string `yaml:"format"` // FormatText or FormatJSON
+}
+
+// WAL configures the write-ahead log that makes records durable before they are acknowledged.
+type WAL struct {
+	// MaxBytes bounds the live records as stored; above it, WhenFull decides.
+	MaxBytes Size `yaml:"max_bytes"`
+	// WhenFull is WhenFullBlock (push back on the inputs) or WhenFullDropOldest.
+	WhenFull string `yaml:"when_full"`
+	// Sync is SyncAlways (fsync before every acknowledgement) or SyncInterval.
+	Sync string `yaml:"sync"`
+	// DedupWindow is how long forward chunk ids and HTTP idempotency keys are remembered.
+	DedupWindow Duration `yaml:"dedup_window"`
+}
+
+// Inputs holds the inputs that are enabled; a nil input is disabled.
+type Inputs struct {
+	Forward *Forward `yaml:"forward"`
+	HTTP    *HTTP    `yaml:"http"`
+}
+
+// Forward configures the Fluent forward protocol input (TCP, optionally TLS).
+type Forward struct {
+	Listen          string `yaml:"listen"`            // host:port
+	SharedKey       string `yaml:"shared_key"`        // non-empty: clients must pass the HELO/PING/PONG handshake
+	Users           []User `yaml:"users"`             // checked in the handshake; needs SharedKey
+	TLS             TLS    `yaml:"tls"`               // server TLS, and client certificates with ClientCAFile
+	MaxMessageBytes Size   `yaml:"max_message_bytes"` // largest forward message accepted
+	MaxConnections  int    `yaml:"max_connections"`   // concurrent client connections
+}
+
+// User is a username and password for the forward handshake.
+type User struct {
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+}
+
+// TLS is the forward input's TLS: a certificate and key, and optionally a CA that client
+// certificates must chain to. All empty: plain TCP.
+type TLS struct {
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
+}
+
+// Enabled reports whether TLS is configured.
+func (t TLS) Enabled() bool { return t.CertFile != "" }
+
+// HTTP configures the HTTP input (NDJSON or JSON bodies).
+type HTTP struct {
+	Listen       string  `yaml:"listen"`         // host:port
+	Token        string  `yaml:"token"`          // bearer token clients must send; empty: no auth
+	TLS          HTTPTLS `yaml:"tls"`            // server TLS
+	MaxBodyBytes Size    `yaml:"max_body_bytes"` // largest request body accepted
+	TimeField    string  `yaml:"time_field"`     // field holding the event time; empty: the receive time
+}
+
+// HTTPTLS is the HTTP input's TLS: a certificate and key. Both empty: plain HTTP.
+type HTTPTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// Enabled reports whether TLS is configured.
+func (t HTTPTLS) Enabled() bool { return t.CertFile != "" }
+
+// Admin configures the admin HTTP server (/metrics, /healthz, /readyz, /status).
+type Admin struct {
+	Listen string `yaml:"listen"` // host:port
+}
+
+// Sink is one destination. Its type's settings are written inline in the sink's mapping,
+// next to name, type and match; exactly one of S3 and CloudWatch is set, as Type says.
+type Sink struct {
+	Name  string   `yaml:"name"`  // unique; letters, digits, "_" and "-"
+	Type  string   `yaml:"type"`  // SinkS3 or SinkCloudWatch
+	Match []string `yaml:"match"` // tag globs, see MatchTag; a single string in the file is a list of one
+
+	Line int `yaml:"-"` // line of the sink in the file, for later messages; 0 when not from a file
+
+	S3         *S3         `yaml:"-"` // set when Type is SinkS3
+	CloudWatch *CloudWatch `yaml:"-"` // set when Type is SinkCloudWatch
+}
+
+// S3 configures a sink that writes JSON-lines objects to Amazon S3 or a compatible service.
+type S3 struct {
+	Bucket             string            `yaml:"bucket"`
+	Region             string            `yaml:"region"`              // empty: the AWS SDK's default
+	Endpoint           string            `yaml:"endpoint"`            // a local or S3-compatible service
+	PathStyle          bool              `yaml:"path_style"`          // path-style addressing, for local services
+	Key                string            `yaml:"key"`                 // object key template; contains ${seq} or ${uuid}
+	Compression        string            `yaml:"compression"`         // CompressionGzip, CompressionZstd or CompressionNone
+	CompressionLevel   int               `yaml:"compression_level"`   // gzip 1-9; zstd 1-4 (fastest to best)
+	MaxObjectBytes     Size              `yaml:"max_object_bytes"`    // uncompressed bytes per object
+	MaxObjectAge       Duration          `yaml:"max_object_age"`      // an open object is closed this long after its first record
+	MaxOpenObjects     int               `yaml:"max_open_objects"`    // objects being filled at once (one per partition)
+	MultipartThreshold Size              `yaml:"multipart_threshold"` // objects this large are uploaded in parts
+	TimeKey            string            `yaml:"time_key"`            // field the event time is added under; empty: none
+	TagKey             string            `yaml:"tag_key"`             // field the tag is added under; empty: none
+	SSE                string            `yaml:"sse"`                 // "", SSEAES256 or SSEKMS
+	KMSKeyID           string            `yaml:"kms_key_id"`          // with SSEKMS; empty: the bucket's default key
+	StorageClass       string            `yaml:"storage_class"`       // empty: the bucket's default
+	ACL                string            `yaml:"acl"`                 // canned ACL; empty: none
+	Tags               map[string]string `yaml:"tags"`                // object tags
+}
+
+// CloudWatch configures a sink that sends events to Amazon CloudWatch Logs.
+type CloudWatch struct {
+	Region               string            `yaml:"region"`                 // empty: the AWS SDK's default
+	Endpoint             string            `yaml:"endpoint"`               // a local or compatible service
+	LogGroup             string            `yaml:"log_group"`              // template
+	LogStream            string            `yaml:"log_stream"`             // template
+	Fallback             string            `yaml:"fallback"`               // rendered for a missing field without a default
+	CreateGroup          bool              `yaml:"create_group"`           // create missing log groups
+	CreateStream         bool              `yaml:"create_stream"`          // create missing log streams
+	RetentionDays        int               `yaml:"retention_days"`         // set on groups it creates; 0: don't set
+	LogGroupClass        string            `yaml:"log_group_class"`        // LogGroupClassStandard or LogGroupClassInfrequentAccess
+	KMSKeyID             string            `yaml:"kms_key_id"`             // for groups it creates
+	Tags                 map[string]string `yaml:"tags"`                   // for groups it creates
+	MessageKey           string            `yaml:"message_key"`            // ship this field's value instead of the whole body
+	FlushInterval        Duration          `yaml:"flush_interval"`         // longest wait before a partial batch is sent
+	MaxConcurrentStreams int               `yaml:"max_concurrent_streams"` // streams with a request in flight at once
+}
+
+// Values of the keys that take one of a fixed set.
+const (
+	LevelDebug = "debug" // log.level
+	LevelInfo  = "info"
+	LevelWarn  = "warn"
+	LevelError = "error"
+
+	FormatText = "text" // log.format
+	FormatJSON = "json"
+
+	WhenFullBlock      = "block"       // wal.when_full: push back on the inputs
+	WhenFullDropOldest = "drop_oldest" // wal.when_full: drop the oldest records, counted per sink
+
+	SyncAlways   = "always"   // wal.sync: fsync before every acknowledgement
+	SyncInterval = "interval" // wal.sync: fsync every second; acknowledged records can be lost in a crash
+
+	SinkS3         = "s3" // sink type
+	SinkCloudWatch = "cloudwatch"
+
+	CompressionGzip = "gzip" // s3 compression
+	CompressionZstd = "zstd"
+	CompressionNone = "none"
+
+	SSEAES256 = "AES256"  // s3 sse
+	SSEKMS    = "aws:kms" // s3 sse
+
+	LogGroupClassStandard         = "STANDARD" // cloudwatch log_group_class
+	LogGroupClassInfrequentAccess = "INFREQUENT_ACCESS"
+)

@@ -1,0 +1,557 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// setGoodEnv sets the variables testdata/good/env.yaml refers to.
+func setGoodEnv(t *testing.T) {
+	t.Setenv("FWD_DATA_DIR", "/srv/data")
+	t.Setenv("FWD_TOKEN", `a "quoted": token # not a comment`)
+	t.Setenv("FWD_BODY", "2MiB")
+	t.Setenv("FWD_BUCKET", "env-bucket")
+	t.Setenv("FWD_PREFIX", "prefix")
+	t.Setenv("FWD_EMPTY", "")
+}
+
+func TestGoodConfigs(t *testing.T) {
+	setGoodEnv(t)
+	files, err := filepath.Glob("testdata/good/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no good configs: %v", err)
+	}
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			if _, err := Load(file); err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+		})
+	}
+}
+
+func TestExampleConfig(t *testing.T) {
+	cfg, err := Load("../config.yaml")
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if cfg.DataDir != "./data" || cfg.WAL.MaxBytes != GiB || len(cfg.Sinks) != 2 {
+		t.Errorf("data_dir %q, wal.max_bytes %s, %d sinks", cfg.DataDir, cfg.WAL.MaxBytes, len(cfg.Sinks))
+	}
+	for _, listen := range []string{cfg.Inputs.Forward.Listen, cfg.Inputs.HTTP.Listen, cfg.Admin.Listen} {
+		if !strings.HasPrefix(listen, "127.0.0.1:") {
+			t.Errorf("listen %q is not on loopback", listen)
+		}
+	}
+}
+
+// load parses a file's text for a test, failing the test on problems.
+func load(t *testing.T, text string) *Config {
+	t.Helper()
+	cfg, err := Parse([]byte(text), "test.yaml")
+	if err != nil {
+		t.Fatalf("Parse:\n%v", err)
+	}
+	cfg.pos = nil // positions are checked through problems, not here
+	return cfg
+}
+
+// The defaults as DESIGN.md states them, written out rather than taken from Default.
+var (
+	designDefaults = Config{
+		DataDir:         "/var/lib/forwarder",
+		Log:             Log{Level: "info", Format: "text"},
+		ShutdownTimeout: Duration(30 * time.Second),
+		WAL: WAL{
+			MaxBytes:    10 << 30,
+			WhenFull:    "block",
+			Sync:        "always",
+			DedupWindow: Duration(10 * time.Minute),
+		},
+		Inputs: Inputs{
+			Forward: &Forward{Listen: "127.0.0.1:24224", MaxMessageBytes: 16 << 20, MaxConnections: 1024},
+			HTTP:    &HTTP{Listen: "127.0.0.1:8080", MaxBodyBytes: 16 << 20, TimeField: "time"},
+		},
+		Admin: Admin{Listen: "127.0.0.1:9880"},
+	}
+	designS3 = S3{
+		Bucket:             "my-logs", // no default: set by the test file
+		Key:                "logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz",
+		Compression:        "gzip",
+		CompressionLevel:   1,
+		MaxObjectBytes:     64 << 20,
+		MaxObjectAge:       Duration(5 * time.Minute),
+		MaxOpenObjects:     256,
+		MultipartThreshold: 16 << 20,
+		TimeKey:            "@timestamp",
+	}
+	designCloudWatch = CloudWatch{
+		LogGroup:             "/logs",       // no default: set by the test file
+		LogStream:            "${hostname}", // no default: set by the test file
+		Fallback:             "unknown",
+		CreateGroup:          true,
+		CreateStream:         true,
+		RetentionDays:        30,
+		LogGroupClass:        "STANDARD",
+		FlushInterval:        Duration(5 * time.Second),
+		MaxConcurrentStreams: 64,
+	}
+)
+
+func TestDefaults(t *testing.T) {
+	for _, text := range []string{"", "# only a comment\n", "---\n", "sinks: []\n"} {
+		cfg := load(t, text)
+		cfg.file = ""
+		if cfg.Sinks != nil && len(cfg.Sinks) == 0 {
+			cfg.Sinks = nil
+		}
+		if !reflect.DeepEqual(*cfg, designDefaults) {
+			t.Errorf("%q:\ngot  %+v\nwant %+v", text, *cfg, designDefaults)
+		}
+	}
+	def := Default()
+	if !reflect.DeepEqual(*def, designDefaults) {
+		t.Errorf("Default():\ngot  %+v\nwant %+v", *def, designDefaults)
+	}
+}
+
+func TestSinkDefaults(t *testing.T) {
+	cfg := load(t, `
+sinks:
+  - name: archive
+    type: s3
+    bucket: my-logs
+  - name: cloudwatch
+    type: cloudwatch
+    log_group: /logs
+    log_stream: "${hostname}"
+`)
+	archive, cloudwatch := cfg.Sinks[0], cfg.Sinks[1]
+	if !reflect.DeepEqual(archive.Match, []string{"**"}) || archive.CloudWatch != nil || archive.Line != 3 {
+		t.Errorf("archive: match %q, cloudwatch %v, line %d", archive.Match, archive.CloudWatch, archive.Line)
+	}
+	if !reflect.DeepEqual(*archive.S3, designS3) {
+		t.Errorf("s3:\ngot  %+v\nwant %+v", *archive.S3, designS3)
+	}
+	if !reflect.DeepEqual(cloudwatch.Match, []string{"**"}) || cloudwatch.S3 != nil || cloudwatch.Line != 6 {
+		t.Errorf("cloudwatch: match %q, s3 %v, line %d", cloudwatch.Match, cloudwatch.S3, cloudwatch.Line)
+	}
+	if !reflect.DeepEqual(*cloudwatch.CloudWatch, designCloudWatch) {
+		t.Errorf("cloudwatch:\ngot  %+v\nwant %+v", *cloudwatch.CloudWatch, designCloudWatch)
+	}
+}
+
+func TestFullConfig(t *testing.T) {
+	cfg, err := Load("testdata/good/full.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		DataDir:         "/srv/forwarder",
+		Log:             Log{Level: "debug", Format: "json"},
+		ShutdownTimeout: Duration(time.Minute),
+		WAL:             WAL{MaxBytes: 2 * GiB, WhenFull: "drop_oldest", Sync: "interval", DedupWindow: Duration(90 * time.Minute)},
+		Inputs: Inputs{
+			Forward: &Forward{
+				Listen:          "0.0.0.0:24225",
+				SharedKey:       "secret",
+				Users:           []User{{"alice", "a-pass"}, {"bob", "b-pass"}},
+				TLS:             TLS{"/etc/forwarder/tls.crt", "/etc/forwarder/tls.key", "/etc/forwarder/ca.crt"},
+				MaxMessageBytes: 8 * MiB,
+				MaxConnections:  10,
+			},
+			HTTP: &HTTP{
+				Listen:       "[::1]:8081",
+				Token:        "t0ken",
+				TLS:          HTTPTLS{"/etc/forwarder/http.crt", "/etc/forwarder/http.key"},
+				MaxBodyBytes: 1000000,
+				TimeField:    "ts",
+			},
+		},
+		Admin: Admin{Listen: "127.0.0.1:9881"},
+		Sinks: []Sink{
+			{
+				Name: "archive", Type: "s3", Match: []string{"app.**"}, Line: 35,
+				S3: &S3{
+					Bucket:             "my-logs",
+					Region:             "eu-west-1",
+					Endpoint:           "http://127.0.0.1:4566",
+					PathStyle:          true,
+					Key:                "archive/${tag}/%Y/%m/%d/${hostname}-${uuid}.json.zst",
+					Compression:        "zstd",
+					CompressionLevel:   3,
+					MaxObjectBytes:     128 * MiB,
+					MaxObjectAge:       Duration(10 * time.Minute),
+					MaxOpenObjects:     16,
+					MultipartThreshold: 5 * MiB,
+					TimeKey:            "ts",
+					TagKey:             "tag",
+					SSE:                "aws:kms",
+					KMSKeyID:           "alias/logs",
+					StorageClass:       "STANDARD_IA",
+					ACL:                "bucket-owner-full-control",
+					Tags:               map[string]string{"team": "platform", "env": "prod"},
+				},
+			},
+			{
+				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 56,
+				CloudWatch: &CloudWatch{
+					Region:               "eu-west-1",
+					Endpoint:             "http://127.0.0.1:4567",
+					LogGroup:             "/eks/${record.kubernetes.namespace_name}",
+					LogStream:            "${record.kubernetes.pod_name|unknown}-${hostname}",
+					Fallback:             "none",
+					CreateGroup:          false, // explicit false kept over the default true
+					CreateStream:         false,
+					RetentionDays:        0, // explicit 0 kept over the default 30
+					LogGroupClass:        "INFREQUENT_ACCESS",
+					KMSKeyID:             "arn:aws:kms:eu-west-1:111122223333:key/abc",
+					Tags:                 map[string]string{"team": "platform"},
+					MessageKey:           "log",
+					FlushInterval:        Duration(2 * time.Second),
+					MaxConcurrentStreams: 8,
+				},
+			},
+		},
+	}
+	cfg.file, cfg.pos = "", nil
+	if !reflect.DeepEqual(*cfg, want) {
+		t.Errorf("got  %+v\nwant %+v", *cfg, want)
+		for i := range min(len(cfg.Sinks), len(want.Sinks)) {
+			t.Errorf("sink %d:\ngot  %+v %+v\nwant %+v %+v", i, cfg.Sinks[i].S3, cfg.Sinks[i].CloudWatch, want.Sinks[i].S3, want.Sinks[i].CloudWatch)
+		}
+	}
+}
+
+func TestEnvExpansion(t *testing.T) {
+	setGoodEnv(t)
+	cfg, err := Load("testdata/good/env.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s3 := cfg.Sinks[0].S3
+	for _, c := range []struct{ name, got, want string }{
+		{"data_dir", cfg.DataDir, "/srv/data"},
+		{"token", cfg.Inputs.HTTP.Token, `a "quoted": token # not a comment`},
+		{"max_body_bytes", cfg.Inputs.HTTP.MaxBodyBytes.String(), "2MiB"},
+		{"bucket", s3.Bucket, "env-bucket"},
+		{"key", s3.Key, "logs/prefix/${tag}/$${env.FWD_PREFIX}-${seq}.json.gz"},
+		{"tags.owner", s3.Tags["owner"], ""},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestEscapedEnvSurvives(t *testing.T) {
+	t.Setenv("X", "expanded")
+	cfg := load(t, `
+sinks:
+  - name: cloudwatch
+    type: cloudwatch
+    log_group: "/a/$${env.X}/${env.X}"
+    log_stream: "$$$${env.X}-${tag}-${record.a.b|x}"
+`)
+	cw := cfg.Sinks[0].CloudWatch
+	if cw.LogGroup != "/a/$${env.X}/expanded" {
+		t.Errorf("log_group %q", cw.LogGroup)
+	}
+	if cw.LogStream != "$$$${env.X}-${tag}-${record.a.b|x}" {
+		t.Errorf("log_stream %q", cw.LogStream)
+	}
+}
+
+func TestEnvExpandsOnce(t *testing.T) {
+	t.Setenv("OUTER", "${env.INNER}")
+	t.Setenv("INNER", "no")
+	cfg := load(t, "data_dir: ${env.OUTER}\n")
+	if cfg.DataDir != "${env.INNER}" {
+		t.Errorf("data_dir %q, want the value as it was", cfg.DataDir)
+	}
+}
+
+func TestExpandEnvString(t *testing.T) {
+	env := map[string]string{"A": "1", "EMPTY": ""}
+	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
+	for _, c := range []struct {
+		in, want string
+		problems []string
+	}{
+		{"plain", "plain", nil},
+		{"${env.A}", "1", nil},
+		{"x${env.A}y${env.A}z", "x1y1z", nil},
+		{"[${env.EMPTY}]", "[]", nil},
+		{"$${env.A}", "$${env.A}", nil},
+		{"$$$${env.A}", "$$$${env.A}", nil},
+		{"$$${env.A}", "$$1", nil},
+		{"${tag}/${record.a|b}/${hostname}/${seq}/$5", "${tag}/${record.a|b}/${hostname}/${seq}/$5", nil},
+		{"${env.B}", "", []string{"environment variable B is not set"}},
+		{"${env.A-B}", "", []string{"${env.A-B}: not a valid environment variable name"}},
+		{"${env.}", "", []string{"${env.}: not a valid environment variable name"}},
+		{"x${env.A", "x${env.A", []string{"${env. without a closing }"}},
+	} {
+		got, problems := expandEnvString(c.in, lookup)
+		if got != c.want || !reflect.DeepEqual(problems, c.problems) {
+			t.Errorf("%q: got %q %q, want %q %q", c.in, got, problems, c.want, c.problems)
+		}
+	}
+}
+
+func TestMatchAsList(t *testing.T) {
+	cfg, err := Load("testdata/good/match_list.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"pod.**", "node.*.kubelet", "app.web-*"}
+	if got := cfg.Sinks[0].Match; !reflect.DeepEqual(got, want) {
+		t.Errorf("match %q, want %q", got, want)
+	}
+}
+
+func TestInputsSection(t *testing.T) {
+	for _, c := range []struct {
+		name, text    string
+		forward, http bool
+	}{
+		{"absent", "data_dir: ./data\n", true, true},
+		{"empty", "inputs: {}\n", false, false},
+		{"null", "inputs:\n", false, false},
+		{"forward only", "inputs:\n  forward: {}\n", true, false},
+		{"http as null", "inputs:\n  http:\n", false, true},
+		{"both", "inputs:\n  forward: {}\n  http: {max_body_bytes: 1MiB}\n", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := load(t, c.text).Inputs
+			if (in.Forward != nil) != c.forward || (in.HTTP != nil) != c.http {
+				t.Fatalf("forward %v, http %v; want %v, %v", in.Forward != nil, in.HTTP != nil, c.forward, c.http)
+			}
+			if in.Forward != nil && !reflect.DeepEqual(in.Forward, designDefaults.Inputs.Forward) {
+				t.Errorf("forward %+v, want the defaults", in.Forward)
+			}
+			if in.HTTP != nil && in.HTTP.Listen != "127.0.0.1:8080" {
+				t.Errorf("http %+v, want the defaults", in.HTTP)
+			}
+		})
+	}
+}
+
+func TestNullAndEmptyValues(t *testing.T) {
+	cfg := load(t, `
+sinks:
+  - name: archive
+    type: s3
+    bucket: my-logs
+    time_key:
+    tag_key: ""
+    compression_level: ~
+    tags:
+  - name: copy
+    type: s3
+    bucket: my-logs
+    time_key: ""
+`)
+	if got := cfg.Sinks[0].S3; got.TimeKey != "@timestamp" || got.CompressionLevel != 1 || got.Tags != nil {
+		t.Errorf("null values: time_key %q, compression_level %d, tags %v; want the defaults", got.TimeKey, got.CompressionLevel, got.Tags)
+	}
+	if got := cfg.Sinks[1].S3.TimeKey; got != "" {
+		t.Errorf(`time_key: "" gave %q`, got)
+	}
+}
+
+func TestAliases(t *testing.T) {
+	cfg := load(t, `
+sinks:
+  - name: a
+    type: cloudwatch
+    match: &pods ["pod.**", "node.**"]
+    log_group: &group /logs
+    log_stream: s
+  - name: b
+    type: cloudwatch
+    match: *pods
+    log_group: *group
+    log_stream: s
+`)
+	if b := cfg.Sinks[1]; len(b.Match) != 2 || b.CloudWatch.LogGroup != "/logs" {
+		t.Errorf("sink b: match %q, log_group %q", b.Match, b.CloudWatch.LogGroup)
+	}
+}
+
+// badConfigs pairs each file of testdata/bad with exactly the problems it must give, in order.
+var badConfigs = []struct {
+	file     string
+	problems []string // "line: message"
+}{
+	{"unknown_key.yaml", []string{`2: unknown key "shutdown_timout"`}},
+	{"unknown_nested_key.yaml", []string{`7: unknown key "ca_file" in inputs.forward.tls`}},
+	{"unknown_sink_key.yaml", []string{
+		`2: sink "archive": bucket is required`,
+		`4: unknown key "buket" in sink "archive" (type s3)`,
+	}},
+	{"s3_key_on_cloudwatch.yaml", []string{
+		`6: unknown key "bucket" in sink "cloudwatch" (type cloudwatch): bucket is a key of s3 sinks`,
+	}},
+	{"http_client_ca.yaml", []string{`6: unknown key "client_ca_file" in inputs.http.tls`}},
+	{"repeated_key.yaml", []string{`3: wal.sync is repeated (first at line 2)`}},
+	{"bad_size.yaml", []string{
+		`2: wal.max_bytes: "12XB" is not a size (write bytes or a number with a unit: 100B, 512KiB, 64MiB, 10GiB, 1GB)`,
+	}},
+	{"negative_size.yaml", []string{`3: inputs.http.max_body_bytes: "-1" is negative`}},
+	{"bad_duration.yaml", []string{
+		`1: shutdown_timeout: "30" is not a duration (write a number with a unit: 500ms, 30s, 5m, 1h30m)`,
+		`3: wal.dedup_window: "ten minutes" is not a duration (write a number with a unit: 500ms, 30s, 5m, 1h30m)`,
+	}},
+	{"bad_int.yaml", []string{`3: inputs.forward.max_connections: "many" is not an integer`}},
+	{"bad_bool.yaml", []string{`5: sink "archive": path_style: "yes" is not true or false`}},
+	{"bad_kind.yaml", []string{
+		`1: log: expected a mapping, got "debug"`,
+		`4: inputs.forward.users: expected a list, got "alice"`,
+	}},
+	{"top_not_mapping.yaml", []string{`1: expected a mapping at the top level, got a list`}},
+	{"bad_enum.yaml", []string{
+		`2: log.level: "verbose" is not one of debug, info, warn, error`,
+		`4: wal.when_full: "drop" is not one of block, drop_oldest`,
+		`5: wal.sync: "never" is not one of always, interval`,
+	}},
+	{"empty_values.yaml", []string{
+		`1: data_dir is required`,
+		`2: shutdown_timeout: must be greater than 0, not 0s`,
+	}},
+	{"inputs.yaml", []string{
+		`3: inputs.forward.listen: "localhost" is not host:port`,
+		`4: inputs.forward.users: need shared_key: users are checked in the handshake it enables`,
+		`5: inputs.forward.users[0].password is required`,
+		`7: inputs.forward.tls: cert_file needs key_file`,
+		`9: inputs.http.listen: port "70000" is not a number from 0 to 65535`,
+	}},
+	{"same_port.yaml", []string{`6: admin.listen: 0.0.0.0:24224 is also inputs.forward.listen`}},
+	{"duplicate_sink_names.yaml", []string{`5: duplicate sink name "archive" (first at line 2)`}},
+	{"sink_type.yaml", []string{
+		`3: sink "kafka": type: "kafka" is not one of s3, cloudwatch`,
+		`4: unknown key "brokers" in sink "kafka"`,
+		`5: sink "my archive": name: "my archive" may hold only letters, digits, _ and -`,
+		`5: sink "my archive": type is required (s3 or cloudwatch)`,
+	}},
+	{"missing_bucket.yaml", []string{`2: sink "archive": bucket is required`}},
+	{"key_without_seq.yaml", []string{
+		`5: sink "archive": key: "logs/${tag}/%Y/%m/%d/${hostname}.json.gz" must contain ${seq} or ${uuid}`,
+	}},
+	{"s3_limits.yaml", []string{
+		`4: sink "archive": bucket: "ab" must be 3 to 63 characters long`,
+		`6: sink "archive": compression_level: must be 1 to 9, not 12`,
+		`7: sink "archive": multipart_threshold: must be at least 5MiB, not 1MiB`,
+		`8: sink "archive": max_open_objects: must be at least 1, not 0`,
+		`9: sink "archive": kms_key_id: needs sse: aws:kms`,
+	}},
+	{"cloudwatch_limits.yaml", []string{
+		`2: sink "cloudwatch": log_group is required`,
+		`4: sink "cloudwatch": match: tag glob "pod..x" has an empty part`,
+		`4: sink "cloudwatch": match: a tag glob must not be empty`,
+		`6: sink "cloudwatch": retention_days: 10 is not 0 (don't set) or one of 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653`,
+		`7: sink "cloudwatch": log_group_class: "COLD" is not one of STANDARD, INFREQUENT_ACCESS`,
+		`8: sink "cloudwatch": flush_interval: must be greater than 0, not 0s`,
+		`9: sink "cloudwatch": max_concurrent_streams: must be 1 to 10000, not 0`,
+	}},
+	// The unset variable is reported once: not again as a missing bucket.
+	{"unset_env.yaml", []string{`5: environment variable FORWARDER_TEST_UNSET_VARIABLE is not set`}},
+	{"two_problems.yaml", []string{
+		`3: wal.max_bytes: must be at least 1MiB, not 512KiB`,
+		`8: sink "archive": compression: "lz4" is not one of gzip, zstd, none`,
+	}},
+	{"bad_syntax.yaml", []string{`4: invalid yaml: did not find expected key`}},
+	{"bad_syntax_first_line.yaml", []string{`1: invalid yaml: mapping values are not allowed in this context`}},
+	{"bad_syntax_tab.yaml", []string{`3: invalid yaml: found a tab character that violates indentation`}},
+	{"bad_syntax_flow.yaml", []string{`6: invalid yaml: did not find expected ',' or ']'`}},
+	{"two_documents.yaml", []string{`2: invalid yaml: more than one document; the file must hold one`}},
+}
+
+func TestBadConfigs(t *testing.T) {
+	t.Setenv("FORWARDER_TEST_UNSET_VARIABLE", "") // restored after the test
+	os.Unsetenv("FORWARDER_TEST_UNSET_VARIABLE")
+	for _, c := range badConfigs {
+		t.Run(c.file, func(t *testing.T) {
+			path := filepath.Join("testdata", "bad", c.file)
+			cfg, err := Load(path)
+			if err == nil {
+				t.Fatalf("Load succeeded: %+v", cfg)
+			}
+			var problems Problems
+			if !errors.As(err, &problems) {
+				t.Fatalf("error is %T, not Problems: %v", err, err)
+			}
+			var got []string
+			for _, p := range problems {
+				if p.File != path {
+					t.Errorf("problem in file %q, want %q", p.File, path)
+				}
+				got = append(got, fmt.Sprintf("%d: %s", p.Line, p.Msg))
+			}
+			if !reflect.DeepEqual(got, c.problems) {
+				t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(c.problems, "\n"))
+			}
+		})
+	}
+}
+
+// TestBadConfigsAreAllListed keeps a file of testdata/bad from going untested for want of a row.
+func TestBadConfigsAreAllListed(t *testing.T) {
+	listed := map[string]bool{}
+	for _, c := range badConfigs {
+		listed[c.file] = true
+	}
+	files, _ := filepath.Glob("testdata/bad/*.yaml")
+	for _, file := range files {
+		if !listed[filepath.Base(file)] {
+			t.Errorf("%s has no row in badConfigs", file)
+		}
+	}
+}
+
+func TestProblemsError(t *testing.T) {
+	ps := Problems{
+		{File: "config.yaml", Line: 3, Column: 5, Msg: `unknown key "x"`},
+		{File: "config.yaml", Line: 9, Msg: "data_dir is required"},
+		{Msg: "no place"},
+	}
+	want := "config.yaml:3: unknown key \"x\"\nconfig.yaml:9: data_dir is required\nno place"
+	if got := ps.Error(); got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestValidateInCode(t *testing.T) {
+	cfg := Default()
+	cfg.WAL.Sync = "sometimes"
+	cfg.Sinks = []Sink{{Name: "archive", Type: SinkS3, Match: []string{"**"}, S3: defaultS3()}}
+	err := cfg.Validate()
+	var problems Problems
+	if !errors.As(err, &problems) || len(problems) != 2 {
+		t.Fatalf("Validate: %v", err)
+	}
+	if got := problems[0].Error(); got != `wal.sync: "sometimes" is not one of always, interval` {
+		t.Errorf("first problem %q", got)
+	}
+	if got := problems[1].Error(); got != `sink "archive": bucket is required` {
+		t.Errorf("second problem %q", got)
+	}
+	cfg.WAL.Sync = SyncAlways
+	cfg.Sinks[0].S3.Bucket = "my-logs"
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+}
+
+func TestEnvInKeysNotComments(t *testing.T) {
+	t.Setenv("FWD_KEY", "data_dir")
+	cfg := load(t, "# ${env.FWD_NOT_SET_IN_A_COMMENT}\n${env.FWD_KEY}: ./x\n")
+	if cfg.DataDir != "./x" {
+		t.Errorf("data_dir %q, want ./x", cfg.DataDir)
+	}
+}

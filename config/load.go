@@ -1,0 +1,128 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Load reads the file at path and returns its configuration, with defaults applied and every
+// value validated. A file that cannot be read is an ordinary error; a file with problems
+// returns Problems listing all of them, each with path and line.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse is Load for a file's contents; filename names the file in problems. An empty file is
+// valid: it gives Default().
+func Parse(data []byte, filename string) (*Config, error) {
+	c := newChecker(filename, nil)
+	root, err := parseYAML(data)
+	if err != nil {
+		c.add(syntaxErrorPosition(data, err), "invalid yaml: %s", yamlMessage(err))
+		return nil, c.err()
+	}
+	unexpanded := expandEnv(c, root)
+	d := &decoder{checker: c, unexpanded: unexpanded}
+
+	cfg := Default()
+	if peekNode(root, "inputs") != nil {
+		cfg.Inputs = Inputs{} // naming the inputs enables only those named
+	}
+	d.decodeStruct(root, reflect.ValueOf(cfg).Elem(), scope{})
+	cfg.file, cfg.pos = filename, c.pos
+
+	cfg.validate(c)
+	if err := c.err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// parseYAML parses the one document of a file into a tree. An empty file, or one with only
+// comments, gives a null node.
+func parseYAML(data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return &yaml.Node{}, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var next yaml.Node
+	if err := dec.Decode(&next); err == nil {
+		return nil, &secondDocumentError{line: next.Line}
+	} else if !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		return doc.Content[0], nil
+	}
+	return &doc, nil
+}
+
+type secondDocumentError struct{ line int }
+
+func (e *secondDocumentError) Error() string { return "more than one document; the file must hold one" }
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+// yamlMessage is a yaml.v3 error's message without its prefix and line.
+func yamlMessage(err error) string {
+	msg := err.Error()
+	if m := yamlLine.FindString(msg); m != "" {
+		return msg[len(m):]
+	}
+	return strings.TrimPrefix(msg, "yaml: ")
+}
+
+// syntaxErrorPosition finds the line of a syntax error. yaml.v3 reports the line where the
+// construct around the problem began, counted from 0 for some errors and from 1 for others, and
+// none at all on the first line. The line that breaks the file is the first one at which a
+// prefix of the file fails with the same message, so it looks for that, and falls back to what
+// yaml.v3 says.
+func syntaxErrorPosition(data []byte, err error) position {
+	var second *secondDocumentError
+	if errors.As(err, &second) {
+		return position{line: second.line}
+	}
+	want := yamlMessage(err)
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	prefix := 0
+	for i, line := range lines {
+		prefix += len(line)
+		if _, err := parseYAML(data[:prefix]); err != nil && yamlMessage(err) == want {
+			return position{line: i + 1}
+		}
+	}
+	if m := yamlLine.FindStringSubmatch(err.Error()); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		return position{line: n}
+	}
+	return position{}
+}
+
+// peekNode returns the value of key in mapping n, or nil when there is no such key.
+func peekNode(n *yaml.Node, key string) *yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := resolve(n.Content[i]); k.Kind == yaml.ScalarNode && k.Value == key {
+			return resolve(n.Content[i+1])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,125 @@
+package config
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+var sinkName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// retentionDays are the values CloudWatch Logs accepts for a log group's retention.
+var retentionDays = []int{1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
+
+func validateSinks(top section, sinks []Sink) {
+	first := map[string]int{} // name -> line of the first sink with it
+	for i := range sinks {
+		sink := &sinks[i]
+		path := fmt.Sprintf("sinks[%d]", i)
+		sink.validate(section{top.c, sinkScope(path, sink.Name, sink.Type)})
+		if sink.Name == "" {
+			continue
+		}
+		if line, ok := first[sink.Name]; ok {
+			top.c.at(path+".name", "duplicate sink name %q (first at line %d)", sink.Name, line)
+			continue
+		}
+		first[sink.Name] = sink.Line
+	}
+}
+
+func (sink *Sink) validate(s section) {
+	switch {
+	case sink.Name == "":
+		s.required("name", sink.Name)
+	case !sinkName.MatchString(sink.Name):
+		s.invalid("name", "%q may hold only letters, digits, _ and -", sink.Name)
+	}
+	if sink.Type == "" {
+		s.at("type", "%stype is required (%s or %s)", s.label, SinkS3, SinkCloudWatch)
+	} else {
+		s.oneOf("type", sink.Type, SinkS3, SinkCloudWatch)
+	}
+	if len(sink.Match) == 0 {
+		s.invalid("match", "needs at least one tag glob")
+	}
+	for _, glob := range sink.Match {
+		if msg := checkGlob(glob); msg != "" {
+			s.invalid("match", "%s", msg)
+		}
+	}
+	switch {
+	case sink.Type == SinkS3 && sink.S3 != nil:
+		sink.S3.validate(s)
+	case sink.Type == SinkCloudWatch && sink.CloudWatch != nil:
+		sink.CloudWatch.validate(s)
+	case sink.Type == SinkS3 || sink.Type == SinkCloudWatch:
+		s.invalid("type", "is %s, but the sink has no %s settings", sink.Type, sink.Type)
+	}
+}
+
+// checkGlob describes what is wrong with a tag glob, or returns "".
+func checkGlob(glob string) string {
+	if glob == "" {
+		return "a tag glob must not be empty"
+	}
+	for part := range strings.SplitSeq(glob, ".") {
+		switch {
+		case part == "":
+			return fmt.Sprintf("tag glob %q has an empty part", glob)
+		case part != "**" && strings.Contains(part, "**"):
+			return fmt.Sprintf("tag glob %q: ** must be a whole part", glob)
+		}
+	}
+	return ""
+}
+
+func (s3 *S3) validate(s section) {
+	switch n := len(s3.Bucket); {
+	case n == 0:
+		s.required("bucket", s3.Bucket)
+	case n < 3 || n > 63:
+		s.invalid("bucket", "%q must be 3 to 63 characters long", s3.Bucket)
+	case strings.Contains(s3.Bucket, "/"):
+		s.invalid("bucket", "%q must not contain /: put prefixes in key", s3.Bucket)
+	}
+	if !strings.Contains(s3.Key, "${seq}") && !strings.Contains(s3.Key, "${uuid}") {
+		s.invalid("key", "%q must contain ${seq} or ${uuid}", s3.Key)
+	}
+	s.oneOf("compression", s3.Compression, CompressionGzip, CompressionZstd, CompressionNone)
+	switch s3.Compression {
+	case CompressionGzip:
+		s.between("compression_level", s3.CompressionLevel, 1, 9)
+	case CompressionZstd:
+		s.between("compression_level", s3.CompressionLevel, 1, 4)
+	}
+	atLeast(s, "max_object_bytes", s3.MaxObjectBytes, 1)
+	s.positive("max_object_age", s3.MaxObjectAge)
+	atLeast(s, "max_open_objects", s3.MaxOpenObjects, 1)
+	atLeast(s, "multipart_threshold", s3.MultipartThreshold, 5*MiB)
+	s.oneOf("sse", s3.SSE, "", SSEAES256, SSEKMS)
+	if s3.KMSKeyID != "" && s3.SSE != SSEKMS {
+		s.invalid("kms_key_id", "needs sse: %s", SSEKMS)
+	}
+}
+
+func (cw *CloudWatch) validate(s section) {
+	s.required("log_group", cw.LogGroup)
+	s.required("log_stream", cw.LogStream)
+	s.required("fallback", cw.Fallback)
+	if cw.RetentionDays != 0 && !slices.Contains(retentionDays, cw.RetentionDays) {
+		s.invalid("retention_days", "%d is not 0 (don't set) or one of %s", cw.RetentionDays, joinInts(retentionDays))
+	}
+	s.oneOf("log_group_class", cw.LogGroupClass, LogGroupClassStandard, LogGroupClassInfrequentAccess)
+	s.positive("flush_interval", cw.FlushInterval)
+	s.between("max_concurrent_streams", cw.MaxConcurrentStreams, 1, 10000)
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ", ")
+}
