@@ -1,0 +1,64 @@
+package wal
+
+import (
+	"encoding/binary"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Chunk ids make a client's re-send harmless. bucketChunks maps an id to
+// [8 unix nanos][8 first seq][8 last seq]; bucketChunkTimes indexes the same
+// ids by [8 unix nanos][id] so expiry reads them oldest first.
+
+func lookupChunk(b *bolt.Bucket, id string, now time.Time, window time.Duration) (Result, bool) {
+	v := b.Get([]byte(id))
+	if len(v) != 24 {
+		return Result{}, false
+	}
+	at := int64(binary.BigEndian.Uint64(v[0:8]))
+	if now.UnixNano()-at > int64(window) {
+		return Result{}, false
+	}
+	return Result{First: binary.BigEndian.Uint64(v[8:16]), Last: binary.BigEndian.Uint64(v[16:24])}, true
+}
+
+func storeChunk(tx *bolt.Tx, id string, now time.Time, res Result) error {
+	v := make([]byte, 24)
+	binary.BigEndian.PutUint64(v[0:8], uint64(now.UnixNano()))
+	binary.BigEndian.PutUint64(v[8:16], res.First)
+	binary.BigEndian.PutUint64(v[16:24], res.Last)
+	if err := tx.Bucket(bucketChunks).Put([]byte(id), v); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketChunkTimes).Put(append(v[0:8:8], id...), nil)
+}
+
+// expireChunks forgets ids older than the dedup window, a bounded number per
+// transaction.
+func (wr *writer) expireChunks(tx *bolt.Tx) error {
+	cutoff := uint64(time.Now().Add(-wr.w.opts.DedupWindow).UnixNano())
+	times, chunks := tx.Bucket(bucketChunkTimes), tx.Bucket(bucketChunks)
+	var keys [][]byte
+	c := times.Cursor()
+	for k, _ := c.First(); k != nil && len(k) >= 8 && binary.BigEndian.Uint64(k[:8]) < cutoff; k, _ = c.Next() {
+		if len(keys) == maxDeletesPerTx {
+			wr.moreWork = true
+			break
+		}
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	for _, k := range keys {
+		id := k[8:]
+		// The id may have been stored again since; only forget this one.
+		if v := chunks.Get(id); len(v) == 24 && string(v[0:8]) == string(k[0:8]) {
+			if err := chunks.Delete(id); err != nil {
+				return err
+			}
+		}
+		if err := times.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}

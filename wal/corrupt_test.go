@@ -1,0 +1,254 @@
+package wal
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+const openChildEnv = "WAL_TEST_OPEN_CHILD"
+
+// openChild opens a possibly damaged WAL, verifies it and reads it, and
+// prints what happened. It runs in its own process: bbolt maps the file,
+// and a damaged file can fault the process instead of returning an error.
+func openChild(dir string) {
+	debug.SetPanicOnFault(true)
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Println("PANIC", r)
+			os.Exit(5)
+		}
+	}()
+	w, err := Open(dir, Options{ReadOnly: true})
+	if err != nil {
+		fmt.Println("OPEN ERROR", err)
+		return
+	}
+	defer w.Close()
+	fmt.Println("OPENED")
+	rep := w.Verify()
+	for _, p := range rep.Problems {
+		fmt.Println("VERIFY", p)
+	}
+	if _, err := w.Read(1, 0, 0); err != nil {
+		fmt.Println("READ ERROR", err)
+	}
+	fmt.Println("RECORDS", rep.Records)
+}
+
+func runOpenChild(t *testing.T, dir string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), openChildEnv+"="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child exited with %v (a fault, not an error):\n%s", err, out)
+	}
+	return string(out)
+}
+
+// buildCorruptionFixture writes 3 entries of 100 records (1-100, 101-200,
+// 201-300) and returns the file path and the stored value of the middle one.
+func buildCorruptionFixture(t *testing.T, dir string) (string, []byte) {
+	w := openT(t, dir, Options{})
+	r := rand.New(rand.NewSource(11))
+	for i := 0; i < 3; i++ {
+		appendT(t, w, makeRecords(r, fmt.Sprint(i), 100, 300), "")
+	}
+	var mid []byte
+	w.db.View(func(tx *bolt.Tx) error {
+		mid = append(mid, tx.Bucket(bucketEntries).Get(seqKey(101))...)
+		return nil
+	})
+	w.Close()
+	return filepath.Join(dir, FileName), mid
+}
+
+func TestCorruption(t *testing.T) {
+	cases := []struct {
+		name   string
+		damage func(t *testing.T, path string, mid []byte)
+		want   []string // lines the child must print
+	}{
+		{
+			name: "flipped byte in an entry's payload",
+			damage: func(t *testing.T, path string, mid []byte) {
+				for _, off := range findIn(t, path, mid) {
+					flipAt(t, path, off+int64(len(mid)/2))
+				}
+			},
+			want: []string{"OPENED", "VERIFY wal: corruption in " + "%s" + ", entry with records 101-200: checksum mismatch",
+				"READ ERROR wal: corruption in %s, entry with records 101-200: checksum mismatch", "RECORDS 200"},
+		},
+		{
+			name: "flipped byte in an entry's header",
+			damage: func(t *testing.T, path string, mid []byte) {
+				for _, off := range findIn(t, path, mid) {
+					flipAt(t, path, off+1) // the codec byte
+				}
+			},
+			want: []string{"OPENED", "VERIFY wal: corruption in %s, entry with records 101-200: unknown entry version or codec", "RECORDS 200"},
+		},
+		{
+			name: "truncated file",
+			damage: func(t *testing.T, path string, _ []byte) {
+				fi, _ := os.Stat(path)
+				if err := os.Truncate(path, fi.Size()/2); err != nil {
+					t.Fatal(err)
+				}
+			},
+			want: []string{"OPEN ERROR wal: corruption in %s at byte", "but its meta page refers to", "truncated"},
+		},
+		{
+			name: "empty file",
+			damage: func(t *testing.T, path string, _ []byte) {
+				os.Truncate(path, 0)
+			},
+			want: []string{"OPEN ERROR wal: corruption in %s at byte 0: file is empty"},
+		},
+		{
+			name: "damaged older meta page",
+			damage: func(t *testing.T, path string, _ []byte) {
+				flipAt(t, path, metaOffset(t, path, false)+boltPageHeader+20)
+			},
+			want: []string{"OPENED", "VERIFY wal: corruption in %s at byte", "is damaged (meta checksum mismatch); using meta page", "RECORDS 300"},
+		},
+		{
+			// bbolt falls back to the previous transaction: the last one
+			// (records 201-300) is gone, and Open and Verify say so.
+			name: "damaged newest meta page",
+			damage: func(t *testing.T, path string, _ []byte) {
+				flipAt(t, path, metaOffset(t, path, true)+boltPageHeader+20)
+			},
+			want: []string{"OPENED", "VERIFY wal: corruption in %s at byte", "is damaged (meta checksum mismatch); using meta page", "RECORDS 200"},
+		},
+		{
+			name: "both meta pages damaged",
+			damage: func(t *testing.T, path string, _ []byte) {
+				flipAt(t, path, boltPageHeader+20)
+				flipAt(t, path, int64(os.Getpagesize())+boltPageHeader+20)
+			},
+			want: []string{"OPEN ERROR wal: corruption in %s at byte 0: both meta pages are damaged"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path, mid := buildCorruptionFixture(t, dir)
+			tc.damage(t, path, mid)
+			out := runOpenChild(t, dir)
+			for _, want := range tc.want {
+				if strings.Contains(want, "%s") {
+					want = fmt.Sprintf(want, path)
+				}
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+// TestCorruptionNeverReturnsWrongData flips every byte of one entry in turn
+// (in memory) and checks that decoding either fails or yields exactly the
+// original records.
+func TestCorruptionNeverReturnsWrongData(t *testing.T) {
+	r := rand.New(rand.NewSource(12))
+	recs := makeRecords(r, "x", 20, 60)
+	e := encodeEntries(recs)[0]
+	value := append([]byte(nil), e.finish(42)...)
+	want, err := decodeEntry(42, value, nil)
+	if err != nil || len(want) != 20 {
+		t.Fatalf("clean entry: %v", err)
+	}
+	for i := range value {
+		for _, bit := range []byte{0x01, 0x80} {
+			v := append([]byte(nil), value...)
+			v[i] ^= bit
+			got, err := decodeEntry(42, v, nil)
+			if err == nil {
+				t.Fatalf("flipping bit %x of byte %d went unnoticed", bit, i)
+			}
+			if len(got) != 0 {
+				t.Fatalf("byte %d: a failed decode returned %d records", i, len(got))
+			}
+		}
+	}
+	// The key is covered too: the same value under another key is damage.
+	if _, err := decodeEntry(43, value, nil); err == nil {
+		t.Fatal("an entry moved to another key went unnoticed")
+	}
+	// And a truncated value.
+	for _, n := range []int{0, 5, entryHeaderLen, len(value) - 1} {
+		if _, err := decodeEntry(42, value[:n], nil); err == nil {
+			t.Fatalf("entry cut to %d bytes went unnoticed", n)
+		}
+	}
+}
+
+// findIn returns every offset of value in the file: bbolt copies pages on
+// write, so free pages may still hold older copies of the live one.
+func findIn(t *testing.T, path string, value []byte) []int64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offs []int64
+	for i := 0; ; {
+		j := bytes.Index(data[i:], value)
+		if j < 0 {
+			break
+		}
+		offs = append(offs, int64(i+j))
+		i += j + 1
+	}
+	if len(offs) == 0 {
+		t.Fatal("stored entry not found in the file")
+	}
+	return offs
+}
+
+// metaOffset returns the offset of the newest (or the older) meta page.
+func metaOffset(t *testing.T, path string, newest bool) int64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := os.Getpagesize()
+	m0, err0 := readMeta(data[:ps])
+	m1, err1 := readMeta(data[ps : 2*ps])
+	if err0 != nil || err1 != nil {
+		t.Fatalf("fixture meta pages: %v, %v", err0, err1)
+	}
+	if (m1.txid > m0.txid) == newest {
+		return int64(ps)
+	}
+	return 0
+}
+
+func flipAt(t *testing.T, path string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}

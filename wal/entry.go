@@ -1,0 +1,247 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/klauspost/compress/s2"
+)
+
+// Record is one log record as stored in the WAL.
+type Record struct {
+	Seq  uint64 // dense and monotonic, assigned by Append; ignored on input
+	Time int64  // event time, nanoseconds since the Unix epoch (UTC)
+	Tag  string // routing tag
+	Body []byte // one compact JSON object
+}
+
+// Entry value layout (all integers big-endian), see doc.go:
+//
+//	[0]      format version (1)
+//	[1]      codec: 0 none, 1 s2 block
+//	[2:6]    record count
+//	[6:10]   uncompressed payload length
+//	[10:14]  CRC32C of payload || key || value[0:10]
+//	[14:]    payload, compressed with the codec
+const (
+	entryVersion   = 1
+	codecNone      = 0
+	codecS2        = 1
+	entryHeaderLen = 14
+
+	// maxEntryRaw is where Append starts a new entry. s2 compresses blocks
+	// of this size about 1.6 times faster than multi-megabyte ones (smaller
+	// hash tables stay in cache) for a few percent less compression, and a
+	// re-read of a small range decodes little. Each entry costs one key.
+	maxEntryRaw = 56 << 10
+	// maxRawLen bounds what a damaged header can make a reader allocate.
+	maxRawLen = 1 << 30
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// entry is a batch of records encoded and compressed by the appending
+// goroutine, so the writer only adds the key and finishes the checksum.
+type entry struct {
+	count int
+	value []byte // header (checksum unset) + stored payload
+	crc   uint32 // CRC32C of the stored payload
+}
+
+var rawPool = sync.Pool{New: func() any { b := make([]byte, 0, maxEntryRaw+64<<10); return &b }}
+
+// encodeEntries turns records into entries of about maxEntryRaw
+// uncompressed bytes each. A large append's entries are compressed in
+// parallel, on as many cores as there are.
+func encodeEntries(recs []Record) []entry {
+	// Cut points first, from sizes alone.
+	var cuts []int // end index (exclusive) of each entry's records
+	size := 0
+	for i := range recs {
+		size += len(recs[i].Body) + len(recs[i].Tag) + 2*binary.MaxVarintLen64
+		if size >= maxEntryRaw || i == len(recs)-1 {
+			cuts = append(cuts, i+1)
+			size = 0
+		}
+	}
+	out := make([]entry, len(cuts))
+	encode := func(j int) {
+		start := 0
+		if j > 0 {
+			start = cuts[j-1]
+		}
+		bp := rawPool.Get().(*[]byte)
+		raw := (*bp)[:0]
+		for i := start; i < cuts[j]; i++ {
+			raw = appendRecord(raw, &recs[i])
+		}
+		out[j] = sealEntry(raw, cuts[j]-start)
+		*bp = raw
+		rawPool.Put(bp)
+	}
+	workers := min(len(cuts), runtime.GOMAXPROCS(0))
+	if workers <= 1 {
+		for j := range cuts {
+			encode(j)
+		}
+		return out
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := int(next.Add(1) - 1); j < len(cuts); j = int(next.Add(1) - 1) {
+				encode(j)
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func appendRecord(b []byte, r *Record) []byte {
+	b = binary.AppendVarint(b, r.Time)
+	b = binary.AppendUvarint(b, uint64(len(r.Tag)))
+	b = append(b, r.Tag...)
+	b = binary.AppendUvarint(b, uint64(len(r.Body)))
+	return append(b, r.Body...)
+}
+
+func sealEntry(raw []byte, count int) entry {
+	buf := make([]byte, entryHeaderLen+s2.MaxEncodedLen(len(raw)))
+	codec := byte(codecS2)
+	payload := s2.Encode(buf[entryHeaderLen:], raw)
+	if len(payload) >= len(raw) {
+		codec = codecNone
+		payload = buf[entryHeaderLen : entryHeaderLen+copy(buf[entryHeaderLen:], raw)]
+	}
+	buf[0] = entryVersion
+	buf[1] = codec
+	binary.BigEndian.PutUint32(buf[2:6], uint32(count))
+	binary.BigEndian.PutUint32(buf[6:10], uint32(len(raw)))
+	value := buf[:entryHeaderLen+len(payload)]
+	return entry{count: count, value: value, crc: crc32.Checksum(payload, castagnoli)}
+}
+
+// finish completes the checksum now that the entry's key is known.
+func (e *entry) finish(first uint64) []byte {
+	binary.BigEndian.PutUint32(e.value[10:14], entryCRC(e.crc, first, e.value))
+	return e.value
+}
+
+func entryCRC(payloadCRC uint32, first uint64, value []byte) uint32 {
+	var trailer [8 + 10]byte
+	binary.BigEndian.PutUint64(trailer[:8], first)
+	copy(trailer[8:], value[:10])
+	return crc32.Update(payloadCRC, castagnoli, trailer[:])
+}
+
+func seqKey(seq uint64) []byte {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], seq)
+	return k[:]
+}
+
+// entryCount reads the record count from a value's header without checking
+// it; callers that act on data use decodeEntry.
+func entryCount(value []byte) (int, bool) {
+	if len(value) < entryHeaderLen || value[0] != entryVersion {
+		return 0, false
+	}
+	c := int(binary.BigEndian.Uint32(value[2:6]))
+	return c, c > 0
+}
+
+var (
+	errShortEntry  = errors.New("entry shorter than its header")
+	errEntryFormat = errors.New("unknown entry version or codec")
+	errChecksum    = errors.New("checksum mismatch")
+	errFraming     = errors.New("records do not match the entry header")
+)
+
+// decodeEntry verifies and decodes the entry stored at key first. value may
+// point into the memory map: every returned record is backed by new memory.
+func decodeEntry(first uint64, value []byte, dst []Record) ([]Record, error) {
+	n0 := len(dst)
+	out, err := decodeInto(first, value, dst)
+	if err != nil {
+		return dst[:n0], err
+	}
+	return out, nil
+}
+
+func decodeInto(first uint64, value []byte, dst []Record) ([]Record, error) {
+	if len(value) < entryHeaderLen {
+		return dst, errShortEntry
+	}
+	if value[0] != entryVersion || value[1] > codecS2 {
+		return dst, fmt.Errorf("%w: version %d, codec %d", errEntryFormat, value[0], value[1])
+	}
+	count := int(binary.BigEndian.Uint32(value[2:6]))
+	rawLen := int(binary.BigEndian.Uint32(value[6:10]))
+	payload := value[entryHeaderLen:]
+	want := binary.BigEndian.Uint32(value[10:14])
+	if got := entryCRC(crc32.Checksum(payload, castagnoli), first, value); got != want {
+		return dst, fmt.Errorf("%w: stored %08x, computed %08x", errChecksum, want, got)
+	}
+	if count <= 0 || rawLen > maxRawLen {
+		return dst, fmt.Errorf("%w: count %d, length %d", errFraming, count, rawLen)
+	}
+	var raw []byte
+	if value[1] == codecS2 {
+		if n, err := s2.DecodedLen(payload); err != nil || n != rawLen {
+			return dst, fmt.Errorf("%w: decoded length %d, header says %d", errFraming, n, rawLen)
+		}
+		var err error
+		if raw, err = s2.Decode(make([]byte, rawLen), payload); err != nil {
+			return dst, fmt.Errorf("decompress entry: %w", err)
+		}
+	} else {
+		if len(payload) != rawLen {
+			return dst, fmt.Errorf("%w: payload length %d, header says %d", errFraming, len(payload), rawLen)
+		}
+		raw = append([]byte(nil), payload...)
+	}
+	seq := first
+	for len(raw) > 0 {
+		var r Record
+		var ok bool
+		if r, raw, ok = parseRecord(raw); !ok {
+			return dst, fmt.Errorf("%w: record %d is truncated", errFraming, seq)
+		}
+		r.Seq = seq
+		seq++
+		dst = append(dst, r)
+	}
+	if int(seq-first) != count {
+		return dst, fmt.Errorf("%w: %d records, header says %d", errFraming, seq-first, count)
+	}
+	return dst, nil
+}
+
+func parseRecord(b []byte) (Record, []byte, bool) {
+	var r Record
+	t, n := binary.Varint(b)
+	if n <= 0 {
+		return r, nil, false
+	}
+	r.Time, b = t, b[n:]
+	tl, n := binary.Uvarint(b)
+	if n <= 0 || tl > uint64(len(b)-n) {
+		return r, nil, false
+	}
+	r.Tag, b = string(b[n:n+int(tl)]), b[n+int(tl):]
+	bl, n := binary.Uvarint(b)
+	if n <= 0 || bl > uint64(len(b)-n) {
+		return r, nil, false
+	}
+	r.Body, b = b[n:n+int(bl):n+int(bl)], b[n+int(bl):]
+	return r, b, true
+}

@@ -1,0 +1,267 @@
+package wal
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Read returns committed records with sequence numbers from `from` on, at
+// most maxRecords of them (0: no limit) and stopping after the entry that
+// reaches maxBytes of bodies (0: no limit). Records before the oldest live
+// one are gone (retention, drop_oldest): reading starts at the oldest live
+// one. An empty result means nothing at or after from is committed yet.
+// A damaged entry stops the read with a *CorruptionError.
+func (w *WAL) Read(from uint64, maxRecords, maxBytes int) ([]Record, error) {
+	var out []Record
+	err := w.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketEntries).Cursor()
+		k, v := seekEntry(c, from)
+		size := 0
+		for ; k != nil; k, v = c.Next() {
+			first := binary.BigEndian.Uint64(k)
+			n0 := len(out)
+			var err error
+			if out, err = decodeEntry(first, v, out); err != nil {
+				return w.corruption(first, v, err)
+			}
+			// Drop what precedes from in the first entry.
+			if skip := int(from) - int(first); skip > 0 && n0 == 0 {
+				out = append(out[:0], out[min(skip, len(out)):]...)
+			}
+			for _, r := range out[n0:] {
+				size += len(r.Body)
+			}
+			if (maxRecords > 0 && len(out) >= maxRecords) || (maxBytes > 0 && size >= maxBytes) {
+				break
+			}
+		}
+		return nil
+	})
+	if maxRecords > 0 && len(out) > maxRecords {
+		out = out[:maxRecords]
+	}
+	return out, err
+}
+
+// ReadRange returns the records from first to last inclusive that are
+// still stored; sinks use it to rebuild a batch after a restart.
+func (w *WAL) ReadRange(first, last uint64) ([]Record, error) {
+	if last < first {
+		return nil, nil
+	}
+	var out []Record
+	err := w.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketEntries).Cursor()
+		for k, v := seekEntry(c, first); k != nil && binary.BigEndian.Uint64(k) <= last; k, v = c.Next() {
+			key := binary.BigEndian.Uint64(k)
+			recs, err := decodeEntry(key, v, nil)
+			if err != nil {
+				return w.corruption(key, v, err)
+			}
+			for _, r := range recs {
+				if r.Seq >= first && r.Seq <= last {
+					out = append(out, r)
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// seekEntry positions c on the entry holding seq, or on the first entry
+// after it.
+func seekEntry(c *bolt.Cursor, seq uint64) ([]byte, []byte) {
+	k, v := c.Seek(seqKey(seq))
+	if k != nil && binary.BigEndian.Uint64(k) == seq {
+		return k, v
+	}
+	var pk, pv []byte
+	if k == nil {
+		pk, pv = c.Last()
+	} else {
+		pk, pv = c.Prev()
+	}
+	if pk != nil {
+		if n, ok := entryCount(pv); ok && binary.BigEndian.Uint64(pk)+uint64(n) > seq {
+			return pk, pv
+		}
+	}
+	return c.Seek(seqKey(seq))
+}
+
+func (w *WAL) corruption(first uint64, v []byte, err error) error {
+	ce := &CorruptionError{Path: w.path, FirstSeq: first, Offset: -1, Err: err}
+	if n, ok := entryCount(v); ok {
+		ce.LastSeq = first + uint64(n) - 1
+	}
+	return ce
+}
+
+// Wait blocks until a record with sequence number seq or later is
+// committed, ctx ends, or the WAL closes. It never polls: the writer wakes
+// it after each commit that adds records.
+func (w *WAL) Wait(ctx context.Context, seq uint64) error {
+	for {
+		w.mu.Lock()
+		ready := w.st.nextSeq > seq
+		ch := w.notify
+		w.mu.Unlock()
+		if ready {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.done:
+			return w.closedErr()
+		}
+	}
+}
+
+// Reader reads forward from a position, waiting for appends when it has
+// read everything. A Reader is for one goroutine.
+type Reader struct {
+	w    *WAL
+	next uint64
+}
+
+// NewReader returns a Reader whose first record has seq >= from.
+func (w *WAL) NewReader(from uint64) *Reader { return &Reader{w: w, next: from} }
+
+// Next returns the next records, at most maxRecords (0: no limit) and
+// about maxBytes of bodies (0: no limit), waiting until at least one is
+// committed.
+func (r *Reader) Next(ctx context.Context, maxRecords, maxBytes int) ([]Record, error) {
+	for {
+		recs, err := r.w.Read(r.next, maxRecords, maxBytes)
+		if err != nil {
+			return nil, err
+		}
+		if len(recs) > 0 {
+			r.next = recs[len(recs)-1].Seq + 1
+			return recs, nil
+		}
+		if err := r.w.Wait(ctx, r.next); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Position is the sequence number the next record returned will have at least.
+func (r *Reader) Position() uint64 { return r.next }
+
+// Stats describe the WAL as last committed.
+type Stats struct {
+	Path      string
+	FirstSeq  uint64 // oldest live record (== NextSeq when empty)
+	NextSeq   uint64 // sequence number of the next append
+	Records   uint64 // live records
+	Bytes     int64  // live entry bytes, what max_bytes bounds
+	FileBytes int64  // size of the file (high-water: bbolt never shrinks it)
+	Cursors   map[string]uint64
+	Dropped   map[string]uint64 // records each cursor lost to drop_oldest
+	Commits   uint64            // transactions committed since Open
+}
+
+// Stats returns the committed state; it does not touch the disk but for the file size.
+func (w *WAL) Stats() Stats {
+	st := w.snapshot()
+	s := Stats{Path: w.path, FirstSeq: st.firstSeq, NextSeq: st.nextSeq, Records: st.nextSeq - st.firstSeq,
+		Bytes: st.liveBytes, Cursors: st.cursors, Dropped: st.dropped, Commits: w.commits.Load()}
+	_ = w.db.View(func(tx *bolt.Tx) error {
+		s.FileBytes = tx.Size()
+		return nil
+	})
+	return s
+}
+
+// State returns a copy of key in sink's state bucket, or nil.
+func (w *WAL) State(sink string, key []byte) ([]byte, error) {
+	var out []byte
+	err := w.db.View(func(tx *bolt.Tx) error {
+		if b := tx.Bucket(bucketState).Bucket([]byte(sink)); b != nil {
+			if v := b.Get(key); v != nil {
+				out = append([]byte{}, v...)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ScanState calls fn for each key of sink's state bucket that starts with
+// prefix, in key order. k and v are valid only during the call.
+func (w *WAL) ScanState(sink string, prefix []byte, fn func(k, v []byte) error) error {
+	return w.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketState).Bucket([]byte(sink))
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Seek(prefix); k != nil && len(k) >= len(prefix) && string(k[:len(prefix)]) == string(prefix); k, v = c.Next() {
+			if err := fn(k, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// VerifyReport is what Verify found.
+type VerifyReport struct {
+	Entries  int
+	Records  uint64
+	Problems []error // each a *CorruptionError or a bbolt consistency error
+}
+
+// Verify reads every entry and checks its checksum and framing, and that
+// sequence numbers are dense. On a WAL opened read-only it also runs bbolt's
+// page consistency check, which is not safe while a writer commits.
+func (w *WAL) Verify() VerifyReport {
+	var rep VerifyReport
+	if damaged, err := checkFile(w.path); err != nil {
+		rep.Problems = append(rep.Problems, err)
+	} else if damaged != nil {
+		rep.Problems = append(rep.Problems, damaged)
+	}
+	err := w.db.View(func(tx *bolt.Tx) error {
+		if w.opts.ReadOnly {
+			for err := range tx.Check() {
+				rep.Problems = append(rep.Problems, fmt.Errorf("bbolt consistency check of %s: %w", w.path, err))
+			}
+		}
+		c := tx.Bucket(bucketEntries).Cursor()
+		var expect uint64
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			first := binary.BigEndian.Uint64(k)
+			rep.Entries++
+			if expect != 0 && first != expect {
+				rep.Problems = append(rep.Problems, &CorruptionError{Path: w.path, FirstSeq: first, Offset: -1,
+					Err: fmt.Errorf("gap: expected an entry starting at record %d", expect)})
+			}
+			recs, err := decodeEntry(first, v, nil)
+			if err != nil {
+				rep.Problems = append(rep.Problems, w.corruption(first, v, err))
+				n, ok := entryCount(v)
+				if !ok {
+					expect = 0
+					continue
+				}
+				expect = first + uint64(n)
+				continue
+			}
+			rep.Records += uint64(len(recs))
+			expect = first + uint64(len(recs))
+		}
+		return nil
+	})
+	if err != nil {
+		rep.Problems = append(rep.Problems, err)
+	}
+	return rep
+}

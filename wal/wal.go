@@ -1,0 +1,550 @@
+package wal
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// FileName is the WAL's file inside the data directory.
+const FileName = "wal.db"
+
+// formatVersion is stored in the meta bucket; Open refuses other versions.
+const formatVersion = 1
+
+// Bucket names. See doc.go for what each holds.
+var (
+	bucketMeta       = []byte("meta")
+	bucketEntries    = []byte("entries")
+	bucketCursors    = []byte("cursors")
+	bucketDropped    = []byte("dropped")
+	bucketState      = []byte("state")
+	bucketChunks     = []byte("chunks")
+	bucketChunkTimes = []byte("chunk_times")
+
+	keyFormat  = []byte("format")
+	keyNextSeq = []byte("next_seq")
+	keyBytes   = []byte("bytes")
+)
+
+// SyncMode says when an append is fsynced relative to its acknowledgement.
+type SyncMode int
+
+const (
+	// SyncAlways: Append returns after the transaction holding its records
+	// is committed and fsynced. Nothing acknowledged is lost by a crash of
+	// the process or of the machine.
+	SyncAlways SyncMode = iota
+	// SyncInterval: Append returns as soon as the writer has taken the
+	// records; they are committed and fsynced about once per SyncInterval.
+	// THIS CAN LOSE ACKNOWLEDGED RECORDS: a crash of the process or of the
+	// machine loses what was acknowledged since the last commit (up to
+	// about one interval). The file itself is never left inconsistent.
+	SyncInterval
+)
+
+// FullPolicy says what Append does when live records would exceed MaxBytes.
+type FullPolicy int
+
+const (
+	// Block makes Append wait until sinks pass enough records for
+	// retention to make room (or until its context ends).
+	Block FullPolicy = iota
+	// DropOldest deletes the oldest entries, moves every cursor that had
+	// not passed them forward, and counts what each cursor lost.
+	DropOldest
+)
+
+// Options configure Open. The zero value is usable: no size limit,
+// SyncAlways, a ten-minute dedup window.
+type Options struct {
+	MaxBytes     int64 // bound on live entry bytes; 0: none
+	WhenFull     FullPolicy
+	Sync         SyncMode
+	SyncInterval time.Duration // default 1s
+	DedupWindow  time.Duration // default 10m
+	ReadOnly     bool          // for inspection: no writer, no changes, shared lock
+	LockTimeout  time.Duration // how long Open waits for the file lock; default 100ms
+	Logger       *slog.Logger
+
+	// Compaction at Open: when the file is at least CompactMinFileBytes and
+	// live entries take less than CompactRatio of it, the file is rewritten
+	// to its live size. Defaults 64 MiB and 0.25; a negative ratio disables it.
+	CompactMinFileBytes int64
+	CompactRatio        float64
+}
+
+func (o *Options) setDefaults() {
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = time.Second
+	}
+	if o.DedupWindow <= 0 {
+		o.DedupWindow = 10 * time.Minute
+	}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = 100 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.CompactMinFileBytes <= 0 {
+		o.CompactMinFileBytes = 64 << 20
+	}
+	if o.CompactRatio == 0 {
+		o.CompactRatio = 0.25
+	}
+}
+
+// WAL is the write-ahead log. All methods are safe for concurrent use.
+type WAL struct {
+	path string
+	db   *bolt.DB
+	opts Options
+	log  *slog.Logger
+
+	appendCh chan *appendReq
+	commitCh chan *commitReq
+	kick     chan struct{}
+	quit     chan struct{}
+	done     chan struct{}
+	fatal    chan struct{}
+	closeMu  sync.Mutex
+	closed   bool
+
+	commits atomic.Uint64 // transactions committed since Open
+
+	mu       sync.Mutex
+	st       state         // committed state, published by the writer
+	notify   chan struct{} // closed when records are committed
+	fatalErr error
+}
+
+// state is what the writer knows about the file; the writer owns a working
+// copy and publishes it after each successful commit.
+type state struct {
+	nextSeq   uint64 // sequence number the next record gets; the first is 1
+	firstSeq  uint64 // oldest live record; == nextSeq when there is none
+	liveBytes int64  // sum of stored entry values
+	cursors   map[string]uint64
+	dropped   map[string]uint64 // records each cursor lost to DropOldest, ever
+}
+
+func (s state) clone() state {
+	c := s
+	c.cursors = make(map[string]uint64, len(s.cursors))
+	for k, v := range s.cursors {
+		c.cursors[k] = v
+	}
+	c.dropped = make(map[string]uint64, len(s.dropped))
+	for k, v := range s.dropped {
+		c.dropped[k] = v
+	}
+	return c
+}
+
+// Open opens or creates the WAL file in dir. A file that another process
+// holds open gives ErrLocked; a damaged file gives a *CorruptionError.
+func Open(dir string, opts Options) (*WAL, error) {
+	opts.setDefaults()
+	path := filepath.Join(dir, FileName)
+	_, statErr := os.Stat(path)
+	existed := statErr == nil
+	switch {
+	case existed:
+		damaged, err := checkFile(path)
+		if err != nil {
+			return nil, err
+		}
+		if damaged != nil {
+			opts.Logger.Warn("wal: a meta page is damaged; bbolt falls back to the other one, which loses at most the transaction the damaged page recorded (a power loss during a commit leaves this behind)", "error", damaged)
+		}
+	case !errors.Is(statErr, os.ErrNotExist):
+		return nil, fmt.Errorf("open wal: %w", statErr)
+	case opts.ReadOnly:
+		return nil, fmt.Errorf("open wal: %s does not exist", path)
+	default:
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("create data directory: %w", err)
+		}
+	}
+
+	w := &WAL{path: path, opts: opts, log: opts.Logger}
+	if err := w.openDB(); err != nil {
+		return nil, err
+	}
+	if !existed {
+		if err := syncDir(dir); err != nil {
+			w.db.Close()
+			return nil, err
+		}
+	}
+	st, err := w.load()
+	if err != nil {
+		w.db.Close()
+		return nil, err
+	}
+	if !opts.ReadOnly && w.shouldCompact(st) {
+		if err := w.compact(); err != nil {
+			w.db.Close()
+			return nil, err
+		}
+	}
+	w.st = st
+	w.notify = make(chan struct{})
+	w.fatal = make(chan struct{})
+	w.done = make(chan struct{})
+	if opts.ReadOnly {
+		close(w.done)
+		return w, nil
+	}
+	w.appendCh = make(chan *appendReq)
+	w.commitCh = make(chan *commitReq)
+	w.kick = make(chan struct{}, 1)
+	w.quit = make(chan struct{})
+	wr := newWriter(w, st)
+	go func() {
+		defer close(w.done)
+		wr.run()
+	}()
+	return w, nil
+}
+
+func (w *WAL) openDB() error {
+	db, err := bolt.Open(w.path, 0o600, &bolt.Options{
+		Timeout:      w.opts.LockTimeout,
+		ReadOnly:     w.opts.ReadOnly,
+		FreelistType: bolt.FreelistMapType,
+	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return fmt.Errorf("open %s: %w (is the service running? inspect it through the admin /status endpoint)", w.path, ErrLocked)
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", w.path, err)
+	}
+	w.db = db
+	return nil
+}
+
+// load creates the buckets of a new file and reads the state of an existing one.
+func (w *WAL) load() (state, error) {
+	st := state{nextSeq: 1, cursors: map[string]uint64{}, dropped: map[string]uint64{}}
+	fn := func(tx *bolt.Tx) error {
+		if !w.opts.ReadOnly {
+			for _, b := range [][]byte{bucketMeta, bucketEntries, bucketCursors, bucketDropped, bucketState, bucketChunks, bucketChunkTimes} {
+				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+					return fmt.Errorf("create bucket %s: %w", b, err)
+				}
+			}
+		}
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			return fmt.Errorf("%w: no meta bucket in %s", ErrFormat, w.path)
+		}
+		switch v := meta.Get(keyFormat); {
+		case v == nil && w.opts.ReadOnly:
+			return fmt.Errorf("%w: no format version in %s", ErrFormat, w.path)
+		case v == nil:
+			if err := meta.Put(keyFormat, u64(formatVersion)); err != nil {
+				return err
+			}
+		case len(v) != 8 || binary.BigEndian.Uint64(v) != formatVersion:
+			return fmt.Errorf("%w: %s has format %x, this build reads %d", ErrFormat, w.path, v, formatVersion)
+		}
+		if v := meta.Get(keyNextSeq); v != nil {
+			st.nextSeq = binary.BigEndian.Uint64(v)
+		}
+		if v := meta.Get(keyBytes); v != nil {
+			st.liveBytes = int64(binary.BigEndian.Uint64(v))
+		}
+		st.firstSeq = st.nextSeq
+		if k, _ := tx.Bucket(bucketEntries).Cursor().First(); k != nil {
+			st.firstSeq = binary.BigEndian.Uint64(k)
+		}
+		if err := tx.Bucket(bucketCursors).ForEach(func(k, v []byte) error {
+			st.cursors[string(k)] = binary.BigEndian.Uint64(v)
+			return nil
+		}); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketDropped).ForEach(func(k, v []byte) error {
+			st.dropped[string(k)] = binary.BigEndian.Uint64(v)
+			return nil
+		})
+	}
+	var err error
+	if w.opts.ReadOnly {
+		err = w.db.View(fn)
+	} else {
+		err = w.db.Update(fn)
+	}
+	if err != nil {
+		return st, fmt.Errorf("load wal state: %w", err)
+	}
+	return st, nil
+}
+
+func (w *WAL) shouldCompact(st state) bool {
+	if w.opts.CompactRatio < 0 {
+		return false
+	}
+	fi, err := os.Stat(w.path)
+	if err != nil || fi.Size() < w.opts.CompactMinFileBytes {
+		return false
+	}
+	return float64(st.liveBytes) < w.opts.CompactRatio*float64(fi.Size())
+}
+
+// compact rewrites the file with only its live pages: bbolt reuses freed
+// pages but never gives them back to the file system.
+func (w *WAL) compact() error {
+	start := time.Now()
+	before, _ := os.Stat(w.path)
+	tmp := w.path + ".compact"
+	_ = os.Remove(tmp)
+	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{NoSync: true, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return fmt.Errorf("compact wal: %w", err)
+	}
+	if err := bolt.Compact(dst, w.db, 64<<20); err != nil {
+		dst.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("compact wal: %w", err)
+	}
+	if err := dst.Sync(); err != nil {
+		dst.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("compact wal: fsync: %w", err)
+	}
+	if err := dst.Close(); err != nil {
+		return fmt.Errorf("compact wal: %w", err)
+	}
+	if err := w.db.Close(); err != nil {
+		return fmt.Errorf("compact wal: %w", err)
+	}
+	if err := os.Rename(tmp, w.path); err != nil {
+		return fmt.Errorf("compact wal: %w", err)
+	}
+	if err := syncDir(filepath.Dir(w.path)); err != nil {
+		return err
+	}
+	if err := w.openDB(); err != nil {
+		return err
+	}
+	after, _ := os.Stat(w.path)
+	if before != nil && after != nil {
+		w.log.Info("wal compacted", "path", w.path, "bytes_before", before.Size(), "bytes_after", after.Size(), "took", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Close stops the writer, commits what it holds, and closes the file.
+// Appends still waiting for room fail with ErrClosed.
+func (w *WAL) Close() error {
+	w.closeMu.Lock()
+	if w.closed {
+		w.closeMu.Unlock()
+		return nil
+	}
+	w.closed = true
+	w.closeMu.Unlock()
+	if w.quit != nil {
+		close(w.quit)
+	}
+	<-w.done
+	return w.db.Close()
+}
+
+// Path is the WAL file's path.
+func (w *WAL) Path() string { return w.path }
+
+// Fatal is closed when the WAL hit an error after which it cannot promise
+// durability (a failed fsync or write). The process should exit non-zero.
+func (w *WAL) Fatal() <-chan struct{} { return w.fatal }
+
+// Err returns the fatal error, if any.
+func (w *WAL) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fatalErr
+}
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+// AppendOptions carry what an input knows about a request besides its records.
+type AppendOptions struct {
+	// ChunkID is the client's id for this request (a forward chunk id, an
+	// HTTP Idempotency-Key). It is stored in the same transaction as the
+	// records; an id seen within the dedup window is not stored again.
+	ChunkID string
+}
+
+// Result says where an Append's records are.
+type Result struct {
+	First, Last uint64 // sequence numbers of the first and last record
+	Duplicate   bool   // the chunk id was seen; First and Last are the earlier append's
+}
+
+// Append stores records and returns once they are durable (SyncAlways) or
+// taken by the writer (SyncInterval). Concurrent appends share one
+// transaction and one fsync. When the WAL is full and WhenFull is Block,
+// Append waits until ctx ends; an Append cancelled while waiting may still
+// be stored, which the chunk id makes harmless on a retry.
+func (w *WAL) Append(ctx context.Context, recs []Record, opts AppendOptions) (Result, error) {
+	if w.opts.ReadOnly {
+		return Result{}, ErrReadOnly
+	}
+	if len(recs) == 0 {
+		return Result{}, nil
+	}
+	if err := w.Err(); err != nil {
+		return Result{}, err
+	}
+	req := &appendReq{ctx: ctx, entries: encodeEntries(recs), n: uint64(len(recs)), chunk: opts.ChunkID, done: make(chan appendResult, 1)}
+	for _, e := range req.entries {
+		req.bytes += int64(len(e.value))
+	}
+	select {
+	case w.appendCh <- req:
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	case <-w.done:
+		return Result{}, w.closedErr()
+	}
+	select {
+	case res := <-req.done:
+		return res.Result, res.err
+	case <-ctx.Done():
+		w.wake()
+		return Result{}, ctx.Err()
+	}
+}
+
+func (w *WAL) closedErr() error {
+	if err := w.Err(); err != nil {
+		return err
+	}
+	return ErrClosed
+}
+
+func (w *WAL) wake() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Batch is a set of changes to cursors and sink state that commit together,
+// in one transaction, atomically.
+type Batch struct {
+	ops []op
+}
+
+type opKind int
+
+const (
+	opSetCursor opKind = iota
+	opRegister
+	opDropCursor
+	opPut
+	opDelete
+)
+
+type op struct {
+	kind  opKind
+	name  string // cursor or sink state bucket
+	seq   uint64
+	key   []byte
+	value []byte
+}
+
+// SetCursor moves cursor name to seq: every record up to and including seq
+// is done for that sink. A cursor never moves back; a lower seq is ignored.
+func (b *Batch) SetCursor(name string, seq uint64) {
+	b.ops = append(b.ops, op{kind: opSetCursor, name: name, seq: seq})
+}
+
+// Put sets key in sink's state bucket.
+func (b *Batch) Put(sink string, key, value []byte) {
+	b.ops = append(b.ops, op{kind: opPut, name: sink, key: append([]byte(nil), key...), value: append([]byte(nil), value...)})
+}
+
+// Delete removes key from sink's state bucket.
+func (b *Batch) Delete(sink string, key []byte) {
+	b.ops = append(b.ops, op{kind: opDelete, name: sink, key: append([]byte(nil), key...)})
+}
+
+// Len is the number of changes in the batch.
+func (b *Batch) Len() int { return len(b.ops) }
+
+// Commit applies b in one transaction, shared with concurrent appends, and
+// returns once it is durable. Either all of b applies or none of it.
+func (w *WAL) Commit(ctx context.Context, b *Batch) error {
+	_, err := w.commit(ctx, b.ops)
+	return err
+}
+
+// RegisterCursor creates cursor name, if it does not exist, just before the
+// oldest live record, and returns its position. Registered cursors pin
+// retention until they pass records or are dropped.
+func (w *WAL) RegisterCursor(ctx context.Context, name string) (uint64, error) {
+	return w.commit(ctx, []op{{kind: opRegister, name: name}})
+}
+
+// DropCursor removes cursor name, its state bucket and its counters, so it
+// no longer pins retention.
+func (w *WAL) DropCursor(ctx context.Context, name string) error {
+	_, err := w.commit(ctx, []op{{kind: opDropCursor, name: name}})
+	return err
+}
+
+func (w *WAL) commit(ctx context.Context, ops []op) (uint64, error) {
+	if w.opts.ReadOnly {
+		return 0, ErrReadOnly
+	}
+	for _, o := range ops {
+		if o.name == "" {
+			return 0, errors.New("wal: empty cursor or state name")
+		}
+		if (o.kind == opPut || o.kind == opDelete) && (len(o.key) == 0 || len(o.key) > bolt.MaxKeySize) {
+			return 0, fmt.Errorf("wal: state key of %d bytes for %q", len(o.key), o.name)
+		}
+	}
+	req := &commitReq{ops: ops, done: make(chan commitResult, 1)}
+	select {
+	case w.commitCh <- req:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-w.done:
+		return 0, w.closedErr()
+	}
+	// Once taken, a commit is not abandoned: it is short and its caller
+	// must know whether it applied.
+	res := <-req.done
+	return res.seq, res.err
+}

@@ -1,0 +1,601 @@
+package wal
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+func TestAppendReadRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	r := rand.New(rand.NewSource(1))
+	var want []Record
+	for i, n := range []int{1, 7, 1000, 3} {
+		recs := makeRecords(r, fmt.Sprint(i), n, 250)
+		res := appendT(t, w, recs, "")
+		if res.Last-res.First+1 != uint64(n) || res.First != uint64(len(want)+1) {
+			t.Fatalf("append %d: got range %d-%d, want %d records from %d", i, res.First, res.Last, n, len(want)+1)
+		}
+		want = append(want, recs...)
+	}
+	// Invalid UTF-8, empty bodies and empty tags are stored as they are.
+	odd := []Record{{Time: -5, Tag: "", Body: nil}, {Time: 1, Tag: "t", Body: []byte{0xff, 0xfe}}}
+	appendT(t, w, odd, "")
+	want = append(want, odd...)
+
+	check := func(w *WAL) {
+		t.Helper()
+		got := readAll(t, w, 1)
+		if len(got) != len(want) {
+			t.Fatalf("read %d records, want %d", len(got), len(want))
+		}
+		for i := range got {
+			if got[i].Seq != uint64(i+1) || got[i].Time != want[i].Time || got[i].Tag != want[i].Tag || !bytes.Equal(got[i].Body, want[i].Body) {
+				t.Fatalf("record %d: got %+v, want %+v", i+1, got[i], want[i])
+			}
+		}
+		// Reads from the middle of an entry start exactly there.
+		mid := readAll(t, w, 500)
+		if len(mid) != len(want)-499 || mid[0].Seq != 500 {
+			t.Fatalf("read from 500: %d records starting at %d", len(mid), mid[0].Seq)
+		}
+		lim, err := w.Read(3, 5, 0)
+		if err != nil || len(lim) != 5 || lim[0].Seq != 3 || lim[4].Seq != 7 {
+			t.Fatalf("read 5 from 3: %v %v", lim, err)
+		}
+		rng, err := w.ReadRange(8, 12)
+		if err != nil || len(rng) != 5 || rng[0].Seq != 8 || rng[4].Seq != 12 {
+			t.Fatalf("read range 8-12: %d records, %v", len(rng), err)
+		}
+		if got := readAll(t, w, uint64(len(want)+1)); len(got) != 0 {
+			t.Fatalf("read past the end returned %d records", len(got))
+		}
+	}
+	check(w)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w = openT(t, dir, Options{})
+	defer w.Close()
+	check(w)
+	if res := appendT(t, w, makeRecords(r, "x", 1, 10), ""); res.First != uint64(len(want)+1) {
+		t.Fatalf("after reopen the next sequence number is %d, want %d", res.First, len(want)+1)
+	}
+}
+
+func TestLargeAppendSplitsIntoEntries(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	r := rand.New(rand.NewSource(2))
+	recs := makeRecords(r, "big", 200, 64<<10) // 12.5 MiB: several entries
+	res := appendT(t, w, recs, "")
+	entries := 0
+	if err := w.db.View(func(tx *bolt.Tx) error {
+		entries = tx.Bucket(bucketEntries).Stats().KeyN
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if entries < 3 {
+		t.Fatalf("12.5 MiB stored as %d entries, want several of about 4 MiB", entries)
+	}
+	got, err := w.ReadRange(res.First, res.Last)
+	if err != nil || len(got) != 200 {
+		t.Fatalf("read back %d records: %v", len(got), err)
+	}
+	for i := range got {
+		if !bytes.Equal(got[i].Body, recs[i].Body) {
+			t.Fatalf("record %d differs", i)
+		}
+	}
+}
+
+func TestConcurrentAppendsShareCommits(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	const goroutines, appends = 64, 20
+	var mu sync.Mutex
+	seen := map[uint64]string{}
+	var wg sync.WaitGroup
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			r := rand.New(rand.NewSource(int64(g)))
+			for i := 0; i < appends; i++ {
+				recs := makeRecords(r, fmt.Sprintf("g%d-%d", g, i), 10, 100)
+				res, err := w.Append(context.Background(), recs, AppendOptions{})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for s := res.First; s <= res.Last; s++ {
+					if _, dup := seen[s]; dup {
+						t.Errorf("sequence number %d handed out twice", s)
+					}
+					seen[s] = string(recs[s-res.First].Body)
+				}
+				mu.Unlock()
+			}
+		}(g)
+	}
+	wg.Wait()
+	total := goroutines * appends * 10
+	if len(seen) != total {
+		t.Fatalf("%d sequence numbers, want %d", len(seen), total)
+	}
+	got := readAll(t, w, 1)
+	if len(got) != total {
+		t.Fatalf("read %d, want %d", len(got), total)
+	}
+	for _, r := range got {
+		if seen[r.Seq] != string(r.Body) {
+			t.Fatalf("record %d holds another append's body", r.Seq)
+		}
+	}
+	if c := w.Stats().Commits; c >= goroutines*appends {
+		t.Fatalf("%d appends took %d commits: no group commit", goroutines*appends, c)
+	} else {
+		t.Logf("%d appends in %d commits", goroutines*appends, c)
+	}
+}
+
+func TestCursorsStateAndRetention(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	ctx := context.Background()
+	r := rand.New(rand.NewSource(3))
+	for i := 0; i < 10; i++ {
+		appendT(t, w, makeRecords(r, fmt.Sprint(i), 100, 100), "") // entries 1-100, 101-200, ...
+	}
+	for _, name := range []string{"s3", "cw"} {
+		pos, err := w.RegisterCursor(ctx, name)
+		if err != nil || pos != 0 {
+			t.Fatalf("register %s: %d, %v", name, pos, err)
+		}
+	}
+	// A cursor and sink state commit together.
+	b := &Batch{}
+	b.SetCursor("s3", 450)
+	b.Put("s3", []byte("intent/1"), []byte("key-a"))
+	commitT(t, w, b)
+	if st := w.Stats(); st.FirstSeq != 1 || st.Records != 1000 {
+		t.Fatalf("cw has passed nothing, yet first live is %d (%d records)", st.FirstSeq, st.Records)
+	}
+	b = &Batch{}
+	b.SetCursor("cw", 250)
+	commitT(t, w, b)
+	if st := w.Stats(); st.FirstSeq != 201 {
+		t.Fatalf("both cursors passed 200: first live is %d, want 201 (whole entries only)", st.FirstSeq)
+	}
+	// Reading from a deleted position starts at the oldest live record.
+	if got := readAll(t, w, 5); got[0].Seq != 201 {
+		t.Fatalf("read from 5 starts at %d", got[0].Seq)
+	}
+	// An invalid batch is refused whole; the valid state stays.
+	b = &Batch{}
+	b.Put("s3", []byte("intent/2"), []byte("x"))
+	b.SetCursor("s3", 5000)
+	if err := w.Commit(ctx, b); !errors.Is(err, ErrCursorAhead) {
+		t.Fatalf("cursor past the end: %v", err)
+	}
+	b = &Batch{}
+	b.SetCursor("nope", 1)
+	if err := w.Commit(ctx, b); !errors.Is(err, ErrUnknownCursor) {
+		t.Fatalf("unknown cursor: %v", err)
+	}
+	// Cursors never move back.
+	b = &Batch{}
+	b.SetCursor("s3", 10)
+	commitT(t, w, b)
+	w.Close()
+
+	w = openT(t, dir, Options{})
+	defer w.Close()
+	st := w.Stats()
+	if st.Cursors["s3"] != 450 || st.Cursors["cw"] != 250 || st.FirstSeq != 201 || st.NextSeq != 1001 {
+		t.Fatalf("after reopen: %+v", st)
+	}
+	if v, _ := w.State("s3", []byte("intent/1")); string(v) != "key-a" {
+		t.Fatalf("state intent/1 = %q", v)
+	}
+	if v, _ := w.State("s3", []byte("intent/2")); v != nil {
+		t.Fatalf("a refused batch left state behind: %q", v)
+	}
+	var keys []string
+	if err := w.ScanState("s3", []byte("intent/"), func(k, v []byte) error { keys = append(keys, string(k)); return nil }); err != nil || len(keys) != 1 {
+		t.Fatalf("scan: %v %v", keys, err)
+	}
+	// A new cursor starts at the oldest live record.
+	if pos, _ := w.RegisterCursor(ctx, "new"); pos != 200 {
+		t.Fatalf("new cursor at %d, want 200", pos)
+	}
+	// Dropping the slowest cursors releases what they pinned.
+	if err := w.DropCursor(ctx, "new"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.DropCursor(ctx, "cw"); err != nil {
+		t.Fatal(err)
+	}
+	if st := w.Stats(); st.FirstSeq != 401 {
+		t.Fatalf("after dropping cw, first live %d, want 401", st.FirstSeq)
+	}
+	if err := w.DropCursor(ctx, "cw"); !errors.Is(err, ErrUnknownCursor) {
+		t.Fatalf("dropping twice: %v", err)
+	}
+}
+
+func TestReaderWakesOnAppend(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	rd := w.NewReader(1)
+	got := make(chan []Record, 1)
+	go func() {
+		recs, err := rd.Next(context.Background(), 0, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- recs
+	}()
+	select {
+	case <-got:
+		t.Fatal("Next returned before anything was appended")
+	case <-time.After(50 * time.Millisecond):
+	}
+	appendT(t, w, []Record{{Tag: "a", Body: []byte(`{}`)}}, "")
+	select {
+	case recs := <-got:
+		if len(recs) != 1 || recs[0].Seq != 1 {
+			t.Fatalf("got %+v", recs)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reader not woken by append")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := rd.Next(ctx, 0, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Next: %v", err)
+	}
+}
+
+func TestChunkDedup(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	r := rand.New(rand.NewSource(4))
+	first := appendT(t, w, makeRecords(r, "a", 5, 50), "chunk-A")
+	again := appendT(t, w, makeRecords(r, "a", 5, 50), "chunk-A")
+	if !again.Duplicate || again.First != first.First || again.Last != first.Last {
+		t.Fatalf("re-sent chunk: %+v, first %+v", again, first)
+	}
+	// Concurrent sends of one chunk store it once.
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := w.Append(context.Background(), makeRecords(rand.New(rand.NewSource(9)), "b", 3, 50), AppendOptions{ChunkID: "chunk-B"}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := w.Stats().Records; n != 8 {
+		t.Fatalf("%d records stored, want 8 (5 + one copy of 3)", n)
+	}
+	w.Close()
+	w = openT(t, dir, Options{DedupWindow: 200 * time.Millisecond})
+	defer w.Close()
+	if res := appendT(t, w, makeRecords(r, "a", 5, 50), "chunk-A"); !res.Duplicate {
+		t.Fatal("chunk id forgotten across a restart")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if res := appendT(t, w, makeRecords(r, "a", 5, 50), "chunk-A"); res.Duplicate || res.First != 9 {
+		t.Fatalf("after the window the chunk is new: %+v", res)
+	}
+}
+
+func TestChunkExpiryForgetsOldIDs(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{DedupWindow: time.Millisecond})
+	for i := 0; i < 50; i++ {
+		appendT(t, w, []Record{{Body: []byte(`{}`)}}, fmt.Sprint("c", i))
+	}
+	w.Close()
+	time.Sleep(5 * time.Millisecond)
+	// Expiry runs in the first transaction after Open, then every few seconds.
+	w = openT(t, dir, Options{DedupWindow: time.Millisecond})
+	defer w.Close()
+	appendT(t, w, []Record{{Body: []byte(`{}`)}}, "last")
+	var n int
+	w.db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketChunks).Stats().KeyN + tx.Bucket(bucketChunkTimes).Stats().KeyN
+		return nil
+	})
+	if n != 2 {
+		t.Fatalf("%d chunk keys left after expiry, want only the last id's two", n)
+	}
+}
+
+func TestMaxBytesBlock(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{MaxBytes: 64 << 10})
+	defer w.Close()
+	ctx := context.Background()
+	if _, err := w.RegisterCursor(ctx, "sink"); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewSource(5))
+	var last Result
+	for w.Stats().Bytes < 48<<10 {
+		last = appendT(t, w, makeRecords(r, "f", 20, 250), "")
+	}
+	// The next appends do not fit: they wait, in order.
+	results := make(chan Result, 2)
+	for i := 0; i < 2; i++ {
+		go func() {
+			res, err := w.Append(ctx, makeRecords(rand.New(rand.NewSource(6)), "w", 200, 250), AppendOptions{})
+			if err != nil {
+				t.Error(err)
+			}
+			results <- res
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case res := <-results:
+		t.Fatalf("append over max_bytes returned at once: %+v", res)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// A cancelled wait returns the context's error.
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := w.Append(cctx, makeRecords(r, "c", 1, 250), AppendOptions{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("cancelled blocked append: %v", err)
+	}
+	// The sink passing everything makes room.
+	b := &Batch{}
+	b.SetCursor("sink", last.Last)
+	commitT(t, w, b)
+	for i := 0; i < 2; i++ {
+		select {
+		case <-results:
+		case <-time.After(5 * time.Second):
+			t.Fatal("blocked append not released by retention")
+		}
+	}
+	if st := w.Stats(); st.Bytes > 64<<10 {
+		t.Fatalf("live bytes %d above max_bytes", st.Bytes)
+	}
+	// Something that can never fit is refused, not blocked.
+	if _, err := w.Append(ctx, makeRecords(r, "huge", 1, 200<<10), AppendOptions{}); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("append larger than max_bytes: %v", err)
+	}
+}
+
+func TestMaxBytesDropOldestCountsExactly(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{MaxBytes: 64 << 10, WhenFull: DropOldest})
+	ctx := context.Background()
+	for _, n := range []string{"fast", "slow", "stuck"} {
+		if _, err := w.RegisterCursor(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := rand.New(rand.NewSource(7))
+	var total uint64
+	for i := 0; i < 100; i++ {
+		res := appendT(t, w, makeRecords(r, fmt.Sprint(i), 10, 250), "")
+		total = res.Last
+		b := &Batch{}
+		b.SetCursor("fast", res.Last) // delivers everything at once
+		if i%3 == 0 && res.Last > 15 {
+			b.SetCursor("slow", res.Last-15) // lags a little
+		}
+		commitT(t, w, b)
+	}
+	st := w.Stats()
+	if st.Bytes > 64<<10 {
+		t.Fatalf("live bytes %d above max_bytes", st.Bytes)
+	}
+	if st.Dropped["fast"] != 0 {
+		t.Fatalf("the sink that kept up lost %d records", st.Dropped["fast"])
+	}
+	// stuck delivered nothing: all it lost is exactly what is no longer
+	// stored below its cursor.
+	if st.Dropped["stuck"] != st.Cursors["stuck"] || st.Cursors["stuck"] != st.FirstSeq-1 || st.Dropped["stuck"] == 0 {
+		t.Fatalf("stuck: dropped %d, cursor %d, first live %d", st.Dropped["stuck"], st.Cursors["stuck"], st.FirstSeq)
+	}
+	// What is still stored plus what was dropped is everything.
+	if got := uint64(len(readAll(t, w, 1))); got+st.Dropped["stuck"] != total {
+		t.Fatalf("stored %d + dropped %d != appended %d", got, st.Dropped["stuck"], total)
+	}
+	w.Close()
+	w = openT(t, dir, Options{})
+	defer w.Close()
+	if w.Stats().Dropped["stuck"] != st.Dropped["stuck"] {
+		t.Fatal("drop counts not kept across a restart")
+	}
+}
+
+func TestFailedCommitIsFatal(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	appendT(t, w, []Record{{Body: []byte(`{}`)}}, "")
+	failSync := func(tx *bolt.Tx) error {
+		tx.Rollback()
+		return syscall.EIO // what a failed fdatasync returns
+	}
+	commitHook.Store(&failSync)
+	defer commitHook.Store(nil)
+	_, err := w.Append(context.Background(), []Record{{Body: []byte(`{}`)}}, AppendOptions{})
+	if !errors.Is(err, ErrFatal) || !errors.Is(w.Err(), ErrFatal) {
+		t.Fatalf("append after a failed fsync: %v", err)
+	}
+	select {
+	case <-w.Fatal():
+	default:
+		t.Fatal("Fatal() not closed")
+	}
+	commitHook.Store(nil)
+	// Never retried: every later append fails too.
+	if _, err := w.Append(context.Background(), []Record{{Body: []byte(`{}`)}}, AppendOptions{}); !errors.Is(err, ErrFatal) {
+		t.Fatalf("append after the WAL failed: %v", err)
+	}
+}
+
+func TestNoSpaceIsNotFatal(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
+	full := func(tx *bolt.Tx) error {
+		tx.Rollback()
+		return &fs.PathError{Op: "write", Path: "wal.db", Err: syscall.ENOSPC}
+	}
+	commitHook.Store(&full)
+	_, err := w.Append(context.Background(), []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{})
+	commitHook.Store(nil)
+	if !errors.Is(err, ErrNoSpace) || w.Err() != nil {
+		t.Fatalf("append on a full disk: %v (fatal: %v)", err, w.Err())
+	}
+	res := appendT(t, w, []Record{{Body: []byte(`{"a":3}`)}}, "")
+	if res.First != 2 {
+		t.Fatalf("the refused append used sequence numbers: next is %d", res.First)
+	}
+	if got := readAll(t, w, 1); len(got) != 2 || string(got[1].Body) != `{"a":3}` {
+		t.Fatalf("after a full disk: %+v", got)
+	}
+}
+
+// TestRealFullDisk fills a small tmpfs: Append fails with ErrNoSpace,
+// acknowledged records stay, and appends work again once space returns.
+func TestRealFullDisk(t *testing.T) {
+	mnt := t.TempDir()
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=4m"); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN; README: Tests that skip): %v", err)
+	}
+	defer syscall.Unmount(mnt, 0)
+	w := openT(t, mnt, Options{})
+	defer w.Close()
+	r := rand.New(rand.NewSource(8))
+	var acked []Result
+	var err error
+	for i := 0; i < 1000 && err == nil; i++ {
+		var res Result
+		res, err = w.Append(context.Background(), makeRecords(r, fmt.Sprint(i), 50, 2000), AppendOptions{})
+		if err == nil {
+			acked = append(acked, res)
+		}
+	}
+	if !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("filling the disk ended with %v, want ErrNoSpace", err)
+	}
+	if w.Err() != nil {
+		t.Fatalf("a full disk made the WAL fail: %v", w.Err())
+	}
+	last := acked[len(acked)-1].Last
+	if n := uint64(len(readAll(t, w, 1))); n != last {
+		t.Fatalf("%d records readable, %d acknowledged", n, last)
+	}
+	// Space returns: the sink passes everything and retention frees pages.
+	ctx := context.Background()
+	w.RegisterCursor(ctx, "s")
+	b := &Batch{}
+	b.SetCursor("s", last)
+	commitT(t, w, b)
+	if _, err := w.Append(ctx, makeRecords(r, "after", 50, 2000), AppendOptions{}); err != nil {
+		t.Fatalf("append after space returned: %v", err)
+	}
+}
+
+func TestSyncIntervalCommitsInBackground(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{Sync: SyncInterval, SyncInterval: 100 * time.Millisecond})
+	r := rand.New(rand.NewSource(9))
+	start := time.Now()
+	for i := 0; i < 50; i++ {
+		appendT(t, w, makeRecords(r, fmt.Sprint(i), 10, 100), "")
+	}
+	if c := w.Stats().Commits; c > 3 {
+		t.Fatalf("%d commits for 50 appends in %v: interval mode commits per append", c, time.Since(start))
+	}
+	if err := w.Wait(context.Background(), 500); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	w = openT(t, dir, Options{})
+	defer w.Close()
+	if n := w.Stats().Records; n != 500 {
+		t.Fatalf("%d records after close, want 500", n)
+	}
+}
+
+func TestLockedAndFormat(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	if _, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second open of a held file: %v", err)
+	}
+	w.Close()
+	ro := openT(t, dir, Options{ReadOnly: true})
+	if _, err := ro.Append(context.Background(), []Record{{}}, AppendOptions{}); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("append on read-only: %v", err)
+	}
+	ro.Close()
+	db, err := bolt.Open(filepath.Join(dir, FileName), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyFormat, u64(99)) })
+	db.Close()
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrFormat) {
+		t.Fatalf("open of format 99: %v", err)
+	}
+	if _, err := Open(filepath.Join(dir, "missing"), Options{ReadOnly: true}); err == nil {
+		t.Fatal("read-only open created a file")
+	}
+}
+
+func TestCompactAtOpen(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	ctx := context.Background()
+	w.RegisterCursor(ctx, "s")
+	r := rand.New(rand.NewSource(10))
+	var last Result
+	for i := 0; i < 40; i++ {
+		last = appendT(t, w, makeRecords(r, fmt.Sprint(i), 500, 500), "")
+	}
+	b := &Batch{}
+	b.SetCursor("s", last.Last-500) // all but the last append
+	commitT(t, w, b)
+	if st := w.Stats(); st.FirstSeq != last.First {
+		t.Fatalf("retention left records from %d, want %d", st.FirstSeq, last.First)
+	}
+	w.Close()
+	before, _ := os.Stat(filepath.Join(dir, FileName))
+	w = openT(t, dir, Options{CompactMinFileBytes: 1 << 20})
+	defer w.Close()
+	after, _ := os.Stat(filepath.Join(dir, FileName))
+	if after.Size()*2 > before.Size() {
+		t.Fatalf("compaction: %d bytes before, %d after", before.Size(), after.Size())
+	}
+	if got := readAll(t, w, 1); len(got) != 500 || got[0].Seq != last.First {
+		t.Fatalf("after compaction: %d records from %d", len(got), got[0].Seq)
+	}
+	if st := w.Stats(); st.Cursors["s"] != last.Last-500 {
+		t.Fatalf("cursor after compaction: %v", st.Cursors)
+	}
+	t.Logf("file %d bytes before compaction, %d after", before.Size(), after.Size())
+}

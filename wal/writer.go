@@ -1,0 +1,535 @@
+package wal
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+type appendReq struct {
+	ctx     context.Context
+	entries []entry
+	n       uint64 // records
+	bytes   int64  // stored bytes of all entries
+	chunk   string
+	done    chan appendResult
+}
+
+type appendResult struct {
+	Result
+	err error
+}
+
+type commitReq struct {
+	ops  []op
+	done chan commitResult
+}
+
+type commitResult struct {
+	seq uint64
+	err error
+}
+
+const (
+	maxGroupRequests    = 4096     // requests in one transaction
+	maxGroupBytes       = 64 << 20 // stored bytes in one transaction
+	maxDeletesPerTx     = 4096     // retention deletes per transaction
+	intervalFlushBytes  = 32 << 20 // SyncInterval commits early above this
+	dropLogInterval     = 10 * time.Second
+	chunkExpiryInterval = 10 * time.Second
+)
+
+// writer is the one goroutine that changes the file. It gathers whatever
+// appends and commits are waiting into one transaction (group commit),
+// commits it, and answers every request of the group.
+type writer struct {
+	w  *WAL
+	st state // working state: what the open transaction will make true
+
+	tx       *bolt.Tx // open transaction (held across steps only in SyncInterval)
+	txStart  time.Time
+	txBytes  int64
+	replies  []func(error) // answers due when tx commits
+	waiting  []*appendReq  // appends held back by max_bytes (Block), FIFO
+	moreWork bool          // retention or chunk expiry stopped at its per-tx limit
+
+	droppedSince map[string]uint64 // DropOldest losses not yet logged
+	lastDropLog  time.Time
+	lastExpire   time.Time
+	failed       error
+}
+
+func newWriter(w *WAL, st state) *writer {
+	return &writer{w: w, st: st.clone(), droppedSince: map[string]uint64{}, moreWork: true}
+}
+
+func (wr *writer) run() {
+	var timer *time.Timer
+	var timerC <-chan time.Time
+	defer func() {
+		wr.flush() // commit what SyncInterval holds
+		wr.logDrops(true)
+		for _, r := range wr.waiting {
+			r.done <- appendResult{err: wr.w.closedErr()}
+		}
+	}()
+	for {
+		var appends []*appendReq
+		var commits []*commitReq
+		if !wr.moreWork {
+			if wr.tx != nil && timerC == nil {
+				timer = time.NewTimer(wr.w.opts.SyncInterval - time.Since(wr.txStart))
+				timerC = timer.C
+			}
+			select {
+			case r := <-wr.w.appendCh:
+				appends = append(appends, r)
+			case c := <-wr.w.commitCh:
+				commits = append(commits, c)
+			case <-wr.w.kick:
+			case <-timerC:
+				timerC = nil
+			case <-wr.w.quit:
+				return
+			}
+		}
+		bytes := int64(0)
+	gather:
+		for len(appends)+len(commits) < maxGroupRequests && bytes < maxGroupBytes {
+			select {
+			case r := <-wr.w.appendCh:
+				appends = append(appends, r)
+				bytes += r.bytes
+			case c := <-wr.w.commitCh:
+				commits = append(commits, c)
+			default:
+				break gather
+			}
+		}
+		wr.step(append(wr.waiting, appends...), commits)
+		if wr.tx != nil && (wr.w.opts.Sync == SyncAlways || time.Since(wr.txStart) >= wr.w.opts.SyncInterval || wr.txBytes >= intervalFlushBytes) {
+			wr.flush()
+			if timer != nil {
+				timer.Stop()
+				timerC = nil
+			}
+		}
+		wr.logDrops(false)
+	}
+}
+
+// step applies one group of requests to the open transaction.
+func (wr *writer) step(appends []*appendReq, commits []*commitReq) {
+	wr.waiting = nil
+	if wr.failed == nil && wr.tx == nil {
+		tx, err := wr.w.db.Begin(true)
+		if err != nil {
+			wr.fail(fmt.Errorf("begin transaction: %w", err))
+		} else {
+			wr.tx, wr.txStart, wr.txBytes = tx, time.Now(), 0
+		}
+	}
+	if wr.failed == nil {
+		// Work on a copy so that a failed transaction leaves the last
+		// committed state in place.
+		before := wr.st
+		wr.st = wr.st.clone()
+		now, later, err := wr.apply(wr.tx, appends, commits)
+		if err == nil {
+			for _, reply := range now {
+				reply()
+			}
+			wr.replies = append(wr.replies, later...)
+			return
+		}
+		wr.st = before
+		wr.waiting = nil
+		wr.fail(err)
+	}
+	for _, r := range appends {
+		r.done <- appendResult{err: wr.failed}
+	}
+	for _, c := range commits {
+		c.done <- commitResult{err: wr.failed}
+	}
+}
+
+// apply writes one group into tx. It answers nothing itself: it returns
+// the answers due now and those due when tx commits, so that a failure can
+// answer every request exactly once.
+func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq) (now []func(), later []func(error), err error) {
+	cursorsMoved := false
+	for _, c := range commits {
+		seq, moved, err := wr.applyOps(tx, c.ops)
+		if errors.Is(err, errOpInvalid) {
+			now = append(now, func() { c.done <- commitResult{err: err} })
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		cursorsMoved = cursorsMoved || moved
+		later = append(later, func(err error) { c.done <- commitResult{seq: seq, err: err} })
+	}
+	expire := wr.moreWork || time.Since(wr.lastExpire) >= chunkExpiryInterval
+	if cursorsMoved || wr.moreWork {
+		wr.moreWork = false
+		if err := wr.retain(tx); err != nil {
+			return nil, nil, err
+		}
+	}
+	if expire {
+		wr.lastExpire = time.Now()
+		if err := wr.expireChunks(tx); err != nil {
+			return nil, nil, err
+		}
+	}
+
+	seen := map[string]Result{} // chunk ids stored earlier in this group
+	chunks := tx.Bucket(bucketChunks)
+	t := time.Now()
+	for i, r := range appends {
+		if err := r.ctx.Err(); err != nil {
+			now = append(now, func() { r.done <- appendResult{err: err} })
+			continue
+		}
+		if r.chunk != "" {
+			res, ok := seen[r.chunk]
+			if !ok {
+				res, ok = lookupChunk(chunks, r.chunk, t, wr.w.opts.DedupWindow)
+			}
+			if ok {
+				res.Duplicate = true
+				now = append(now, func() { r.done <- appendResult{Result: res} })
+				continue
+			}
+		}
+		if max := wr.w.opts.MaxBytes; max > 0 && wr.st.liveBytes+r.bytes > max {
+			if r.bytes > max {
+				err := fmt.Errorf("%w: %d bytes stored, max_bytes is %d", ErrTooLarge, r.bytes, max)
+				now = append(now, func() { r.done <- appendResult{err: err} })
+				continue
+			}
+			if wr.w.opts.WhenFull == Block {
+				wr.waiting = append(wr.waiting, appends[i:]...)
+				break
+			}
+			if err := wr.dropOldest(tx, wr.st.liveBytes+r.bytes-max); err != nil {
+				return nil, nil, err
+			}
+		}
+		res, err := wr.put(tx, r, t)
+		if err != nil {
+			return nil, nil, err
+		}
+		if r.chunk != "" {
+			seen[r.chunk] = res
+		}
+		if wr.w.opts.Sync == SyncInterval {
+			// Acknowledged before the commit: see SyncInterval.
+			now = append(now, func() { r.done <- appendResult{Result: res} })
+		} else {
+			later = append(later, func(err error) { r.done <- appendResult{Result: res, err: err} })
+		}
+	}
+	meta := tx.Bucket(bucketMeta)
+	if err := meta.Put(keyNextSeq, u64(wr.st.nextSeq)); err != nil {
+		return nil, nil, err
+	}
+	if err := meta.Put(keyBytes, u64(uint64(wr.st.liveBytes))); err != nil {
+		return nil, nil, err
+	}
+	return now, later, nil
+}
+
+func (wr *writer) put(tx *bolt.Tx, r *appendReq, now time.Time) (Result, error) {
+	entries := tx.Bucket(bucketEntries)
+	res := Result{First: wr.st.nextSeq, Last: wr.st.nextSeq + r.n - 1}
+	for i := range r.entries {
+		e := &r.entries[i]
+		if err := entries.Put(seqKey(wr.st.nextSeq), e.finish(wr.st.nextSeq)); err != nil {
+			return res, fmt.Errorf("put entry %d: %w", wr.st.nextSeq, err)
+		}
+		wr.st.nextSeq += uint64(e.count)
+	}
+	wr.st.liveBytes += r.bytes
+	wr.txBytes += r.bytes
+	if r.chunk != "" {
+		if err := storeChunk(tx, r.chunk, now, res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+var errOpInvalid = errors.New("wal: invalid change")
+
+// applyOps applies one Batch. It validates every op before changing
+// anything, so an invalid batch is refused whole and the rest of the group
+// still commits.
+func (wr *writer) applyOps(tx *bolt.Tx, ops []op) (uint64, bool, error) {
+	for _, o := range ops {
+		switch o.kind {
+		case opSetCursor:
+			if _, ok := wr.st.cursors[o.name]; !ok {
+				return 0, false, fmt.Errorf("%w: set cursor %q: %w", errOpInvalid, o.name, ErrUnknownCursor)
+			}
+			if o.seq >= wr.st.nextSeq {
+				return 0, false, fmt.Errorf("%w: set cursor %q to %d, last record is %d: %w", errOpInvalid, o.name, o.seq, wr.st.nextSeq-1, ErrCursorAhead)
+			}
+		}
+	}
+	cursors := tx.Bucket(bucketCursors)
+	var seq uint64
+	moved := false
+	for _, o := range ops {
+		switch o.kind {
+		case opRegister:
+			pos, ok := wr.st.cursors[o.name]
+			if !ok {
+				pos = wr.st.firstSeq - 1
+				wr.st.cursors[o.name] = pos
+				if err := cursors.Put([]byte(o.name), u64(pos)); err != nil {
+					return 0, false, err
+				}
+			}
+			seq = pos
+		case opDropCursor:
+			if _, ok := wr.st.cursors[o.name]; !ok {
+				return 0, false, fmt.Errorf("%w: drop cursor %q: %w", errOpInvalid, o.name, ErrUnknownCursor)
+			}
+			delete(wr.st.cursors, o.name)
+			delete(wr.st.dropped, o.name)
+			if err := cursors.Delete([]byte(o.name)); err != nil {
+				return 0, false, err
+			}
+			if err := tx.Bucket(bucketDropped).Delete([]byte(o.name)); err != nil {
+				return 0, false, err
+			}
+			if err := tx.Bucket(bucketState).DeleteBucket([]byte(o.name)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+				return 0, false, err
+			}
+			moved = true
+		case opSetCursor:
+			if o.seq > wr.st.cursors[o.name] {
+				wr.st.cursors[o.name] = o.seq
+				if err := cursors.Put([]byte(o.name), u64(o.seq)); err != nil {
+					return 0, false, err
+				}
+				moved = true
+			}
+		case opPut:
+			b, err := tx.Bucket(bucketState).CreateBucketIfNotExists([]byte(o.name))
+			if err != nil {
+				return 0, false, err
+			}
+			if err := b.Put(o.key, o.value); err != nil {
+				return 0, false, err
+			}
+		case opDelete:
+			if b := tx.Bucket(bucketState).Bucket([]byte(o.name)); b != nil {
+				if err := b.Delete(o.key); err != nil {
+					return 0, false, err
+				}
+			}
+		}
+	}
+	return seq, moved, nil
+}
+
+// retain deletes entries that every cursor has passed.
+func (wr *writer) retain(tx *bolt.Tx) error {
+	if len(wr.st.cursors) == 0 {
+		return nil // nothing has said it is done with anything
+	}
+	min := ^uint64(0)
+	for _, pos := range wr.st.cursors {
+		if pos < min {
+			min = pos
+		}
+	}
+	b := tx.Bucket(bucketEntries)
+	c := b.Cursor()
+	var keys [][]byte
+	var freed int64
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		count, ok := entryCount(v)
+		last := binary.BigEndian.Uint64(k) + uint64(count) - 1
+		if !ok || last > min {
+			break // a damaged header is kept for Verify to report
+		}
+		if len(keys) == maxDeletesPerTx {
+			wr.moreWork = true
+			break
+		}
+		keys = append(keys, append([]byte(nil), k...))
+		freed += int64(len(v))
+		wr.st.firstSeq = last + 1
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return fmt.Errorf("delete entry %d: %w", binary.BigEndian.Uint64(k), err)
+		}
+	}
+	wr.st.liveBytes -= freed
+	return nil
+}
+
+// dropOldest deletes the oldest entries until at least need bytes are free
+// and moves every cursor that had not passed them to their end, counting
+// the records each cursor lost.
+func (wr *writer) dropOldest(tx *bolt.Tx, need int64) error {
+	b := tx.Bucket(bucketEntries)
+	c := b.Cursor()
+	var keys [][]byte
+	var freed int64
+	var last uint64
+	for k, v := c.First(); k != nil && freed < need; k, v = c.Next() {
+		count, _ := entryCount(v)
+		if count == 0 {
+			count = 1
+		}
+		last = binary.BigEndian.Uint64(k) + uint64(count) - 1
+		keys = append(keys, append([]byte(nil), k...))
+		freed += int64(len(v))
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return fmt.Errorf("delete entry %d: %w", binary.BigEndian.Uint64(k), err)
+		}
+	}
+	first := wr.st.firstSeq
+	wr.st.firstSeq = last + 1
+	wr.st.liveBytes -= freed
+	for name, pos := range wr.st.cursors {
+		if pos >= last {
+			continue
+		}
+		lost := last - max(pos, first-1)
+		wr.st.cursors[name] = last
+		wr.st.dropped[name] += lost
+		wr.droppedSince[name] += lost
+		if err := tx.Bucket(bucketCursors).Put([]byte(name), u64(last)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketDropped).Put([]byte(name), u64(wr.st.dropped[name])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (wr *writer) logDrops(force bool) {
+	if len(wr.droppedSince) == 0 || (!force && time.Since(wr.lastDropLog) < dropLogInterval) {
+		return
+	}
+	names := make([]string, 0, len(wr.droppedSince))
+	for n := range wr.droppedSince {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	args := []any{"max_bytes", wr.w.opts.MaxBytes}
+	for _, n := range names {
+		args = append(args, "dropped_"+n, wr.droppedSince[n])
+	}
+	wr.w.log.Warn("wal full: dropped the oldest records that these sinks had not delivered (wal.when_full: drop_oldest); raise wal.max_bytes or fix the slow sink", args...)
+	wr.droppedSince = map[string]uint64{}
+	wr.lastDropLog = time.Now()
+}
+
+// flush commits the open transaction and answers the requests it holds.
+func (wr *writer) flush() {
+	if wr.tx == nil {
+		return
+	}
+	tx, replies := wr.tx, wr.replies
+	wr.tx, wr.replies = nil, nil
+	err := commitTx(tx)
+	if err != nil {
+		if wr.w.opts.Sync == SyncAlways && isNoSpace(err) {
+			// Nothing of this transaction reached the file and bbolt rolled
+			// it back: refuse this group, keep going.
+			err = fmt.Errorf("%w: %v", ErrNoSpace, err)
+			wr.st = wr.w.snapshot()
+			wr.moreWork = true
+		} else {
+			wr.fail(fmt.Errorf("commit: %w", err))
+			err = wr.failed
+		}
+		for _, reply := range replies {
+			reply(err)
+		}
+		return
+	}
+	wr.w.commits.Add(1)
+	wr.w.publish(wr.st)
+	for _, reply := range replies {
+		reply(nil)
+	}
+}
+
+// commitHook, when set, replaces tx.Commit: tests inject failures with it.
+var commitHook atomic.Pointer[func(*bolt.Tx) error]
+
+func commitTx(tx *bolt.Tx) error {
+	if h := commitHook.Load(); h != nil {
+		return (*h)(tx)
+	}
+	return tx.Commit()
+}
+
+// isNoSpace reports a commit that failed while writing pages because the
+// file system is full. Such a failure happens before the fsync and before
+// the meta page is written, so the file still holds the previous
+// transaction. Any other failure, a failed fsync above all, is fatal.
+func isNoSpace(err error) bool {
+	var pe *fs.PathError
+	return errors.As(err, &pe) && pe.Op == "write" && errors.Is(err, syscall.ENOSPC)
+}
+
+func (wr *writer) fail(err error) {
+	if wr.failed != nil {
+		return
+	}
+	wr.failed = fmt.Errorf("%w: %v", ErrFatal, err)
+	if wr.tx != nil {
+		_ = wr.tx.Rollback()
+		wr.tx = nil
+	}
+	for _, reply := range wr.replies {
+		reply(wr.failed)
+	}
+	wr.replies = nil
+	wr.w.mu.Lock()
+	wr.w.fatalErr = wr.failed
+	wr.w.mu.Unlock()
+	close(wr.w.fatal)
+}
+
+func (w *WAL) snapshot() state {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.st.clone()
+}
+
+func (w *WAL) publish(st state) {
+	w.mu.Lock()
+	grew := st.nextSeq != w.st.nextSeq
+	w.st = st.clone()
+	if grew {
+		close(w.notify)
+		w.notify = make(chan struct{})
+	}
+	w.mu.Unlock()
+}
