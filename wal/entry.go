@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -191,7 +192,7 @@ func decodeInto(first uint64, value []byte, dst []Record) ([]Record, error) {
 	if got := entryCRC(crc32.Checksum(payload, castagnoli), first, value); got != want {
 		return dst, fmt.Errorf("%w: stored %08x, computed %08x", errChecksum, want, got)
 	}
-	if count <= 0 || rawLen > maxRawLen {
+	if count <= 0 || rawLen > maxRawLen || count > rawLen {
 		return dst, fmt.Errorf("%w: count %d, length %d", errFraming, count, rawLen)
 	}
 	var raw []byte
@@ -209,6 +210,7 @@ func decodeInto(first uint64, value []byte, dst []Record) ([]Record, error) {
 		}
 		raw = append([]byte(nil), payload...)
 	}
+	dst = slices.Grow(dst, count)
 	seq := first
 	for len(raw) > 0 {
 		var r Record

@@ -180,6 +180,14 @@ func (w *WAL) Stats() Stats {
 	return s
 }
 
+// Cursor returns cursor name's committed position.
+func (w *WAL) Cursor(name string) (uint64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	pos, ok := w.st.cursors[name]
+	return pos, ok
+}
+
 // State returns a copy of key in sink's state bucket, or nil.
 func (w *WAL) State(sink string, key []byte) ([]byte, error) {
 	var out []byte

@@ -499,6 +499,9 @@ func (b *Batch) Delete(sink string, key []byte) {
 	b.ops = append(b.ops, op{kind: opDelete, name: sink, key: append([]byte(nil), key...)})
 }
 
+// Append adds o's changes after b's.
+func (b *Batch) Append(o *Batch) { b.ops = append(b.ops, o.ops...) }
+
 // Len is the number of changes in the batch.
 func (b *Batch) Len() int { return len(b.ops) }
 
