@@ -1,0 +1,50 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// nullSink accepts everything at once.
+type nullSink struct{ lim sinks.Limits }
+
+func (s nullSink) Limits() sinks.Limits           { return s.lim }
+func (s nullSink) Partition(r *sinks.Record) string { return r.Tag }
+func (s nullSink) Size(r *sinks.Record) int        { return len(r.Body) + 26 }
+func (s nullSink) Send(context.Context, *sinks.Batch) (sinks.Outcome, error) {
+	return sinks.Outcome{}, nil
+}
+
+// BenchmarkDrain drains 200,000 records of 250 bytes from the WAL into a
+// sink that accepts everything, with 1 and 100 partitions, in batches of
+// up to 10,000 records.
+func BenchmarkDrain(b *testing.B) {
+	const n = 200000
+	for _, parts := range []int{1, 100} {
+		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) {
+			w, err := wal.Open(b.TempDir(), wal.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			if _, err := w.RegisterCursor(context.Background(), "pin"); err != nil {
+				b.Fatal(err) // keeps every record for every round
+			}
+			last := appendN(b, w, n, tagsOf(parts), 250)
+			sink := nullSink{sinks.Limits{MaxRecords: 10000, MaxBytes: 1 << 20, MaxAge: 10 * time.Millisecond, Concurrency: min(parts, 64)}}
+			b.SetBytes(n * 250)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				r := start(w, fmt.Sprint("round", i), sink, Options{})
+				waitCursor(b, w, fmt.Sprint("round", i), last, time.Minute)
+				r.stop(b)
+			}
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}

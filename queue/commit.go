@@ -1,0 +1,86 @@
+package queue
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+
+	"github.com/logfwd/forwarder/wal"
+)
+
+// commitReq is one delivery to record in the WAL.
+type commitReq struct {
+	p       *partition
+	records int // records in the batch
+	dead    int // of which dead-lettered
+	ops     wal.Batch
+	err     error
+}
+
+// commitLoop commits deliveries in the order the loop made them (a later
+// one may delete a mark an earlier one wrote), gathering whatever is
+// waiting into one WAL commit. It also keeps the dead letters within their
+// bound, removing the oldest.
+func (l *loop) commitLoop(ctx context.Context) {
+	d := l.d
+	dead := 0
+	if err := d.w.ScanState(d.name, []byte(prefixDead), func(k, v []byte) error { dead++; return nil }); err != nil {
+		d.log.Warn("count dead letters", "error", err)
+	}
+	for {
+		var reqs []*commitReq
+		select {
+		case r := <-l.commits:
+			reqs = append(reqs, r)
+		case <-ctx.Done():
+			return
+		}
+	gather:
+		for {
+			select {
+			case r := <-l.commits:
+				reqs = append(reqs, r)
+			default:
+				break gather
+			}
+		}
+		var b wal.Batch
+		added := 0
+		for _, r := range reqs {
+			b.Append(&r.ops)
+			added += r.dead
+		}
+		dead += added
+		if over := dead - d.opts.MaxDeadLetters; over > 0 {
+			dead -= l.evictDeadLetters(&b, over)
+		}
+		err := d.w.Commit(context.Background(), &b)
+		for _, r := range reqs {
+			r.err = err
+			select {
+			case l.committed <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// evictDeadLetters adds to b the deletion of up to n of the oldest stored
+// dead letters and returns how many.
+func (l *loop) evictDeadLetters(b *wal.Batch, n int) int {
+	d := l.d
+	stop := errors.New("enough")
+	found := 0
+	_ = d.w.ScanState(d.name, []byte(prefixDead), func(k, _ []byte) error {
+		b.Delete(d.name, k)
+		if found++; found == n {
+			return stop
+		}
+		return nil
+	})
+	d.evicted.Add(float64(found))
+	return found
+}
+
+func be64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }

@@ -1,0 +1,821 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// Options configure a Drainer. Zero values take the defaults noted.
+type Options struct {
+	Match            func(tag string) bool // records whose tag it refuses are not for this sink; nil: all
+	ShutdownTimeout  time.Duration         // in-flight sends get this long at shutdown; default 30s
+	MaxBufferedBytes int                   // records held in memory; default 64 MiB
+	ReadBatch        int                   // records per WAL read; default 10,000
+	RetryMin         time.Duration         // first retry delay; default 200ms
+	RetryMax         time.Duration         // longest retry delay; default 30s
+	PauseRetry       time.Duration         // probe interval of a paused sink; default 30s
+	MaxDeadLetters   int                   // dead letters kept per sink; default 10,000
+	Metrics          *Metrics              // nil: unregistered metrics
+	Logger           *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.ShutdownTimeout <= 0 {
+		o.ShutdownTimeout = 30 * time.Second
+	}
+	if o.MaxBufferedBytes <= 0 {
+		o.MaxBufferedBytes = 64 << 20
+	}
+	if o.ReadBatch <= 0 {
+		o.ReadBatch = 10000
+	}
+	if o.RetryMin <= 0 {
+		o.RetryMin = 200 * time.Millisecond
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = 30 * time.Second
+	}
+	if o.PauseRetry <= 0 {
+		o.PauseRetry = 30 * time.Second
+	}
+	if o.MaxDeadLetters <= 0 {
+		o.MaxDeadLetters = 10000
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Drainer delivers one sink's records from the WAL. It reads from the
+// sink's cursor, routes records to partitions, cuts batches within the
+// sink's limits, keeps at most one batch in flight per partition, and
+// moves the cursor to the low watermark: never past a record that is
+// neither delivered nor dead-lettered.
+type Drainer struct {
+	w    *wal.WAL
+	name string
+	sink sinks.Sink
+	lim  sinks.Limits
+	opts Options
+	log  *slog.Logger
+	st   *sinkState
+
+	delivered, batches, skipped, evicted prometheus.Counter
+	lagRecords, lagSeconds, inflight     prometheus.Gauge
+	paused, buffered                     prometheus.Gauge
+	sendDuration                         prometheus.Observer
+
+	mu     sync.Mutex
+	status Status
+}
+
+// Status is a drainer's state for /status and /readyz.
+type Status struct {
+	Sink         string    `json:"sink"`
+	State        string    `json:"state"` // starting, running, throttled, paused, stopped, failed
+	Cursor       uint64    `json:"cursor"`
+	LagRecords   uint64    `json:"lag_records"`
+	LagSeconds   float64   `json:"lag_seconds"`
+	InFlight     int       `json:"inflight_partitions"`
+	Concurrency  int       `json:"concurrency"` // partitions allowed in flight now (lowered while throttled)
+	Partitions   int       `json:"partitions"`  // partitions with records pending
+	Buffered     int       `json:"buffered_bytes"`
+	Delivered    uint64    `json:"delivered_records"`
+	DeadLettered uint64    `json:"dead_lettered_records"`
+	LastError    string    `json:"last_error,omitempty"`
+	LastErrorAt  time.Time `json:"last_error_at,omitzero"`
+}
+
+// New returns a Drainer for sink, whose cursor in w is named name.
+func New(w *wal.WAL, name string, sink sinks.Sink, opts Options) *Drainer {
+	opts.setDefaults()
+	lim := sink.Limits()
+	if lim.MaxRecords <= 0 {
+		lim.MaxRecords = 1000
+	}
+	if lim.MaxBytes <= 0 {
+		lim.MaxBytes = 1 << 20
+	}
+	if lim.MaxAge <= 0 {
+		lim.MaxAge = time.Second
+	}
+	if lim.Concurrency <= 0 {
+		lim.Concurrency = 1
+	}
+	m := opts.Metrics
+	return &Drainer{
+		w: w, name: name, sink: sink, lim: lim, opts: opts,
+		log: opts.Logger.With("sink", name),
+		st:  &sinkState{w: w, name: name},
+
+		delivered:    m.Delivered.WithLabelValues(name),
+		batches:      m.Batches.WithLabelValues(name),
+		skipped:      m.Skipped.WithLabelValues(name),
+		evicted:      m.Evicted.WithLabelValues(name),
+		lagRecords:   m.LagRecords.WithLabelValues(name),
+		lagSeconds:   m.LagSeconds.WithLabelValues(name),
+		inflight:     m.InFlight.WithLabelValues(name),
+		paused:       m.Paused.WithLabelValues(name),
+		buffered:     m.Buffered.WithLabelValues(name),
+		sendDuration: m.SendDuration.WithLabelValues(name),
+		status:       Status{Sink: name, State: "starting"},
+	}
+}
+
+// Name is the sink's name, which is also its cursor's.
+func (d *Drainer) Name() string { return d.name }
+
+// Status returns the drainer's current state.
+func (d *Drainer) Status() Status {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.status
+}
+
+// Run drains until ctx ends, then lets in-flight batches finish (for at
+// most ShutdownTimeout), commits their delivery, and returns nil. It
+// returns an error only when it cannot go on: the WAL failed or holds a
+// damaged entry.
+func (d *Drainer) Run(ctx context.Context) error {
+	cursor, err := d.w.RegisterCursor(ctx, d.name)
+	if err != nil {
+		return fmt.Errorf("register cursor %q: %w", d.name, err)
+	}
+	if r, ok := d.sink.(sinks.Recoverer); ok {
+		if err := r.Recover(ctx, d.st); err != nil {
+			return fmt.Errorf("recover sink %q: %w", d.name, err)
+		}
+	}
+	l, err := newLoop(d, cursor)
+	if err != nil {
+		return err
+	}
+	err = l.run(ctx)
+	d.setState(func(s *Status) {
+		s.State = "stopped"
+		if err != nil {
+			s.State = "failed"
+			s.LastError, s.LastErrorAt = err.Error(), time.Now()
+		}
+	})
+	return err
+}
+
+func (d *Drainer) setState(f func(*Status)) {
+	d.mu.Lock()
+	f(&d.status)
+	d.mu.Unlock()
+}
+
+type sendResult struct {
+	p   *partition
+	out sinks.Outcome
+	err error
+}
+
+// loop is the drainer's state, owned by the one goroutine that runs it.
+type loop struct {
+	d   *Drainer
+	lim sinks.Limits
+
+	cursor   uint64 // highest cursor handed to the committer
+	readPos  uint64 // sequence number of the next record the reader delivers
+	parts    map[string]*partition
+	due      dueHeap
+	marks    map[string]uint64 // delivered marks committed ahead of the cursor
+	buffered int
+	inflight int // partitions sending or committing
+	limit    int // partitions allowed in flight: lowered on throttling, raised on success
+
+	throttleUntil time.Time
+	throttles     int
+	paused        *sinks.Error // set while a sink-permanent error pauses the sink
+	pauseRetryAt  time.Time
+
+	delivered, deadLettered uint64
+	lastErr                 string
+	lastErrAt               time.Time
+
+	wg   sync.WaitGroup // every goroutine the loop starts
+	quit chan struct{}  // closed when the loop returns
+
+	in        chan []wal.Record
+	readErr   chan error
+	results   chan sendResult
+	commits   chan *commitReq
+	committed chan *commitReq
+	refills   chan refill
+}
+
+func newLoop(d *Drainer, cursor uint64) (*loop, error) {
+	l := &loop{
+		d: d, lim: d.lim, cursor: cursor, readPos: cursor + 1,
+		parts: map[string]*partition{}, marks: map[string]uint64{}, limit: d.lim.Concurrency,
+		quit: make(chan struct{}), in: make(chan []wal.Record), readErr: make(chan error, 1), results: make(chan sendResult),
+		commits: make(chan *commitReq, 64), committed: make(chan *commitReq), refills: make(chan refill),
+	}
+	if err := d.w.ScanState(d.name, []byte(prefixMark), func(k, v []byte) error {
+		if len(v) == 8 {
+			l.marks[string(k[len(prefixMark):])] = be64(v)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load delivered marks of %q: %w", d.name, err)
+	}
+	return l, nil
+}
+
+func (l *loop) run(ctx context.Context) error {
+	d := l.d
+	// Deferred in this order so that everything is told to stop before
+	// the wait for it.
+	defer l.wg.Wait()
+	defer close(l.quit)
+	readCtx, stopReading := context.WithCancel(context.Background())
+	defer stopReading()
+	sendCtx, cancelSends := context.WithCancel(context.Background())
+	defer cancelSends()
+	commitCtx, stopCommitter := context.WithCancel(context.Background())
+	defer stopCommitter()
+	l.wg.Add(2)
+	go func() { defer l.wg.Done(); l.read(readCtx) }()
+	go func() { defer l.wg.Done(); l.commitLoop(commitCtx) }()
+
+	d.setState(func(s *Status) { s.State = "running"; s.Cursor = l.cursor })
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	statusTick := time.NewTicker(time.Second)
+	defer statusTick.Stop()
+	var hardStop <-chan time.Time // cancels in-flight sends after ShutdownTimeout
+	done := ctx.Done()
+	stopping := false
+	for {
+		now := time.Now()
+		if !stopping {
+			l.dispatch(now, sendCtx)
+		} else if l.inflight == 0 {
+			l.updateStatus()
+			return nil
+		}
+		in := l.in
+		if stopping || l.buffered >= d.opts.MaxBufferedBytes && !l.spill(now) {
+			in = nil // push back on the reader
+		}
+		resetTimer(timer, l.nextWake(now))
+		select {
+		case recs := <-in:
+			l.ingest(recs, now)
+		case r := <-l.results:
+			l.onResult(r, time.Now())
+		case c := <-l.committed:
+			if c.err != nil {
+				return fmt.Errorf("commit delivery of sink %q: %w", d.name, c.err)
+			}
+			l.onCommitted(c, time.Now())
+		case f := <-l.refills:
+			if f.err != nil {
+				return fmt.Errorf("refill partition of sink %q: %w", d.name, f.err)
+			}
+			l.onRefill(f, time.Now())
+		case err := <-l.readErr:
+			return fmt.Errorf("read wal for sink %q: %w", d.name, err)
+		case <-timer.C:
+		case <-statusTick.C:
+			l.updateStatus()
+		case <-done:
+			done, stopping = nil, true
+			stopReading()
+			hardStop = time.After(d.opts.ShutdownTimeout)
+			if l.inflight > 0 {
+				d.log.Info("stopping: waiting for in-flight batches", "inflight", l.inflight, "timeout", d.opts.ShutdownTimeout)
+			}
+		case <-hardStop:
+			d.log.Warn("shutdown timeout: cancelling in-flight sends; their records stay in the WAL and are sent again at the next start", "inflight", l.inflight)
+			cancelSends()
+			hardStop = nil
+		}
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(max(d, 0))
+}
+
+func (l *loop) nextWake(now time.Time) time.Duration {
+	wake := time.Hour
+	if len(l.due) > 0 {
+		wake = l.due[0].dueAt.Sub(now)
+	}
+	if l.throttleUntil.After(now) {
+		wake = max(wake, l.throttleUntil.Sub(now))
+	}
+	if l.paused != nil {
+		wake = max(wake, l.pauseRetryAt.Sub(now))
+	}
+	return max(wake, time.Millisecond)
+}
+
+// read feeds the loop from the WAL, waiting for appends when caught up.
+func (l *loop) read(ctx context.Context) {
+	rd := l.d.w.NewReader(l.readPos)
+	for {
+		recs, err := rd.Next(ctx, l.d.opts.ReadBatch, 4<<20)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, wal.ErrClosed) {
+				l.readErr <- err
+			}
+			return
+		}
+		select {
+		case l.in <- recs:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// ingest routes records to their partitions.
+func (l *loop) ingest(recs []wal.Record, now time.Time) {
+	d := l.d
+	for i := range recs {
+		r := &recs[i]
+		l.readPos = r.Seq + 1
+		if r.Seq <= l.cursor || d.opts.Match != nil && !d.opts.Match(r.Tag) {
+			continue
+		}
+		// Copy out of the decoded entry, so that a record held for a slow
+		// partition does not hold the memory of the whole entry.
+		rec := sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: append([]byte(nil), r.Body...)}
+		key := d.sink.Partition(&rec)
+		if m, ok := l.marks[key]; ok && rec.Seq <= m {
+			d.skipped.Inc()
+			continue
+		}
+		p := l.parts[key]
+		if p == nil {
+			p = &partition{key: key, heapIdx: -1}
+			l.parts[key] = p
+		}
+		if p.spillFrom != 0 {
+			continue // read again by the partition's refill
+		}
+		l.enqueue(p, rec, now)
+	}
+}
+
+func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
+	if len(p.queue) == 0 {
+		p.since = now
+	}
+	p.queue = append(p.queue, rec)
+	p.size += l.d.sink.Size(&rec)
+	mem := len(rec.Body) + len(rec.Tag) + 64
+	p.mem += mem
+	l.buffered += mem
+	if !p.busy && len(p.batch) == 0 {
+		l.scheduleQueue(p, now)
+	}
+}
+
+// scheduleQueue makes p due when its queue holds a full batch, or when
+// the oldest queued record has waited MaxAge.
+func (l *loop) scheduleQueue(p *partition, now time.Time) {
+	if len(p.queue) == 0 {
+		if p.spillFrom != 0 && !p.refilling {
+			l.startRefill(p)
+		}
+		return
+	}
+	t := p.since.Add(l.lim.MaxAge)
+	if l.full(p) {
+		t = now
+	}
+	if p.heapIdx < 0 || t.Before(p.dueAt) {
+		l.due.schedule(p, t)
+	}
+}
+
+func (l *loop) full(p *partition) bool {
+	if len(p.queue) >= l.lim.MaxRecords || p.size >= l.lim.MaxBytes {
+		return true
+	}
+	if l.lim.MaxSpan > 0 {
+		lo, hi := p.queue[0].Time, p.queue[0].Time
+		for _, r := range p.queue {
+			lo, hi = min(lo, r.Time), max(hi, r.Time)
+		}
+		return time.Duration(hi-lo) > l.lim.MaxSpan
+	}
+	return false
+}
+
+// cut takes the next batch from p's queue within the sink's limits.
+func (l *loop) cut(p *partition) []sinks.Record {
+	n, size := 0, 0
+	lo, hi := p.queue[0].Time, p.queue[0].Time
+	for n < len(p.queue) && n < l.lim.MaxRecords {
+		r := &p.queue[n]
+		s := l.d.sink.Size(r)
+		if n > 0 && size+s > l.lim.MaxBytes {
+			break
+		}
+		if l.lim.MaxSpan > 0 && n > 0 && time.Duration(max(hi, r.Time)-min(lo, r.Time)) > l.lim.MaxSpan {
+			break
+		}
+		lo, hi = min(lo, r.Time), max(hi, r.Time)
+		size += s
+		n++
+	}
+	batch := make([]sinks.Record, n)
+	copy(batch, p.queue[:n])
+	clear(p.queue[:n]) // let the bodies go when the batch does
+	p.queue = p.queue[n:]
+	p.size -= size
+	mem := 0
+	for _, r := range batch {
+		mem += len(r.Body) + len(r.Tag) + 64
+	}
+	p.mem -= mem
+	l.buffered -= mem
+	return batch
+}
+
+// dispatch starts sends for due partitions while the sink has room.
+func (l *loop) dispatch(now time.Time, ctx context.Context) {
+	l.dropForced()
+	for len(l.due) > 0 && !l.due[0].dueAt.After(now) && l.inflight < l.limit {
+		if now.Before(l.throttleUntil) {
+			return
+		}
+		if l.paused != nil && (l.inflight > 0 || now.Before(l.pauseRetryAt)) {
+			return // one probe at a time, slowly
+		}
+		p := l.due[0]
+		l.due.remove(p)
+		if len(p.batch) == 0 {
+			if len(p.queue) == 0 {
+				if p.idle() {
+					delete(l.parts, p.key)
+				} else {
+					l.scheduleQueue(p, now)
+				}
+				continue
+			}
+			p.batch = l.cut(p)
+		}
+		if l.paused != nil {
+			l.pauseRetryAt = now.Add(l.d.opts.PauseRetry)
+		}
+		p.busy = true
+		l.inflight++
+		b := &sinks.Batch{Partition: p.key, Records: p.batch, State: l.d.st}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			start := time.Now()
+			out, err := l.d.sink.Send(ctx, b)
+			l.d.sendDuration.Observe(time.Since(start).Seconds())
+			select {
+			case l.results <- sendResult{p: p, out: out, err: err}:
+			case <-l.quit:
+			}
+		}()
+	}
+}
+
+func (l *loop) backoff(attempts int) time.Duration {
+	d := l.d.opts.RetryMin << min(attempts-1, 20)
+	d = min(d, l.d.opts.RetryMax)
+	return d/2 + rand.N(d/2+1) // jitter: between half and all of it
+}
+
+// onResult decides what a finished send means for its partition.
+func (l *loop) onResult(r sendResult, now time.Time) {
+	d, p := l.d, r.p
+	if r.err == nil {
+		if l.paused != nil {
+			d.log.Info("sink recovered: deliveries resumed", "was", l.paused.Reason)
+			l.paused = nil
+			d.paused.Set(0)
+		}
+		l.deliver(p, r.out.Rejected, r.out.DeleteState, "", now)
+		return
+	}
+	e := sinks.Classify(r.err)
+	l.lastErr, l.lastErrAt = e.Error(), now
+	if e.Class == sinks.RecordPermanent {
+		l.deliver(p, nil, nil, e.Reason, now) // the whole batch is dead-lettered
+		return
+	}
+	p.busy = false
+	l.inflight--
+	switch e.Class {
+	case sinks.Throttled:
+		d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
+		l.throttles++
+		wait := max(e.Wait, l.backoff(l.throttles))
+		l.throttleUntil = now.Add(wait)
+		l.limit = max(1, l.limit/2)
+		d.log.Debug("throttled: all partitions wait", "reason", e.Reason, "wait", wait, "concurrency", l.limit)
+		l.due.schedule(p, l.throttleUntil)
+	case sinks.SinkPermanent:
+		if l.paused == nil {
+			d.log.Error("sink paused: the destination refuses every request until this is fixed; records stay in the WAL and nothing is dropped; retrying every "+d.opts.PauseRetry.String(),
+				"reason", e.Reason, "error", e.Err)
+			d.paused.Set(1)
+		}
+		l.paused = e
+		l.pauseRetryAt = now.Add(d.opts.PauseRetry)
+		l.due.schedule(p, l.pauseRetryAt)
+	default:
+		d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
+		p.attempts++
+		wait := l.backoff(p.attempts)
+		d.log.Debug("send failed, will retry", "partition_attempt", p.attempts, "reason", e.Reason, "wait", wait, "error", e.Err)
+		l.due.schedule(p, now.Add(wait))
+	}
+}
+
+// deliver records p's batch as delivered: rejected records (or, with
+// deadReason, all of them) become dead letters; the delivered mark, the
+// cursor and the sink's state changes are committed together. The
+// partition sends again only once that commit is durable.
+func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][]byte, deadReason string, now time.Time) {
+	d := l.d
+	batch := p.batch
+	p.batch = nil
+	p.attempts = 0
+	l.throttles = 0
+	req := &commitReq{p: p, records: len(batch)}
+	at := time.Now()
+	dead := func(r *sinks.Record, reason string) {
+		req.ops.Put(d.name, deadKey(r.Seq), encodeDeadLetter(r, reason, at))
+		d.opts.Metrics.DeadLetters.WithLabelValues(d.name, reason).Inc()
+		req.dead++
+	}
+	if deadReason != "" {
+		for i := range batch {
+			dead(&batch[i], deadReason)
+		}
+	} else if len(rejected) > 0 {
+		bySeq := make(map[uint64]*sinks.Record, len(batch))
+		for i := range batch {
+			bySeq[batch[i].Seq] = &batch[i]
+		}
+		for _, rj := range rejected {
+			if r, ok := bySeq[rj.Seq]; ok {
+				dead(r, rj.Reason)
+			}
+		}
+	}
+	for _, k := range deleteState {
+		req.ops.Delete(d.name, stateKey(k))
+	}
+	low := l.lowWatermark()
+	last := batch[len(batch)-1].Seq
+	if last > low {
+		req.ops.Put(d.name, markKey(p.key), u64(last))
+		l.marks[p.key] = last
+	} else if _, ok := l.marks[p.key]; ok {
+		req.ops.Delete(d.name, markKey(p.key))
+		delete(l.marks, p.key)
+	}
+	if low > l.cursor {
+		req.ops.SetCursor(d.name, low)
+		l.cursor = low
+		for k, m := range l.marks {
+			if m <= low {
+				req.ops.Delete(d.name, markKey(k))
+				delete(l.marks, k)
+			}
+		}
+	}
+	l.commits <- req
+}
+
+// dropForced forgets records that the WAL dropped for this sink
+// (wal.when_full: drop_oldest moves a lagging cursor past them and counts
+// them), so that what is counted as dropped is not delivered after all.
+// Batches already in flight are the exception: they finish.
+func (l *loop) dropForced() {
+	pos, ok := l.d.w.Cursor(l.d.name)
+	if !ok || pos <= l.cursor {
+		return
+	}
+	l.cursor = pos
+	l.readPos = max(l.readPos, pos+1)
+	for _, p := range l.parts {
+		if !p.busy {
+			p.batch = dropUpTo(p.batch, pos)
+		}
+		n := len(p.queue)
+		p.queue = dropUpTo(p.queue, pos)
+		if len(p.queue) != n {
+			p.size, p.mem = 0, 0
+			for i := range p.queue {
+				p.size += l.d.sink.Size(&p.queue[i])
+				p.mem += len(p.queue[i].Body) + len(p.queue[i].Tag) + 64
+			}
+		}
+		if p.spillFrom != 0 && p.spillFrom <= pos {
+			p.spillFrom = pos + 1
+		}
+	}
+	l.buffered = 0
+	for _, p := range l.parts {
+		l.buffered += p.mem
+	}
+}
+
+func dropUpTo(recs []sinks.Record, pos uint64) []sinks.Record {
+	i := 0
+	for i < len(recs) && recs[i].Seq <= pos {
+		i++
+	}
+	return recs[i:]
+}
+
+// lowWatermark is the highest sequence number such that every record up
+// to it is delivered, dead-lettered, or not for this sink.
+func (l *loop) lowWatermark() uint64 {
+	low := l.readPos
+	for _, p := range l.parts {
+		if s := p.firstPending(); s != 0 && s < low {
+			low = s
+		}
+	}
+	return low - 1
+}
+
+func (l *loop) onCommitted(c *commitReq, now time.Time) {
+	d, p := l.d, c.p
+	p.busy = false
+	l.inflight--
+	if l.limit < l.lim.Concurrency {
+		l.limit++ // additive increase after a throttle's decrease
+	}
+	delivered := c.records - c.dead
+	l.delivered += uint64(delivered)
+	l.deadLettered += uint64(c.dead)
+	d.delivered.Add(float64(delivered))
+	d.batches.Inc()
+	if p.idle() {
+		l.due.remove(p)
+		delete(l.parts, p.key)
+		return
+	}
+	l.scheduleQueue(p, now)
+}
+
+// spill frees memory held by partitions that are waiting out a retry: the
+// records they hold are read again from the WAL when they can send. It
+// reports whether it freed any; if not, the reader waits.
+func (l *loop) spill(now time.Time) bool {
+	freed := false
+	for _, p := range l.parts {
+		if l.buffered < l.d.opts.MaxBufferedBytes {
+			break
+		}
+		stuck := len(p.batch) > 0 && !p.busy && p.dueAt.After(now)
+		if !stuck || len(p.queue) == 0 || l.paused != nil {
+			continue
+		}
+		p.spillFrom = p.queue[0].Seq
+		l.buffered -= p.mem
+		p.queue, p.size, p.mem = nil, 0, 0
+		freed = true
+	}
+	return freed
+}
+
+type refill struct {
+	p    *partition
+	recs []sinks.Record
+	next uint64 // first sequence number not examined
+	upTo uint64 // the read position when the refill started
+	err  error
+}
+
+// startRefill reads a spilled partition's records back from the WAL, in
+// its own goroutine, up to about a batch's worth of memory.
+func (l *loop) startRefill(p *partition) {
+	p.refilling = true
+	l.inflight++ // a refill holds the partition like a send does
+	from, upTo := p.spillFrom, l.readPos
+	mark := l.marks[p.key]
+	budget := max(l.d.opts.MaxBufferedBytes/8, 1<<20)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		f := refill{p: p, next: from, upTo: upTo}
+		mem := 0
+		for f.next < upTo && mem < budget {
+			recs, err := l.d.w.Read(f.next, l.d.opts.ReadBatch, 0)
+			if err != nil {
+				f.err = err
+				break
+			}
+			if len(recs) == 0 {
+				f.next = upTo
+				break
+			}
+			for _, r := range recs {
+				if r.Seq >= upTo || mem >= budget {
+					break
+				}
+				f.next = r.Seq + 1
+				if l.d.opts.Match != nil && !l.d.opts.Match(r.Tag) {
+					continue
+				}
+				rec := sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: append([]byte(nil), r.Body...)}
+				if r.Seq <= mark || l.d.sink.Partition(&rec) != p.key {
+					continue
+				}
+				f.recs = append(f.recs, rec)
+				mem += len(rec.Body) + len(rec.Tag) + 64
+			}
+		}
+		select {
+		case l.refills <- f:
+		case <-l.quit:
+		}
+	}()
+}
+
+func (l *loop) onRefill(f refill, now time.Time) {
+	p := f.p
+	p.refilling = false
+	l.inflight--
+	for _, r := range f.recs {
+		l.enqueue(p, r, now)
+	}
+	switch {
+	case f.next < f.upTo:
+		p.spillFrom = f.next // more to read back after this
+	case l.readPos == f.upTo:
+		p.spillFrom = 0 // caught up with the reader
+	default:
+		p.spillFrom = f.upTo // the reader went on while this partition was spilled
+	}
+	if p.idle() {
+		l.due.remove(p)
+		delete(l.parts, p.key)
+		return
+	}
+	if len(p.batch) == 0 && !p.busy {
+		l.scheduleQueue(p, now)
+	}
+}
+
+func (l *loop) updateStatus() {
+	d := l.d
+	st := d.w.Stats()
+	lag := uint64(0)
+	if st.NextSeq-1 > l.cursor {
+		lag = st.NextSeq - 1 - l.cursor
+	}
+	lagSec := 0.0
+	if lag > 0 {
+		if recs, err := d.w.Read(l.cursor+1, 1, 0); err == nil && len(recs) > 0 {
+			lagSec = max(0, time.Since(time.Unix(0, recs[0].Time)).Seconds())
+		}
+	}
+	state := "running"
+	switch {
+	case l.paused != nil:
+		state = "paused"
+	case time.Now().Before(l.throttleUntil):
+		state = "throttled"
+	}
+	d.lagRecords.Set(float64(lag))
+	d.lagSeconds.Set(lagSec)
+	d.inflight.Set(float64(l.inflight))
+	d.buffered.Set(float64(l.buffered))
+	d.setState(func(s *Status) {
+		s.State, s.Cursor, s.LagRecords, s.LagSeconds = state, l.cursor, lag, lagSec
+		s.InFlight, s.Concurrency, s.Partitions, s.Buffered = l.inflight, l.limit, len(l.parts), l.buffered
+		s.Delivered, s.DeadLettered = l.delivered, l.deadLettered
+		if l.lastErr != "" {
+			s.LastError, s.LastErrorAt = l.lastErr, l.lastErrAt
+		}
+	})
+}

@@ -1,0 +1,450 @@
+package queue
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(crashChildEnv); dir != "" {
+		crashChild(dir)
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func openWAL(t testing.TB, opts wal.Options) *wal.WAL {
+	t.Helper()
+	w, err := wal.Open(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// appendN appends n records with tags from tag(i) and bodies naming i,
+// padded with random letters (which compress about as well as logs do).
+func appendN(t testing.TB, w *wal.WAL, n int, tag func(i int) string, bodySize int) uint64 {
+	t.Helper()
+	var last uint64
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(bodySize)))
+	pad := make([]byte, max(0, bodySize-20))
+	for start := 0; start < n; start += 100 {
+		var recs []wal.Record
+		for i := start; i < min(n, start+100); i++ {
+			for j := range pad {
+				pad[j] = byte('a' + rng.IntN(16))
+			}
+			body := fmt.Sprintf(`{"i":%d,"pad":"%s"}`, i, pad)
+			recs = append(recs, wal.Record{Time: time.Now().UnixNano(), Tag: tag(i), Body: []byte(body)})
+		}
+		res, err := w.Append(context.Background(), recs, wal.AppendOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = res.Last
+	}
+	return last
+}
+
+type running struct {
+	d      *Drainer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func start(w *wal.WAL, name string, s sinks.Sink, opts Options) *running {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{d: New(w, name, s, opts), cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- r.d.Run(ctx) }()
+	return r
+}
+
+func (r *running) stop(t testing.TB) {
+	t.Helper()
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Fatalf("drainer %s: %v", r.d.Name(), err)
+	}
+}
+
+func waitCursor(t testing.TB, w *wal.WAL, name string, want uint64, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if pos, _ := w.Cursor(name); pos >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			pos, _ := w.Cursor(name)
+			t.Fatalf("cursor %s at %d after %v, want %d", name, pos, timeout, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestDeliversEverythingInOrder(t *testing.T) {
+	w := openWAL(t, wal.Options{})
+	defer w.Close()
+	last := appendN(t, w, 5000, tagsOf(20), 50)
+	s := newTestSink(sinks.Limits{MaxRecords: 50, MaxBytes: 1 << 20, MaxAge: 20 * time.Millisecond, Concurrency: 4})
+	r := start(w, "s", s, Options{Match: func(tag string) bool { return tag != "p19" }})
+	waitCursor(t, w, "s", last, 20*time.Second)
+	more := appendN(t, w, 1000, tagsOf(20), 50) // records arriving while it runs
+	waitCursor(t, w, "s", more, 20*time.Second)
+	r.stop(t)
+	s.check(t)
+	got, _, _ := s.snapshot()
+	for seq := uint64(1); seq <= more; seq++ {
+		want := 1
+		if (seq-1)%20 == 19 || (seq > last && (seq-last-1)%20 == 19) {
+			want = 0 // p19 does not match this sink
+		}
+		if got[seq] != want {
+			t.Fatalf("record %d delivered %d times, want %d", seq, got[seq], want)
+		}
+	}
+	if st := r.d.Status(); st.Delivered != uint64(len(got)) || st.State != "stopped" {
+		t.Fatalf("status %+v, %d delivered", st, len(got))
+	}
+}
+
+func TestErrorClasses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		tags := []string{"retry", "throttle", "reject", "partial", "fine"}
+		last := appendN(t, w, 400, func(i int) string { return tags[i%len(tags)] }, 30)
+		s := newTestSink(sinks.Limits{MaxRecords: 20, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 3})
+		var mu sync.Mutex
+		calls := map[string]int{}
+		s.setFail(func(b *sinks.Batch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			calls[b.Partition]++
+			switch b.Partition {
+			case "retry":
+				if calls["retry"] <= 3 {
+					return sinks.NewRetryable("http_503", fmt.Errorf("service unavailable"))
+				}
+			case "throttle":
+				if calls["throttle"] == 1 {
+					return sinks.NewThrottled("ThrottlingException", 10*time.Second, fmt.Errorf("rate exceeded"))
+				}
+			case "reject":
+				return sinks.NewRecordPermanent("InvalidParameterException", fmt.Errorf("bad event"))
+			case "partial":
+				var rj []sinks.Rejection
+				for _, r := range b.Records {
+					if r.Seq%2 == 0 {
+						rj = append(rj, sinks.Rejection{Seq: r.Seq, Reason: "too_old"})
+					}
+				}
+				return partial(rj)
+			}
+			return nil
+		})
+		m := NewMetrics(nil)
+		r := start(w, "s", s, Options{Metrics: m})
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d, want %d", pos, last)
+		}
+		r.stop(t)
+		s.check(t)
+		got, _, _ := s.snapshot()
+		dead := map[uint64]string{}
+		if err := DeadLetters(w, "s", func(d DeadLetter) error {
+			dead[d.Seq] = d.Reason
+			if !bytes.Contains(d.Body, []byte(`"i":`)) || d.Tag == "" {
+				t.Errorf("dead letter %d lacks its record: %+v", d.Seq, d)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for seq := uint64(1); seq <= last; seq++ {
+			tag := tags[(seq-1)%5]
+			switch {
+			case tag == "reject":
+				if dead[seq] != "InvalidParameterException" || got[seq] != 0 {
+					t.Fatalf("record %d of %s: dead %q, delivered %d", seq, tag, dead[seq], got[seq])
+				}
+			case tag == "partial" && seq%2 == 0:
+				if dead[seq] != "too_old" || got[seq] != 0 {
+					t.Fatalf("rejected record %d: dead %q, delivered %d", seq, dead[seq], got[seq])
+				}
+			default:
+				if got[seq] != 1 || dead[seq] != "" {
+					t.Fatalf("record %d of %s: delivered %d times, dead %q", seq, tag, got[seq], dead[seq])
+				}
+			}
+		}
+		if n := testutil.ToFloat64(m.Retries.WithLabelValues("s", "retryable", "http_503")); n != 3 {
+			t.Fatalf("%v retries counted, want 3", n)
+		}
+		if n := testutil.ToFloat64(m.Retries.WithLabelValues("s", "throttled", "ThrottlingException")); n != 1 {
+			t.Fatalf("%v throttles counted, want 1", n)
+		}
+		if n := testutil.ToFloat64(m.DeadLetters.WithLabelValues("s", "InvalidParameterException")); n != 80 {
+			t.Fatalf("%v dead letters counted, want 80", n)
+		}
+	})
+}
+
+func TestThrottleHoldsEveryPartition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 8})
+		var mu sync.Mutex
+		var times []time.Time
+		throttled := false
+		s.setFail(func(b *sinks.Batch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			times = append(times, time.Now())
+			if !throttled {
+				throttled = true
+				return sinks.NewThrottled("ThrottlingException", 20*time.Second, nil)
+			}
+			return nil
+		})
+		appendN(t, w, 10, func(int) string { return "a" }, 10)
+		r := start(w, "s", s, Options{})
+		time.Sleep(5 * time.Second) // a's batch is throttled at about 1s
+		synctest.Wait()
+		at := time.Now()
+		last := appendN(t, w, 100, tagsOf(10), 10) // other partitions, during the wait
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d, want %d", pos, last)
+		}
+		r.stop(t)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ts := range times[1:] {
+			if ts.Before(at.Add(15 * time.Second)) {
+				t.Fatalf("a send %v after the throttle, inside the 20s wait", ts.Sub(at))
+			}
+		}
+	})
+}
+
+func TestStuckPartitionDoesNotStopOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 20, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})
+		s.setFail(func(b *sinks.Batch) error {
+			if b.Partition == "p00" {
+				return sinks.NewRetryable("http_500", fmt.Errorf("internal error"))
+			}
+			return nil
+		})
+		// Small memory: the stuck partition's records must be spilled for
+		// the others to keep being read.
+		r := start(w, "s", s, Options{MaxBufferedBytes: 64 << 10, ReadBatch: 200})
+		var last uint64
+		for i := 0; i < 10; i++ {
+			last = appendN(t, w, 500, tagsOf(5), 1000)
+			time.Sleep(time.Minute)
+		}
+		synctest.Wait()
+		got, _, _ := s.snapshot()
+		for seq := uint64(1); seq <= last; seq++ {
+			stuck := (seq-1)%5 == 0
+			if !stuck && got[seq] != 1 {
+				t.Fatalf("record %d of a healthy partition delivered %d times", seq, got[seq])
+			}
+			if stuck && got[seq] != 0 {
+				t.Fatalf("record %d of the stuck partition delivered", seq)
+			}
+		}
+		if pos, _ := w.Cursor("s"); pos != 0 {
+			t.Fatalf("cursor %d passed the stuck partition's first record 1", pos)
+		}
+		if st := w.Stats(); st.FirstSeq != 1 {
+			t.Fatalf("retention deleted up to %d, records the stuck partition needs", st.FirstSeq-1)
+		}
+		if b := r.d.Status().Buffered; b > 256<<10 {
+			t.Fatalf("%d bytes buffered, bound 64 KiB", b)
+		}
+		// Unstuck: everything goes, in order, once.
+		s.setFail(nil)
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d after the partition recovered, want %d", pos, last)
+		}
+		r.stop(t)
+		s.check(t)
+		got, _, _ = s.snapshot()
+		for seq := uint64(1); seq <= last; seq++ {
+			if got[seq] != 1 {
+				t.Fatalf("record %d delivered %d times", seq, got[seq])
+			}
+		}
+	})
+}
+
+func TestSinkPermanentPausesWithOneLine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		var logs bytes.Buffer
+		var logMu sync.Mutex
+		log := slog.New(slog.NewTextHandler(syncWriter{&logMu, &logs}, nil))
+		s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+		s.setFail(func(b *sinks.Batch) error {
+			return sinks.NewSinkPermanent("AccessDeniedException", fmt.Errorf("not authorized to perform logs:PutLogEvents"))
+		})
+		last := appendN(t, w, 200, tagsOf(10), 10)
+		r := start(w, "s", s, Options{Logger: log})
+		time.Sleep(3*time.Minute + time.Second)
+		synctest.Wait()
+		if st := r.d.Status(); st.State != "paused" || !strings.Contains(st.LastError, "AccessDenied") {
+			t.Fatalf("status while denied: %+v", st)
+		}
+		_, _, sends := s.snapshot()
+		// The first batches of up to Concurrency partitions fail together;
+		// then one probe every 30s.
+		if sends < 4+5 || sends > 4+7 {
+			t.Fatalf("%d sends in 3 minutes while paused, want 4 and then a probe every 30s", sends)
+		}
+		logMu.Lock()
+		if n := strings.Count(logs.String(), "sink paused"); n != 1 || !strings.Contains(logs.String(), "level=ERROR") {
+			t.Fatalf("%d 'sink paused' lines:\n%s", n, logs.String())
+		}
+		logMu.Unlock()
+		n := 0
+		DeadLetters(w, "s", func(DeadLetter) error { n++; return nil })
+		if n != 0 {
+			t.Fatalf("%d records dead-lettered for a sink-permanent error", n)
+		}
+		s.setFail(nil)
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d after recovery, want %d", pos, last)
+		}
+		r.stop(t)
+		logMu.Lock()
+		defer logMu.Unlock()
+		if !strings.Contains(logs.String(), "sink recovered") {
+			t.Fatalf("no recovery line:\n%s", logs.String())
+		}
+	})
+}
+
+type syncWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+// TestStalledSinkDoesNotSlowOtherOrAppends runs two sinks on one WAL: one
+// stalls for minutes, the other and the appends go on at full pace.
+func TestStalledSinkDoesNotSlowOtherOrAppends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		fast := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+		slow := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+		slow.delay = 10 * time.Minute // every send hangs for ten minutes
+		rf := start(w, "fast", fast, Options{})
+		rs := start(w, "slow", slow, Options{ShutdownTimeout: time.Second})
+		var last uint64
+		startT := time.Now()
+		for i := 0; i < 180; i++ { // three minutes, a batch a second
+			last = appendN(t, w, 100, tagsOf(8), 100)
+			time.Sleep(time.Second)
+		}
+		if took := time.Since(startT); took > 181*time.Second {
+			t.Fatalf("appends took %v for 180 seconds of records", took)
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if pos, _ := w.Cursor("fast"); pos != last {
+			t.Fatalf("fast sink at %d, want %d", pos, last)
+		}
+		if pos, _ := w.Cursor("slow"); pos != 0 {
+			t.Fatalf("stalled sink's cursor moved to %d", pos)
+		}
+		if st := w.Stats(); st.FirstSeq != 1 {
+			t.Fatalf("retention deleted records the stalled sink needs (first live %d)", st.FirstSeq)
+		}
+		rf.stop(t)
+		rs.stop(t)
+		fast.check(t)
+	})
+}
+
+// TestDropOldestDropsExactlyWhatItCounts fills a small WAL while one sink is
+// paused: what that sink never receives is exactly what the WAL counted.
+func TestDropOldestDropsExactlyWhatItCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{MaxBytes: 256 << 10, WhenFull: wal.DropOldest})
+		defer w.Close()
+		fast := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+		paused := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+		paused.setFail(func(*sinks.Batch) error { return sinks.NewSinkPermanent("AccessDenied", nil) })
+		rf := start(w, "fast", fast, Options{})
+		rp := start(w, "paused", paused, Options{})
+		var last uint64
+		for i := 0; i < 60; i++ {
+			last = appendN(t, w, 200, tagsOf(4), 200)
+			time.Sleep(time.Second)
+		}
+		dropped := w.Stats().Dropped["paused"]
+		if dropped == 0 {
+			t.Fatal("nothing was dropped: the test did not fill the WAL")
+		}
+		paused.setFail(nil)
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("paused"); pos != last {
+			t.Fatalf("paused sink at %d after recovery, want %d", pos, last)
+		}
+		rf.stop(t)
+		rp.stop(t)
+		got, _, _ := paused.snapshot()
+		missing := uint64(0)
+		for seq := uint64(1); seq <= last; seq++ {
+			if got[seq] > 1 {
+				t.Fatalf("record %d delivered %d times", seq, got[seq])
+			}
+			if got[seq] == 0 {
+				missing++
+			}
+		}
+		if final := w.Stats().Dropped["paused"]; missing != final {
+			t.Fatalf("%d records never reached the sink, the WAL counted %d dropped", missing, final)
+		}
+		if fg, _, _ := fast.snapshot(); uint64(len(fg)) != last || w.Stats().Dropped["fast"] != 0 {
+			t.Fatalf("the sink that kept up received %d of %d (dropped %d)", len(fg), last, w.Stats().Dropped["fast"])
+		}
+	})
+}

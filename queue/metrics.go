@@ -1,0 +1,56 @@
+package queue
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the drainers' Prometheus metrics, labelled by sink and never
+// by partition (a CloudWatch stream, an S3 key): their number is unbounded.
+type Metrics struct {
+	Delivered    *prometheus.CounterVec   // records accepted by the destination
+	Batches      *prometheus.CounterVec   // batches delivered
+	Retries      *prometheus.CounterVec   // failed sends that will be retried, by class and reason
+	DeadLetters  *prometheus.CounterVec   // records dead-lettered, by reason
+	Evicted      *prometheus.CounterVec   // dead letters removed to keep the bound
+	Skipped      *prometheus.CounterVec   // records skipped after a restart: their partition had delivered them
+	LagRecords   *prometheus.GaugeVec     // records in the WAL the sink has not passed
+	LagSeconds   *prometheus.GaugeVec     // age (event time) of the oldest record the sink has not passed
+	InFlight     *prometheus.GaugeVec     // partitions with a batch in flight
+	Paused       *prometheus.GaugeVec     // 1 while a sink-permanent error pauses the sink
+	Buffered     *prometheus.GaugeVec     // bytes of records held in memory
+	SendDuration *prometheus.HistogramVec // time of one Send
+}
+
+// NewMetrics creates the metrics and registers them with reg (nil: none).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	sink := []string{"sink"}
+	m := &Metrics{
+		Delivered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_delivered_records_total",
+			Help: "Records the sink's destination accepted."}, sink),
+		Batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_delivered_batches_total",
+			Help: "Batches the sink's destination accepted."}, sink),
+		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_retries_total",
+			Help: "Failed sends that will be retried (not lost), by error class and reason."}, []string{"sink", "class", "reason"}),
+		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_dead_letters_total",
+			Help: "Records the destination refused for good, kept as dead letters, by reason."}, []string{"sink", "reason"}),
+		Evicted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_dead_letters_evicted_total",
+			Help: "Oldest dead letters removed to keep the per-sink bound."}, sink),
+		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_skipped_delivered_records_total",
+			Help: "Records skipped after a restart because their partition had already delivered them."}, sink),
+		LagRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_lag_records",
+			Help: "Records in the WAL that the sink has not passed yet."}, sink),
+		LagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_lag_seconds",
+			Help: "Age, by event time, of the oldest record the sink has not passed; 0 when caught up."}, sink),
+		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_inflight_partitions",
+			Help: "Partitions with a batch in flight."}, sink),
+		Paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_paused",
+			Help: "1 while a sink-permanent error (credentials, access, missing bucket) pauses the sink."}, sink),
+		Buffered: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_buffered_bytes",
+			Help: "Bytes of records the drainer holds in memory for the sink."}, sink),
+		SendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "forwarder_sink_send_duration_seconds",
+			Help: "Duration of one batch send, failed or not.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, sink),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Delivered, m.Batches, m.Retries, m.DeadLetters, m.Evicted, m.Skipped, m.LagRecords,
+			m.LagSeconds, m.InFlight, m.Paused, m.Buffered, m.SendDuration)
+	}
+	return m
+}

@@ -1,0 +1,91 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Class says what the drainer does after a failed send.
+type Class int
+
+const (
+	// Retryable: a passing fault (network, 5xx). Retry the batch with
+	// backoff and jitter; the other partitions go on.
+	Retryable Class = iota
+	// Throttled: the destination asked for less. Every partition of the
+	// sink waits (Wait, when the destination said how long) and the sink
+	// sends fewer batches at once for a while.
+	Throttled
+	// RecordPermanent: the destination will never take these records.
+	// Dead-letter the whole batch with the reason and move on.
+	RecordPermanent
+	// SinkPermanent: nothing will get through until an operator acts (bad
+	// credentials, access denied, missing bucket). Pause the sink, say what
+	// to fix, retry slowly; never drop or dead-letter for it.
+	SinkPermanent
+)
+
+func (c Class) String() string {
+	switch c {
+	case Retryable:
+		return "retryable"
+	case Throttled:
+		return "throttled"
+	case RecordPermanent:
+		return "record_permanent"
+	case SinkPermanent:
+		return "sink_permanent"
+	}
+	return fmt.Sprintf("class(%d)", int(c))
+}
+
+// Error is a classified send failure.
+type Error struct {
+	Class  Class
+	Reason string        // short and stable, a metric label: "ThrottlingException", "network"
+	Wait   time.Duration // Throttled: how long the destination asked to wait; 0: unknown
+	Err    error
+}
+
+func (e *Error) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("%s (%s)", e.Reason, e.Class)
+	}
+	return fmt.Sprintf("%s (%s): %v", e.Reason, e.Class, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// NewRetryable, NewThrottled, NewRecordPermanent and NewSinkPermanent
+// classify err.
+func NewRetryable(reason string, err error) error {
+	return &Error{Class: Retryable, Reason: reason, Err: err}
+}
+
+func NewThrottled(reason string, wait time.Duration, err error) error {
+	return &Error{Class: Throttled, Reason: reason, Wait: wait, Err: err}
+}
+
+func NewRecordPermanent(reason string, err error) error {
+	return &Error{Class: RecordPermanent, Reason: reason, Err: err}
+}
+
+func NewSinkPermanent(reason string, err error) error {
+	return &Error{Class: SinkPermanent, Reason: reason, Err: err}
+}
+
+// Classify returns err as an *Error. An error the sink did not classify is
+// retryable with reason "unclassified": the drainer never drops a record
+// for an error it does not understand.
+func Classify(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Class: Retryable, Reason: "timeout", Err: err}
+	}
+	return &Error{Class: Retryable, Reason: "unclassified", Err: err}
+}

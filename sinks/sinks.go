@@ -1,0 +1,101 @@
+// Package sinks defines what the drainer (package queue) and a destination
+// (sinks/cloudwatch, sinks/s3) agree on: the record view a sink sees, how a
+// sink declares its partitions and batch rules, the small state store it
+// gets, and the classes of errors a send can end in. It imports nothing of
+// the project, so a sink never depends on the WAL or the drainer.
+package sinks
+
+import (
+	"context"
+	"time"
+)
+
+// Record is a record as a sink sees it. Body is one compact JSON object.
+// A sink must not keep Body after Send returns.
+type Record struct {
+	Seq  uint64 // the WAL's sequence number
+	Time int64  // event time, nanoseconds since the Unix epoch
+	Tag  string
+	Body []byte
+}
+
+// Limits are a sink's batch rules. The drainer cuts a partition's records
+// into batches that keep every rule and hands each batch to Send.
+type Limits struct {
+	MaxRecords int           // records in one batch
+	MaxBytes   int           // sum of Size over a batch
+	MaxAge     time.Duration // how long a partial batch waits for more records
+	MaxSpan    time.Duration // largest difference of event times in one batch; 0: none
+	// Concurrency is how many partitions may have a batch in flight at
+	// once. Within one partition there is never more than one.
+	Concurrency int
+}
+
+// Sink is a destination. Its methods must be safe for concurrent use; the
+// drainer calls Send for many partitions at once but never twice at once
+// for one partition.
+type Sink interface {
+	Limits() Limits
+	// Partition names the partition of a record: a CloudWatch group and
+	// stream, an S3 key prefix. Records of one partition are delivered in
+	// sequence order, one batch at a time.
+	Partition(r *Record) string
+	// Size is what a record counts against Limits.MaxBytes.
+	Size(r *Record) int
+	// Send delivers one batch. A nil error means every record was accepted
+	// except those listed in Outcome.Rejected, which are dead-lettered. An
+	// error must be an *Error (see Retryable and the others) or it is
+	// treated as retryable; the whole batch is then sent again later.
+	Send(ctx context.Context, b *Batch) (Outcome, error)
+}
+
+// Batch is what Send delivers: records of one partition in sequence order.
+type Batch struct {
+	Partition string
+	Records   []Record
+	State     State // the sink's own state, kept in the WAL
+}
+
+// First and Last are the batch's first and last sequence numbers.
+func (b *Batch) First() uint64 { return b.Records[0].Seq }
+func (b *Batch) Last() uint64  { return b.Records[len(b.Records)-1].Seq }
+
+// Outcome is the result of a send that did not fail as a whole.
+type Outcome struct {
+	// Rejected are records the destination refused for their content or
+	// age; they are dead-lettered with the reason and never sent again.
+	Rejected []Rejection
+	// DeleteState are keys of the sink's state to delete in the same
+	// transaction that records the batch as delivered (an S3 intent).
+	DeleteState [][]byte
+}
+
+// Rejection is one record refused for good.
+type Rejection struct {
+	Seq    uint64
+	Reason string // short, for people and for a metric label: "too_old", "too_large"
+}
+
+// State is a sink's small store inside the WAL. Put is durable when it
+// returns. Keys are the sink's own; the drainer keeps its keys apart.
+type State interface {
+	Get(key []byte) ([]byte, error)
+	Scan(prefix []byte, fn func(key, value []byte) error) error
+	Put(ctx context.Context, key, value []byte) error
+	Delete(ctx context.Context, key []byte) error
+	// ReadRange returns the records from first to last inclusive that are
+	// still in the WAL, of every partition: a sink rebuilding a batch after
+	// a restart filters them with its own Partition.
+	ReadRange(first, last uint64) ([]Record, error)
+	// Delivered records, durably, that partition has delivered every record
+	// up to last, and deletes keys of the sink's state in the same
+	// transaction. Recover uses it for work a crash left half done.
+	Delivered(ctx context.Context, partition string, last uint64, deleteKeys [][]byte) error
+}
+
+// Recoverer is a sink with work a crash can leave half done (an S3 upload
+// whose intent is committed). The drainer calls Recover once, before it
+// reads any record.
+type Recoverer interface {
+	Recover(ctx context.Context, st State) error
+}
