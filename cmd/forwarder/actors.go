@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/logfwd/forwarder/wal"
+)
+
+// signalsActor stops the service on SIGTERM or SIGINT. It subscribes to the signals at once,
+// so that a signal that arrives before the group runs is not lost; its stop unsubscribes,
+// after which a second signal ends the process the hard way.
+func signalsActor(log *slog.Logger, timeout time.Duration) actor {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	return actor{
+		name: "signals",
+		run: func(ctx context.Context) error {
+			select {
+			case sig := <-sigs:
+				log.Info("shutting down", "signal", sig.String(), "shutdown_timeout", timeout)
+			case <-ctx.Done():
+			}
+			return nil
+		},
+		stop: func(context.Context) error {
+			signal.Stop(sigs)
+			return nil
+		},
+	}
+}
+
+// durableLog is what walActor needs of the WAL.
+type durableLog interface {
+	Fatal() <-chan struct{}
+	Err() error
+	Close() error
+}
+
+var _ durableLog = (*wal.WAL)(nil)
+
+// walActor holds the open WAL: it returns the WAL's fatal error when a commit fails in a way
+// that leaves durability unknown (a failed fsync: never retried, the process must exit), and
+// its stop closes the WAL, last of all.
+func walActor(w durableLog) actor {
+	return actor{
+		name: "wal",
+		run: func(ctx context.Context) error {
+			select {
+			case <-w.Fatal():
+				if err := w.Err(); err != nil {
+					return err
+				}
+				return wal.ErrFatal
+			case <-ctx.Done():
+				return nil
+			}
+		},
+		stop: func(context.Context) error {
+			if err := w.Close(); err != nil {
+				return fmt.Errorf("close wal: %w", err)
+			}
+			return nil
+		},
+	}
+}
+
+// reportFailure logs the failure of an actor that stops the service.
+func reportFailure(log *slog.Logger) func(name string, err error) {
+	return func(name string, err error) {
+		if errors.Is(err, wal.ErrFatal) {
+			log.Error("the WAL can no longer guarantee durability, so the service is stopping and acknowledges nothing more; check the disk (kernel log, file system, free space), then restart the service", "error", err)
+			return
+		}
+		log.Error(name+" failed; shutting down", "error", err)
+	}
+}

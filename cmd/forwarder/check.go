@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/logfwd/forwarder/config"
+)
+
+const checkUsage = `Usage: forwarder check [-c FILE]
+
+Validate a configuration file. Print "FILE: OK" and a summary of what it configures, or
+every problem with its line, on stderr, and exit 1.
+`
+
+func cmdCheck(args []string, stdout, stderr io.Writer) int {
+	f := newFlagSet("check", checkUsage)
+	configPath := f.configFlag()
+	pos, code, done := f.parse(args, stdout, stderr)
+	if done {
+		return code
+	}
+	if code, done := f.noArgs(pos, stderr); done {
+		return code
+	}
+	cfg, ok := loadConfig("forwarder check", *configPath, stderr)
+	if !ok {
+		return exitFail
+	}
+	fmt.Fprintf(stdout, "%s: OK\n%s\n", *configPath, summary(cfg))
+	return exitOK
+}
+
+// summary describes a configuration on one line: its sinks, its inputs and where its data is.
+func summary(cfg *config.Config) string {
+	var b strings.Builder
+	b.WriteString(plural(len(cfg.Sinks), "sink", "sinks"))
+	for i, s := range cfg.Sinks {
+		sep := ", "
+		if i == 0 {
+			sep = ": "
+		}
+		fmt.Fprintf(&b, "%s%s (%s)", sep, s.Name, s.Type)
+	}
+	var inputs []string
+	if in := cfg.Inputs.Forward; in != nil {
+		inputs = append(inputs, "forward on "+in.Listen+tlsNote(in.TLS.Enabled()))
+	}
+	if in := cfg.Inputs.HTTP; in != nil {
+		inputs = append(inputs, "http on "+in.Listen+tlsNote(in.TLS.Enabled()))
+	}
+	if len(inputs) == 0 {
+		inputs = append(inputs, "none")
+	}
+	fmt.Fprintf(&b, "; inputs: %s; admin on %s; data_dir: %s", strings.Join(inputs, ", "), cfg.Admin.Listen, cfg.DataDir)
+	return b.String()
+}
+
+func tlsNote(enabled bool) string {
+	if enabled {
+		return " (tls)"
+	}
+	return ""
+}

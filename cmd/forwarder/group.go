@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// actor is one component of the running service.
+type actor struct {
+	name string
+	// run does the actor's work until its context ends (then it returns nil) or it fails.
+	// Returning nil before that asks the service to stop: the actor logs why (the signal
+	// handler logs "shutting down").
+	run func(ctx context.Context) error
+	// stop, if set, releases what the actor holds, once run has returned. Its context ends
+	// at the shutdown deadline.
+	stop func(ctx context.Context) error
+}
+
+// group runs the service's actors together. The first actor to return stops them all, one
+// at a time in the reverse of the order they were added, so that what was started first
+// (the WAL) is closed last, after everything that writes to it has stopped.
+//
+// Every error is reported where it happens, through log or failed; run's result is only the
+// exit status.
+type group struct {
+	log    *slog.Logger
+	actors []actor
+	// failed reports the error of the actor whose return started the shutdown, at once,
+	// before the others are stopped. Nil: log it as an error.
+	failed func(name string, err error)
+}
+
+func (g *group) add(a actor) { g.actors = append(g.actors, a) }
+
+// run starts every actor and waits for one to return or for ctx to end; then it stops the
+// others and calls the stop functions, newest first, within timeout. It reports whether
+// anything failed: an actor, a stop function, or the shutdown outlasting timeout. Actors
+// still running after timeout are abandoned: the process is about to exit.
+func (g *group) run(ctx context.Context, timeout time.Duration) (failed bool) {
+	type result struct {
+		i   int
+		err error
+	}
+	results := make(chan result, len(g.actors))
+	cancels := make([]context.CancelFunc, len(g.actors))
+	defer func() {
+		for _, cancel := range cancels {
+			cancel()
+		}
+	}()
+	// Each actor has its own context, so that they can be stopped one by one.
+	base := context.WithoutCancel(ctx)
+	for i, a := range g.actors {
+		actx, cancel := context.WithCancel(base)
+		cancels[i] = cancel
+		go func() { results <- result{i, a.run(actx)} }()
+	}
+
+	returned := make([]bool, len(g.actors))
+	if len(g.actors) > 0 {
+		select {
+		case r := <-results:
+			returned[r.i] = true
+			if r.err != nil {
+				failed = true
+				g.reportFailure(g.actors[r.i].name, r.err)
+			}
+		case <-ctx.Done():
+		}
+	}
+
+	sctx, cancel := context.WithTimeout(base, timeout)
+	defer cancel()
+	for i := len(g.actors) - 1; i >= 0; i-- {
+		a := g.actors[i]
+		cancels[i]()
+		for !returned[i] {
+			select {
+			case r := <-results:
+				returned[r.i] = true
+				if r.err != nil && !errors.Is(r.err, context.Canceled) {
+					failed = true
+					g.log.Error(g.actors[r.i].name+" failed while stopping", "error", r.err)
+				}
+			case <-sctx.Done():
+				g.timedOut(timeout, i)
+				return true
+			}
+		}
+		if a.stop == nil {
+			continue
+		}
+		stopped := make(chan error, 1)
+		go func() { stopped <- a.stop(sctx) }()
+		select {
+		case err := <-stopped:
+			if err != nil {
+				failed = true
+				g.log.Error("stop "+a.name, "error", err)
+			}
+		case <-sctx.Done():
+			g.timedOut(timeout, i)
+			return true
+		}
+	}
+	return failed
+}
+
+func (g *group) reportFailure(name string, err error) {
+	if g.failed != nil {
+		g.failed(name, err)
+		return
+	}
+	g.log.Error(name+" failed; shutting down", "error", err)
+}
+
+// timedOut logs the actors that had not stopped, from actor i down, when the deadline came.
+func (g *group) timedOut(timeout time.Duration, i int) {
+	var waiting []string
+	for j := i; j >= 0; j-- {
+		waiting = append(waiting, g.actors[j].name)
+	}
+	g.log.Error("shutdown did not finish within shutdown_timeout; exiting without waiting for the rest",
+		"shutdown_timeout", timeout, "waiting_for", waiting)
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/logfwd/forwarder/wal"
+)
+
+// events records what the actors of a test did, in order.
+type events struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (e *events) add(format string, args ...any) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.list = append(e.list, fmt.Sprintf(format, args...))
+}
+
+func (e *events) get() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.list)
+}
+
+// waiter is an actor that runs until its context ends and records when it returns and stops.
+func waiter(name string, ev *events) actor {
+	return actor{
+		name: name,
+		run: func(ctx context.Context) error {
+			<-ctx.Done()
+			ev.add("%s returned", name)
+			return nil
+		},
+		stop: func(context.Context) error {
+			ev.add("%s stopped", name)
+			return nil
+		},
+	}
+}
+
+func testLogger() (*slog.Logger, *syncBuffer) {
+	var buf syncBuffer
+	return slog.New(slog.NewTextHandler(&buf, nil)), &buf
+}
+
+func TestGroupStopsInReverseOrder(t *testing.T) {
+	log, logs := testLogger()
+	var ev events
+	trigger := make(chan struct{})
+	g := &group{log: log}
+	g.add(waiter("first", &ev))
+	g.add(waiter("second", &ev))
+	g.add(actor{name: "trigger", run: func(context.Context) error {
+		<-trigger
+		ev.add("trigger returned")
+		return nil
+	}})
+	g.add(waiter("last", &ev))
+	close(trigger)
+	if failed := g.run(context.Background(), 5*time.Second); failed {
+		t.Errorf("run reported a failure; log:\n%s", logs)
+	}
+	want := []string{"trigger returned", "last returned", "last stopped", "second returned", "second stopped", "first returned", "first stopped"}
+	if got := ev.get(); !slices.Equal(got, want) {
+		t.Errorf("events:\n%q\nwant:\n%q", got, want)
+	}
+	if logs.String() != "" {
+		t.Errorf("a clean stop logged:\n%s", logs)
+	}
+}
+
+func TestGroupStopsWhenContextEnds(t *testing.T) {
+	log, _ := testLogger()
+	var ev events
+	g := &group{log: log}
+	g.add(waiter("a", &ev))
+	g.add(waiter("b", &ev))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if failed := g.run(ctx, 5*time.Second); failed {
+		t.Error("run reported a failure")
+	}
+	want := []string{"b returned", "b stopped", "a returned", "a stopped"}
+	if got := ev.get(); !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
+	}
+}
+
+func TestGroupShutdownTimeout(t *testing.T) {
+	log, logs := testLogger()
+	release := make(chan struct{})
+	defer close(release)
+	g := &group{log: log}
+	g.add(actor{name: "stuck", run: func(context.Context) error {
+		<-release // ignores its context
+		return nil
+	}})
+	g.add(actor{name: "quits", run: func(context.Context) error { return nil }})
+	start := time.Now()
+	if failed := g.run(context.Background(), 50*time.Millisecond); !failed {
+		t.Error("a shutdown that timed out was not reported as failed")
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("run took %v with a 50ms shutdown timeout", took)
+	}
+	want := `level=ERROR msg="shutdown did not finish within shutdown_timeout; exiting without waiting for the rest" shutdown_timeout=50ms waiting_for=[stuck]`
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, logs)
+	}
+}
+
+func TestGroupStopTimeout(t *testing.T) {
+	log, logs := testLogger()
+	release := make(chan struct{})
+	defer close(release)
+	g := &group{log: log}
+	g.add(actor{
+		name: "slow",
+		run:  func(ctx context.Context) error { <-ctx.Done(); return nil },
+		stop: func(context.Context) error { <-release; return nil },
+	})
+	g.add(actor{name: "quits", run: func(context.Context) error { return nil }})
+	if failed := g.run(context.Background(), 50*time.Millisecond); !failed {
+		t.Error("a stop that outlasted the timeout was not reported as failed")
+	}
+	if !strings.Contains(logs.String(), "waiting_for=[slow]") {
+		t.Errorf("log does not name the slow actor:\n%s", logs)
+	}
+}
+
+func TestGroupStopError(t *testing.T) {
+	log, logs := testLogger()
+	g := &group{log: log}
+	g.add(actor{
+		name: "closer",
+		run:  func(ctx context.Context) error { <-ctx.Done(); return nil },
+		stop: func(context.Context) error { return errors.New("close file: disk gone") },
+	})
+	g.add(actor{name: "quits", run: func(context.Context) error { return nil }})
+	if failed := g.run(context.Background(), 5*time.Second); !failed {
+		t.Error("a failed stop was not reported as failed")
+	}
+	if want := `level=ERROR msg="stop closer" error="close file: disk gone"`; !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, logs)
+	}
+}
+
+// fakeWAL fails like a WAL whose fsync failed.
+type fakeWAL struct {
+	fatal  chan struct{}
+	err    error
+	closed chan struct{}
+}
+
+func (f *fakeWAL) Fatal() <-chan struct{} { return f.fatal }
+func (f *fakeWAL) Err() error             { return f.err }
+func (f *fakeWAL) Close() error           { close(f.closed); return nil }
+
+func TestWALFatalStopsTheService(t *testing.T) {
+	log, logs := testLogger()
+	var ev events
+	fw := &fakeWAL{
+		fatal:  make(chan struct{}),
+		err:    fmt.Errorf("%w: fsync: input/output error", wal.ErrFatal),
+		closed: make(chan struct{}),
+	}
+	g := &group{log: log, failed: reportFailure(log)}
+	g.add(walActor(fw))
+	g.add(waiter("inputs", &ev))
+	close(fw.fatal)
+	if failed := g.run(context.Background(), 5*time.Second); !failed {
+		t.Error("a fatal WAL error was not reported as failed")
+	}
+	select {
+	case <-fw.closed:
+	default:
+		t.Error("the WAL was not closed")
+	}
+	if got := ev.get(); !slices.Equal(got, []string{"inputs returned", "inputs stopped"}) {
+		t.Errorf("events %q: the other actors were not stopped", got)
+	}
+	want := `level=ERROR msg="the WAL can no longer guarantee durability, so the service is stopping and acknowledges nothing more; check the disk (kernel log, file system, free space), then restart the service" error="wal: fatal write error, not accepting appends: fsync: input/output error"` + "\n"
+	if lines := strings.SplitAfter(logs.String(), "\n"); len(lines) != 2 || !strings.HasSuffix(lines[0], want) {
+		t.Errorf("log:\n%s\nwant exactly one line ending %q", logs, want)
+	}
+}
+
+func TestSignalsActorStopsOnContext(t *testing.T) {
+	log, logs := testLogger()
+	a := signalsActor(log, time.Second)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.run(ctx); err != nil {
+		t.Errorf("run = %v", err)
+	}
+	if err := a.stop(context.Background()); err != nil {
+		t.Errorf("stop = %v", err)
+	}
+	if logs.String() != "" {
+		t.Errorf("logged without a signal:\n%s", logs)
+	}
+}

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/logfwd/forwarder/config"
+)
+
+// loadConfig loads the configuration at path. When it cannot, it prints why to stderr,
+// every problem on its own line with its file and line, and returns false.
+func loadConfig(cmd, path string, stderr io.Writer) (*config.Config, bool) {
+	cfg, err := config.Load(path)
+	if err == nil {
+		return cfg, true
+	}
+	var problems config.Problems
+	if errors.As(err, &problems) {
+		fmt.Fprintln(stderr, problems.Error())
+		fmt.Fprintf(stderr, "%s: %s\n", path, plural(len(problems), "problem", "problems"))
+		return nil, false
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+	return nil, false
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}

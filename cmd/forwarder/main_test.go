@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// testVersion is linked into the binary the tests run.
+const testVersion = "v1.2.3-test"
+
+// bin is the forwarder binary, built once by TestMain.
+var bin string
+
+// raceEnabled is set by race_test.go, so that the binary is built as the tests are.
+var raceEnabled bool
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "forwarder-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bin = filepath.Join(dir, "forwarder")
+	args := []string{"build", "-o", bin, "-ldflags", "-X main.version=" + testVersion}
+	if raceEnabled {
+		args = append(args, "-race")
+		// The race runtime sleeps a second before a clean exit; the children need not.
+		os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	}
+	build := exec.Command("go", append(args, ".")...)
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build forwarder: %v\n%s", err, out)
+		return 1
+	}
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// result is what a finished forwarder command left.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// forwarderCmd runs the binary with args and returns its exit status and output.
+func forwarderCmd(t *testing.T, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("forwarder %s: %v", strings.Join(args, " "), err)
+	}
+	return result{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// Pieces of a configuration file, on loopback with ports the system picks.
+const (
+	inputsYAML = `inputs:
+  forward: {listen: "127.0.0.1:0"}
+  http: {listen: "127.0.0.1:0"}
+`
+	adminYAML = "admin: {listen: \"127.0.0.1:0\"}\n"
+	sinkYAML  = `sinks:
+  - name: archive
+    type: s3
+    bucket: test-bucket
+`
+	// shortShutdownYAML keeps a stuck shutdown from outlasting the test.
+	shortShutdownYAML = "shutdown_timeout: 5s\n"
+)
+
+// writeConfig writes a configuration file of parts, with data_dir in a new temporary
+// directory, and returns its path and the data directory.
+func writeConfig(t *testing.T, parts ...string) (path, dataDir string) {
+	t.Helper()
+	dir := t.TempDir()
+	dataDir = filepath.Join(dir, "data")
+	text := fmt.Sprintf("data_dir: %q\n", dataDir) + strings.Join(parts, "")
+	path = filepath.Join(dir, "forwarder.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, dataDir
+}
+
+// syncBuffer is a bytes.Buffer that the test reads while the process writes to it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// service is "forwarder run" in a child process.
+type service struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stderr syncBuffer
+	done   chan struct{}
+}
+
+func startService(t *testing.T, configPath string) *service {
+	t.Helper()
+	s := &service{t: t, cmd: exec.Command(bin, "run", "-c", configPath), done: make(chan struct{})}
+	s.cmd.Stderr = &s.stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = s.cmd.Wait() // the exit status is read from ProcessState
+		close(s.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.done:
+		default:
+			_ = s.cmd.Process.Kill()
+			<-s.done
+		}
+	})
+	return s
+}
+
+// waitFor waits until the service has logged want and the file at path exists.
+func (s *service) waitFor(want, path string) {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := os.Stat(path)
+		if err == nil && strings.Contains(s.stderr.String(), want) {
+			return
+		}
+		select {
+		case <-s.done:
+			s.t.Fatalf("forwarder run exited (%v) before logging %q; stderr:\n%s", s.cmd.ProcessState, want, s.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("forwarder run did not log %q with %s present; stderr:\n%s", want, path, s.stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (s *service) signal(sig os.Signal) {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// wait waits for the service to exit and returns its exit status.
+func (s *service) wait(timeout time.Duration) int {
+	s.t.Helper()
+	select {
+	case <-s.done:
+		return s.cmd.ProcessState.ExitCode()
+	case <-time.After(timeout):
+		s.t.Fatalf("forwarder run still running after %v; stderr:\n%s", timeout, s.stderr.String())
+		return -1
+	}
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/wal"
+)
+
+const runUsage = `Usage: forwarder run [-c FILE]
+
+Run the service. It logs to stderr. SIGTERM or SIGINT stops it within shutdown_timeout
+(exit status 0; 1 if the shutdown took longer); a second signal stops it at once. A WAL
+that can no longer guarantee durability (a failed fsync) stops it with exit status 1.
+`
+
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	f := newFlagSet("run", runUsage)
+	configPath := f.configFlag()
+	pos, code, done := f.parse(args, stdout, stderr)
+	if done {
+		return code
+	}
+	if code, done := f.noArgs(pos, stderr); done {
+		return code
+	}
+	cfg, ok := loadConfig("forwarder run", *configPath, stderr)
+	if !ok {
+		return exitFail
+	}
+	log := newLogger(cfg.Log, stderr)
+	slog.SetDefault(log)
+	return serve(cfg, *configPath, log)
+}
+
+// serve runs the service until a signal or a failure stops it, and returns the exit status.
+func serve(cfg *config.Config, configPath string, log *slog.Logger) int {
+	timeout := time.Duration(cfg.ShutdownTimeout)
+	// Subscribed first, so that a signal during a long start (a WAL compaction) is a
+	// clean stop once the group runs.
+	signals := signalsActor(log, timeout)
+	w, err := wal.Open(cfg.DataDir, walOptions(cfg.WAL, log))
+	if err != nil {
+		logOpenError(log, cfg, err)
+		return exitFail
+	}
+	if cfg.WAL.Sync == config.SyncInterval {
+		log.Warn("wal.sync is interval: records are acknowledged before they are fsynced, so a crash or a power loss can lose acknowledged records (up to about one second of them); set wal.sync: always to acknowledge only what is on disk")
+	}
+	logWALState(log, w.Stats(), cfg, configPath)
+
+	// Components start in this order and stop in the reverse one: the WAL is closed last.
+	// The inputs and the admin server join here as they are built, after the drainers.
+	g := &group{log: log, failed: reportFailure(log)}
+	g.add(walActor(w))
+	drainers, err := drainerActors(w, cfg, prometheus.NewRegistry(), log)
+	if err != nil {
+		log.Error("cannot start the sinks", "error", err)
+		w.Close()
+		return exitFail
+	}
+	for _, a := range drainers {
+		g.add(a)
+	}
+	g.add(signals)
+
+	log.Info("started", "version", currentVersion(), "config", configPath, "pid", os.Getpid())
+	if g.run(context.Background(), timeout) {
+		return exitFail
+	}
+	log.Info("stopped")
+	return exitOK
+}
+
+// walOptions maps the wal section of the configuration to the WAL's options.
+func walOptions(c config.WAL, log *slog.Logger) wal.Options {
+	o := wal.Options{
+		MaxBytes:    int64(c.MaxBytes),
+		WhenFull:    wal.Block,
+		Sync:        wal.SyncAlways,
+		DedupWindow: time.Duration(c.DedupWindow),
+		Logger:      log,
+	}
+	if c.WhenFull == config.WhenFullDropOldest {
+		o.WhenFull = wal.DropOldest
+	}
+	if c.Sync == config.SyncInterval {
+		o.Sync = wal.SyncInterval
+	}
+	return o
+}
+
+// logOpenError says, on one line, why the WAL could not be opened.
+func logOpenError(log *slog.Logger, cfg *config.Config, err error) {
+	path := filepath.Join(cfg.DataDir, wal.FileName)
+	var corrupt *wal.CorruptionError
+	switch {
+	case errors.Is(err, wal.ErrLocked):
+		log.Error("the WAL is in use by another process: is another forwarder running with this data_dir?", "path", path)
+	case errors.As(err, &corrupt):
+		log.Error("the WAL file is damaged; the service does not start on a damaged WAL", "path", path, "error", err)
+	case errors.Is(err, wal.ErrFormat):
+		log.Error("the WAL file was written in a format this version does not read", "path", path, "error", err)
+	default:
+		log.Error("cannot open the WAL", "path", path, "error", err)
+	}
+}
+
+// logWALState logs what the WAL holds at start, and a warning for each cursor of a sink
+// that is no longer configured: such a cursor keeps every record it has not passed.
+func logWALState(log *slog.Logger, st wal.Stats, cfg *config.Config, configPath string) {
+	log.Info("wal opened", "path", st.Path, "records", st.Records, "bytes", st.Bytes,
+		"max_bytes", cfg.WAL.MaxBytes, "first_seq", st.FirstSeq, "next_seq", st.NextSeq,
+		"cursors", len(st.Cursors))
+	for _, name := range slices.Sorted(maps.Keys(st.Cursors)) {
+		if isSink(cfg, name) {
+			continue
+		}
+		pos := st.Cursors[name]
+		log.Warn(fmt.Sprintf("wal cursor %q belongs to no configured sink and pins retention: the records after it stay in the WAL until it is removed; if that sink is gone for good, stop the service and remove the cursor with: forwarder wal drop-cursor %s -c %s",
+			name, shellQuote(name), shellQuote(configPath)),
+			"cursor", name, "position", pos, "records_behind", lag(st, pos))
+	}
+}
+
+// lag is the number of live records after a cursor's position.
+func lag(st wal.Stats, pos uint64) uint64 {
+	from := max(pos+1, st.FirstSeq)
+	if from >= st.NextSeq {
+		return 0
+	}
+	return st.NextSeq - from
+}
+
+func isSink(cfg *config.Config, name string) bool {
+	return slices.ContainsFunc(cfg.Sinks, func(s config.Sink) bool { return s.Name == name })
+}

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/logfwd/forwarder/wal"
+)
+
+func TestRunStopsOnSignal(t *testing.T) {
+	t.Parallel()
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) {
+			t.Parallel()
+			path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML)
+			s := startService(t, path)
+			s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+			s.signal(sig)
+			if code := s.wait(5 * time.Second); code != exitOK {
+				t.Fatalf("exit status %d after %v, want 0; stderr:\n%s", code, sig, s.stderr.String())
+			}
+			log := s.stderr.String()
+			for _, want := range []string{
+				"level=INFO msg=\"wal opened\" path=" + filepath.Join(dataDir, wal.FileName) + " records=0 bytes=0",
+				"level=INFO msg=\"shutting down\" signal=" + sig.String(),
+				"level=INFO msg=stopped",
+			} {
+				if !strings.Contains(log, want) {
+					t.Errorf("log lacks %q:\n%s", want, log)
+				}
+			}
+			if strings.Contains(log, "level=WARN") || strings.Contains(log, "level=ERROR") {
+				t.Errorf("a clean run logged a warning or an error:\n%s", log)
+			}
+		})
+	}
+}
+
+// A configured sink that this build cannot deliver to still has its records kept: its
+// cursor is registered, and the operator is told once.
+func TestRunKeepsRecordsOfUndeliverableSink(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML, sinkYAML)
+	s := startService(t, path)
+	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(5 * time.Second); code != exitOK {
+		t.Fatalf("exit status %d, want 0; stderr:\n%s", code, s.stderr.String())
+	}
+	want := `level=WARN msg="this build cannot deliver to this sink type; the sink's records are kept in the WAL until a build that can runs" sink=archive type=s3`
+	if n := strings.Count(s.stderr.String(), want); n != 1 {
+		t.Fatalf("the warning appears %d times, want once:\n%s", n, s.stderr.String())
+	}
+	w, err := wal.Open(dataDir, wal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, ok := w.Cursor("archive"); !ok {
+		t.Fatal("no cursor for the configured sink: retention would not keep its records")
+	}
+}
+
+func TestRunJSONLog(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, "log: {level: debug, format: json}\n", shortShutdownYAML, inputsYAML, adminYAML)
+	s := startService(t, path)
+	s.waitFor(`"msg":"started"`, filepath.Join(dataDir, wal.FileName))
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(5 * time.Second); code != exitOK {
+		t.Fatalf("exit status %d, want 0; stderr:\n%s", code, s.stderr.String())
+	}
+	if !strings.Contains(s.stderr.String(), `"level":"INFO","msg":"shutting down"`) {
+		t.Errorf("no JSON shutdown line:\n%s", s.stderr.String())
+	}
+}
+
+func TestRunSyncIntervalWarns(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, "wal: {sync: interval}\n", shortShutdownYAML, inputsYAML, adminYAML, sinkYAML)
+	s := startService(t, path)
+	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(5 * time.Second); code != exitOK {
+		t.Fatalf("exit status %d, want 0; stderr:\n%s", code, s.stderr.String())
+	}
+	log := s.stderr.String()
+	want := "level=WARN msg=\"wal.sync is interval: records are acknowledged before they are fsynced, so a crash or a power loss can lose acknowledged records (up to about one second of them)"
+	if n := strings.Count(log, want); n != 1 {
+		t.Errorf("the loss warning appears %d times, want once:\n%s", n, log)
+	}
+}
+
+func TestRunWarnsAboutUnconfiguredCursor(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML, sinkYAML)
+	fillWAL(t, dataDir, "archive", "old")
+	s := startService(t, path)
+	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(5 * time.Second); code != exitOK {
+		t.Fatalf("exit status %d, want 0; stderr:\n%s", code, s.stderr.String())
+	}
+	log := s.stderr.String()
+	for _, want := range []string{
+		"msg=\"wal opened\" path=" + filepath.Join(dataDir, wal.FileName) + " records=3",
+		"first_seq=1 next_seq=4 cursors=2",
+		`level=WARN msg="wal cursor \"old\" belongs to no configured sink and pins retention`,
+		"forwarder wal drop-cursor old -c " + path + `" cursor=old position=0 records_behind=3`,
+	} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, `cursor \"archive\"`) {
+		t.Errorf("warned about the configured sink's cursor:\n%s", log)
+	}
+}
+
+func TestRunWALLocked(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML, sinkYAML)
+	w, err := wal.Open(dataDir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	r := forwarderCmd(t, "run", "-c", path)
+	want := "level=ERROR msg=\"the WAL is in use by another process: is another forwarder running with this data_dir?\" path=" + filepath.Join(dataDir, wal.FileName) + "\n"
+	if r.code != exitFail || !strings.HasSuffix(r.stderr, want) || strings.Contains(r.stderr, "msg=started") {
+		t.Errorf("run on a locked WAL: exit %d, stderr:\n%s\nwant exit 1 and a last line ending %q", r.code, r.stderr, want)
+	}
+}
+
+func TestRunBadConfig(t *testing.T) {
+	t.Parallel()
+	path, _ := writeConfig(t, "wal: {when_full: drop}\n")
+	r := forwarderCmd(t, "run", "-c", path)
+	want := path + `:2: wal.when_full: "drop" is not one of block, drop_oldest`
+	if r.code != exitFail || !strings.Contains(r.stderr, want) {
+		t.Errorf("run with a bad config: exit %d, stderr %q; want exit 1 and %q", r.code, r.stderr, want)
+	}
+}
+
+func TestWALCommandsWhileRunning(t *testing.T) {
+	t.Parallel()
+	admin := freeAddr(t)
+	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, "admin: {listen: \""+admin+"\"}\n", sinkYAML)
+	walPath := filepath.Join(dataDir, wal.FileName)
+	s := startService(t, path)
+	s.waitFor("msg=started", walPath)
+	for _, sub := range []string{"stats", "verify", "dump"} {
+		r := forwarderCmd(t, "wal", sub, "-c", path)
+		want := "forwarder wal " + sub + ": " + walPath + " is in use by a running forwarder; stop it first, or read the live state from http://" + admin + "/status\n"
+		if r.code != exitFail || r.stderr != want {
+			t.Errorf("wal %s on a running service: exit %d, stderr %q; want exit 1 and %q", sub, r.code, r.stderr, want)
+		}
+	}
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(5 * time.Second); code != exitOK {
+		t.Fatalf("exit status %d, want 0; stderr:\n%s", code, s.stderr.String())
+	}
+	if r := forwarderCmd(t, "wal", "stats", "-c", path); r.code != exitOK {
+		t.Errorf("wal stats after the service stopped: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// fillWAL creates the WAL in dataDir with three records, one of them not JSON, each in its
+// own entry, and the given cursors; the first cursor is moved past record 1.
+func fillWAL(t *testing.T, dataDir string, cursors ...string) {
+	t.Helper()
+	ctx := context.Background()
+	w, err := wal.Open(dataDir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	for _, name := range cursors {
+		if _, err := w.RegisterCursor(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range testRecords {
+		if _, err := w.Append(ctx, []wal.Record{r}, wal.AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(cursors) > 0 {
+		var b wal.Batch
+		b.SetCursor(cursors[0], 1)
+		if err := w.Commit(ctx, &b); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+var testRecords = []wal.Record{
+	{Time: time.Date(2024, 1, 2, 3, 4, 5, 123456789, time.UTC).UnixNano(), Tag: "app.web", Body: []byte(`{"msg":"hello","n":1}`)},
+	{Time: time.Date(2024, 1, 2, 3, 4, 6, 0, time.UTC).UnixNano(), Tag: "app.db", Body: []byte(`not json <&> "quoted"`)},
+	{Time: time.Date(2024, 1, 2, 3, 4, 7, 500000000, time.UTC).UnixNano(), Tag: "pod.x", Body: []byte(`{"kubernetes":{"pod_name":"web-1"},"a":[1,2]}`)},
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/wal"
+)
+
+var walCommands = []command{
+	{"stats", "print what the WAL holds and where each sink's cursor is", cmdWALStats},
+	{"verify", "check every entry's checksum and the file's consistency", cmdWALVerify},
+	{"dump", "print records as JSON lines", cmdWALDump},
+	{"dead-letters", "print the records a sink's destination refused for good", cmdWALDeadLetters},
+	{"drop-cursor", "remove the cursor of a sink that is gone, so it no longer pins records", cmdWALDropCursor},
+}
+
+const walUsage = `Usage: forwarder wal <command> [flags]
+
+Inspect the write-ahead log in data_dir. These commands work on a stopped service: a
+running one holds the WAL, and shows its live state at http://<admin.listen>/status.
+`
+
+func cmdWAL(args []string, stdout, stderr io.Writer) int {
+	return dispatch("forwarder wal", walUsage, walCommands, args, stdout, stderr)
+}
+
+// openWAL opens the WAL of cfg for a wal subcommand: read-only, except for the commands
+// that change it. When it cannot, it prints why to stderr and returns nil.
+func openWAL(cmd string, cfg *config.Config, readOnly bool, stderr io.Writer) *wal.WAL {
+	path := filepath.Join(cfg.DataDir, wal.FileName)
+	// Checked here because a read-write Open would create an empty WAL.
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(stderr, "%s: there is no WAL at %s (data_dir %s): the service has not run with this configuration\n", cmd, path, cfg.DataDir)
+		return nil
+	}
+	opts := wal.Options{ReadOnly: true, Logger: toolLogger(stderr)}
+	if !readOnly {
+		// The dedup window matters: the writer expires chunk ids older than it.
+		opts = walOptions(cfg.WAL, toolLogger(stderr))
+		opts.CompactRatio = -1 // an inspection tool does not rewrite the file
+	}
+	w, err := wal.Open(cfg.DataDir, opts)
+	switch {
+	case errors.Is(err, wal.ErrLocked):
+		fmt.Fprintf(stderr, "%s: %s is in use by a running forwarder; stop it first, or read the live state from %s\n", cmd, path, statusURL(cfg.Admin.Listen))
+		return nil
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+		return nil
+	}
+	return w
+}
+
+// statusURL is where the admin server listening on listen shows the live state.
+func statusURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil || port == "0" {
+		return "the admin server's /status endpoint"
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/status"
+}
+
+// closeWAL closes a WAL opened by openWAL; a failure is printed and makes the command fail.
+func closeWAL(cmd string, w *wal.WAL, stderr io.Writer, code int) int {
+	if err := w.Close(); err != nil {
+		fmt.Fprintf(stderr, "%s: close wal: %v\n", cmd, err)
+		return exitFail
+	}
+	return code
+}

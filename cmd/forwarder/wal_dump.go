@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/logfwd/forwarder/wal"
+)
+
+const walDumpUsage = `Usage: forwarder wal dump [-c FILE] [--from SEQ] [--limit N]
+
+Print the WAL's records, oldest first, one JSON object a line:
+  {"seq":N,"time":"RFC 3339, UTC","tag":"...","body":{...}}
+A body that is not valid JSON is printed as a JSON string. A damaged entry is skipped
+and reported on stderr, and the dump goes on after it (exit status 1).
+`
+
+// dumpChunk is how many records dump reads at a time.
+const dumpChunk = 10000
+
+// dumpLine is one line of "wal dump".
+type dumpLine struct {
+	Seq  uint64          `json:"seq"`
+	Time string          `json:"time"`
+	Tag  string          `json:"tag"`
+	Body json.RawMessage `json:"body"`
+}
+
+func cmdWALDump(args []string, stdout, stderr io.Writer) int {
+	const cmd = "forwarder wal dump"
+	f := newFlagSet("wal dump", walDumpUsage)
+	configPath := f.configFlag()
+	from := f.Uint64("from", 0, "start at sequence number `SEQ` (default: the oldest live record)")
+	limit := f.Uint64("limit", 0, "print at most `N` records (0: all)")
+	pos, code, done := f.parse(args, stdout, stderr)
+	if done {
+		return code
+	}
+	if code, done := f.noArgs(pos, stderr); done {
+		return code
+	}
+	cfg, ok := loadConfig(cmd, *configPath, stderr)
+	if !ok {
+		return exitFail
+	}
+	w := openWAL(cmd, cfg, true, stderr)
+	if w == nil {
+		return exitFail
+	}
+	out := bufio.NewWriterSize(stdout, 256<<10)
+	skipped, err := dump(out, w, *from, *limit, func(first, last uint64, err error) {
+		out.Flush() // the records before the damage come first
+		fmt.Fprintf(stderr, "%s: skipped records %d-%d: %v\n", cmd, first, last, err)
+	})
+	if ferr := out.Flush(); err == nil {
+		err = ferr
+	}
+	code = exitOK
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+		code = exitFail
+	}
+	if skipped > 0 {
+		fmt.Fprintf(stderr, "%s: %s skipped\n", cmd, plural(skipped, "damaged entry", "damaged entries"))
+		code = exitFail
+	}
+	return closeWAL(cmd, w, stderr, code)
+}
+
+// dump writes the records from seq from on, at most limit of them (0: all), as JSON lines.
+// It skips a damaged entry whose extent is known, telling skip, and goes on after it: a
+// dump is how records are saved from a damaged WAL. It returns how many it skipped.
+func dump(out io.Writer, w *wal.WAL, from, limit uint64, skip func(first, last uint64, err error)) (skipped int, err error) {
+	next := max(from, w.Stats().FirstSeq)
+	enc := json.NewEncoder(out)
+	enc.SetEscapeHTML(false)
+	var written uint64
+	for limit == 0 || written < limit {
+		n := uint64(dumpChunk)
+		if limit > 0 {
+			n = min(limit-written, n)
+		}
+		recs, err := w.Read(next, int(n), 0)
+		var damage *wal.CorruptionError
+		if errors.As(err, &damage) && damage.FirstSeq > next {
+			// Read up to the damaged entry.
+			recs, err = w.Read(next, int(min(n, damage.FirstSeq-next)), 0)
+		}
+		if errors.As(err, &damage) && damage.FirstSeq != 0 && damage.FirstSeq <= next && damage.LastSeq >= next {
+			skip(damage.FirstSeq, damage.LastSeq, err)
+			skipped++
+			next = damage.LastSeq + 1
+			continue
+		}
+		if err != nil {
+			return skipped, fmt.Errorf("read records from %d: %w", next, err)
+		}
+		if len(recs) == 0 {
+			return skipped, nil
+		}
+		for _, r := range recs {
+			line := dumpLine{
+				Seq:  r.Seq,
+				Time: time.Unix(0, r.Time).UTC().Format(time.RFC3339Nano),
+				Tag:  r.Tag,
+				Body: r.Body,
+			}
+			if !json.Valid(r.Body) {
+				line.Body = jsonString(r.Body)
+			}
+			if err := enc.Encode(line); err != nil {
+				return skipped, err
+			}
+		}
+		written += uint64(len(recs))
+		next = recs[len(recs)-1].Seq + 1
+	}
+	return skipped, nil
+}
+
+// jsonString encodes b as a JSON string; invalid UTF-8 becomes U+FFFD.
+func jsonString(b []byte) json.RawMessage {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(string(b)) // a string always encodes
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/wal"
+)
+
+const walStatsUsage = `Usage: forwarder wal stats [-c FILE] [--json]
+
+Print what the WAL holds: its file, live bytes against wal.max_bytes, its records, and
+each cursor with how many records it is behind. A cursor of a sink that is not in the
+configuration is marked "not configured": it keeps every record it has not passed.
+`
+
+// walStats is the output of "wal stats --json".
+type walStats struct {
+	Path      string        `json:"path"`
+	FileBytes int64         `json:"file_bytes"`
+	LiveBytes int64         `json:"live_bytes"`
+	MaxBytes  int64         `json:"max_bytes"` // 0: no limit
+	Records   uint64        `json:"records"`
+	FirstSeq  uint64        `json:"first_seq"` // == next_seq when there are no records
+	NextSeq   uint64        `json:"next_seq"`
+	Cursors   []cursorStats `json:"cursors"`
+	// SinksWithoutCursor are configured sinks that have not registered a cursor yet.
+	SinksWithoutCursor []string `json:"sinks_without_cursor"`
+}
+
+type cursorStats struct {
+	Name       string `json:"name"`
+	Position   uint64 `json:"position"`   // every record up to it is done for the sink
+	Behind     uint64 `json:"behind"`     // live records after the position
+	Configured bool   `json:"configured"` // a sink of that name is in the configuration
+	Dropped    uint64 `json:"dropped"`    // records when_full: drop_oldest deleted before the sink had them
+}
+
+func cmdWALStats(args []string, stdout, stderr io.Writer) int {
+	const cmd = "forwarder wal stats"
+	f := newFlagSet("wal stats", walStatsUsage)
+	configPath := f.configFlag()
+	asJSON := f.Bool("json", false, "print the statistics as one JSON object")
+	pos, code, done := f.parse(args, stdout, stderr)
+	if done {
+		return code
+	}
+	if code, done := f.noArgs(pos, stderr); done {
+		return code
+	}
+	cfg, ok := loadConfig(cmd, *configPath, stderr)
+	if !ok {
+		return exitFail
+	}
+	w := openWAL(cmd, cfg, true, stderr)
+	if w == nil {
+		return exitFail
+	}
+	s := newWALStats(w.Stats(), cfg)
+	if code := closeWAL(cmd, w, stderr, exitOK); code != exitOK {
+		return code
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(s); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+			return exitFail
+		}
+		return exitOK
+	}
+	printWALStats(stdout, s, *configPath)
+	return exitOK
+}
+
+func newWALStats(st wal.Stats, cfg *config.Config) walStats {
+	s := walStats{
+		Path:               st.Path,
+		FileBytes:          st.FileBytes,
+		LiveBytes:          st.Bytes,
+		MaxBytes:           int64(cfg.WAL.MaxBytes),
+		Records:            st.Records,
+		FirstSeq:           st.FirstSeq,
+		NextSeq:            st.NextSeq,
+		Cursors:            []cursorStats{},
+		SinksWithoutCursor: []string{},
+	}
+	for _, name := range slices.Sorted(maps.Keys(st.Cursors)) {
+		pos := st.Cursors[name]
+		s.Cursors = append(s.Cursors, cursorStats{
+			Name:       name,
+			Position:   pos,
+			Behind:     lag(st, pos),
+			Configured: isSink(cfg, name),
+			Dropped:    st.Dropped[name],
+		})
+	}
+	for _, sink := range cfg.Sinks {
+		if _, ok := st.Cursors[sink.Name]; !ok {
+			s.SinksWithoutCursor = append(s.SinksWithoutCursor, sink.Name)
+		}
+	}
+	return s
+}
+
+func printWALStats(out io.Writer, s walStats, configPath string) {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "file:\t%s\n", s.Path)
+	fmt.Fprintf(tw, "file size:\t%s\n", formatBytes(s.FileBytes))
+	limit := "no max_bytes"
+	if s.MaxBytes > 0 {
+		limit = fmt.Sprintf("%.1f%% of max_bytes %s", 100*float64(s.LiveBytes)/float64(s.MaxBytes), config.Size(s.MaxBytes))
+	}
+	fmt.Fprintf(tw, "live bytes:\t%s, %s\n", formatBytes(s.LiveBytes), limit)
+	fmt.Fprintf(tw, "records:\t%d\n", s.Records)
+	if s.Records > 0 {
+		fmt.Fprintf(tw, "first seq:\t%d\n", s.FirstSeq)
+	}
+	fmt.Fprintf(tw, "next seq:\t%d\n", s.NextSeq)
+	tw.Flush()
+
+	if len(s.Cursors) == 0 {
+		fmt.Fprintln(out, "cursors: none")
+	} else {
+		fmt.Fprintln(out, "cursors:")
+		tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  NAME\tPOSITION\tBEHIND\tDROPPED")
+		unconfigured := false
+		for _, c := range s.Cursors {
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d", c.Name, c.Position, c.Behind, c.Dropped)
+			if !c.Configured {
+				fmt.Fprint(tw, "\tnot configured")
+				unconfigured = true
+			}
+			fmt.Fprintln(tw)
+		}
+		tw.Flush()
+		if unconfigured {
+			fmt.Fprintf(out, "A cursor that is not configured keeps every record after it; if its sink is gone for good, remove it with: forwarder wal drop-cursor NAME -c %s\n", shellQuote(configPath))
+		}
+	}
+	if len(s.SinksWithoutCursor) > 0 {
+		fmt.Fprintf(out, "sinks without a cursor yet: %s\n", strings.Join(s.SinksWithoutCursor, ", "))
+	}
+}
+
+// formatBytes gives a byte count exactly and in binary units: "1536 bytes (1.5 KiB)".
+func formatBytes(n int64) string {
+	if n < 1024 {
+		return plural(int(n), "byte", "bytes")
+	}
+	v, unit := float64(n), ""
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB", "PiB"} {
+		if v < 1024 {
+			break
+		}
+		v, unit = v/1024, u
+	}
+	return fmt.Sprintf("%d bytes (%.1f %s)", n, v, unit)
+}
