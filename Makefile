@@ -38,10 +38,12 @@ fmt-check:
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s -timeout 30m ./...
 
-# Long crash loops: SIGKILL the appending process 200 times and check every
-# acknowledged record each time.
+# Long crash loops: SIGKILL an appending process 200 times and check every
+# acknowledged record each time; SIGKILL an appending and draining process
+# 100 times and check cursors, deliveries and re-sends.
 crash: deps
 	WAL_CRASH_RUNS=200 $(GO) test -run 'TestCrash' -count=1 -v -timeout 30m ./wal
+	QUEUE_CRASH_RUNS=100 $(GO) test -run 'TestCrash' -count=1 -v -timeout 30m ./queue
 
 clean:
 	rm -rf bin
