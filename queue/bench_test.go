@@ -13,9 +13,9 @@ import (
 // nullSink accepts everything at once.
 type nullSink struct{ lim sinks.Limits }
 
-func (s nullSink) Limits() sinks.Limits           { return s.lim }
+func (s nullSink) Limits() sinks.Limits             { return s.lim }
 func (s nullSink) Partition(r *sinks.Record) string { return r.Tag }
-func (s nullSink) Size(r *sinks.Record) int        { return len(r.Body) + 26 }
+func (s nullSink) Size(r *sinks.Record) int         { return len(r.Body) + 26 }
 func (s nullSink) Send(context.Context, *sinks.Batch) (sinks.Outcome, error) {
 	return sinks.Outcome{}, nil
 }

@@ -20,7 +20,7 @@ func (refusingSink) Limits() sinks.Limits {
 	return sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Millisecond, Concurrency: 1}
 }
 func (refusingSink) Partition(r *sinks.Record) string { return r.Tag }
-func (refusingSink) Size(r *sinks.Record) int        { return len(r.Body) }
+func (refusingSink) Size(r *sinks.Record) int         { return len(r.Body) }
 func (refusingSink) Send(context.Context, *sinks.Batch) (sinks.Outcome, error) {
 	return sinks.Outcome{}, sinks.NewRecordPermanent("too_old", nil)
 }
