@@ -122,6 +122,7 @@ type WAL struct {
 	closed   bool
 
 	commits atomic.Uint64 // transactions committed since Open
+	full    atomic.Bool   // appends are waiting for room (WhenFull: Block)
 
 	mu       sync.Mutex
 	st       state         // committed state, published by the writer
@@ -382,6 +383,10 @@ func (w *WAL) Path() string { return w.path }
 // Fatal is closed when the WAL hit an error after which it cannot promise
 // durability (a failed fsync or write). The process should exit non-zero.
 func (w *WAL) Fatal() <-chan struct{} { return w.fatal }
+
+// Full reports whether appends are waiting for room under MaxBytes right
+// now (WhenFull: Block). Inputs use it to push back on clients early.
+func (w *WAL) Full() bool { return w.full.Load() }
 
 // Err returns the fatal error, if any.
 func (w *WAL) Err() error {

@@ -358,6 +358,9 @@ func TestMaxBytesBlock(t *testing.T) {
 		t.Fatalf("append over max_bytes returned at once: %+v", res)
 	case <-time.After(100 * time.Millisecond):
 	}
+	if !w.Full() {
+		t.Fatal("Full() is false while appends wait for room")
+	}
 	// A cancelled wait returns the context's error.
 	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
@@ -377,6 +380,9 @@ func TestMaxBytesBlock(t *testing.T) {
 	}
 	if st := w.Stats(); st.Bytes > 64<<10 {
 		t.Fatalf("live bytes %d above max_bytes", st.Bytes)
+	}
+	if w.Full() {
+		t.Fatal("Full() still true once the waiting appends are stored")
 	}
 	// Something that can never fit is refused, not blocked.
 	if _, err := w.Append(ctx, makeRecords(r, "huge", 1, 200<<10), AppendOptions{}); !errors.Is(err, ErrTooLarge) {

@@ -148,6 +148,7 @@ func (wr *writer) step(appends []*appendReq, commits []*commitReq) {
 				reply()
 			}
 			wr.replies = append(wr.replies, later...)
+			wr.w.full.Store(len(wr.waiting) > 0)
 			return
 		}
 		wr.st = before

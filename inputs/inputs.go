@@ -1,0 +1,115 @@
+// Package inputs holds what the forward and HTTP inputs share: the view of
+// the WAL they append to, the routing rule that keeps records no sink
+// wants out of the WAL, the UTF-8 rule for record bodies, and their
+// metrics. The protocols live in inputs/forward and inputs/http.
+package inputs
+
+import (
+	"bytes"
+	"context"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/logfwd/forwarder/wal"
+)
+
+// Appender is what an input needs of the WAL: Append returns once the
+// records are durable, and only then may the input acknowledge them.
+type Appender interface {
+	Append(ctx context.Context, recs []wal.Record, opts wal.AppendOptions) (wal.Result, error)
+	// Full reports that appends are waiting for room (wal.when_full: block).
+	Full() bool
+}
+
+var _ Appender = (*wal.WAL)(nil)
+
+// Pipeline is where an input hands its records.
+type Pipeline struct {
+	WAL Appender
+	// Routed reports whether some sink wants records of this tag. A record
+	// no sink wants is counted and not stored, and still acknowledged.
+	// Nil: every tag is routed.
+	Routed  func(tag string) bool
+	Metrics *Metrics
+}
+
+// Store routes records and appends the routed ones in one WAL transaction,
+// with chunk as their dedup id. It returns once they are durable. input
+// names the input in the metrics. Records that no sink wants are dropped
+// from recs before the append (recs is modified).
+func (p *Pipeline) Store(ctx context.Context, input string, recs []wal.Record, chunk string) (wal.Result, error) {
+	kept := recs[:0]
+	for _, r := range recs {
+		if p.Routed == nil || p.Routed(r.Tag) {
+			kept = append(kept, r)
+		}
+	}
+	if n := len(recs) - len(kept); n > 0 {
+		p.Metrics.Unrouted.WithLabelValues(input).Add(float64(n))
+	}
+	if len(kept) == 0 {
+		return wal.Result{}, nil
+	}
+	res, err := p.WAL.Append(ctx, kept, wal.AppendOptions{ChunkID: chunk})
+	if err != nil {
+		return res, err
+	}
+	if res.Duplicate {
+		p.Metrics.Deduplicated.WithLabelValues(input).Add(float64(len(kept)))
+		return res, nil
+	}
+	size := 0
+	for _, r := range kept {
+		size += len(r.Body)
+	}
+	p.Metrics.Records.WithLabelValues(input).Add(float64(len(kept)))
+	p.Metrics.Bytes.WithLabelValues(input).Add(float64(size))
+	return res, nil
+}
+
+// ValidUTF8 returns body with every invalid UTF-8 sequence replaced by
+// U+FFFD, and whether it replaced anything. Invalid UTF-8 in a record is
+// not bad input: it is replaced and counted (forwarder_input_invalid_utf8_records_total).
+func ValidUTF8(body []byte) ([]byte, bool) {
+	if utf8.Valid(body) {
+		return body, false
+	}
+	return bytes.ToValidUTF8(body, []byte("\uFFFD")), true
+}
+
+// Metrics are the inputs' Prometheus metrics, labelled by input ("forward", "http").
+type Metrics struct {
+	Records      *prometheus.CounterVec // records stored
+	Bytes        *prometheus.CounterVec // body bytes stored
+	Rejected     *prometheus.CounterVec // requests or messages refused, by reason
+	Deduplicated *prometheus.CounterVec // records acknowledged again without being stored (a re-sent chunk)
+	Unrouted     *prometheus.CounterVec // records no sink matches: acknowledged, not stored
+	InvalidUTF8  *prometheus.CounterVec // records whose invalid UTF-8 was replaced
+	Connections  *prometheus.GaugeVec   // open connections
+}
+
+// NewMetrics creates the metrics and registers them with reg (nil: none).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	in := []string{"input"}
+	m := &Metrics{
+		Records: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_records_total",
+			Help: "Records stored in the WAL and acknowledged."}, in),
+		Bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_bytes_total",
+			Help: "Bytes of record bodies (JSON) stored."}, in),
+		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_rejected_total",
+			Help: "Messages or requests refused (nothing of them stored), by reason."}, []string{"input", "reason"}),
+		Deduplicated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_deduplicated_records_total",
+			Help: "Records of a re-sent chunk or Idempotency-Key, acknowledged again without being stored twice."}, in),
+		Unrouted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_unrouted_records_total",
+			Help: "Records whose tag matches no sink: acknowledged and not stored."}, in),
+		InvalidUTF8: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_invalid_utf8_records_total",
+			Help: "Records with invalid UTF-8, stored with U+FFFD in its place."}, in),
+		Connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_input_connections",
+			Help: "Open client connections."}, in),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Records, m.Bytes, m.Rejected, m.Deduplicated, m.Unrouted, m.InvalidUTF8, m.Connections)
+	}
+	return m
+}
