@@ -8,12 +8,18 @@ BIN      := bin/forwarder
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build deps run test vet fmt-check bench crash clean
+.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench crash clean
+
+# Fuzz targets: package and target name.
+FUZZ_TARGETS := ./inputs/forward:FuzzDecode
 
 all: build
 
 deps:
 	$(GO) mod download
+	@# An independent forward client for the tests: Debian's python3-fluent-logger.
+	@/usr/bin/python3 -c 'import fluent.sender' 2>/dev/null || \
+		{ apt-get install -y python3-fluent-logger || { apt-get update && apt-get install -y python3-fluent-logger; }; }
 
 build: deps
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/forwarder
@@ -26,6 +32,19 @@ run: build
 # Budget: about 10 minutes on 2 cores.
 test: deps fmt-check vet
 	$(GO) test -race -count=1 -timeout 9m ./...
+	$(MAKE) fuzz-short
+
+# Each fuzz target for a while: FUZZTIME=10s in make test, 5m in make fuzz.
+FUZZTIME ?= 10s
+fuzz-short:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
+
+fuzz:
+	$(MAKE) fuzz-short FUZZTIME=5m
 
 vet:
 	$(GO) vet ./...
@@ -44,6 +63,7 @@ bench: deps
 crash: deps
 	WAL_CRASH_RUNS=200 $(GO) test -run 'TestCrash' -count=1 -v -timeout 30m ./wal
 	QUEUE_CRASH_RUNS=100 $(GO) test -run 'TestCrash' -count=1 -v -timeout 30m ./queue
+	FORWARD_CRASH_RUNS=100 $(GO) test -run 'TestCrash' -count=1 -v -timeout 30m ./inputs/forward
 
 clean:
 	rm -rf bin

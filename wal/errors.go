@@ -25,6 +25,9 @@ var (
 	// under max_bytes, even with the WAL empty.
 	ErrTooLarge = errors.New("wal: append larger than max_bytes")
 
+	// ErrChunkID is returned by Append for a chunk id over MaxChunkID bytes.
+	ErrChunkID = errors.New("wal: chunk id too long")
+
 	// ErrLocked is returned by Open when another process holds the file.
 	ErrLocked = errors.New("wal: file is locked by another process")
 

@@ -401,6 +401,9 @@ func u64(v uint64) []byte {
 	return b
 }
 
+// MaxChunkID is the longest chunk id Append takes, in bytes.
+const MaxChunkID = 1024
+
 // AppendOptions carry what an input knows about a request besides its records.
 type AppendOptions struct {
 	// ChunkID is the client's id for this request (a forward chunk id, an
@@ -429,6 +432,9 @@ func (w *WAL) Append(ctx context.Context, recs []Record, opts AppendOptions) (Re
 	}
 	if err := w.Err(); err != nil {
 		return Result{}, err
+	}
+	if len(opts.ChunkID) > MaxChunkID {
+		return Result{}, fmt.Errorf("%w: %d bytes, at most %d", ErrChunkID, len(opts.ChunkID), MaxChunkID)
 	}
 	req := &appendReq{ctx: ctx, entries: encodeEntries(recs), n: uint64(len(recs)), chunk: opts.ChunkID, done: make(chan appendResult, 1)}
 	for _, e := range req.entries {

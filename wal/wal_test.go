@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -304,6 +305,21 @@ func TestChunkDedup(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if res := appendT(t, w, makeRecords(r, "a", 5, 50), "chunk-A"); res.Duplicate || res.First != 9 {
 		t.Fatalf("after the window the chunk is new: %+v", res)
+	}
+}
+
+// A client's chunk id never reaches bbolt unchecked: a key over bbolt's
+// limit would fail the whole transaction.
+func TestLongChunkIDRefused(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	_, err := w.Append(context.Background(), []Record{{Body: []byte(`{}`)}}, AppendOptions{ChunkID: strings.Repeat("k", 60000)})
+	if !errors.Is(err, ErrChunkID) {
+		t.Fatalf("60,000-byte chunk id: %v", err)
+	}
+	appendT(t, w, []Record{{Body: []byte(`{}`)}}, strings.Repeat("k", MaxChunkID))
+	if w.Err() != nil {
+		t.Fatalf("the WAL failed: %v", w.Err())
 	}
 }
 

@@ -61,16 +61,26 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger) int {
 	logWALState(log, w.Stats(), cfg, configPath)
 
 	// Components start in this order and stop in the reverse one: the WAL is closed last.
-	// The inputs and the admin server join here as they are built, after the drainers.
+	// The admin server joins here when it is built.
 	g := &group{log: log, failed: reportFailure(log)}
 	g.add(walActor(w))
-	drainers, err := drainerActors(w, cfg, prometheus.NewRegistry(), log)
+	reg := prometheus.NewRegistry()
+	drainers, err := drainerActors(w, cfg, reg, log)
 	if err != nil {
 		log.Error("cannot start the sinks", "error", err)
 		w.Close()
 		return exitFail
 	}
 	for _, a := range drainers {
+		g.add(a)
+	}
+	ins, err := inputActors(w, cfg, reg, log)
+	if err != nil {
+		log.Error("cannot start the inputs", "error", err)
+		w.Close()
+		return exitFail
+	}
+	for _, a := range ins {
 		g.add(a)
 	}
 	g.add(signals)

@@ -4,10 +4,13 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fluent/fluent-logger-golang/fluent"
 
 	"github.com/logfwd/forwarder/wal"
 )
@@ -218,4 +221,40 @@ var testRecords = []wal.Record{
 	{Time: time.Date(2024, 1, 2, 3, 4, 5, 123456789, time.UTC).UnixNano(), Tag: "app.web", Body: []byte(`{"msg":"hello","n":1}`)},
 	{Time: time.Date(2024, 1, 2, 3, 4, 6, 0, time.UTC).UnixNano(), Tag: "app.db", Body: []byte(`not json <&> "quoted"`)},
 	{Time: time.Date(2024, 1, 2, 3, 4, 7, 500000000, time.UTC).UnixNano(), Tag: "pod.x", Body: []byte(`{"kubernetes":{"pod_name":"web-1"},"a":[1,2]}`)},
+}
+
+// The service takes records from a real forward client, acknowledges them once they are in
+// the WAL, and they are there after it stops.
+func TestRunAcceptsForwardRecords(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	inputs := "inputs:\n  forward: {listen: \"" + addr + "\"}\n"
+	path, dataDir := writeConfig(t, shortShutdownYAML, inputs, adminYAML, sinkYAML)
+	s := startService(t, path)
+	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	logger, err := fluent.New(fluent.Config{FluentHost: host, FluentPort: p, RequestAck: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if err := logger.Post("pod.web", map[string]any{"i": i}); err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+	}
+	logger.Close()
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(5 * time.Second); code != exitOK {
+		t.Fatalf("exit status %d; stderr:\n%s", code, s.stderr.String())
+	}
+	r := forwarderCmd(t, "wal", "dump", "-c", path)
+	if r.code != exitOK || strings.Count(r.stdout, `"tag":"pod.web"`) != 5 || !strings.Contains(r.stdout, `"body":{"i":4}`) {
+		t.Fatalf("dump: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 }

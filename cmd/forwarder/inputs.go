@@ -1,0 +1,40 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/inputs"
+	"github.com/logfwd/forwarder/inputs/forward"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// inputActors binds the configured inputs' listeners (so that a port in use stops the
+// start at once) and returns an actor for each. Records whose tag no sink matches are
+// acknowledged and counted, not stored.
+func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]actor, error) {
+	p := &inputs.Pipeline{WAL: w, Metrics: inputs.NewMetrics(reg), Routed: routed(cfg.Sinks)}
+	var actors []actor
+	if c := cfg.Inputs.Forward; c != nil {
+		s := forward.New(*c, p, log)
+		if err := s.Start(); err != nil {
+			return nil, err
+		}
+		actors = append(actors, actor{name: "forward input", run: s.Serve})
+	}
+	return actors, nil
+}
+
+// routed reports whether some sink's match takes a tag.
+func routed(sinks []config.Sink) func(tag string) bool {
+	return func(tag string) bool {
+		for _, s := range sinks {
+			if config.MatchTag(s.Match, tag) {
+				return true
+			}
+		}
+		return false
+	}
+}

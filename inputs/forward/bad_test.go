@@ -1,0 +1,279 @@
+package forward
+
+import (
+	"crypto/sha512"
+	"encoding/hex"
+	"fmt"
+	"math/rand"
+	"net"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/wal"
+)
+
+func TestBadInput(t *testing.T) {
+	good := messageMode("t", eventTime(time.Now()), record("a", 1), nil)
+	deep := messageMode("t", eventTime(time.Now()), []byte(strings.Repeat("\x81\xa1k", 600)+"\xc0"), nil)
+	tests := []struct {
+		name   string
+		msg    []byte
+		reason string
+		close  bool // the client closes after sending (truncated)
+	}{
+		{"not an array", msgp.AppendString(nil, "hello"), "malformed", false},
+		{"tag is a number", append(msgp.AppendArrayHeader(nil, 3), append(msgp.AppendInt(nil, 5), good[3:]...)...), "malformed", false},
+		{"record is a string", messageMode("t", eventTime(time.Now()), msgp.AppendString(nil, "x"), nil), "malformed", false},
+		{"entry is not a pair", forwardMode("t", [][]byte{msgp.AppendArrayHeader(msgp.AppendArrayHeader(nil, 1), 0)}, nil), "malformed", false},
+		{"time is an unknown extension", messageMode("t", []byte{0xd7, 0x05, 0, 0, 0, 0, 0, 0, 0, 0}, record("a", 1), nil), "malformed", false},
+		{"time is a string", messageMode("t", msgp.AppendString(nil, "now"), record("a", 1), nil), "malformed", false},
+		{"byte 0xc1", []byte{0x93, 0xa1, 't', 0xc1}, "malformed", false},
+		{"bad gzip", packedMode("t", []byte("not gzip at all"), false, options("", "compressed", "gzip")), "bad_gzip", false},
+		{"unsupported compression", packedMode("t", []byte("x"), false, options("", "compressed", "lz4")), "malformed", false},
+		{"too deep", deep, "malformed", false},
+		{"oversize", messageMode("t", eventTime(time.Now()), record("big", strings.Repeat("x", 2<<20)), nil), "too_large", false},
+		{"truncated", good[:len(good)-3], "truncated", true},
+		{"chunk id too long", messageMode("t", eventTime(time.Now()), record("a", 1), options(strings.Repeat("k", 2000))), "malformed", false},
+		{"trailing garbage in packed entries", packedMode("t", append(entry(eventTime(time.Now()), record("a", 1)), 0x91), false, nil), "malformed", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := start(t, defaultCfg(), wal.Options{})
+			other := f.dial() // a well-behaved client on another connection
+			other.Write(messageMode("ok", eventTime(time.Now()), record("before", 1), options("o1")))
+			readAck(t, other)
+
+			c := f.dial()
+			c.Write(tt.msg)
+			if tt.close {
+				c.(interface{ CloseWrite() error }).CloseWrite()
+			}
+			expectClosed(t, c)
+			if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", tt.reason)); n != 1 {
+				t.Fatalf("rejected{%s} = %v; log:\n%s", tt.reason, n, f.logs.String())
+			}
+			if !strings.Contains(f.logs.String(), "closing connection: bad input") || !strings.Contains(f.logs.String(), "remote=127.0.0.1:") {
+				t.Fatalf("no log line naming the remote address:\n%s", f.logs.String())
+			}
+			// The other client goes on; nothing of the bad message was stored.
+			other.Write(messageMode("ok", eventTime(time.Now()), record("after", 1), options("o2")))
+			readAck(t, other)
+			recs := f.waitRecords(2)
+			if recs[0].Tag != "ok" || recs[1].Tag != "ok" {
+				t.Fatalf("stored %+v", recs)
+			}
+		})
+	}
+}
+
+func TestSlowClientTimesOut(t *testing.T) {
+	old := messageTimeout
+	messageTimeout = 200 * time.Millisecond
+	defer func() { messageTimeout = old }()
+	f := start(t, defaultCfg(), wal.Options{})
+	good := messageMode("t", eventTime(time.Now()), record("a", 1), nil)
+	c := f.dial()
+	c.Write(good[:5]) // and then nothing
+	start := time.Now()
+	expectClosed(t, c)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("closed after %v", d)
+	}
+	if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "timeout")); n != 1 {
+		t.Fatalf("rejected{timeout} = %v", n)
+	}
+}
+
+// A client that never reads its acks is disconnected once its acks stop
+// fitting; the others are not held up.
+func TestClientThatNeverReadsAcks(t *testing.T) {
+	old := writeTimeout
+	writeTimeout = 200 * time.Millisecond
+	defer func() { writeTimeout = old }()
+	// A slow network: small socket buffers on both ends.
+	f := start(t, defaultCfg(), wal.Options{}, func(s *Server) {
+		s.tune = func(nc net.Conn) { nc.(*net.TCPConn).SetWriteBuffer(4096) }
+	})
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	c, err := d.Dial("tcp", f.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	big := strings.Repeat("k", 1000) // each ack carries this chunk id back
+	sent := 0
+	c.SetWriteDeadline(time.Now().Add(20 * time.Second))
+	for i := 0; i < 20000; i++ {
+		if _, err := c.Write(messageMode("t", eventTime(time.Now()), record("i", i), options(fmt.Sprint(big, i)))); err != nil {
+			break
+		}
+		sent++
+		if i%100 == 0 && strings.Contains(f.logs.String(), "ack not delivered") {
+			break
+		}
+	}
+	other := f.dial()
+	other.Write(messageMode("ok", eventTime(time.Now()), record("a", 1), options("o")))
+	other.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if id, err := readAckErr(other); err != nil || id != "o" {
+		t.Fatalf("a well-behaved client was held up: %q %v\n%s", id, err, f.logs.String())
+	}
+	if !strings.Contains(f.logs.String(), "ack not delivered") {
+		deadline := time.Now().Add(5 * time.Second)
+		for !strings.Contains(f.logs.String(), "ack not delivered") && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !strings.Contains(f.logs.String(), "ack not delivered") {
+			t.Fatalf("the server did not give up on the client (%d messages sent):\n%s", sent, f.logs.String())
+		}
+	}
+}
+
+func TestTooManyConnections(t *testing.T) {
+	cfg := defaultCfg()
+	cfg.MaxConnections = 2
+	f := start(t, cfg, wal.Options{})
+	a, b := f.dial(), f.dial()
+	a.Write(messageMode("t", eventTime(time.Now()), record("a", 1), options("a")))
+	readAck(t, a)
+	b.Write(messageMode("t", eventTime(time.Now()), record("b", 1), options("b")))
+	readAck(t, b)
+	c := f.dial()
+	expectClosed(t, c)
+	if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "too_many_connections")); n != 1 {
+		t.Fatalf("rejected{too_many_connections} = %v", n)
+	}
+}
+
+func TestHandshake(t *testing.T) {
+	cfg := defaultCfg()
+	cfg.SharedKey = "s3cret"
+	cfg.Users = []config.User{{Username: "fluent", Password: "pw"}}
+	f := start(t, cfg, wal.Options{})
+	try := func(key, user, pass string) (ok bool, reason string) {
+		c := f.dial()
+		r := msgp.NewReader(c)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		// HELO
+		if n, err := r.ReadArrayHeader(); err != nil || n != 2 {
+			t.Fatalf("HELO: %v", err)
+		}
+		if s, _ := r.ReadString(); s != "HELO" {
+			t.Fatalf("got %q, want HELO", s)
+		}
+		var nonce, auth []byte
+		n, _ := r.ReadMapHeader()
+		for i := uint32(0); i < n; i++ {
+			k, _ := r.ReadString()
+			switch k {
+			case "nonce":
+				nonce, _ = r.ReadBytes(nil)
+			case "auth":
+				auth, _ = r.ReadBytes(nil)
+			default:
+				r.Skip()
+			}
+		}
+		salt := []byte("client-salt")
+		h := sha512.Sum512([]byte(string(salt) + "client-host" + string(nonce) + key))
+		p := sha512.Sum512([]byte(string(auth) + user + pass))
+		ping := msgp.AppendArrayHeader(nil, 6)
+		for _, s := range []string{"PING", "client-host", string(salt), hex.EncodeToString(h[:]), user, hex.EncodeToString(p[:])} {
+			ping = msgp.AppendString(ping, s)
+		}
+		c.Write(ping)
+		if n, err := r.ReadArrayHeader(); err != nil || n != 5 {
+			t.Fatalf("PONG: %v %d", err, n)
+		}
+		r.ReadString()
+		ok, _ = r.ReadBool()
+		reason, _ = r.ReadString()
+		r.ReadString()
+		digest, _ := r.ReadString()
+		if ok {
+			want := sha512.Sum512([]byte(string(salt) + f.srv.hostname + string(nonce) + key))
+			if digest != hex.EncodeToString(want[:]) {
+				t.Fatal("PONG digest does not prove the server knows the key")
+			}
+			c.Write(messageMode("t", eventTime(time.Now()), record("a", 1), options("h")))
+			if readAck(t, c) != "h" {
+				t.Fatal("no ack after the handshake")
+			}
+		} else {
+			expectClosed(t, c)
+		}
+		return ok, reason
+	}
+	if ok, reason := try("s3cret", "fluent", "pw"); !ok {
+		t.Fatalf("right key refused: %s", reason)
+	}
+	if ok, reason := try("wrong", "fluent", "pw"); ok || reason != "shared_key mismatch" {
+		t.Fatalf("wrong key: %v %q", ok, reason)
+	}
+	if ok, reason := try("s3cret", "fluent", "nope"); ok || reason != "username/password mismatch" {
+		t.Fatalf("wrong password: %v %q", ok, reason)
+	}
+	if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "handshake")); n != 2 {
+		t.Fatalf("rejected{handshake} = %v", n)
+	}
+	// A client that skips the handshake and sends records is refused too.
+	c := f.dial()
+	c.Write(messageMode("t", eventTime(time.Now()), record("a", 1), options("x")))
+	expectClosed(t, c)
+	if n := len(f.records()); n != 1 {
+		t.Fatalf("%d records stored, want only the authenticated one", n)
+	}
+}
+
+func TestWALFullPushesBack(t *testing.T) {
+	dir := t.TempDir()
+	w, err := wal.Open(dir, wal.Options{MaxBytes: 8 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startOn(t, w, defaultCfg())
+	if _, err := w.RegisterCursor(t.Context(), "sink"); err != nil {
+		t.Fatal(err)
+	}
+	c := f.dial()
+	rng := rand.New(rand.NewSource(1))
+	acked := 0
+	for i := 0; ; i++ {
+		pad := make([]byte, 3000) // random: it must not compress away
+		for j := range pad {
+			pad[j] = byte('a' + rng.Intn(26))
+		}
+		c.Write(messageMode("t", eventTime(time.Now()), record("i", i, "pad", string(pad)), options(string(rune('A'+i)))))
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		r := msgp.NewReader(c)
+		if _, err := r.ReadMapHeader(); err != nil {
+			break // no ack: the WAL is full and the client is held
+		}
+		r.ReadString()
+		r.ReadString()
+		acked++
+		if i > 20 {
+			t.Fatal("the WAL never filled")
+		}
+	}
+	if !w.Full() {
+		t.Fatal("the WAL does not report full")
+	}
+	var b wal.Batch
+	b.SetCursor("sink", w.Stats().NextSeq-1)
+	if err := w.Commit(t.Context(), &b); err != nil {
+		t.Fatal(err)
+	}
+	readAck(t, c) // released once the sink passes the records
+	if n := w.Stats().NextSeq - 1; n != uint64(acked+1) {
+		t.Fatalf("%d records appended, want %d", n, acked+1)
+	}
+}

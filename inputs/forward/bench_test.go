@@ -1,0 +1,93 @@
+package forward
+
+import (
+	"fmt"
+	"math/rand"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/logfwd/forwarder/wal"
+)
+
+// benchPacked returns a PackedForward message of n records of about 250
+// bytes of JSON each, shaped like Kubernetes container logs.
+func benchPacked(n int, chunk string) []byte {
+	r := rand.New(rand.NewSource(1))
+	var packed []byte
+	now := time.Now()
+	for i := 0; i < n; i++ {
+		rec := msgp.AppendMapHeader(nil, 3)
+		rec = msgp.AppendString(rec, "log")
+		rec = msgp.AppendString(rec, fmt.Sprintf("%s INFO http request method=GET path=/api/v1/items/%d status=200 duration_ms=%d request_id=%016x",
+			now.Format(time.RFC3339Nano), r.Intn(100000), r.Intn(900), r.Uint64()))
+		rec = msgp.AppendString(rec, "stream")
+		rec = msgp.AppendString(rec, "stdout")
+		rec = msgp.AppendString(rec, "kubernetes")
+		rec = msgp.AppendMapHeader(rec, 2)
+		rec = msgp.AppendString(rec, "namespace_name")
+		rec = msgp.AppendString(rec, "shop")
+		rec = msgp.AppendString(rec, "pod_name")
+		rec = msgp.AppendString(rec, fmt.Sprintf("web-7d9f8b6c4-%05d", r.Intn(40)))
+		packed = append(packed, entry(eventTime(now), rec)...)
+	}
+	return packedMode("pod.shop.web", packed, false, options(chunk))
+}
+
+// BenchmarkForwardAck sends PackedForward messages of 1,000 records of
+// about 250 bytes with acks, from 1 and 8 connections, into a WAL that
+// fsyncs every commit. A connection waits for each ack before sending on.
+func BenchmarkForwardAck(b *testing.B) {
+	for _, conns := range []int{1, 8} {
+		b.Run(fmt.Sprintf("connections=%d", conns), func(b *testing.B) {
+			f := start(b, defaultCfg(), wal.Options{CompactRatio: -1})
+			msgs := make([][]byte, conns)
+			for i := range msgs {
+				msgs[i] = benchPacked(1000, "")
+			}
+			size := 0
+			if recs := 1000; recs > 0 {
+				// JSON bytes per message, as stored.
+				d := decoder{maxUnpacked: 64 << 20, now: time.Now}
+				m, _ := d.decode(benchPacked(1000, "x"))
+				for _, r := range m.records {
+					size += len(r.Body)
+				}
+			}
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			per := (b.N + conns - 1) / conns
+			for c := 0; c < conns; c++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					nc, err := net.Dial("tcp", f.addr())
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					defer nc.Close()
+					base := msgs[c][:len(msgs[c])-1] // without the empty option map
+					for i := 0; i < per; i++ {
+						msg := append(base[:len(base):len(base)], options(fmt.Sprintf("c%d-%d", c, i))...)
+						msg[0] = 0x93 // three elements: tag, entries, option
+						if _, err := nc.Write(msg); err != nil {
+							b.Error(err)
+							return
+						}
+						if _, err := readAckErr(nc); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			b.ReportMetric(float64(per*conns*1000)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}

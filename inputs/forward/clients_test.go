@@ -1,0 +1,127 @@
+package forward
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// Debian's python3-fluent-logger is an independent client: Message mode
+// with EventTime. make deps installs it; without it this test fails.
+func TestPythonFluentLogger(t *testing.T) {
+	if err := exec.Command("/usr/bin/python3", "-c", "import fluent.sender").Run(); err != nil {
+		t.Fatalf("/usr/bin/python3 cannot import fluent.sender (%v): install Debian's python3-fluent-logger (make deps does: apt-get install -y python3-fluent-logger)", err)
+	}
+	f := start(t, defaultCfg(), wal.Options{})
+	host, port, _ := net.SplitHostPort(f.addr())
+	script := fmt.Sprintf(`
+import sys
+from fluent import sender
+s = sender.FluentSender('py', host=%q, port=%s, nanosecond_precision=True)
+for i in range(30):
+    if not s.emit_with_time('app', 1764489600.25, {'i': i, 'text': 'caf\u00e9'}):
+        print(s.last_error); sys.exit(1)
+s.close()
+`, host, port)
+	out, err := exec.Command("/usr/bin/python3", "-c", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("python client: %v\n%s", err, out)
+	}
+	recs := f.waitRecords(30)
+	for i, r := range recs {
+		want := fmt.Sprintf(`{"i":%d,"text":"café"}`, i)
+		if r.Tag != "py.app" || string(r.Body) != want || r.Time != 1764489600250000000 {
+			t.Fatalf("record %d: %q %d %s, want %s", i, r.Tag, r.Time, r.Body, want)
+		}
+	}
+}
+
+// selfSigned writes a CA-less self-signed certificate and key for
+// 127.0.0.1 (usable as server and client certificate) and returns their paths.
+func selfSigned(t *testing.T, name string) (certFile, keyFile string, cert *x509.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ = x509.ParseCertificate(der)
+	kb, _ := x509.MarshalECPrivateKey(key)
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	return certFile, keyFile, cert
+}
+
+func TestTLS(t *testing.T) {
+	srvCert, srvKey, srvX509 := selfSigned(t, "server")
+	cliCert, cliKey, _ := selfSigned(t, "client")
+	pool := x509.NewCertPool()
+	pool.AddCert(srvX509)
+	cfg := defaultCfg()
+	cfg.TLS = config.TLS{CertFile: srvCert, KeyFile: srvKey, ClientCAFile: cliCert}
+	f := start(t, cfg, wal.Options{})
+
+	pair, err := tls.LoadX509KeyPair(cliCert, cliKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tls.Dial("tcp", f.addr(), &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}})
+	if err != nil {
+		t.Fatalf("TLS with a client certificate: %v", err)
+	}
+	defer c.Close()
+	c.Write(messageMode("tls", eventTime(time.Now()), record("a", 1), options("t1")))
+	if readAck(t, c) != "t1" {
+		t.Fatal("no ack over TLS")
+	}
+	f.waitRecords(1)
+
+	// Without a client certificate the handshake fails and nothing is stored.
+	nc, err := tls.Dial("tcp", f.addr(), &tls.Config{RootCAs: pool})
+	if err == nil {
+		nc.Write(messageMode("tls", eventTime(time.Now()), record("a", 2), options("t2")))
+		_, err = readAckErr(nc)
+		nc.Close()
+	}
+	if err == nil {
+		t.Fatal("a client without a certificate was served")
+	}
+	// Plain TCP to a TLS port is not served either.
+	p := f.dial()
+	p.Write(messageMode("tls", eventTime(time.Now()), record("a", 3), options("t3")))
+	expectClosed(t, p)
+	if n := len(f.records()); n != 1 {
+		t.Fatalf("%d records stored, want 1", n)
+	}
+	if !strings.Contains(f.logs.String(), "tls=true") {
+		t.Fatal("the listening line does not say TLS")
+	}
+}

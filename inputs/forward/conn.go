@@ -1,0 +1,223 @@
+package forward
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tinylib/msgp/msgp"
+)
+
+// conn is one client connection: it reads one message at a time, stores
+// it, acks it, and only then reads the next. While the WAL is full the
+// store waits, nothing is read, and the client feels TCP backpressure.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	remote string
+	dec    decoder
+
+	buf      []byte // bytes read; the pending ones start at start
+	start    int
+	consumed int // length of the message last returned by next
+	fr       framer
+	read     int64 // bytes read from the connection, for error positions
+
+	mu   sync.Mutex
+	busy bool // between a message's first byte and its ack
+	gone bool
+}
+
+func (s *Server) newConn(nc net.Conn) *conn {
+	if s.tune != nil {
+		s.tune(nc)
+	}
+	if s.tls != nil {
+		nc = tls.Server(nc, s.tls)
+	}
+	max := int(s.cfg.MaxMessageBytes)
+	return &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(),
+		dec: decoder{maxUnpacked: 4 * max, now: time.Now}}
+}
+
+// closeIfIdle closes the connection unless it is in the middle of a message.
+func (c *conn) closeIfIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gone = true
+	if !c.busy {
+		c.nc.Close()
+	}
+}
+
+func (c *conn) setBusy(b bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.busy = b
+	return !c.gone
+}
+
+func (c *conn) serve(ctx context.Context) {
+	c.s.track(c, true)
+	defer c.s.track(c, false)
+	defer c.nc.Close()
+	log := c.s.log.With("remote", c.remote)
+	if c.s.cfg.SharedKey != "" {
+		if err := c.handshake(); err != nil {
+			c.reject("handshake", err)
+			return
+		}
+	}
+	for {
+		msg, err := c.next()
+		if err != nil {
+			var bm *badMessage
+			switch {
+			case errors.As(err, &bm):
+				c.reject(bm.reason, bm)
+			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+				log.Debug("connection closed")
+			default:
+				log.Debug("connection ended", "error", err)
+			}
+			return
+		}
+		m, err := c.dec.decode(msg)
+		if err != nil {
+			c.reject(err.(*badMessage).reason, err)
+			return
+		}
+		if m.invalid > 0 {
+			c.s.p.Metrics.InvalidUTF8.WithLabelValues("forward").Add(float64(m.invalid))
+		}
+		if _, err := c.s.p.Store(ctx, "forward", m.records, m.chunk); err != nil {
+			// Not acknowledged: the client sends the chunk again.
+			c.s.p.Metrics.Rejected.WithLabelValues("forward", "wal_error").Inc()
+			log.Warn("message not stored, not acknowledged; the client will send it again", "tag", m.tag, "records", len(m.records), "error", err)
+			return
+		}
+		if m.chunk != "" {
+			if err := c.write(ack(m.chunk)); err != nil {
+				log.Debug("ack not delivered; a re-sent chunk is acknowledged without being stored twice", "error", err)
+				return
+			}
+		}
+		if !c.setBusy(false) {
+			return // the server is closing
+		}
+	}
+}
+
+// reject closes the connection over bad input, with one log line and a count.
+func (c *conn) reject(reason string, err error) {
+	c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
+	c.s.log.Warn("closing connection: bad input; nothing of the message was stored", "remote", c.remote, "reason", reason, "error", err, "message_at_byte", c.read-int64(len(c.buf)-c.start))
+}
+
+func ack(chunk string) []byte {
+	b := msgp.AppendMapHeader(nil, 1)
+	b = msgp.AppendString(b, "ack")
+	return msgp.AppendString(b, chunk)
+}
+
+func (c *conn) write(b []byte) error {
+	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err := c.nc.Write(b)
+	return err
+}
+
+func (c *conn) handshake() error {
+	h, err := newHandshake(c.s.cfg, c.s.hostname)
+	if err != nil {
+		return err
+	}
+	if err := c.write(h.helo()); err != nil {
+		return err
+	}
+	msg, err := c.next()
+	if err != nil {
+		return err
+	}
+	pong, refused := h.ping(msg)
+	if err := c.write(pong); err != nil {
+		return err
+	}
+	c.setBusy(false)
+	return refused
+}
+
+// next returns the next whole message, read within the size limit and
+// the timeouts. The returned bytes are valid until the next call.
+func (c *conn) next() ([]byte, error) {
+	max := int(c.s.cfg.MaxMessageBytes)
+	c.start += c.consumed // drop the previous message
+	c.consumed = 0
+	deadline := time.Now().Add(idleTimeout)
+	started := false
+	for {
+		if pending := c.buf[c.start:]; len(pending) > 0 {
+			if !started {
+				// A message has begun: it must arrive whole within messageTimeout.
+				started = true
+				deadline = time.Now().Add(messageTimeout)
+				if !c.setBusy(true) {
+					return nil, errClosing
+				}
+			}
+			n, err := c.fr.next(pending)
+			switch {
+			case err != nil:
+				return nil, &badMessage{reason: "malformed", offset: -1, err: err}
+			case n > max:
+				return nil, &badMessage{reason: "too_large", offset: -1, err: errSize(n, max)}
+			case n > 0:
+				c.consumed = n
+				return pending[:n], nil
+			case len(pending) > max:
+				return nil, &badMessage{reason: "too_large", offset: -1, err: errSize(len(pending), max)}
+			}
+		}
+		c.makeRoom(max)
+		c.nc.SetReadDeadline(deadline)
+		n, err := c.nc.Read(c.buf[len(c.buf):cap(c.buf)])
+		c.buf = c.buf[:len(c.buf)+n]
+		c.read += int64(n)
+		if err != nil {
+			if len(c.buf) > c.start && (errors.Is(err, io.EOF) || isTimeout(err)) {
+				return nil, &badMessage{reason: reasonFor(err), offset: -1, err: errIncomplete(len(c.buf)-c.start, err)}
+			}
+			return nil, err
+		}
+	}
+}
+
+// makeRoom makes space to read into: it moves the pending bytes to the
+// front when the consumed ones take half the buffer, and grows it, up to
+// a little more than the largest message, when it is nearly full.
+func (c *conn) makeRoom(max int) {
+	if c.start > 0 && c.start >= cap(c.buf)/2 {
+		c.buf = c.buf[:copy(c.buf, c.buf[c.start:])]
+		c.start = 0
+	}
+	if cap(c.buf)-len(c.buf) < 16<<10 {
+		grown := make([]byte, len(c.buf), min(max+64<<10, 2*cap(c.buf)+64<<10))
+		copy(grown, c.buf)
+		c.buf = grown
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func reasonFor(err error) string {
+	if isTimeout(err) {
+		return "timeout"
+	}
+	return "truncated"
+}

@@ -1,0 +1,31 @@
+// Package forward is the Fluent forward protocol input (v1, server side):
+// what Fluent Bit's and Fluentd's forward outputs, and the fluent-logger
+// libraries, send to an aggregator.
+//
+// It accepts the four modes — Message [tag, time, record, option?],
+// Forward [tag, [[time, record], ...], option?], PackedForward
+// [tag, bin|str, option?] and CompressedPackedForward (option.compressed
+// "gzip", one or several gzip members) — with the time as EventTime
+// (ext 0), integer or float seconds (0 means "now"). Each record becomes a
+// compact JSON object once, here (see transcoder for the rules).
+//
+// A connection reads one message, stores it in the WAL and, when the
+// message carries option.chunk, answers {"ack": chunk} only after the
+// records are durable; it reads the next message only then. A chunk id
+// seen within wal.dedup_window is acknowledged again without its records
+// being stored twice. While the WAL is full the store waits and the
+// client feels TCP backpressure.
+//
+// With shared_key set, a connection starts with the HELO/PING/PONG
+// handshake (and checks users, if any). TLS, and client certificates
+// with client_ca_file, are configured in tls.
+//
+// Bad input — malformed or truncated msgpack, wrong types, a message over
+// max_message_bytes or a compressed payload over four times that once
+// decompressed, bad gzip, a failed handshake, a message that does not
+// arrive whole within a minute of its first byte — closes that connection
+// with one log line (remote address, what was wrong, where) and a count
+// in forwarder_input_rejected_total; nothing of that message is stored and
+// other connections are not affected. Connections idle for ten minutes are
+// closed. UDP heartbeats are not answered (answering is optional).
+package forward

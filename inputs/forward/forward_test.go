@@ -1,0 +1,204 @@
+package forward
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"math"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fluent/fluent-logger-golang/fluent"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/logfwd/forwarder/wal"
+)
+
+func gz(parts ...[]byte) []byte {
+	var out bytes.Buffer
+	for _, p := range parts { // one gzip member each
+		zw := gzip.NewWriter(&out)
+		zw.Write(p)
+		zw.Close()
+	}
+	return out.Bytes()
+}
+
+func TestModes(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 8, 0, 1, 123456789, time.UTC)
+	e1 := entry(eventTime(t0), record("log", "one", "n", 1))
+	e2 := entry(msgp.AppendInt64(nil, t0.Unix()), record("log", "two", "n", 2))
+	e3 := entry(msgp.AppendFloat64(nil, 1764489601.5), record("log", "three"))
+	want3 := []struct {
+		time int64
+		body string
+	}{
+		{t0.UnixNano(), `{"log":"one","n":1}`},
+		{t0.Unix() * 1e9, `{"log":"two","n":2}`},
+		{1764489601500000000, `{"log":"three"}`},
+	}
+	packed := append(append(append([]byte(nil), e1...), e2...), e3...)
+	tests := []struct {
+		name string
+		msg  []byte
+		n    int // records expected; the first len(want3) of them are want3
+	}{
+		{"message, EventTime", messageMode("app.x", eventTime(t0), record("log", "one", "n", 1), nil), 1},
+		{"message, integer time, chunk", messageMode("app.x", msgp.AppendInt64(nil, t0.Unix()), record("log", "two", "n", 2), options("c-msg")), 1},
+		{"forward", forwardMode("app.x", [][]byte{e1, e2, e3}, nil), 3},
+		{"forward, chunk and size", forwardMode("app.x", [][]byte{e1, e2, e3}, options("c-fwd", "size", 3)), 3},
+		{"packed forward, bin", packedMode("app.x", packed, false, nil), 3},
+		{"packed forward, str", packedMode("app.x", packed, true, options("c-pk")), 3},
+		{"compressed packed forward, one member", packedMode("app.x", gz(packed), false, options("c-gz1", "compressed", "gzip")), 3},
+		{"compressed packed forward, two members", packedMode("app.x", gz(append(append([]byte(nil), e1...), e2...), e3), false, options("c-gz2", "compressed", "gzip", "size", 3)), 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := start(t, defaultCfg(), wal.Options{})
+			c := f.dial()
+			if _, err := c.Write(tt.msg); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(tt.name, "chunk") || strings.Contains(string(tt.msg), "c-") {
+				if id := readAck(t, c); !strings.HasPrefix(id, "c-") {
+					t.Fatalf("ack %q", id)
+				}
+			}
+			recs := f.waitRecords(tt.n)
+			for i, r := range recs {
+				w := want3[i]
+				if tt.n == 1 && strings.Contains(tt.name, "integer") {
+					w = want3[1]
+				}
+				if r.Tag != "app.x" || r.Time != w.time || string(r.Body) != w.body {
+					t.Errorf("record %d: %d %q %s, want %d %s", i, r.Time, r.Tag, r.Body, w.time, w.body)
+				}
+			}
+		})
+	}
+}
+
+// The ack comes only once the records are in a committed transaction.
+func TestAckAfterDurable(t *testing.T) {
+	f := start(t, defaultCfg(), wal.Options{})
+	c := f.dial()
+	for i := 0; i < 20; i++ {
+		c.Write(messageMode("a", eventTime(time.Now()), record("i", i), options(fmt.Sprint("k", i))))
+		if id := readAck(t, c); id != fmt.Sprint("k", i) {
+			t.Fatalf("ack %q", id)
+		}
+		// Acknowledged means committed: visible to a reader right now.
+		if n := f.w.Stats().NextSeq - 1; n != uint64(i+1) {
+			t.Fatalf("after ack %d the WAL has %d records", i, n)
+		}
+	}
+}
+
+func TestTranscoding(t *testing.T) {
+	nested := msgp.AppendMapHeader(nil, 1)
+	nested = msgp.AppendString(nested, "pod")
+	nested = msgp.AppendString(nested, "web-1")
+	rec := msgp.AppendMapHeader(nil, 11)
+	rec = msgp.AppendString(rec, "z")
+	rec = msgp.AppendString(rec, "first key\t\"quoted\"\n")
+	rec = msgp.AppendString(rec, "a")
+	rec = msgp.AppendBytes(rec, []byte{0, 1, 2, 255})
+	rec = msgp.AppendInt64(rec, 42) // an integer key
+	rec = msgp.AppendBool(rec, true)
+	rec = msgp.AppendString(rec, "nan")
+	rec = msgp.AppendFloat64(rec, math.NaN())
+	rec = msgp.AppendString(rec, "inf")
+	rec = msgp.AppendFloat64(rec, math.Inf(-1))
+	rec = msgp.AppendString(rec, "f")
+	rec = msgp.AppendFloat64(rec, 1.5)
+	rec = msgp.AppendString(rec, "bad")
+	rec = msgp.AppendStringFromBytes(rec, []byte("a\xffb\xc3"))
+	rec = msgp.AppendString(rec, "k8s")
+	rec = append(rec, nested...)
+	rec = msgp.AppendString(rec, "list")
+	rec = msgp.AppendArrayHeader(rec, 3)
+	rec = msgp.AppendNil(rec)
+	rec = msgp.AppendUint64(rec, math.MaxUint64)
+	rec = msgp.AppendInt64(rec, -7)
+	rec = msgp.AppendString(rec, "when")
+	rec = append(rec, eventTime(time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC))...)
+	rec = msgp.AppendString(rec, "ctl")
+	rec = msgp.AppendString(rec, "\x01<>&\u2028")
+
+	f := start(t, defaultCfg(), wal.Options{})
+	c := f.dial()
+	c.Write(messageMode("t", eventTime(time.Now()), rec, options("x")))
+	readAck(t, c)
+	got := string(f.waitRecords(1)[0].Body)
+	want := `{"z":"first key\t\"quoted\"\n","a":"AAEC/w==","42":true,"nan":null,"inf":null,"f":1.5,"bad":"a` + "\ufffd" + `b` + "\ufffd" +
+		`","k8s":{"pod":"web-1"},"list":[null,18446744073709551615,-7],"when":"2026-01-02T03:04:05.000000006Z","ctl":"\u0001<>&` + "\u2028" + `"}`
+	if got != want {
+		t.Fatalf("body\n got %s\nwant %s", got, want)
+	}
+	if n := testutil.ToFloat64(f.metrics.InvalidUTF8.WithLabelValues("forward")); n != 1 {
+		t.Fatalf("invalid UTF-8 records counted %v, want 1", n)
+	}
+}
+
+func TestChunkDedup(t *testing.T) {
+	f := start(t, defaultCfg(), wal.Options{})
+	msg := forwardMode("a", [][]byte{entry(eventTime(time.Now()), record("x", 1)), entry(eventTime(time.Now()), record("x", 2))}, options("same-chunk"))
+	for i := 0; i < 3; i++ { // the client resends after a lost ack, on new connections
+		c := f.dial()
+		c.Write(msg)
+		if id := readAck(t, c); id != "same-chunk" {
+			t.Fatalf("ack %q", id)
+		}
+		c.Close()
+	}
+	f.waitRecords(2)
+	if n := testutil.ToFloat64(f.metrics.Deduplicated.WithLabelValues("forward")); n != 4 {
+		t.Fatalf("deduplicated records %v, want 4", n)
+	}
+}
+
+func TestUnroutedAcknowledgedNotStored(t *testing.T) {
+	f := start(t, defaultCfg(), wal.Options{})
+	c := f.dial()
+	c.Write(messageMode("nowhere.x", eventTime(time.Now()), record("a", 1), options("u1")))
+	if readAck(t, c) != "u1" {
+		t.Fatal("no ack")
+	}
+	c.Write(messageMode("app", eventTime(time.Now()), record("a", 2), options("u2")))
+	readAck(t, c)
+	if recs := f.waitRecords(1); recs[0].Tag != "app" {
+		t.Fatalf("stored %+v", recs)
+	}
+	if n := testutil.ToFloat64(f.metrics.Unrouted.WithLabelValues("forward")); n != 1 {
+		t.Fatalf("unrouted %v", n)
+	}
+}
+
+// fluent-logger-golang is an independent client: Message mode, acks and
+// EventTime.
+func TestFluentLoggerGolang(t *testing.T) {
+	f := start(t, defaultCfg(), wal.Options{})
+	host, port, _ := net.SplitHostPort(f.addr())
+	var p int
+	fmt.Sscan(port, &p)
+	logger, err := fluent.New(fluent.Config{FluentHost: host, FluentPort: p, RequestAck: true, SubSecondPrecision: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logger.Close()
+	t0 := time.Date(2026, 11, 30, 9, 0, 0, 987654321, time.UTC)
+	for i := 0; i < 50; i++ {
+		if err := logger.PostWithTime("pod.web", t0, map[string]any{"i": i, "msg": "hello"}); err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+	}
+	recs := f.waitRecords(50)
+	for i, r := range recs {
+		if r.Tag != "pod.web" || r.Time != t0.UnixNano() || !strings.Contains(string(r.Body), fmt.Sprintf(`"i":%d`, i)) {
+			t.Fatalf("record %d: %+v %s", i, r, r.Body)
+		}
+	}
+}

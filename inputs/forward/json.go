@@ -1,0 +1,280 @@
+package forward
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tinylib/msgp/msgp"
+)
+
+// transcoder turns a msgpack record into the compact JSON object the WAL
+// stores, in one pass and without intermediate maps, so key order is the
+// sender's. The rules (DESIGN.md, "Records and their bytes"):
+//   - binary values become base64 strings;
+//   - a map key that is not a string becomes its JSON text, as a string
+//     (1 → "1", true → "true");
+//   - NaN and infinities become null;
+//   - EventTime (ext 0) and msgpack timestamps (ext -1) become RFC 3339
+//     strings with nanoseconds, UTC; other extension values become base64
+//     strings of their data;
+//   - invalid UTF-8 in strings is replaced with U+FFFD and counted.
+type transcoder struct {
+	invalidUTF8 bool // the last record had invalid UTF-8 replaced
+}
+
+var errNotMap = errors.New("record is not a map")
+
+// record appends the JSON of the map at msg to dst and returns the rest.
+func (t *transcoder) record(dst, msg []byte) ([]byte, []byte, error) {
+	t.invalidUTF8 = false
+	if msgp.NextType(msg) != msgp.MapType {
+		return dst, msg, errNotMap
+	}
+	return t.value(dst, msg, 0)
+}
+
+func (t *transcoder) value(dst, msg []byte, depth int) ([]byte, []byte, error) {
+	if depth > maxDepth {
+		return dst, msg, fmt.Errorf("nested deeper than %d levels", maxDepth)
+	}
+	var err error
+	switch msgp.NextType(msg) {
+	case msgp.MapType:
+		var n uint32
+		if n, msg, err = msgp.ReadMapHeaderBytes(msg); err != nil {
+			return dst, msg, err
+		}
+		dst = append(dst, '{')
+		for i := uint32(0); i < n; i++ {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			if dst, msg, err = t.key(dst, msg, depth); err != nil {
+				return dst, msg, err
+			}
+			dst = append(dst, ':')
+			if dst, msg, err = t.value(dst, msg, depth+1); err != nil {
+				return dst, msg, err
+			}
+		}
+		return append(dst, '}'), msg, nil
+	case msgp.ArrayType:
+		var n uint32
+		if n, msg, err = msgp.ReadArrayHeaderBytes(msg); err != nil {
+			return dst, msg, err
+		}
+		dst = append(dst, '[')
+		for i := uint32(0); i < n; i++ {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			if dst, msg, err = t.value(dst, msg, depth+1); err != nil {
+				return dst, msg, err
+			}
+		}
+		return append(dst, ']'), msg, nil
+	case msgp.StrType:
+		var s []byte
+		if s, msg, err = msgp.ReadStringZC(msg); err != nil {
+			return dst, msg, err
+		}
+		return t.str(dst, s), msg, nil
+	case msgp.BinType:
+		var b []byte
+		if b, msg, err = msgp.ReadBytesZC(msg); err != nil {
+			return dst, msg, err
+		}
+		return appendBase64(dst, b), msg, nil
+	case msgp.IntType:
+		var i int64
+		if i, msg, err = msgp.ReadInt64Bytes(msg); err != nil {
+			return dst, msg, err
+		}
+		return strconv.AppendInt(dst, i, 10), msg, nil
+	case msgp.UintType:
+		var u uint64
+		if u, msg, err = msgp.ReadUint64Bytes(msg); err != nil {
+			return dst, msg, err
+		}
+		return strconv.AppendUint(dst, u, 10), msg, nil
+	case msgp.Float32Type, msgp.Float64Type:
+		var f float64
+		if f, msg, err = msgp.ReadFloat64Bytes(msg); err != nil {
+			return dst, msg, err
+		}
+		return appendFloat(dst, f), msg, nil
+	case msgp.BoolType:
+		var b bool
+		if b, msg, err = msgp.ReadBoolBytes(msg); err != nil {
+			return dst, msg, err
+		}
+		return strconv.AppendBool(dst, b), msg, nil
+	case msgp.NilType:
+		if msg, err = msgp.ReadNilBytes(msg); err != nil {
+			return dst, msg, err
+		}
+		return append(dst, "null"...), msg, nil
+	default: // extensions, including the types msgp maps onto them
+		var typ int8
+		var data []byte
+		if typ, data, msg, err = readExt(msg); err != nil {
+			return dst, msg, err
+		}
+		if ts, ok := extTime(typ, data); ok {
+			dst = append(dst, '"')
+			dst = ts.UTC().AppendFormat(dst, time.RFC3339Nano)
+			return append(dst, '"'), msg, nil
+		}
+		return appendBase64(dst, data), msg, nil
+	}
+}
+
+// key appends a map key as a JSON string.
+func (t *transcoder) key(dst, msg []byte, depth int) ([]byte, []byte, error) {
+	if msgp.NextType(msg) == msgp.StrType {
+		s, rest, err := msgp.ReadStringZC(msg)
+		if err != nil {
+			return dst, msg, err
+		}
+		return t.str(dst, s), rest, nil
+	}
+	// Any other key: its JSON text, as a string.
+	start := len(dst)
+	dst, rest, err := t.value(dst, msg, depth+1)
+	if err != nil {
+		return dst, rest, err
+	}
+	text := string(dst[start:])
+	dst = dst[:start]
+	if len(text) > 1 && text[0] == '"' { // a string already (binary, time)
+		return append(dst, text...), rest, nil
+	}
+	return t.str(dst, []byte(text)), rest, nil
+}
+
+func appendFloat(dst []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(dst, "null"...)
+	}
+	return strconv.AppendFloat(dst, f, 'g', -1, 64)
+}
+
+func appendBase64(dst, b []byte) []byte {
+	dst = append(dst, '"')
+	dst = base64.StdEncoding.AppendEncode(dst, b)
+	return append(dst, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// str appends s as a JSON string, escaping what JSON requires and
+// replacing invalid UTF-8 with U+FFFD.
+func (t *transcoder) str(dst, s []byte) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRune(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, "\ufffd"...)
+			t.invalidUTF8 = true
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// readExt reads any msgpack extension: its type and data.
+func readExt(b []byte) (typ int8, data, rest []byte, err error) {
+	if len(b) < 2 {
+		return 0, nil, b, msgp.ErrShortBytes
+	}
+	var n, hdr int
+	switch b[0] {
+	case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8:
+		n, hdr = 1<<(b[0]-0xd4), 2
+	case 0xc7:
+		if len(b) < 3 {
+			return 0, nil, b, msgp.ErrShortBytes
+		}
+		n, hdr = int(b[1]), 3
+	case 0xc8:
+		if len(b) < 4 {
+			return 0, nil, b, msgp.ErrShortBytes
+		}
+		n, hdr = int(binary.BigEndian.Uint16(b[1:])), 4
+	case 0xc9:
+		if len(b) < 6 {
+			return 0, nil, b, msgp.ErrShortBytes
+		}
+		n, hdr = int(binary.BigEndian.Uint32(b[1:])), 6
+	default:
+		return 0, nil, b, fmt.Errorf("unexpected msgpack type 0x%02x", b[0])
+	}
+	if len(b) < hdr+n {
+		return 0, nil, b, msgp.ErrShortBytes
+	}
+	return int8(b[hdr-1]), b[hdr : hdr+n], b[hdr+n:], nil
+}
+
+// extTime decodes Fluent's EventTime (ext 0: uint32 seconds, uint32
+// nanoseconds, big-endian) and the msgpack timestamp (ext -1).
+func extTime(typ int8, d []byte) (time.Time, bool) {
+	switch {
+	case typ == 0 && len(d) == 8:
+		ns := binary.BigEndian.Uint32(d[4:])
+		if ns >= 1e9 {
+			return time.Time{}, false
+		}
+		return time.Unix(int64(binary.BigEndian.Uint32(d[:4])), int64(ns)), true
+	case typ == -1 && len(d) == 4:
+		return time.Unix(int64(binary.BigEndian.Uint32(d)), 0), true
+	case typ == -1 && len(d) == 8:
+		v := binary.BigEndian.Uint64(d)
+		ns := v >> 34
+		if ns >= 1e9 {
+			return time.Time{}, false
+		}
+		return time.Unix(int64(v&(1<<34-1)), int64(ns)), true
+	case typ == -1 && len(d) == 12:
+		ns := binary.BigEndian.Uint32(d[:4])
+		if ns >= 1e9 {
+			return time.Time{}, false
+		}
+		return time.Unix(int64(binary.BigEndian.Uint64(d[4:])), int64(ns)), true
+	}
+	return time.Time{}, false
+}

@@ -1,0 +1,169 @@
+package forward
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/inputs"
+)
+
+// Timeouts of a connection. Variables so that tests can shorten them.
+var (
+	idleTimeout    = 10 * time.Minute // between messages
+	messageTimeout = time.Minute      // from a message's first byte to its last
+	writeTimeout   = 30 * time.Second // for an ack or a handshake reply
+	drainTimeout   = 5 * time.Second  // at shutdown, for connections that are storing
+)
+
+// Server is the forward input: a TCP (or TLS) listener speaking the Fluent
+// forward protocol.
+type Server struct {
+	cfg      config.Forward
+	p        *inputs.Pipeline
+	log      *slog.Logger
+	hostname string
+	tls      *tls.Config
+
+	ln    net.Listener
+	slots chan struct{} // one per allowed connection
+
+	// tune, when set, adjusts each accepted connection (tests shrink its
+	// buffers to play a slow network).
+	tune func(net.Conn)
+
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+	wg    sync.WaitGroup
+}
+
+// New returns a forward input for cfg that stores into p.
+func New(cfg config.Forward, p *inputs.Pipeline, log *slog.Logger) *Server {
+	host, _ := os.Hostname()
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = 1024
+	}
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = 16 << 20
+	}
+	return &Server{cfg: cfg, p: p, log: log.With("input", "forward"), hostname: host,
+		slots: make(chan struct{}, cfg.MaxConnections), conns: map[*conn]struct{}{}}
+}
+
+// Start binds the listener.
+func (s *Server) Start() error {
+	if s.cfg.TLS.Enabled() {
+		cfg, err := serverTLS(s.cfg.TLS)
+		if err != nil {
+			return err
+		}
+		s.tls = cfg
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("forward input: listen on %s: %w", s.cfg.Listen, err)
+	}
+	s.ln = ln
+	return nil
+}
+
+func serverTLS(c config.TLS) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("forward input: load certificate %s and key %s: %w", c.CertFile, c.KeyFile, err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.ClientCAFile != "" {
+		pem, err := os.ReadFile(c.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("forward input: read client CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("forward input: no certificate in client CA file %s", c.ClientCAFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// Addr is the listener's address, once started.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Serve accepts connections until ctx ends. Then it stops accepting,
+// closes idle connections, lets connections that are storing a message
+// finish and ack it (for up to a few seconds), and returns.
+func (s *Server) Serve(ctx context.Context) error {
+	s.log.Info("listening", "address", s.ln.Addr().String(), "tls", s.tls != nil, "handshake", s.cfg.SharedKey != "")
+	storeCtx, cancelStores := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelStores()
+	go func() {
+		<-ctx.Done()
+		s.ln.Close()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.closeIfIdle()
+		}
+		s.mu.Unlock()
+	}()
+	var acceptErr error
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if ctx.Err() == nil {
+				acceptErr = fmt.Errorf("forward input: accept: %w", err)
+			}
+			break
+		}
+		select {
+		case s.slots <- struct{}{}:
+		default:
+			s.p.Metrics.Rejected.WithLabelValues("forward", "too_many_connections").Inc()
+			s.log.Debug("connection refused: max_connections reached", "remote", nc.RemoteAddr().String(), "max_connections", s.cfg.MaxConnections)
+			nc.Close()
+			continue
+		}
+		c := s.newConn(nc)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-s.slots }()
+			c.serve(storeCtx)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(drainTimeout):
+		cancelStores()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.nc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+	}
+	return acceptErr
+}
+
+func (s *Server) track(c *conn, open bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if open {
+		s.conns[c] = struct{}{}
+	} else {
+		delete(s.conns, c)
+	}
+	s.p.Metrics.Connections.WithLabelValues("forward").Set(float64(len(s.conns)))
+}
+
+var errClosing = errors.New("server closing")
