@@ -1,0 +1,293 @@
+// Package template renders the names and keys of sinks from records:
+// CloudWatch log group and stream names, S3 object keys.
+//
+//	${tag}                 the record's tag
+//	${tag[N]}              part N (0-based) of the tag split on "."
+//	${record.a.b}          field a.b of the record (a string as is, anything else as its JSON)
+//	${record.a.b|default}  the same, or default when the field is missing or empty
+//	${hostname}            this machine's host name
+//	${seq}                 (S3 keys) the object's first sequence number, 20 digits
+//	${uuid}                (S3 keys) a random UUID: gives up exactly-once keys
+//	%Y %m %d %H %M %S      the record's event time, UTC
+//	$$                     a literal $  (and %% a literal %)
+//
+// A missing field without a default, or a tag part that does not exist,
+// renders the caller's fallback and is reported, so that it can be counted.
+package template
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options say what a template may use.
+type Options struct {
+	AllowSeq bool   // ${seq} and ${uuid} (S3 keys)
+	Hostname string // what ${hostname} renders
+}
+
+// Data is what a template renders from.
+type Data struct {
+	Tag  string
+	Body []byte // the record's JSON object
+	Time time.Time
+	Seq  uint64
+	// SeqText, when set, is rendered for ${seq} instead of Seq; UUID is
+	// rendered for ${uuid}.
+	SeqText string
+	UUID    string
+}
+
+type kind int
+
+const (
+	literal kind = iota
+	tagAll
+	tagPart
+	field
+	seq
+	uuid
+	timeFmt
+)
+
+type part struct {
+	kind  kind
+	text  string   // literal text; the default of a field
+	hasDf bool     // field has a |default
+	path  []string // field path
+	n     int      // tag part index
+	verb  byte     // strftime verb
+}
+
+// Template is a parsed template, safe for concurrent use.
+type Template struct {
+	src    string
+	parts  []part
+	finest time.Duration
+	seq    bool
+	uuid   bool
+	static bool
+}
+
+// Parse parses s. Errors name the position and what is wrong.
+func Parse(s string, opts Options) (*Template, error) {
+	t := &Template{src: s, static: true}
+	var lit strings.Builder
+	flush := func() {
+		if lit.Len() > 0 {
+			t.parts = append(t.parts, part{kind: literal, text: lit.String()})
+			lit.Reset()
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '$' && i+1 < len(s) && s[i+1] == '$':
+			lit.WriteByte('$')
+			i++
+		case c == '$' && i+1 < len(s) && s[i+1] == '{':
+			end := strings.IndexByte(s[i:], '}')
+			if end < 0 {
+				return nil, fmt.Errorf("unclosed ${ at column %d", i+1)
+			}
+			expr := s[i+2 : i+end]
+			p, err := parseExpr(expr, opts)
+			if err != nil {
+				return nil, fmt.Errorf("${%s} at column %d: %w", expr, i+1, err)
+			}
+			flush()
+			t.parts = append(t.parts, p)
+			switch p.kind {
+			case seq:
+				t.seq = true
+			case uuid:
+				t.uuid = true
+			}
+			if p.kind == field || p.kind == seq || p.kind == uuid || p.kind == tagAll || p.kind == tagPart {
+				t.static = false
+			}
+			if p.kind == literal { // ${hostname}
+				lit.WriteString(p.text)
+				t.parts = t.parts[:len(t.parts)-1]
+			}
+			i += end
+		case c == '$':
+			return nil, fmt.Errorf("a lone $ at column %d: write $$ for a literal $", i+1)
+		case c == '%' && i+1 < len(s):
+			v := s[i+1]
+			unit, ok := strftimeUnits[v]
+			if v == '%' {
+				lit.WriteByte('%')
+				i++
+				continue
+			}
+			if !ok {
+				return nil, fmt.Errorf("%%%c at column %d: only %%Y %%m %%d %%H %%M %%S are supported", v, i+1)
+			}
+			flush()
+			t.parts = append(t.parts, part{kind: timeFmt, verb: v})
+			if t.finest == 0 || unit < t.finest {
+				t.finest = unit
+			}
+			t.static = false
+			i++
+		default:
+			lit.WriteByte(c)
+		}
+	}
+	flush()
+	return t, nil
+}
+
+var strftimeUnits = map[byte]time.Duration{
+	'Y': 365 * 24 * time.Hour, 'm': 28 * 24 * time.Hour, 'd': 24 * time.Hour,
+	'H': time.Hour, 'M': time.Minute, 'S': time.Second,
+}
+
+func parseExpr(expr string, opts Options) (part, error) {
+	switch {
+	case expr == "tag":
+		return part{kind: tagAll}, nil
+	case strings.HasPrefix(expr, "tag[") && strings.HasSuffix(expr, "]"):
+		n, err := strconv.Atoi(expr[4 : len(expr)-1])
+		if err != nil || n < 0 {
+			return part{}, fmt.Errorf("tag part must be a number from 0")
+		}
+		return part{kind: tagPart, n: n}, nil
+	case expr == "hostname":
+		return part{kind: literal, text: opts.Hostname}, nil
+	case expr == "seq" || expr == "uuid":
+		if !opts.AllowSeq {
+			return part{}, fmt.Errorf("only S3 keys may use ${%s}", expr)
+		}
+		if expr == "seq" {
+			return part{kind: seq}, nil
+		}
+		return part{kind: uuid}, nil
+	case strings.HasPrefix(expr, "record."):
+		p := part{kind: field}
+		path := expr[len("record."):]
+		if i := strings.IndexByte(path, '|'); i >= 0 {
+			p.text, p.hasDf, path = path[i+1:], true, path[:i]
+		}
+		p.path = strings.Split(path, ".")
+		for _, k := range p.path {
+			if k == "" {
+				return part{}, fmt.Errorf("empty field name in %q", path)
+			}
+		}
+		return p, nil
+	case strings.HasPrefix(expr, "env."):
+		return part{}, fmt.Errorf("${env.NAME} is expanded when the configuration is loaded; here it is not set")
+	}
+	return part{}, fmt.Errorf("unknown placeholder: use tag, tag[N], record.FIELD, hostname, seq, uuid")
+}
+
+// String is the template's source.
+func (t *Template) String() string { return t.src }
+
+// UsesSeq and UsesUUID report whether the template has ${seq} or ${uuid}.
+func (t *Template) UsesSeq() bool  { return t.seq }
+func (t *Template) UsesUUID() bool { return t.uuid }
+
+// Static reports whether every record renders the same text.
+func (t *Template) Static() bool { return t.static }
+
+// Finest is the smallest strftime unit the template uses (time.Hour for
+// %H), or 0 when it uses none: a time bucket closes after it.
+func (t *Template) Finest() time.Duration { return t.finest }
+
+// Render renders d. missing reports that a field or tag part was missing
+// and fallback was rendered in its place.
+func (t *Template) Render(d *Data, fallback string) (string, bool) {
+	b, missing := t.Append(make([]byte, 0, len(t.src)+32), d, fallback)
+	return string(b), missing
+}
+
+// Append renders d to dst.
+func (t *Template) Append(dst []byte, d *Data, fallback string) ([]byte, bool) {
+	missing := false
+	for i := range t.parts {
+		p := &t.parts[i]
+		switch p.kind {
+		case literal:
+			dst = append(dst, p.text...)
+		case tagAll:
+			dst = append(dst, d.Tag...)
+		case tagPart:
+			if s, ok := tagN(d.Tag, p.n); ok {
+				dst = append(dst, s...)
+			} else {
+				dst, missing = append(dst, fallback...), true
+			}
+		case field:
+			v, ok := Lookup(d.Body, p.path)
+			switch {
+			case ok && len(v) > 0:
+				dst = append(dst, v...)
+			case p.hasDf:
+				dst = append(dst, p.text...)
+			default:
+				dst, missing = append(dst, fallback...), true
+			}
+		case seq:
+			if d.SeqText != "" {
+				dst = append(dst, d.SeqText...)
+			} else {
+				dst = appendSeq(dst, d.Seq)
+			}
+		case uuid:
+			dst = append(dst, d.UUID...)
+		case timeFmt:
+			dst = appendTime(dst, d.Time.UTC(), p.verb)
+		}
+	}
+	return dst, missing
+}
+
+func tagN(tag string, n int) (string, bool) {
+	for i := 0; ; i++ {
+		j := strings.IndexByte(tag, '.')
+		if i == n {
+			if j >= 0 {
+				tag = tag[:j]
+			}
+			return tag, tag != ""
+		}
+		if j < 0 {
+			return "", false
+		}
+		tag = tag[j+1:]
+	}
+}
+
+// appendSeq appends seq as 20 zero-padded digits, so keys sort by it.
+func appendSeq(dst []byte, seq uint64) []byte {
+	var b [20]byte
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = byte('0' + seq%10)
+		seq /= 10
+	}
+	return append(dst, b[:]...)
+}
+
+func appendTime(dst []byte, t time.Time, verb byte) []byte {
+	two := func(n int) []byte { return append(dst, byte('0'+n/10), byte('0'+n%10)) }
+	switch verb {
+	case 'Y':
+		return strconv.AppendInt(dst, int64(t.Year()), 10)
+	case 'm':
+		return two(int(t.Month()))
+	case 'd':
+		return two(t.Day())
+	case 'H':
+		return two(t.Hour())
+	case 'M':
+		return two(t.Minute())
+	case 'S':
+		return two(t.Second())
+	}
+	return dst
+}

@@ -1,0 +1,105 @@
+package template
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRender(t *testing.T) {
+	body := []byte(`{"log":"x","kubernetes":{"namespace_name":"shop","pod_name":"web-1","labels":{"app":"web"},"n":3,"empty":"","nil":null},"esc\"key":"q\u00e9","s":"a\"b"}`)
+	d := &Data{Tag: "pod.shop.web", Body: body, Time: time.Date(2026, 11, 30, 8, 5, 9, 0, time.FixedZone("x", 3600)), Seq: 42, UUID: "u-u-i-d"}
+	tests := []struct {
+		tmpl, want string
+		missing    bool
+	}{
+		{"/eks/${record.kubernetes.namespace_name}", "/eks/shop", false},
+		{"${record.kubernetes.pod_name|unknown}-${hostname}", "web-1-host1", false},
+		{"${record.kubernetes.container|c0}", "c0", false},
+		{"${record.kubernetes.empty|d}", "d", false},
+		{"${record.kubernetes.nil|d}", "d", false},
+		{"${record.kubernetes.missing}", "FB", true},
+		{"${record.kubernetes.n}", "3", false},
+		{"${record.kubernetes.labels}", `{"app":"web"}`, false},
+		{`${record.esc"key}`, "qé", false},
+		{"${record.s}", `a"b`, false},
+		{"${tag}/${tag[0]}/${tag[2]}", "pod.shop.web/pod/web", false},
+		{"${tag[5]}", "FB", true},
+		{"logs/${tag}/%Y/%m/%d/%H/%M/%S/${hostname}-${seq}.json.gz", "logs/pod.shop.web/2026/11/30/07/05/09/host1-00000000000000000042.json.gz", false},
+		{"a$$b%%c-${uuid}", "a$b%c-u-u-i-d", false},
+	}
+	for _, tt := range tests {
+		tp, err := Parse(tt.tmpl, Options{AllowSeq: true, Hostname: "host1"})
+		if err != nil {
+			t.Fatalf("parse %q: %v", tt.tmpl, err)
+		}
+		got, missing := tp.Render(d, "FB")
+		if got != tt.want || missing != tt.missing {
+			t.Errorf("%q: got %q (missing %v), want %q (missing %v)", tt.tmpl, got, missing, tt.want, tt.missing)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := map[string]string{
+		"${seq}":         "only S3 keys may use ${seq}",
+		"${nope}":        "unknown placeholder",
+		"${record.}":     "empty field name",
+		"${tag[x]}":      "tag part must be a number",
+		"${tag":          "unclosed ${ at column 1",
+		"a$b":            "a lone $ at column 2",
+		"%Y-%j":          "%j at column 4",
+		"${env.HOME}":    "expanded when the configuration is loaded",
+		"x/${record.a.}": "empty field name",
+	}
+	for tmpl, want := range tests {
+		_, err := Parse(tmpl, Options{})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v, want an error containing %q", tmpl, err, want)
+		}
+	}
+}
+
+func TestProperties(t *testing.T) {
+	tp, _ := Parse("logs/${tag}/%Y/%m/%d/%H/${seq}", Options{AllowSeq: true})
+	if !tp.UsesSeq() || tp.UsesUUID() || tp.Finest() != time.Hour || tp.Static() {
+		t.Fatalf("seq %v uuid %v finest %v static %v", tp.UsesSeq(), tp.UsesUUID(), tp.Finest(), tp.Static())
+	}
+	st, _ := Parse("/fixed/${hostname}", Options{Hostname: "h"})
+	if !st.Static() || st.Finest() != 0 {
+		t.Fatal("a template of literals and ${hostname} is static")
+	}
+	d := &Data{Tag: "t", SeqText: "<SEQ>", Seq: 9}
+	if got, _ := tp.Render(d, ""); !strings.HasSuffix(got, "/<SEQ>") {
+		t.Fatalf("SeqText not used: %q", got)
+	}
+}
+
+func TestLookupOddInput(t *testing.T) {
+	for _, body := range []string{``, `[]`, `{`, `{"a"`, `{"a":`, `{"a":{"b":`, `"str"`, `{"a":1,}`, `{"a":"\`} {
+		if v, ok := Lookup([]byte(body), []string{"a", "b"}); ok {
+			t.Errorf("Lookup(%q) = %q, true", body, v)
+		}
+	}
+	if v, ok := Lookup([]byte(` { "a" : { "b" : [1, {"c":"}"}] } } `), []string{"a", "b"}); !ok || string(v) != `[1, {"c":"}"}]` {
+		t.Errorf("nested array: %q %v", v, ok)
+	}
+}
+
+func FuzzLookup(f *testing.F) {
+	f.Add([]byte(`{"a":{"b":"c"}}`), "a", "b")
+	f.Add([]byte(`{"a":[{"b":1}],"b":"x\"y"}`), "b", "")
+	f.Fuzz(func(t *testing.T, body []byte, k1, k2 string) {
+		Lookup(body, []string{k1, k2}) // must not panic
+	})
+}
+
+func BenchmarkRenderStream(b *testing.B) {
+	body := []byte(`{"log":"2026-11-30T08:00:00Z INFO handled request path=/api/v1/items status=200","stream":"stdout","kubernetes":{"namespace_name":"shop","pod_name":"web-7d9f8b6c4-00012","container_name":"app"}}`)
+	tp, _ := Parse("${record.kubernetes.pod_name|unknown}-${hostname}", Options{Hostname: "ip-10-0-1-2"})
+	d := &Data{Tag: "pod.shop", Body: body}
+	var dst []byte
+	for i := 0; i < b.N; i++ {
+		dst, _ = tp.Append(dst[:0], d, "unknown")
+	}
+}
