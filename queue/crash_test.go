@@ -192,7 +192,7 @@ func TestCrashRestartDeliversAndDuplicatesOnlyInFlight(t *testing.T) {
 		}
 	}
 	t.Logf("%d kills, %d records, %d re-sent after restarts (bound %d)", runs, last, total, runs*10*crashMaxRecs)
-	if last < uint64(runs)*1000 {
+	if last < uint64(runs)*100 {
 		t.Fatalf("only %d records in %d runs: the child hardly ran", last, runs)
 	}
 }

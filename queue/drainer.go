@@ -74,6 +74,7 @@ type Drainer struct {
 	st   *sinkState
 
 	delivered, batches, skipped, evicted prometheus.Counter
+	earlyCuts                            prometheus.Counter
 	lagRecords, lagSeconds, inflight     prometheus.Gauge
 	paused, buffered                     prometheus.Gauge
 	sendDuration                         prometheus.Observer
@@ -119,12 +120,13 @@ func New(w *wal.WAL, name string, sink sinks.Sink, opts Options) *Drainer {
 	return &Drainer{
 		w: w, name: name, sink: sink, lim: lim, opts: opts,
 		log: opts.Logger.With("sink", name),
-		st:  &sinkState{w: w, name: name},
+		st:  &sinkState{w: w, name: name, match: opts.Match},
 
 		delivered:    m.Delivered.WithLabelValues(name),
 		batches:      m.Batches.WithLabelValues(name),
 		skipped:      m.Skipped.WithLabelValues(name),
 		evicted:      m.Evicted.WithLabelValues(name),
+		earlyCuts:    m.EarlyCuts.WithLabelValues(name),
 		lagRecords:   m.LagRecords.WithLabelValues(name),
 		lagSeconds:   m.LagSeconds.WithLabelValues(name),
 		inflight:     m.InFlight.WithLabelValues(name),
@@ -197,6 +199,7 @@ type loop struct {
 	due      dueHeap
 	marks    map[string]uint64 // delivered marks committed ahead of the cursor
 	buffered int
+	open     int // partitions with queued records
 	inflight int // partitions sending or committing
 	limit    int // partitions allowed in flight: lowered on throttling, raised on success
 
@@ -394,6 +397,27 @@ func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 	if !p.busy && len(p.batch) == 0 {
 		l.scheduleQueue(p, now)
 	}
+	if len(p.queue) == 1 {
+		l.open++
+		if l.lim.MaxOpen > 0 && l.open > l.lim.MaxOpen {
+			l.cutOldest(now)
+		}
+	}
+}
+
+// cutOldest makes the partition whose queued records waited longest due
+// now, to keep the open partitions within Limits.MaxOpen.
+func (l *loop) cutOldest(now time.Time) {
+	var oldest *partition
+	for _, p := range l.parts {
+		if len(p.queue) > 0 && !p.busy && len(p.batch) == 0 && p.dueAt.After(now) && (oldest == nil || p.since.Before(oldest.since)) {
+			oldest = p
+		}
+	}
+	if oldest != nil {
+		l.due.schedule(oldest, now)
+		l.d.earlyCuts.Inc()
+	}
 }
 
 // scheduleQueue makes p due when its queue holds a full batch, or when
@@ -449,6 +473,9 @@ func (l *loop) cut(p *partition) []sinks.Record {
 	copy(batch, p.queue[:n])
 	clear(p.queue[:n]) // let the bodies go when the batch does
 	p.queue = p.queue[n:]
+	if len(p.queue) == 0 {
+		l.open--
+	}
 	p.size -= size
 	mem := 0
 	for _, r := range batch {
@@ -629,6 +656,9 @@ func (l *loop) dropForced() {
 		}
 		n := len(p.queue)
 		p.queue = dropUpTo(p.queue, pos)
+		if n > 0 && len(p.queue) == 0 {
+			l.open--
+		}
 		if len(p.queue) != n {
 			p.size, p.mem = 0, 0
 			for i := range p.queue {
@@ -702,6 +732,7 @@ func (l *loop) spill(now time.Time) bool {
 		p.spillFrom = p.queue[0].Seq
 		l.buffered -= p.mem
 		p.queue, p.size, p.mem = nil, 0, 0
+		l.open--
 		freed = true
 	}
 	return freed

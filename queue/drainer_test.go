@@ -448,3 +448,31 @@ func TestDropOldestDropsExactlyWhatItCounts(t *testing.T) {
 		}
 	})
 }
+
+// TestMaxOpenCutsOldestEarly: with more partitions waiting than the sink
+// allows open, the ones that waited longest are sent before their age.
+func TestMaxOpenCutsOldestEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 1000, MaxBytes: 1 << 20, MaxAge: time.Hour, Concurrency: 2, MaxOpen: 3})
+		m := NewMetrics(nil)
+		r := start(w, "s", s, Options{Metrics: m})
+		last := appendN(t, w, 10, tagsOf(10), 10) // ten partitions, one record each
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		got, _, _ := s.snapshot()
+		if len(got) < 7 {
+			t.Fatalf("%d of 10 partitions sent within a minute, want all but the 3 allowed open", len(got))
+		}
+		if n := testutil.ToFloat64(m.EarlyCuts.WithLabelValues("s")); n < 7 {
+			t.Fatalf("%v early cuts counted", n)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d, want %d", pos, last)
+		}
+		r.stop(t)
+	})
+}

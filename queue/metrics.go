@@ -11,6 +11,7 @@ type Metrics struct {
 	DeadLetters  *prometheus.CounterVec   // records dead-lettered, by reason
 	Evicted      *prometheus.CounterVec   // dead letters removed to keep the bound
 	Skipped      *prometheus.CounterVec   // records skipped after a restart: their partition had delivered them
+	EarlyCuts    *prometheus.CounterVec   // batches sent before they were full or old, to keep open partitions within the sink's bound
 	LagRecords   *prometheus.GaugeVec     // records in the WAL the sink has not passed
 	LagSeconds   *prometheus.GaugeVec     // age (event time) of the oldest record the sink has not passed
 	InFlight     *prometheus.GaugeVec     // partitions with a batch in flight
@@ -35,6 +36,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Oldest dead letters removed to keep the per-sink bound."}, sink),
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_skipped_delivered_records_total",
 			Help: "Records skipped after a restart because their partition had already delivered them."}, sink),
+		EarlyCuts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_early_cuts_total",
+			Help: "Batches (S3 objects) sent before they were full or old, to keep the open ones within the sink's bound (max_open_objects)."}, sink),
 		LagRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_lag_records",
 			Help: "Records in the WAL that the sink has not passed yet."}, sink),
 		LagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_lag_seconds",
@@ -49,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Duration of one batch send, failed or not.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, sink),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Delivered, m.Batches, m.Retries, m.DeadLetters, m.Evicted, m.Skipped, m.LagRecords,
+		reg.MustRegister(m.Delivered, m.Batches, m.Retries, m.DeadLetters, m.Evicted, m.Skipped, m.EarlyCuts, m.LagRecords,
 			m.LagSeconds, m.InFlight, m.Paused, m.Buffered, m.SendDuration)
 	}
 	return m

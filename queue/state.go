@@ -40,8 +40,9 @@ func u64(v uint64) []byte {
 // sinkState is the sinks.State a sink gets: its keys, under prefixState,
 // in its sink's bucket of the WAL.
 type sinkState struct {
-	w    *wal.WAL
-	name string
+	w     *wal.WAL
+	name  string
+	match func(tag string) bool // nil: every tag
 }
 
 var _ sinks.State = (*sinkState)(nil)
@@ -68,7 +69,16 @@ func (s *sinkState) Delete(ctx context.Context, key []byte) error {
 
 func (s *sinkState) ReadRange(first, last uint64) ([]sinks.Record, error) {
 	recs, err := s.w.ReadRange(first, last)
-	return toSinkRecords(recs), err
+	if err != nil {
+		return nil, err
+	}
+	kept := recs[:0]
+	for _, r := range recs {
+		if s.match == nil || s.match(r.Tag) {
+			kept = append(kept, r)
+		}
+	}
+	return toSinkRecords(kept), nil
 }
 
 func (s *sinkState) Delivered(ctx context.Context, partition string, last uint64, deleteKeys [][]byte) error {

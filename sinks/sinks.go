@@ -29,6 +29,10 @@ type Limits struct {
 	// Concurrency is how many partitions may have a batch in flight at
 	// once. Within one partition there is never more than one.
 	Concurrency int
+	// MaxOpen bounds the partitions with records waiting for a batch (S3's
+	// open objects): beyond it, the partition that waited longest is sent
+	// early. 0: no bound.
+	MaxOpen int
 }
 
 // Sink is a destination. Its methods must be safe for concurrent use; the
@@ -84,8 +88,9 @@ type State interface {
 	Put(ctx context.Context, key, value []byte) error
 	Delete(ctx context.Context, key []byte) error
 	// ReadRange returns the records from first to last inclusive that are
-	// still in the WAL, of every partition: a sink rebuilding a batch after
-	// a restart filters them with its own Partition.
+	// still in the WAL and that this sink takes (its match globs), of every
+	// partition: a sink rebuilding a batch after a restart keeps those its
+	// Partition puts in the batch's partition.
 	ReadRange(first, last uint64) ([]Record, error)
 	// Delivered records, durably, that partition has delivered every record
 	// up to last, and deletes keys of the sink's state in the same
