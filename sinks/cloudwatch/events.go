@@ -1,0 +1,110 @@
+package cloudwatch
+
+import (
+	"fmt"
+	"sort"
+	"time"
+	"unicode/utf8"
+
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/template"
+)
+
+// CloudWatch Logs limits of one PutLogEvents call.
+const (
+	maxEvents      = 10000
+	maxBatchBytes  = 1048576
+	eventOverhead  = 26
+	maxMessage     = maxBatchBytes - eventOverhead // 1,048,550
+	maxSpan        = 24 * time.Hour
+	maxAge         = 14 * 24 * time.Hour
+	maxFuture      = 2 * time.Hour
+	partPrefixSize = len("[part 9999/9999] ")
+)
+
+// event is one log event and the record it came from.
+type event struct {
+	ts  int64 // milliseconds
+	msg string
+	seq uint64
+}
+
+// message returns what a record ships as: its body, or the message_key field.
+func (s *Sink) message(r *sinks.Record) string {
+	if s.messageKey != nil {
+		if v, ok := template.Lookup(r.Body, s.messageKey); ok && len(v) > 0 {
+			return string(v)
+		}
+	}
+	return string(r.Body)
+}
+
+// events turns a batch into events, sorted by time, and the records that
+// are too old or too new to send.
+func (s *Sink) events(recs []sinks.Record, now time.Time) ([]event, []sinks.Rejection) {
+	var evs []event
+	var rejected []sinks.Rejection
+	oldest := now.Add(-maxAge).UnixMilli()
+	newest := now.Add(maxFuture).UnixMilli()
+	for i := range recs {
+		r := &recs[i]
+		ts := r.Time / int64(time.Millisecond)
+		switch {
+		case ts < oldest:
+			rejected = append(rejected, sinks.Rejection{Seq: r.Seq, Reason: "too_old"})
+			continue
+		case ts > newest:
+			rejected = append(rejected, sinks.Rejection{Seq: r.Seq, Reason: "too_new"})
+			continue
+		}
+		msg := s.message(r)
+		if !utf8.ValidString(msg) { // bodies are valid; a message_key value may not be after unescaping
+			msg = string([]rune(msg))
+		}
+		for _, part := range split(msg) {
+			evs = append(evs, event{ts: ts, msg: part, seq: r.Seq})
+		}
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].ts < evs[j].ts })
+	return evs, rejected
+}
+
+// split cuts a message longer than one event can hold into numbered parts.
+func split(msg string) []string {
+	if len(msg) <= maxMessage {
+		return []string{msg}
+	}
+	chunk := maxMessage - partPrefixSize
+	var chunks []string
+	for len(msg) > 0 {
+		n := min(chunk, len(msg))
+		for n < len(msg) && n > 0 && !utf8.RuneStart(msg[n]) {
+			n--
+		}
+		chunks = append(chunks, msg[:n])
+		msg = msg[n:]
+	}
+	parts := make([]string, len(chunks))
+	for i, c := range chunks {
+		parts[i] = fmt.Sprintf("[part %d/%d] %s", i+1, len(chunks), c)
+	}
+	return parts
+}
+
+// calls cuts sorted events into PutLogEvents calls within AWS's limits.
+func calls(evs []event) [][]event {
+	var out [][]event
+	start, size := 0, 0
+	for i, e := range evs {
+		sz := len(e.msg) + eventOverhead
+		if i > start && (i-start >= maxEvents || size+sz > maxBatchBytes || time.Duration(e.ts-evs[start].ts)*time.Millisecond > maxSpan) {
+			out = append(out, evs[start:i])
+			start, size = i, 0
+		}
+		size += sz
+	}
+	if start < len(evs) {
+		out = append(out, evs[start:])
+	}
+	return out
+}

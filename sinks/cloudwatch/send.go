@@ -1,0 +1,230 @@
+package cloudwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// Send delivers one stream's batch: one PutLogEvents at a time, in order.
+func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {
+	group, stream := splitPartition(b.Partition)
+	evs, rejected := s.events(b.Records, s.now())
+	var out sinks.Outcome
+	out.Rejected = rejected
+	for _, call := range calls(evs) {
+		rj, err := s.put(ctx, group, stream, call)
+		if err != nil {
+			var e *sinks.Error
+			if errors.As(err, &e) && e.Class == sinks.RecordPermanent {
+				for _, ev := range call { // this call's records are refused for good
+					rj = append(rj, sinks.Rejection{Seq: ev.seq, Reason: e.Reason})
+				}
+			} else {
+				return sinks.Outcome{}, err
+			}
+		}
+		out.Rejected = append(out.Rejected, rj...)
+	}
+	out.Rejected = dedupRejections(out.Rejected)
+	return out, nil
+}
+
+// put sends one call, creating the group and stream when they are missing
+// and following a legacy service's sequence token.
+func (s *Sink) put(ctx context.Context, group, stream string, evs []event) ([]sinks.Rejection, error) {
+	key := group + "\x00" + stream
+	in := &cloudwatchlogs.PutLogEventsInput{
+		LogGroupName:  aws.String(group),
+		LogStreamName: aws.String(stream),
+		LogEvents:     make([]types.InputLogEvent, len(evs)),
+	}
+	for i, e := range evs {
+		in.LogEvents[i] = types.InputLogEvent{Timestamp: aws.Int64(e.ts), Message: aws.String(e.msg)}
+	}
+	created := false
+	for attempt := 0; ; attempt++ {
+		if tok, ok := s.tokens.get(key); ok && tok != "" {
+			in.SequenceToken = aws.String(tok)
+		} else {
+			in.SequenceToken = nil
+		}
+		res, err := s.api.PutLogEvents(ctx, in)
+		if err == nil {
+			s.m.puts.Inc()
+			s.known.put(key, "")
+			s.tokens.put(key, aws.ToString(res.NextSequenceToken))
+			rj := rejections(res.RejectedLogEventsInfo, evs)
+			s.m.events.Add(float64(len(evs) - len(rj)))
+			return rj, nil
+		}
+		var bad *types.InvalidSequenceTokenException
+		var dup *types.DataAlreadyAcceptedException
+		var missing *types.ResourceNotFoundException
+		switch {
+		case errors.As(err, &bad) && attempt < 5:
+			// A service that still uses sequence tokens: take the one it expects.
+			s.m.tokenRetries.Inc()
+			s.tokens.put(key, aws.ToString(bad.ExpectedSequenceToken))
+			s.log.Debug("sequence token refused; sending again with the expected one", "group", group, "stream", stream)
+			continue
+		case errors.As(err, &dup):
+			// This very batch was accepted before (a resend after a lost answer).
+			s.tokens.put(key, aws.ToString(dup.ExpectedSequenceToken))
+			s.m.puts.Inc()
+			return nil, nil
+		case errors.As(err, &missing) && !created:
+			s.known.delete(key)
+			s.tokens.delete(key)
+			if err := s.create(ctx, group, stream); err != nil {
+				return nil, err
+			}
+			created = true
+			continue
+		}
+		return nil, classify(err, group, stream)
+	}
+}
+
+// create makes the group (when the sink may and it is not known to exist)
+// and the stream.
+func (s *Sink) create(ctx context.Context, group, stream string) error {
+	groupKey := "\x00group\x00" + group
+	if _, known := s.known.get(groupKey); s.cfg.CreateGroup && !known {
+		if err := s.createGroup(ctx, group); err != nil {
+			return classify(err, group, stream)
+		}
+		s.known.put(groupKey, "")
+	}
+	if !s.cfg.CreateStream {
+		return sinks.NewSinkPermanent("ResourceNotFoundException", fmt.Errorf(
+			"log stream %q of group %q does not exist and create_stream is false: create it or set create_stream: true in sink %q", stream, group, s.name))
+	}
+	_, err := s.api.CreateLogStream(ctx, &cloudwatchlogs.CreateLogStreamInput{LogGroupName: aws.String(group), LogStreamName: aws.String(stream)})
+	var exists *types.ResourceAlreadyExistsException
+	var missing *types.ResourceNotFoundException
+	switch {
+	case err == nil:
+		s.m.created.Inc()
+		return nil
+	case errors.As(err, &exists):
+		return nil
+	case errors.As(err, &missing) && s.cfg.CreateGroup:
+		s.known.delete(groupKey) // deleted behind our back: create it on the next try
+		return sinks.NewRetryable("ResourceNotFoundException", fmt.Errorf("log group %q vanished: %w", group, err))
+	case errors.As(err, &missing):
+		return sinks.NewSinkPermanent("ResourceNotFoundException", fmt.Errorf(
+			"log group %q does not exist and create_group is false: create the group or set create_group: true in sink %q", group, s.name))
+	}
+	return classify(err, group, stream)
+}
+
+func (s *Sink) createGroup(ctx context.Context, group string) error {
+	in := &cloudwatchlogs.CreateLogGroupInput{LogGroupName: aws.String(group)}
+	if s.cfg.LogGroupClass != "" {
+		in.LogGroupClass = types.LogGroupClass(s.cfg.LogGroupClass)
+	}
+	if s.cfg.KMSKeyID != "" {
+		in.KmsKeyId = aws.String(s.cfg.KMSKeyID)
+	}
+	if len(s.cfg.Tags) > 0 {
+		in.Tags = s.cfg.Tags
+	}
+	_, err := s.api.CreateLogGroup(ctx, in)
+	var exists *types.ResourceAlreadyExistsException
+	switch {
+	case errors.As(err, &exists):
+		return nil // someone else made it; its settings are theirs
+	case err != nil:
+		return err
+	}
+	s.m.created.Inc()
+	s.log.Info("created log group", "sink", s.name, "group", group, "retention_days", s.cfg.RetentionDays, "class", s.cfg.LogGroupClass)
+	if s.cfg.RetentionDays > 0 {
+		_, err = s.api.PutRetentionPolicy(ctx, &cloudwatchlogs.PutRetentionPolicyInput{
+			LogGroupName: aws.String(group), RetentionInDays: aws.Int32(int32(s.cfg.RetentionDays))})
+	}
+	return err
+}
+
+// rejections maps rejectedLogEventsInfo back to records.
+func rejections(info *types.RejectedLogEventsInfo, evs []event) []sinks.Rejection {
+	if info == nil {
+		return nil
+	}
+	var out []sinks.Rejection
+	add := func(from, to int, reason string) {
+		for i := max(from, 0); i < min(to, len(evs)); i++ {
+			out = append(out, sinks.Rejection{Seq: evs[i].seq, Reason: reason})
+		}
+	}
+	tooOld := int(aws.ToInt32(info.TooOldLogEventEndIndex))
+	add(0, tooOld, "too_old")
+	if info.ExpiredLogEventEndIndex != nil {
+		add(tooOld, int(*info.ExpiredLogEventEndIndex), "expired")
+	}
+	if info.TooNewLogEventStartIndex != nil {
+		add(int(*info.TooNewLogEventStartIndex), len(evs), "too_new")
+	}
+	return out
+}
+
+// dedupRejections keeps one rejection per record (a split message's parts
+// share their record).
+func dedupRejections(rj []sinks.Rejection) []sinks.Rejection {
+	if len(rj) < 2 {
+		return rj
+	}
+	seen := make(map[uint64]bool, len(rj))
+	out := rj[:0]
+	for _, r := range rj {
+		if !seen[r.Seq] {
+			seen[r.Seq] = true
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// classify maps an error of the CloudWatch Logs API to the drainer's classes.
+func classify(err error, group, stream string) error {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		code := ae.ErrorCode()
+		switch code {
+		case "ThrottlingException", "LimitExceededException", "RequestLimitExceeded":
+			return sinks.NewThrottled(code, 0, err)
+		case "AccessDeniedException", "AccessDenied":
+			return sinks.NewSinkPermanent(code, fmt.Errorf("the credentials may not write to log group %q: grant logs:PutLogEvents, logs:CreateLogStream and logs:CreateLogGroup on it: %w", group, err))
+		case "UnrecognizedClientException", "InvalidClientTokenId", "InvalidSignatureException", "IncompleteSignature",
+			"MissingAuthenticationTokenException", "MissingAuthenticationToken", "SignatureDoesNotMatch":
+			return sinks.NewSinkPermanent(code, fmt.Errorf("AWS does not accept the credentials: check the credential chain (environment, shared config, web identity, instance profile): %w", err))
+		case "ExpiredTokenException", "ExpiredToken":
+			return sinks.NewSinkPermanent(code, fmt.Errorf("the AWS credentials have expired: refresh them: %w", err))
+		case "InvalidParameterException":
+			return sinks.NewRecordPermanent(code, err)
+		case "ResourceNotFoundException":
+			return sinks.NewRetryable(code, fmt.Errorf("log stream %q of group %q: %w", stream, group, err))
+		case "ServiceUnavailableException", "InternalFailure", "InternalServerError", "OperationAbortedException":
+			return sinks.NewRetryable(code, err)
+		}
+		var re *awshttp.ResponseError
+		if errors.As(err, &re) && re.HTTPStatusCode() >= http.StatusInternalServerError {
+			return sinks.NewRetryable(fmt.Sprintf("http_%d", re.HTTPStatusCode()), err)
+		}
+		return sinks.NewRetryable(code, err)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return sinks.NewRetryable("timeout", err)
+	}
+	return sinks.NewRetryable("network", err)
+}

@@ -1,0 +1,168 @@
+package cloudwatch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/template"
+)
+
+// logsAPI is what the sink needs of the CloudWatch Logs client.
+type logsAPI interface {
+	PutLogEvents(context.Context, *cloudwatchlogs.PutLogEventsInput, ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.PutLogEventsOutput, error)
+	CreateLogGroup(context.Context, *cloudwatchlogs.CreateLogGroupInput, ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.CreateLogGroupOutput, error)
+	CreateLogStream(context.Context, *cloudwatchlogs.CreateLogStreamInput, ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.CreateLogStreamOutput, error)
+	PutRetentionPolicy(context.Context, *cloudwatchlogs.PutRetentionPolicyInput, ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.PutRetentionPolicyOutput, error)
+}
+
+var _ logsAPI = (*cloudwatchlogs.Client)(nil)
+
+// Options are what the sink needs besides its configuration.
+type Options struct {
+	Hostname   string
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer // nil: metrics not registered
+	// AWS, when set, replaces the standard credential and region chain
+	// (tests point it at a local service with static credentials).
+	AWS *aws.Config
+	Now func() time.Time
+}
+
+// Sink is the CloudWatch Logs sink.
+type Sink struct {
+	name       string
+	cfg        config.CloudWatch
+	api        logsAPI
+	log        *slog.Logger
+	group      *template.Template
+	stream     *template.Template
+	messageKey []string
+	now        func() time.Time
+
+	tokens *lru // stream → last nextSequenceToken
+	known  *lru // groups and streams that exist
+
+	m metrics
+}
+
+type metrics struct {
+	fallback, tokenRetries, created, puts, events prometheus.Counter
+}
+
+// New builds the sink for sink configuration name/cfg.
+func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) (*Sink, error) {
+	s := &Sink{name: name, cfg: cfg, log: opts.Logger, now: opts.Now,
+		tokens: newLRU(100000), known: newLRU(100000)}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	var err error
+	if s.group, err = template.Parse(cfg.LogGroup, template.Options{Hostname: opts.Hostname}); err != nil {
+		return nil, fmt.Errorf("log_group: %w", err)
+	}
+	if s.stream, err = template.Parse(cfg.LogStream, template.Options{Hostname: opts.Hostname}); err != nil {
+		return nil, fmt.Errorf("log_stream: %w", err)
+	}
+	if cfg.MessageKey != "" {
+		s.messageKey = strings.Split(cfg.MessageKey, ".")
+	}
+	var awsCfg aws.Config
+	if opts.AWS != nil {
+		awsCfg = opts.AWS.Copy()
+	} else {
+		var lo []func(*awsconfig.LoadOptions) error
+		if cfg.Region != "" {
+			lo = append(lo, awsconfig.WithRegion(cfg.Region))
+		}
+		if awsCfg, err = awsconfig.LoadDefaultConfig(ctx, lo...); err != nil {
+			return nil, fmt.Errorf("load AWS configuration: %w", err)
+		}
+	}
+	// The drainer retries with backoff; the SDK's own retries and its
+	// client-side retry quota would only hide failures and then refuse calls.
+	awsCfg.Retryer = func() aws.Retryer {
+		return retry.NewStandard(func(o *retry.StandardOptions) {
+			o.MaxAttempts = 1
+			o.RateLimiter = ratelimit.None
+		})
+	}
+	s.api = cloudwatchlogs.NewFromConfig(awsCfg, func(o *cloudwatchlogs.Options) {
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		}
+	})
+	label := prometheus.Labels{"sink": name}
+	s.m = metrics{
+		fallback: counter(opts.Registerer, "forwarder_cloudwatch_name_fallback_total", "Records whose group or stream name lacked a field and rendered the fallback.", label),
+		tokenRetries: counter(opts.Registerer, "forwarder_cloudwatch_sequence_token_retries_total",
+			"PutLogEvents sent again with the expectedSequenceToken of an InvalidSequenceTokenException (services that still use tokens).", label),
+		created: counter(opts.Registerer, "forwarder_cloudwatch_created_total", "Log groups and streams created.", label),
+		puts:    counter(opts.Registerer, "forwarder_cloudwatch_put_log_events_total", "PutLogEvents calls that succeeded.", label),
+		events:  counter(opts.Registerer, "forwarder_cloudwatch_events_total", "Log events accepted (a split message counts each part).", label),
+	}
+	return s, nil
+}
+
+func counter(reg prometheus.Registerer, name, help string, labels prometheus.Labels) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
+	if reg != nil {
+		if err := reg.Register(c); err != nil {
+			if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
+				return are.ExistingCollector.(prometheus.Counter)
+			}
+		}
+	}
+	return c
+}
+
+// Limits are CloudWatch's per-call limits and the configured pace.
+func (s *Sink) Limits() sinks.Limits {
+	return sinks.Limits{
+		MaxRecords:  maxEvents,
+		MaxBytes:    maxBatchBytes,
+		MaxAge:      time.Duration(s.cfg.FlushInterval),
+		MaxSpan:     maxSpan,
+		Concurrency: s.cfg.MaxConcurrentStreams,
+	}
+}
+
+// Partition is the record's log group and stream.
+func (s *Sink) Partition(r *sinks.Record) string {
+	d := &template.Data{Tag: r.Tag, Body: r.Body, Time: time.Unix(0, r.Time)}
+	g, m1 := s.group.Render(d, s.cfg.Fallback)
+	st, m2 := s.stream.Render(d, s.cfg.Fallback)
+	if m1 || m2 {
+		s.m.fallback.Inc()
+	}
+	return groupName(g, s.cfg.Fallback) + "\x00" + streamName(st, s.cfg.Fallback)
+}
+
+func splitPartition(p string) (group, stream string) {
+	group, stream, _ = strings.Cut(p, "\x00")
+	return group, stream
+}
+
+// Size is what a record counts against a call's 1,048,576 bytes.
+func (s *Sink) Size(r *sinks.Record) int {
+	n := len(s.message(r))
+	if n <= maxMessage {
+		return n + eventOverhead
+	}
+	parts := (n + maxMessage - partPrefixSize - 1) / (maxMessage - partPrefixSize)
+	return n + parts*(eventOverhead+partPrefixSize)
+}

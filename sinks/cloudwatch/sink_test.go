@@ -1,0 +1,367 @@
+package cloudwatch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/emulator/cloudwatchlogs"
+	"github.com/logfwd/forwarder/queue"
+	"github.com/logfwd/forwarder/wal"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"), goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+}
+
+func staticAWS() *aws.Config {
+	return &aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("AKIDTEST", "secret", "")}
+}
+
+func baseCfg(endpoint string) config.CloudWatch {
+	return config.CloudWatch{
+		Endpoint: endpoint, LogGroup: "/eks/${record.kubernetes.namespace_name}", LogStream: "${record.kubernetes.pod_name|unknown}-${hostname}",
+		Fallback: "unknown", CreateGroup: true, CreateStream: true, RetentionDays: 30, LogGroupClass: "STANDARD",
+		FlushInterval: config.Duration(20 * time.Millisecond), MaxConcurrentStreams: 8,
+	}
+}
+
+type env struct {
+	t    *testing.T
+	emu  *cloudwatchlogs.Server
+	url  string
+	w    *wal.WAL
+	reg  *prometheus.Registry
+	qm   *queue.Metrics
+	sink *Sink
+}
+
+func newEnv(t *testing.T, mod func(*config.CloudWatch)) *env {
+	t.Helper()
+	e := &env{t: t, emu: cloudwatchlogs.New(cloudwatchlogs.Options{}), reg: prometheus.NewRegistry()}
+	url, err := e.emu.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.url = url
+	t.Cleanup(func() { e.emu.Close() })
+	if e.w, err = wal.Open(t.TempDir(), wal.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.w.Close() })
+	cfg := baseCfg(url)
+	if mod != nil {
+		mod(&cfg)
+	}
+	if e.sink, err = New(context.Background(), "cw", cfg, Options{Hostname: "host1", AWS: staticAWS(), Registerer: e.reg}); err != nil {
+		t.Fatal(err)
+	}
+	e.qm = queue.NewMetrics(nil)
+	return e
+}
+
+// run drains until the cursor reaches the last record, or fails the test.
+func (e *env) run(opts queue.Options) *queue.Drainer {
+	e.t.Helper()
+	opts.Metrics = e.qm
+	if opts.RetryMin == 0 {
+		opts.RetryMin, opts.RetryMax = 5*time.Millisecond, 50*time.Millisecond
+	}
+	d := queue.New(e.w, "cw", e.sink, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	last := e.w.Stats().NextSeq - 1
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if pos, _ := e.w.Cursor("cw"); pos >= last {
+			break
+		}
+		if time.Now().After(deadline) {
+			pos, _ := e.w.Cursor("cw")
+			cancel()
+			<-done
+			e.t.Fatalf("cursor at %d of %d after 30s; status %+v", pos, last, d.Status())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		e.t.Fatal(err)
+	}
+	return d
+}
+
+func (e *env) append(recs ...wal.Record) {
+	e.t.Helper()
+	if _, err := e.w.Append(context.Background(), recs, wal.AppendOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func podRecord(ns, pod string, ts time.Time, msg string) wal.Record {
+	return wal.Record{Time: ts.UnixNano(), Tag: "pod." + ns,
+		Body: []byte(fmt.Sprintf(`{"log":%q,"kubernetes":{"namespace_name":%q,"pod_name":%q}}`, msg, ns, pod))}
+}
+
+func TestDeliversToStreamsPerPod(t *testing.T) {
+	e := newEnv(t, nil)
+	now := time.Now()
+	for i := 0; i < 300; i++ {
+		ns, pod := fmt.Sprintf("ns%d", i%3), fmt.Sprintf("web-%d", i%5)
+		e.append(podRecord(ns, pod, now.Add(time.Duration(i)*time.Millisecond), fmt.Sprint("line ", i)))
+	}
+	e.append(wal.Record{Time: now.UnixNano(), Tag: "pod.x", Body: []byte(`{"log":"no metadata"}`)})
+	e.run(queue.Options{})
+	total := 0
+	for _, g := range e.emu.Groups() {
+		if !strings.HasPrefix(g.Name, "/eks/") || g.RetentionInDays != 30 {
+			t.Errorf("group %+v", g)
+		}
+		for _, s := range g.Streams {
+			evs := e.emu.Events(g.Name, s.Name)
+			total += len(evs)
+			for i := 1; i < len(evs); i++ {
+				if evs[i].Timestamp < evs[i-1].Timestamp {
+					t.Fatalf("%s/%s out of order", g.Name, s.Name)
+				}
+			}
+		}
+	}
+	if total != 301 {
+		t.Fatalf("%d events stored, want 301", total)
+	}
+	evs := e.emu.Events("/eks/ns1", "web-1-host1")
+	if len(evs) != 20 || !strings.Contains(evs[0].Message, `"log":"line 1"`) {
+		t.Fatalf("ns1/web-1: %d events, first %+v", len(evs), evs)
+	}
+	// A record without the fields goes to the fallback names, counted.
+	if evs := e.emu.Events("/eks/unknown", "unknown-host1"); len(evs) != 1 {
+		t.Fatalf("fallback stream: %+v", e.emu.Groups())
+	}
+	if n := testutil.ToFloat64(e.sink.m.fallback); n != 1 {
+		t.Fatalf("fallbacks counted %v", n)
+	}
+}
+
+func TestMessageKeyAndSplit(t *testing.T) {
+	e := newEnv(t, func(c *config.CloudWatch) { c.MessageKey = "log"; c.LogGroup = "g"; c.LogStream = "s" })
+	now := time.Now()
+	big := strings.Repeat("é", 700000) // 1.4 MB of UTF-8: two parts
+	e.append(
+		podRecord("a", "p", now, "plain message"),
+		wal.Record{Time: now.Add(time.Millisecond).UnixNano(), Tag: "t", Body: []byte(`{"log":{"nested":1}}`)},
+		wal.Record{Time: now.Add(2 * time.Millisecond).UnixNano(), Tag: "t", Body: []byte(`{"other":1}`)},
+		wal.Record{Time: now.Add(3 * time.Millisecond).UnixNano(), Tag: "t", Body: []byte(`{"log":"` + big + `"}`)},
+	)
+	e.run(queue.Options{})
+	evs := e.emu.Events("g", "s")
+	if len(evs) != 5 {
+		t.Fatalf("%d events, want 5", len(evs))
+	}
+	if evs[0].Message != "plain message" || evs[1].Message != `{"nested":1}` || evs[2].Message != `{"other":1}` {
+		t.Fatalf("messages: %q %q %q", evs[0].Message, evs[1].Message, evs[2].Message)
+	}
+	if !strings.HasPrefix(evs[3].Message, "[part 1/2] é") || !strings.HasPrefix(evs[4].Message, "[part 2/2] ") {
+		t.Fatalf("parts: %.20q %.20q", evs[3].Message, evs[4].Message)
+	}
+	joined := strings.TrimPrefix(evs[3].Message, "[part 1/2] ") + strings.TrimPrefix(evs[4].Message, "[part 2/2] ")
+	if joined != big {
+		t.Fatal("the parts do not join back into the message")
+	}
+}
+
+func TestTooOldAndTooNewAreDeadLettered(t *testing.T) {
+	e := newEnv(t, func(c *config.CloudWatch) { c.LogGroup = "g"; c.LogStream = "s"; c.RetentionDays = 1 })
+	now := time.Now()
+	e.append(
+		podRecord("a", "p", now.Add(-15*24*time.Hour), "too old"),
+		podRecord("a", "p", now.Add(-3*24*time.Hour), "older than the group's retention"),
+		podRecord("a", "p", now, "fine"),
+		podRecord("a", "p", now.Add(3*time.Hour), "too new"),
+	)
+	e.run(queue.Options{})
+	if evs := e.emu.Events("g", "s"); len(evs) != 1 || !strings.Contains(evs[0].Message, "fine") {
+		t.Fatalf("stored %+v", evs)
+	}
+	reasons := map[string]string{}
+	queue.DeadLetters(e.w, "cw", func(d queue.DeadLetter) error {
+		reasons[string(d.Body)] = d.Reason
+		return nil
+	})
+	want := map[string]string{"too old": "too_old", "older than the group's retention": "expired", "too new": "too_new"}
+	for msg, reason := range want {
+		found := false
+		for body, r := range reasons {
+			if strings.Contains(body, msg) {
+				found = true
+				if r != reason {
+					t.Errorf("%q dead-lettered as %q, want %q", msg, r, reason)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%q not dead-lettered: %v", msg, reasons)
+		}
+	}
+}
+
+// With a service that still checks sequence tokens, one writer per stream
+// that echoes the last token never sees InvalidSequenceTokenException.
+func TestOnePutInFlightPerStream(t *testing.T) {
+	e := newEnv(t, func(c *config.CloudWatch) { c.FlushInterval = config.Duration(time.Millisecond) })
+	e.emu.SetLegacySequenceTokens(true)
+	e.emu.SetLatency(2 * time.Millisecond)
+	now := time.Now()
+	for round := 0; round < 20; round++ {
+		var recs []wal.Record
+		for i := 0; i < 50; i++ {
+			recs = append(recs, podRecord("ns", fmt.Sprintf("p%d", i%4), now.Add(time.Duration(round*50+i)*time.Millisecond), "x"))
+		}
+		e.append(recs...)
+	}
+	e.run(queue.Options{})
+	if n := testutil.ToFloat64(e.sink.m.tokenRetries); n != 0 {
+		t.Fatalf("%v InvalidSequenceTokenException: two puts raced on a stream", n)
+	}
+	n := 0
+	for i := 0; i < 4; i++ {
+		n += len(e.emu.Events("/eks/ns", fmt.Sprintf("p%d-host1", i)))
+	}
+	if n != 1000 {
+		t.Fatalf("%d events, want 1000", n)
+	}
+}
+
+// A stale token (another writer used the stream) is followed, counted and
+// not an error.
+func TestLegacyTokenAdopted(t *testing.T) {
+	e := newEnv(t, func(c *config.CloudWatch) { c.LogGroup = "g"; c.LogStream = "s" })
+	e.emu.SetLegacySequenceTokens(true)
+	e.append(podRecord("a", "p", time.Now(), "one"))
+	e.run(queue.Options{})
+	e.sink.tokens.put("g\x00s", "stale-token")
+	e.append(podRecord("a", "p", time.Now(), "two"))
+	e.run(queue.Options{})
+	if n := testutil.ToFloat64(e.sink.m.tokenRetries); n != 1 {
+		t.Fatalf("token retries %v, want 1", n)
+	}
+	if evs := e.emu.Events("g", "s"); len(evs) != 2 {
+		t.Fatalf("%d events", len(evs))
+	}
+	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "retryable", "InvalidSequenceTokenException")); n != 0 {
+		t.Fatal("a followed token was counted as a failed send")
+	}
+}
+
+func TestThrottlingSlowsButLosesNothing(t *testing.T) {
+	e := newEnv(t, func(c *config.CloudWatch) { c.FlushInterval = config.Duration(time.Millisecond) })
+	e.emu.SetThrottle(40)
+	now := time.Now()
+	var recs []wal.Record
+	for i := 0; i < 2000; i++ {
+		recs = append(recs, podRecord("ns", fmt.Sprintf("p%d", i%40), now.Add(time.Duration(i)*time.Millisecond), "x"))
+	}
+	e.append(recs...)
+	e.run(queue.Options{})
+	n := 0
+	for _, g := range e.emu.Groups() {
+		for _, s := range g.Streams {
+			n += len(e.emu.Events(g.Name, s.Name))
+		}
+	}
+	if n != 2000 {
+		t.Fatalf("%d events, want 2000", n)
+	}
+	if testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "throttled", "ThrottlingException")) == 0 {
+		t.Fatal("no throttling happened: the test tested nothing")
+	}
+}
+
+func TestAccessDeniedPausesThenResumes(t *testing.T) {
+	e := newEnv(t, func(c *config.CloudWatch) { c.LogGroup = "g"; c.LogStream = "s" })
+	e.emu.SetDenyAll("AccessDeniedException")
+	e.append(podRecord("a", "p", time.Now(), "held"))
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		e.emu.SetDenyAll("")
+	}()
+	d := e.run(queue.Options{PauseRetry: 100 * time.Millisecond})
+	if evs := e.emu.Events("g", "s"); len(evs) != 1 {
+		t.Fatalf("%d events after access returned", len(evs))
+	}
+	if st := d.Status(); !strings.Contains(st.LastError, "AccessDeniedException") {
+		t.Fatalf("last error %q", st.LastError)
+	}
+	n := 0
+	queue.DeadLetters(e.w, "cw", func(queue.DeadLetter) error { n++; return nil })
+	if n != 0 {
+		t.Fatal("a record was dead-lettered for an access error")
+	}
+}
+
+// A response lost after the events were stored ("in doubt") makes the
+// drainer resend that batch only.
+func TestLostResponsesResendOnlyThatBatch(t *testing.T) {
+	e := newEnv(t, func(c *config.CloudWatch) { c.LogGroup = "g"; c.LogStream = "s"; c.FlushInterval = config.Duration(time.Millisecond) })
+	e.emu.SetDropResponses(0.3)
+	now := time.Now()
+	for i := 0; i < 50; i++ {
+		e.append(podRecord("a", "p", now.Add(time.Duration(i)*time.Millisecond), fmt.Sprint("m", i)))
+	}
+	e.run(queue.Options{})
+	seen := map[string]int{}
+	for _, ev := range e.emu.Events("g", "s") {
+		seen[ev.Message]++
+	}
+	for i := 0; i < 50; i++ {
+		if seen[fmt.Sprintf(`{"log":"m%d","kubernetes":{"namespace_name":"a","pod_name":"p"}}`, i)] == 0 {
+			t.Fatalf("m%d lost", i)
+		}
+	}
+}
+
+func TestNamesSanitised(t *testing.T) {
+	for in, want := range map[string]string{"/eks/a b:c": "/eks/a_b_c", "aws/x": "_aws/x", "": "fb", strings.Repeat("g", 600): strings.Repeat("g", 512)} {
+		if got := groupName(in, "fb"); got != want {
+			t.Errorf("group %q → %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[string]string{"pod:1*2": "pod_1_2", "": "fb", "ok-é": "ok-é"} {
+		if got := streamName(in, "fb"); got != want {
+			t.Errorf("stream %q → %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestMoto(t *testing.T) {
+	url := startMoto(t)
+	e := newEnv(t, func(c *config.CloudWatch) { c.Endpoint = url; c.LogGroup = "/moto/${tag}"; c.LogStream = "s" })
+	now := time.Now()
+	for i := 0; i < 100; i++ {
+		e.append(podRecord("a", "p", now.Add(time.Duration(i)*time.Millisecond), fmt.Sprint(i)))
+	}
+	e.append(podRecord("a", "p", now.Add(-20*24*time.Hour), "ancient"))
+	e.run(queue.Options{})
+	n := 0
+	queue.DeadLetters(e.w, "cw", func(queue.DeadLetter) error { n++; return nil })
+	if n != 1 {
+		t.Fatalf("%d dead letters, want the ancient one", n)
+	}
+	if testutil.ToFloat64(e.sink.m.events) != 100 {
+		t.Fatalf("%v events accepted by moto", testutil.ToFloat64(e.sink.m.events))
+	}
+}
+
+var _ = os.Getenv
