@@ -11,7 +11,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 .PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench crash clean
 
 # Fuzz targets: package and target name.
-FUZZ_TARGETS := ./inputs/forward:FuzzDecode
+FUZZ_TARGETS := ./inputs/forward:FuzzDecode ./inputs/http:FuzzParseBody ./inputs/http:FuzzScanner ./template:FuzzLookup
 
 all: build
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,11 +12,32 @@ import (
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/sinks/cloudwatch"
 	"github.com/logfwd/forwarder/wal"
 )
 
+// hostname is what ${hostname} renders: this machine's name.
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "localhost"
+	}
+	return h
+}
+
+// sinkDeps is what building a sink's destination needs besides its configuration.
+type sinkDeps struct {
+	hostname string
+	log      *slog.Logger
+	reg      prometheus.Registerer
+}
+
 // sinkBuilders make a sink's destination from its configuration, by sink type.
-var sinkBuilders = map[string]func(s config.Sink, log *slog.Logger) (sinks.Sink, error){}
+var sinkBuilders = map[string]func(ctx context.Context, s config.Sink, d sinkDeps) (sinks.Sink, error){
+	config.SinkCloudWatch: func(ctx context.Context, s config.Sink, d sinkDeps) (sinks.Sink, error) {
+		return cloudwatch.New(ctx, s.Name, *s.CloudWatch, cloudwatch.Options{Hostname: d.hostname, Logger: d.log, Registerer: d.reg})
+	},
+}
 
 // drainerActors returns one actor per configured sink, each draining the WAL into its
 // destination from the sink's own cursor. A sink whose type this build cannot deliver to
@@ -34,7 +56,7 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 			log.Warn("this build cannot deliver to this sink type; the sink's records are kept in the WAL until a build that can runs", "sink", s.Name, "type", s.Type)
 			continue
 		}
-		dest, err := build(s, log.With("sink", s.Name))
+		dest, err := build(context.Background(), s, sinkDeps{hostname: hostname(), log: log, reg: reg})
 		if err != nil {
 			return nil, fmt.Errorf("sink %q (line %d): %w", s.Name, s.Line, err)
 		}

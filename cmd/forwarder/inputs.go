@@ -8,6 +8,7 @@ import (
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/inputs"
 	"github.com/logfwd/forwarder/inputs/forward"
+	httpin "github.com/logfwd/forwarder/inputs/http"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -23,6 +24,13 @@ func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log 
 			return nil, err
 		}
 		actors = append(actors, actor{name: "forward input", run: s.Serve})
+	}
+	if c := cfg.Inputs.HTTP; c != nil {
+		s := httpin.New(*c, p, log)
+		if err := s.Start(); err != nil {
+			return nil, err
+		}
+		actors = append(actors, actor{name: "http input", run: s.Serve})
 	}
 	return actors, nil
 }

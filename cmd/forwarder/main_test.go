@@ -133,10 +133,11 @@ type service struct {
 	done   chan struct{}
 }
 
-func startService(t *testing.T, configPath string) *service {
+func startService(t *testing.T, configPath string, env ...string) *service {
 	t.Helper()
 	s := &service{t: t, cmd: exec.Command(bin, "run", "-c", configPath), done: make(chan struct{})}
 	s.cmd.Stderr = &s.stderr
+	s.cmd.Env = append(os.Environ(), env...)
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/logfwd/forwarder/emulator/cloudwatchlogs"
+	"github.com/logfwd/forwarder/wal"
+)
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// The whole path in the real binary: records POSTed to the HTTP input reach
+// CloudWatch Logs (the local emulator) in streams named from the records.
+func TestRunDeliversHTTPToCloudWatch(t *testing.T) {
+	t.Parallel()
+	emu := cloudwatchlogs.New(cloudwatchlogs.Options{})
+	url, err := emu.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close()
+	httpAddr := freePort(t)
+	cfg := fmt.Sprintf(`inputs:
+  http: {listen: %q}
+sinks:
+  - name: cw
+    type: cloudwatch
+    match: "pod.**"
+    region: us-east-1
+    endpoint: %q
+    log_group: "/eks/${record.kubernetes.namespace_name}"
+    log_stream: "${record.kubernetes.pod_name}"
+    flush_interval: 50ms
+`, httpAddr, url)
+	path, dataDir := writeConfig(t, shortShutdownYAML, adminYAML, cfg)
+	s := startService(t, path, "AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_EC2_METADATA_DISABLED=true")
+	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+	var body strings.Builder
+	for i := 0; i < 20; i++ {
+		fmt.Fprintf(&body, `{"log":"line %d","kubernetes":{"namespace_name":"shop","pod_name":"web-%d"}}`+"\n", i, i%2)
+	}
+	res, err := http.Post("http://"+httpAddr+"/v1/logs/pod.shop", "application/x-ndjson", strings.NewReader(body.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("POST: %s", res.Status)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(emu.Events("/eks/shop", "web-0"))+len(emu.Events("/eks/shop", "web-1")) < 20 {
+		if time.Now().After(deadline) {
+			t.Fatalf("events: %+v; stderr:\n%s", emu.Groups(), s.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(10 * time.Second); code != exitOK {
+		t.Fatalf("exit %d; stderr:\n%s", code, s.stderr.String())
+	}
+	if n := len(emu.Events("/eks/shop", "web-0")); n != 10 {
+		t.Fatalf("web-0 has %d events", n)
+	}
+}

@@ -1,0 +1,51 @@
+// Package httpin is the HTTP input: clients POST JSON log records, and are
+// answered 200 only once the records are durable in the WAL.
+//
+// # Protocol
+//
+//	POST /v1/logs/{tag}
+//	POST /v1/logs?tag={tag}
+//
+// The tag is the records' routing tag: not empty, at most 1024 bytes of
+// UTF-8, no control characters. The body is, by its first byte that is not
+// white space:
+//
+//   - '{': NDJSON, one JSON object per line, blank lines ignored; a single
+//     object is the one-line case, and objects that span lines (pretty-printed)
+//     or share one are read as well: objects separated by white space;
+//   - '[': a JSON array of objects.
+//
+// Content-Encoding: gzip is read (several gzip members too); no other
+// encoding is. Each object becomes one record whose body is the object
+// compacted, its keys in the sender's order. Invalid UTF-8 is replaced with
+// U+FFFD and counted, not refused. The record's time is the top-level field
+// named by time_field (kept in the body): an RFC 3339 string, or a number
+// of seconds since the epoch (fractional allowed), or of milliseconds when
+// above 1e11; without the field (or with null), the time the request was
+// received.
+//
+// Answers, each with a JSON body:
+//
+//	200 {"stored": N}                every record is durable (N counts them all,
+//	200 {"stored": N, "unrouted": M}   M of them wanted by no sink: not stored)
+//	400 {"error": "line 3: invalid JSON: ..."}  nothing of the request is stored
+//	401 missing or wrong "Authorization: Bearer <token>" (WWW-Authenticate: Bearer)
+//	404 another path; 405 another method (Allow: POST)
+//	413 a body over max_body_bytes, before or after decompression
+//	415 a Content-Encoding other than gzip or identity
+//	503 the WAL is full, or the server is stopping (Retry-After: 1)
+//	500 the WAL failed
+//
+// Lines and array elements in error messages are numbered from 1.
+//
+// An Idempotency-Key header (at most 1024 bytes) is stored with the
+// records in the same transaction; the same key again within the WAL's
+// dedup window is answered as the first time, with X-Duplicate: true, and
+// stores nothing. A request answered 503 after waiting for room may have
+// been stored nonetheless (the WAL took it as the wait ran out); sent again
+// with its Idempotency-Key, it is not stored twice.
+//
+// Bad input is answered and counted (forwarder_input_rejected_total, by
+// reason) and logged at debug level only; it never stops the server or
+// another client.
+package httpin

@@ -1,0 +1,221 @@
+package httpin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/logfwd/forwarder/wal"
+)
+
+// Reasons a request is refused, the reason label of
+// forwarder_input_rejected_total{input="http"}.
+const (
+	reasonMalformed   = "malformed"            // not JSON, not objects, broken gzip, an Idempotency-Key too long
+	reasonBadTime     = "bad_time"             // a time field that is no time
+	reasonBadTag      = "bad_tag"              // missing, too long, or with control characters
+	reasonTooLarge    = "too_large"            // over max_body_bytes, raw or decompressed, or over wal.max_bytes
+	reasonUnauth      = "unauthorized"         // missing or wrong bearer token
+	reasonEncoding    = "unsupported_encoding" // a Content-Encoding other than gzip
+	reasonWALFull     = "wal_full"             // no room in the WAL in time, or no space on disk
+	reasonWALError    = "wal_error"            // the WAL failed or is closed
+	reasonReadError   = "read_error"           // the body could not be read (the connection broke or timed out)
+	reasonShutdown    = "shutting_down"        // the server is stopping
+	reasonCanceled    = "canceled"             // the client went away before its records were stored
+	reasonBadMethod   = "bad_method"           // not POST
+	reasonNotFound    = "not_found"            // not /v1/logs
+	maxTagBytes       = 1024
+	maxIdempotencyKey = 1024
+)
+
+// chunkPrefix keeps Idempotency-Keys apart from the forward input's chunk
+// ids, which share the WAL's dedup table.
+const chunkPrefix = "http:"
+
+func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		s.reject(w, r, http.StatusMethodNotAllowed, reasonBadMethod, fmt.Sprintf("method %s not allowed: POST records to /v1/logs/{tag}", r.Method))
+		return
+	}
+	if s.auth != nil && !s.auth.allows(r) {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+		s.reject(w, r, http.StatusUnauthorized, reasonUnauth, "missing or wrong bearer token")
+		return
+	}
+	tag := r.PathValue("tag")
+	if tag == "" {
+		tag = r.URL.Query().Get("tag")
+	}
+	if msg := checkTag(tag); msg != "" {
+		s.reject(w, r, http.StatusBadRequest, reasonBadTag, msg)
+		return
+	}
+	gzipped, err := contentEncoding(r.Header)
+	if err != nil {
+		s.reject(w, r, http.StatusUnsupportedMediaType, reasonEncoding, err.Error())
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > maxIdempotencyKey {
+		s.reject(w, r, http.StatusBadRequest, reasonMalformed, fmt.Sprintf("Idempotency-Key longer than %d bytes", maxIdempotencyKey))
+		return
+	}
+	// One tag per request: routed or not, all its records are.
+	routed := s.p.Routed == nil || s.p.Routed(tag)
+	if routed && s.p.WAL.Full() {
+		s.walFull(w, r)
+		return
+	}
+	body, err := readBody(w, r, gzipped, int64(s.cfg.MaxBodyBytes))
+	if err != nil {
+		var be *bodyError
+		if errors.As(err, &be) {
+			s.reject(w, r, be.status, be.reason, be.Error())
+			return
+		}
+		s.reject(w, r, http.StatusBadRequest, reasonReadError, err.Error())
+		return
+	}
+	out := getBuf(len(body))
+	recs, stats, err := parseInto(&out, body, tag, s.cfg.TimeField, time.Now())
+	putBuf(body)
+	defer putBuf(out) // after the store: the records point into it
+	if err != nil {
+		var bad *badRequest
+		if errors.As(err, &bad) {
+			s.reject(w, r, http.StatusBadRequest, bad.reason, bad.msg)
+			return
+		}
+		s.reject(w, r, http.StatusBadRequest, reasonMalformed, err.Error())
+		return
+	}
+	s.store(w, r, routed, key, recs, stats)
+}
+
+// store hands the records to the pipeline and answers 200 only once it
+// returned: the records are durable (or were stored before, or are
+// unrouted).
+func (s *Server) store(w http.ResponseWriter, r *http.Request, routed bool, key string, recs []wal.Record, stats parseStats) {
+	n, unrouted := len(recs), 0
+	if !routed {
+		unrouted = n
+	}
+	if routed && n > 0 && s.p.WAL.Full() {
+		s.walFull(w, r)
+		return
+	}
+	chunk := ""
+	if key != "" {
+		chunk = chunkPrefix + key
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.storeTimeout)
+	res, err := s.p.Store(ctx, input, recs, chunk)
+	cancel()
+	if err != nil {
+		s.storeFailed(w, r, err)
+		return
+	}
+	if stats.invalidUTF8 > 0 && unrouted == 0 && !res.Duplicate {
+		s.p.Metrics.InvalidUTF8.WithLabelValues(input).Add(float64(stats.invalidUTF8))
+	}
+	if res.Duplicate {
+		w.Header().Set("X-Duplicate", "true")
+	}
+	b := append(make([]byte, 0, 48), `{"stored":`...)
+	b = strconv.AppendInt(b, int64(n), 10)
+	if unrouted > 0 {
+		b = append(b, `,"unrouted":`...)
+		b = strconv.AppendInt(b, int64(unrouted), 10)
+	}
+	b = append(b, "}\n"...)
+	writeJSON(w, http.StatusOK, b)
+}
+
+// storeFailed answers a failed append; nothing of the request was
+// acknowledged, and the client may send it again (with the same
+// Idempotency-Key, a part that was stored after all is not stored twice).
+func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+		s.walFull(w, r)
+	case errors.Is(err, wal.ErrNoSpace):
+		w.Header().Set("Retry-After", "1")
+		s.reject(w, r, http.StatusServiceUnavailable, reasonWALFull, "no space left on the WAL's disk: retry later")
+	case errors.Is(err, wal.ErrTooLarge):
+		s.reject(w, r, http.StatusRequestEntityTooLarge, reasonTooLarge, "request larger than the WAL can ever hold (wal.max_bytes): send fewer records")
+	case errors.Is(err, wal.ErrClosed), s.baseCtx.Err() != nil:
+		s.shuttingDown(w, r)
+	case r.Context().Err() != nil:
+		// Nobody reads this answer; it is for the count and the log.
+		s.reject(w, r, http.StatusServiceUnavailable, reasonCanceled, "request canceled")
+	default:
+		s.rejectErr(w, r, http.StatusInternalServerError, reasonWALError, "the WAL failed to store the records", err)
+	}
+}
+
+func (s *Server) walFull(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Retry-After", "1")
+	s.reject(w, r, http.StatusServiceUnavailable, reasonWALFull, "the WAL is full: retry later")
+}
+
+func (s *Server) shuttingDown(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Retry-After", "1")
+	s.reject(w, r, http.StatusServiceUnavailable, reasonShutdown, "shutting down: retry later")
+}
+
+func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
+	s.reject(w, r, http.StatusNotFound, reasonNotFound, "not found: POST records to /v1/logs/{tag}")
+}
+
+// checkTag returns why tag cannot be a routing tag, or "".
+func checkTag(tag string) string {
+	switch {
+	case tag == "":
+		return "missing tag: POST to /v1/logs/{tag} or /v1/logs?tag=..."
+	case len(tag) > maxTagBytes:
+		return fmt.Sprintf("tag longer than %d bytes", maxTagBytes)
+	case !utf8.ValidString(tag):
+		return "tag is not valid UTF-8"
+	}
+	for _, c := range tag {
+		if unicode.IsControl(c) {
+			return "tag contains control characters"
+		}
+	}
+	return ""
+}
+
+// reject answers a refused request with status and msg, and counts it.
+// A client's bad input is logged at debug level only: it is the client's
+// to fix, and must not flood the log.
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, status int, reason, msg string) {
+	s.rejectErr(w, r, status, reason, msg, nil)
+}
+
+func (s *Server) rejectErr(w http.ResponseWriter, r *http.Request, status int, reason, msg string, err error) {
+	s.p.Metrics.Rejected.WithLabelValues(input, reason).Inc()
+	if err == nil {
+		s.log.Debug("http request refused", "remote", r.RemoteAddr, "reason", reason, "status", status, "detail", msg)
+	} else {
+		s.log.Debug("http request refused", "remote", r.RemoteAddr, "reason", reason, "status", status, "detail", msg, "error", err)
+	}
+	b, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{msg})
+	writeJSON(w, status, append(b, '\n'))
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

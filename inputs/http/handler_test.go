@@ -1,0 +1,442 @@
+package httpin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/inputs"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// TestResponses sends one request per case to a fresh server and WAL and
+// checks the answer, the reason counted, and what the WAL holds after.
+func TestResponses(t *testing.T) {
+	bomb := gzipped(strings.Repeat(" ", 8<<20)) // 8 MiB of white space, a few KiB sent
+	withToken := func(c *config.HTTP) { c.Token = "s3cret" }
+	smallBody := func(c *config.HTTP) { c.MaxBodyBytes = 1 << 10 }
+	tests := []struct {
+		name    string
+		cfg     func(*config.HTTP)
+		method  string // default POST
+		path    string // default /v1/logs/app
+		headers []string
+		body    []byte
+		chunked bool // hide the length: Transfer-Encoding: chunked
+
+		status  int
+		resp    string            // the whole answer, when set
+		respHas string            // a part of the answer, when set
+		header  map[string]string // answer headers
+		reason  string            // counted once, when set
+		stored  []string          // record bodies in the WAL after
+		tag     string            // of every stored record; default app
+	}{
+		// Bodies that are stored.
+		{name: "ndjson", body: []byte("{\"a\": 1, \"b\" : \"x\"}\n\n{ \"z\":true,\"a\":[1, 2] }\n"),
+			status: 200, resp: `{"stored":2}`, stored: []string{`{"a":1,"b":"x"}`, `{"z":true,"a":[1,2]}`}},
+		{name: "ndjson crlf blank lines no final newline", body: []byte("\r\n\n{\"b\":2,\"a\":1}\r\n\r\n  \t\r\n{\"c\":3}"),
+			status: 200, resp: `{"stored":2}`, stored: []string{`{"b":2,"a":1}`, `{"c":3}`}},
+		{name: "array", body: []byte(` [ {"b":1,"a":2} ,
+			{"c":{"d": null, "e": [ ]}} ] `),
+			status: 200, resp: `{"stored":2}`, stored: []string{`{"b":1,"a":2}`, `{"c":{"d":null,"e":[]}}`}},
+		{name: "single pretty object", body: []byte("{\n  \"msg\": \"hi there\",\n  \"n\": -1.5e3,\n  \"o\": { \"x\" : false }\n}\n"),
+			status: 200, resp: `{"stored":1}`, stored: []string{`{"msg":"hi there","n":-1.5e3,"o":{"x":false}}`}},
+		{name: "escapes kept as sent", body: []byte(`{"k\u00e9y" : "a\"b\n\ud800 \/"}`),
+			status: 200, resp: `{"stored":1}`, stored: []string{`{"k\u00e9y":"a\"b\n\ud800 \/"}`}},
+		{name: "utf-8 kept", body: []byte(`{"msg":"héllo 世界 🙂"}`),
+			status: 200, resp: `{"stored":1}`, stored: []string{`{"msg":"héllo 世界 🙂"}`}},
+		{name: "invalid utf-8 replaced", body: []byte("{\"m\":\"a\xffb\xc3\"}\n{\"ok\":1}"),
+			status: 200, resp: `{"stored":2}`, stored: []string{"{\"m\":\"a\uFFFDb\uFFFD\"}", `{"ok":1}`}},
+		{name: "byte order mark", body: []byte("\xef\xbb\xbf{\"a\":1}"),
+			status: 200, resp: `{"stored":1}`, stored: []string{`{"a":1}`}},
+		{name: "gzip", headers: []string{"Content-Encoding", "gzip"}, body: gzipped("{\"a\": 1}\n{\"b\": 2}\n"),
+			status: 200, resp: `{"stored":2}`, stored: []string{`{"a":1}`, `{"b":2}`}},
+		{name: "gzip several members", headers: []string{"Content-Encoding", "GZIP"}, body: gzipped("{\"a\":1}\n", "{\"a\":2}\n", "{\"a\":3}"),
+			status: 200, resp: `{"stored":3}`, stored: []string{`{"a":1}`, `{"a":2}`, `{"a":3}`}},
+		{name: "identity encoding", headers: []string{"Content-Encoding", "identity"}, body: []byte(`{"a":1}`),
+			status: 200, resp: `{"stored":1}`, stored: []string{`{"a":1}`}},
+		{name: "chunked body", chunked: true, body: []byte(`[{"a":1},{"a":2}]`),
+			status: 200, resp: `{"stored":2}`, stored: []string{`{"a":1}`, `{"a":2}`}},
+		{name: "tag in the query", path: "/v1/logs?tag=pod.web", body: []byte(`{"a":1}`),
+			status: 200, resp: `{"stored":1}`, stored: []string{`{"a":1}`}, tag: "pod.web"},
+		{name: "escaped tag in the path", path: "/v1/logs/pod%2Fweb%20x", body: []byte(`{"a":1}`),
+			status: 200, resp: `{"stored":1}`, stored: []string{`{"a":1}`}, tag: "pod/web x"},
+		{name: "tag of 1024 bytes", path: "/v1/logs/" + strings.Repeat("t", 1024), body: []byte(`{"a":1}`),
+			status: 200, resp: `{"stored":1}`, stored: []string{`{"a":1}`}, tag: strings.Repeat("t", 1024)},
+		{name: "empty array", body: []byte(" [ ] "), status: 200, resp: `{"stored":0}`},
+		{name: "empty body", body: nil, status: 200, resp: `{"stored":0}`},
+		{name: "blank lines only", body: []byte("\n\n \n"), status: 200, resp: `{"stored":0}`},
+		{name: "right token", cfg: withToken, headers: []string{"Authorization", "Bearer s3cret"}, body: []byte(`{"a":1}`),
+			status: 200, resp: `{"stored":1}`, stored: []string{`{"a":1}`}},
+		{name: "right token any case scheme", cfg: withToken, headers: []string{"Authorization", "bearer s3cret"}, body: []byte(`{"a":1}`),
+			status: 200, resp: `{"stored":1}`, stored: []string{`{"a":1}`}},
+
+		// 400: nothing of the request is stored.
+		{name: "invalid json line 3", body: []byte("{\"a\":1}\n{\"a\":2}\n{\"a\":}\n{\"a\":4}\n"),
+			status: 400, resp: `{"error":"line 3: invalid JSON: invalid character '}' looking for beginning of value"}`, reason: "malformed"},
+		{name: "line numbers count blank lines", body: []byte("{\"a\":1}\n\n\n{\"a\" 2}\n"),
+			status: 400, resp: `{"error":"line 4: invalid JSON: invalid character '2' after object key"}`, reason: "malformed"},
+		{name: "truncated object", body: []byte("{\"a\":1}\n{\"a\":\"x"),
+			status: 400, resp: `{"error":"line 2: invalid JSON: unexpected end of JSON input"}`, reason: "malformed"},
+		{name: "ndjson line not an object", body: []byte("{\"a\":1}\n[1]\n"),
+			status: 400, resp: `{"error":"line 2: not a JSON object"}`, reason: "malformed"},
+		{name: "array element not an object", body: []byte(`[{"a":1}, 5, {"a":3}]`),
+			status: 400, resp: `{"error":"element 2: not a JSON object"}`, reason: "malformed"},
+		{name: "array element a string", body: []byte(`["x"]`),
+			status: 400, resp: `{"error":"element 1: not a JSON object"}`, reason: "malformed"},
+		{name: "array of arrays", body: []byte(`[[{"a":1}]]`),
+			status: 400, resp: `{"error":"element 1: not a JSON object"}`, reason: "malformed"},
+		{name: "array trailing comma", body: []byte(`[{"a":1},]`),
+			status: 400, respHas: `element 2: invalid JSON`, reason: "malformed"},
+		{name: "array unterminated", body: []byte(`[{"a":1}`),
+			status: 400, resp: `{"error":"element 1: invalid JSON: unexpected end of JSON input"}`, reason: "malformed"},
+		{name: "data after the array", body: []byte(`[{"a":1}] {"b":2}`),
+			status: 400, respHas: `after the array: invalid JSON`, reason: "malformed"},
+		{name: "not json", body: []byte("hello\n"),
+			status: 400, resp: `{"error":"line 1: invalid JSON: invalid character 'h' looking for beginning of value"}`, reason: "malformed"},
+		{name: "control character in a string", body: []byte("{\"a\":\"x\ty\"}"),
+			status: 400, respHas: `line 1: invalid JSON: invalid character byte 0x09 in string literal`, reason: "malformed"},
+		{name: "too deep", body: []byte(`{"a":` + strings.Repeat("[", 1000) + strings.Repeat("]", 1000) + `}`),
+			status: 400, resp: `{"error":"line 1: invalid JSON: nesting deeper than 1000 levels"}`, reason: "malformed"},
+		{name: "broken gzip", headers: []string{"Content-Encoding", "gzip"}, body: gzipped(`{"a":1}`)[:15],
+			status: 400, respHas: `invalid gzip data`, reason: "malformed"},
+		{name: "not gzip", headers: []string{"Content-Encoding", "gzip"}, body: []byte(`{"a":1}`),
+			status: 400, respHas: `invalid gzip data`, reason: "malformed"},
+		{name: "bad time string", body: []byte("{\"time\":\"2024-05-01T12:00:00Z\"}\n{\"time\":\"yesterday\"}\n"),
+			status: 400, resp: `{"error":"line 2: field \"time\": \"yesterday\" is not an RFC 3339 time"}`, reason: "bad_time"},
+		{name: "bad time type", body: []byte(`[{"time":1}, {"time":true}]`),
+			status: 400, respHas: `element 2: field \"time\": true is neither`, reason: "bad_time"},
+		{name: "time out of range", body: []byte(`{"time":1e300}`),
+			status: 400, resp: `{"error":"line 1: field \"time\": 1e300 is out of range"}`, reason: "bad_time"},
+		{name: "time past 2262", body: []byte(`{"time":"9999-01-01T00:00:00Z"}`),
+			status: 400, respHas: `is out of range`, reason: "bad_time"},
+		{name: "time empty string", body: []byte(`{"time":""}`),
+			status: 400, respHas: `line 1: field \"time\": \"\" is not an RFC 3339 time`, reason: "bad_time"},
+		{name: "no tag", path: "/v1/logs", body: []byte(`{"a":1}`),
+			status: 400, respHas: "missing tag", reason: "bad_tag"},
+		{name: "no tag trailing slash", path: "/v1/logs/", body: []byte(`{"a":1}`),
+			status: 400, respHas: "missing tag", reason: "bad_tag"},
+		{name: "empty query tag", path: "/v1/logs?tag=", body: []byte(`{"a":1}`),
+			status: 400, respHas: "missing tag", reason: "bad_tag"},
+		{name: "tag with a control character", path: "/v1/logs/a%01b", body: []byte(`{"a":1}`),
+			status: 400, resp: `{"error":"tag contains control characters"}`, reason: "bad_tag"},
+		{name: "tag with a newline", path: "/v1/logs?tag=a%0Ab", body: []byte(`{"a":1}`),
+			status: 400, resp: `{"error":"tag contains control characters"}`, reason: "bad_tag"},
+		{name: "tag not utf-8", path: "/v1/logs/a%FF", body: []byte(`{"a":1}`),
+			status: 400, resp: `{"error":"tag is not valid UTF-8"}`, reason: "bad_tag"},
+		{name: "tag too long", path: "/v1/logs?tag=" + strings.Repeat("t", 1025), body: []byte(`{"a":1}`),
+			status: 400, resp: `{"error":"tag longer than 1024 bytes"}`, reason: "bad_tag"},
+		{name: "idempotency key too long", headers: []string{"Idempotency-Key", strings.Repeat("k", 1025)}, body: []byte(`{"a":1}`),
+			status: 400, respHas: "Idempotency-Key longer than 1024 bytes", reason: "malformed"},
+
+		// 413
+		{name: "body over the limit", cfg: smallBody, body: []byte(`{"a":"` + strings.Repeat("x", 2000) + `"}`),
+			status: 413, resp: `{"error":"body larger than 1024 bytes"}`, reason: "too_large"},
+		{name: "chunked body over the limit", cfg: smallBody, chunked: true, body: []byte(`{"a":"` + strings.Repeat("x", 2000) + `"}`),
+			status: 413, resp: `{"error":"body larger than 1024 bytes"}`, reason: "too_large"},
+		{name: "body of exactly the limit", cfg: smallBody, body: []byte(`{"a":"` + strings.Repeat("x", 1024-len(`{"a":""}`)) + `"}`),
+			status: 200, resp: `{"stored":1}`, stored: []string{`{"a":"` + strings.Repeat("x", 1024-len(`{"a":""}`)) + `"}`}},
+		{name: "gzip over the limit decompressed", cfg: smallBody, headers: []string{"Content-Encoding", "gzip"},
+			body:   gzipped(`{"a":"` + strings.Repeat("x", 2000) + `"}`),
+			status: 413, resp: `{"error":"body larger than 1024 bytes"}`, reason: "too_large"},
+		{name: "gzip bomb", cfg: func(c *config.HTTP) { c.MaxBodyBytes = 64 << 10 }, headers: []string{"Content-Encoding", "gzip"},
+			body: bomb, status: 413, resp: `{"error":"body larger than 65536 bytes"}`, reason: "too_large"},
+
+		// 401
+		{name: "no token", cfg: withToken, body: []byte(`{"a":1}`),
+			status: 401, resp: `{"error":"missing or wrong bearer token"}`, header: map[string]string{"WWW-Authenticate": "Bearer"}, reason: "unauthorized"},
+		{name: "wrong token", cfg: withToken, headers: []string{"Authorization", "Bearer s3creT"}, body: []byte(`{"a":1}`),
+			status: 401, header: map[string]string{"WWW-Authenticate": "Bearer"}, reason: "unauthorized"},
+		{name: "token prefix", cfg: withToken, headers: []string{"Authorization", "Bearer s3cre"}, body: []byte(`{"a":1}`),
+			status: 401, reason: "unauthorized"},
+		{name: "other scheme", cfg: withToken, headers: []string{"Authorization", "Basic s3cret"}, body: []byte(`{"a":1}`),
+			status: 401, reason: "unauthorized"},
+		{name: "scheme only", cfg: withToken, headers: []string{"Authorization", "Bearer"}, body: []byte(`{"a":1}`),
+			status: 401, reason: "unauthorized"},
+		{name: "auth before the tag", cfg: withToken, path: "/v1/logs", body: []byte(`{"a":1}`),
+			status: 401, reason: "unauthorized"},
+
+		// 415
+		{name: "brotli", headers: []string{"Content-Encoding", "br"}, body: []byte(`{"a":1}`),
+			status: 415, resp: `{"error":"Content-Encoding \"br\" not supported: send identity or gzip"}`, reason: "unsupported_encoding"},
+		{name: "deflate", headers: []string{"Content-Encoding", "deflate"}, body: []byte(`{"a":1}`),
+			status: 415, reason: "unsupported_encoding"},
+		{name: "gzip twice", headers: []string{"Content-Encoding", "gzip, gzip"}, body: gzipped(`{"a":1}`),
+			status: 415, reason: "unsupported_encoding"},
+
+		// 404, 405
+		{name: "get", method: http.MethodGet, status: 405, header: map[string]string{"Allow": "POST"}, reason: "bad_method"},
+		{name: "put", method: http.MethodPut, body: []byte(`{"a":1}`), status: 405, reason: "bad_method"},
+		{name: "other path", path: "/v2/logs/app", body: []byte(`{"a":1}`), status: 404, reason: "not_found"},
+		{name: "tag with a slash", path: "/v1/logs/a/b", body: []byte(`{"a":1}`), status: 404, reason: "not_found"},
+		{name: "root", method: http.MethodGet, path: "/", status: 404, reason: "not_found"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []option
+			if tc.cfg != nil {
+				opts = append(opts, withConfig(tc.cfg))
+			}
+			e := newEnv(t, opts...)
+			method, path := cmpOr(tc.method, http.MethodPost), cmpOr(tc.path, "/v1/logs/app")
+			var body io.Reader = bytes.NewReader(tc.body)
+			if tc.chunked {
+				body = io.MultiReader(body)
+			}
+			req, err := http.NewRequest(method, e.url+path, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i+1 < len(tc.headers); i += 2 {
+				req.Header.Set(tc.headers[i], tc.headers[i+1])
+			}
+			got := e.send(req)
+			if got.status != tc.status {
+				t.Errorf("status %d, want %d (%s)", got.status, tc.status, got.body)
+			}
+			if tc.resp != "" && got.body != tc.resp {
+				t.Errorf("answer\n%s\nwant\n%s", got.body, tc.resp)
+			}
+			if tc.respHas != "" && !strings.Contains(got.body, tc.respHas) {
+				t.Errorf("answer %s, want it to contain %s", got.body, tc.respHas)
+			}
+			if tc.status != 200 && !strings.HasPrefix(got.body, `{"error":"`) {
+				t.Errorf("answer %s, want {\"error\": ...}", got.body)
+			}
+			for k, v := range tc.header {
+				if h := got.header.Get(k); h != v {
+					t.Errorf("header %s: %q, want %q", k, h, v)
+				}
+			}
+			if tc.reason != "" {
+				if n := e.rejected(tc.reason); n != 1 {
+					t.Errorf("rejected{reason=%q} = %v, want 1", tc.reason, n)
+				}
+			}
+			recs := e.records()
+			var bodies []string
+			for _, r := range recs {
+				bodies = append(bodies, string(r.Body))
+				if want := cmpOr(tc.tag, "app"); r.Tag != want {
+					t.Errorf("record %d: tag %q, want %q", r.Seq, r.Tag, want)
+				}
+			}
+			if !slices.Equal(bodies, tc.stored) {
+				t.Errorf("WAL holds\n%q\nwant\n%q", bodies, tc.stored)
+			}
+			if n := testutil.ToFloat64(e.m.Records.WithLabelValues(input)); n != float64(len(tc.stored)) {
+				t.Errorf("records counted %v, want %d", n, len(tc.stored))
+			}
+		})
+	}
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func TestGzipBombIsSmall(t *testing.T) {
+	if n := len(gzipped(strings.Repeat(" ", 8<<20))); n > 64<<10 {
+		t.Fatalf("the gzip bomb is %d bytes compressed: not a bomb", n)
+	}
+}
+
+// TestEventTime checks every time format end to end: the record's time,
+// and the field kept in its body.
+func TestEventTime(t *testing.T) {
+	ts := func(s string) int64 {
+		tm, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm.UnixNano()
+	}
+	const received = -1 // the receive time
+	tests := []struct {
+		name      string
+		timeField string
+		body      string
+		want      int64
+	}{
+		{"rfc 3339", "time", `{"time":"2024-05-01T12:00:00Z","m":1}`, ts("2024-05-01T12:00:00Z")},
+		{"rfc 3339 nano with offset", "time", `{"time":"2024-05-01T14:00:00.123456789+02:00"}`, ts("2024-05-01T12:00:00.123456789Z")},
+		{"rfc 3339 millis", "time", `{"time":"2024-05-01T12:00:00.5Z"}`, ts("2024-05-01T12:00:00.5Z")},
+		{"escaped string", "time", `{"time":"2024-05-01T12:00:00\u005a"}`, ts("2024-05-01T12:00:00Z")},
+		{"epoch seconds", "time", `{"time":1714564800}`, 1714564800 * 1e9},
+		{"epoch seconds fractional", "time", `{"time":1714564800.123456789}`, 1714564800123456789},
+		{"epoch seconds past nanoseconds", "time", `{"time":1714564800.1234567891234}`, 1714564800123456789},
+		{"epoch seconds exponent", "time", `{"time":1.7145648e9}`, 1714564800 * 1e9},
+		{"epoch milliseconds", "time", `{"time":1714564800123}`, 1714564800123 * 1e6},
+		{"epoch milliseconds fractional", "time", `{"time":1714564800123.5}`, 1714564800123500000},
+		{"epoch 1e11 is seconds", "time", `{"time":100000000000}`, -2}, // out of range as seconds: checked below
+		{"negative epoch", "time", `{"time":-1.5}`, -1500000000},
+		{"zero", "time", `{"time":0}`, 0},
+		{"null is no time", "time", `{"time":null}`, received},
+		{"missing field", "time", `{"when":"2024-05-01T12:00:00Z"}`, received},
+		{"nested field does not count", "time", `{"a":{"time":"2024-05-01T12:00:00Z"}}`, received},
+		{"last of duplicate keys", "time", `{"time":1,"time":2}`, 2e9},
+		{"escaped key", "time", `{"ti\u006de":3}`, 3e9},
+		{"other field name", "ts", `{"time":"bad","ts":"2024-05-01T12:00:00Z"}`, ts("2024-05-01T12:00:00Z")},
+		{"no time field configured", "", `{"time":"not a time"}`, received},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, withConfig(func(c *config.HTTP) { c.TimeField = tc.timeField }))
+			before := time.Now().UnixNano()
+			got := e.post("/v1/logs/app", []byte(tc.body))
+			after := time.Now().UnixNano()
+			if tc.want == -2 {
+				if got.status != 400 || !strings.Contains(got.body, "out of range") {
+					t.Fatalf("answer %d %s, want 400 out of range", got.status, got.body)
+				}
+				return
+			}
+			if got.status != 200 {
+				t.Fatalf("answer %d %s", got.status, got.body)
+			}
+			recs := e.records()
+			if len(recs) != 1 {
+				t.Fatalf("%d records, want 1", len(recs))
+			}
+			if string(recs[0].Body) != tc.body {
+				t.Errorf("body %s, want %s (the time field kept)", recs[0].Body, tc.body)
+			}
+			switch {
+			case tc.want == received:
+				if recs[0].Time < before || recs[0].Time > after {
+					t.Errorf("time %d, want the receive time in [%d, %d]", recs[0].Time, before, after)
+				}
+			case recs[0].Time != tc.want:
+				t.Errorf("time %d (%s), want %d (%s)", recs[0].Time, time.Unix(0, recs[0].Time).UTC(), tc.want, time.Unix(0, tc.want).UTC())
+			}
+		})
+	}
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	e := newEnv(t)
+	body := []byte("{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n")
+	first := e.post("/v1/logs/app", body, "Idempotency-Key", "req-1")
+	if first.status != 200 || first.body != `{"stored":3}` || first.header.Get("X-Duplicate") != "" {
+		t.Fatalf("first: %d %s X-Duplicate=%q", first.status, first.body, first.header.Get("X-Duplicate"))
+	}
+	again := e.post("/v1/logs/app", body, "Idempotency-Key", "req-1")
+	if again.status != 200 || again.body != `{"stored":3}` || again.header.Get("X-Duplicate") != "true" {
+		t.Fatalf("re-send: %d %s X-Duplicate=%q, want 200 {\"stored\":3} true", again.status, again.body, again.header.Get("X-Duplicate"))
+	}
+	if n := len(e.records()); n != 3 {
+		t.Fatalf("WAL holds %d records after a re-send, want 3", n)
+	}
+	other := e.post("/v1/logs/app", body, "Idempotency-Key", "req-2")
+	if other.status != 200 || other.header.Get("X-Duplicate") != "" {
+		t.Fatalf("another key: %d %s", other.status, other.body)
+	}
+	none := e.post("/v1/logs/app", body)
+	if none.status != 200 {
+		t.Fatalf("no key: %d %s", none.status, none.body)
+	}
+	if n := len(e.records()); n != 9 {
+		t.Fatalf("WAL holds %d records, want 9", n)
+	}
+	if n := testutil.ToFloat64(e.m.Deduplicated.WithLabelValues(input)); n != 3 {
+		t.Errorf("deduplicated %v, want 3", n)
+	}
+}
+
+func TestUnrouted(t *testing.T) {
+	e := newEnv(t, withRouted(func(tag string) bool { return tag != "nobody.wants" }))
+	got := e.post("/v1/logs/nobody.wants", []byte("{\"a\":1}\n{\"a\":\"\xff\"}\n"))
+	if got.status != 200 || got.body != `{"stored":2,"unrouted":2}` {
+		t.Fatalf("unrouted: %d %s, want 200 {\"stored\":2,\"unrouted\":2}", got.status, got.body)
+	}
+	if n := len(e.records()); n != 0 {
+		t.Fatalf("WAL holds %d unrouted records", n)
+	}
+	if n := testutil.ToFloat64(e.m.Unrouted.WithLabelValues(input)); n != 2 {
+		t.Errorf("unrouted counted %v, want 2", n)
+	}
+	if n := testutil.ToFloat64(e.m.InvalidUTF8.WithLabelValues(input)); n != 0 {
+		t.Errorf("invalid UTF-8 counted %v for records not stored", n)
+	}
+	routed := e.post("/v1/logs/app", []byte(`{"a":1}`))
+	if routed.status != 200 || routed.body != `{"stored":1}` {
+		t.Fatalf("routed: %d %s", routed.status, routed.body)
+	}
+	if n := len(e.records()); n != 1 {
+		t.Fatalf("WAL holds %d records, want 1", n)
+	}
+}
+
+func TestInvalidUTF8Counted(t *testing.T) {
+	e := newEnv(t)
+	got := e.post("/v1/logs/app", []byte("[{\"m\":\"\xff\xfe\"},{\"m\":\"fine\"},{\"m\":\"\xed\xa0\x80\"}]"))
+	if got.status != 200 || got.body != `{"stored":3}` {
+		t.Fatalf("%d %s", got.status, got.body)
+	}
+	want := []string{"{\"m\":\"\uFFFD\"}", `{"m":"fine"}`, "{\"m\":\"\uFFFD\"}"}
+	if b := e.bodies(); !slices.Equal(b, want) {
+		t.Errorf("WAL holds %q, want %q", b, want)
+	}
+	if n := testutil.ToFloat64(e.m.InvalidUTF8.WithLabelValues(input)); n != 2 {
+		t.Errorf("invalid UTF-8 counted %v, want 2", n)
+	}
+	// Refused requests count nothing.
+	e.post("/v1/logs/app", []byte("{\"m\":\"\xff\"}\nbad"))
+	if n := testutil.ToFloat64(e.m.InvalidUTF8.WithLabelValues(input)); n != 2 {
+		t.Errorf("invalid UTF-8 counted %v after a refused request, want 2", n)
+	}
+}
+
+// failingWAL fails every append with err.
+type failingWAL struct{ err error }
+
+func (f failingWAL) Append(context.Context, []wal.Record, wal.AppendOptions) (wal.Result, error) {
+	return wal.Result{}, f.err
+}
+func (f failingWAL) Full() bool { return false }
+
+func TestAppendErrors(t *testing.T) {
+	tests := []struct {
+		err    error
+		status int
+		reason string
+	}{
+		{fmt.Errorf("commit: %w", wal.ErrFatal), 500, "wal_error"},
+		{errors.New("something else"), 500, "wal_error"},
+		{fmt.Errorf("%w: disk", wal.ErrNoSpace), 503, "wal_full"},
+		{fmt.Errorf("%w: 9 bytes", wal.ErrTooLarge), 413, "too_large"},
+		{wal.ErrClosed, 503, "shutting_down"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.err.Error(), func(t *testing.T) {
+			e := newEnv(t, withAppender(func(*wal.WAL) inputs.Appender { return failingWAL{tc.err} }))
+			got := e.post("/v1/logs/app", []byte(`{"a":1}`))
+			if got.status != tc.status {
+				t.Errorf("status %d %s, want %d", got.status, got.body, tc.status)
+			}
+			if strings.Contains(got.body, "something else") {
+				t.Errorf("answer %s shows the internal error", got.body)
+			}
+			if tc.status == 503 && got.header.Get("Retry-After") != "1" {
+				t.Errorf("Retry-After %q, want 1", got.header.Get("Retry-After"))
+			}
+			if n := e.rejected(tc.reason); n != 1 {
+				t.Errorf("rejected{reason=%q} = %v, want 1", tc.reason, n)
+			}
+		})
+	}
+}

@@ -1,0 +1,93 @@
+package httpin
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestEpochNanos(t *testing.T) {
+	tests := []struct {
+		in   string
+		want int64
+		err  bool
+	}{
+		{"0", 0, false},
+		{"-0", 0, false},
+		{"1714564800", 1714564800e9, false},
+		{"1714564800.5", 1714564800500000000, false},
+		{"1714564800.000000001", 1714564800000000001, false},
+		{"1714564800.0000000019", 1714564800000000001, false}, // past the nanosecond: dropped
+		{"-1.25", -1250000000, false},
+		{"99999999999", 0, true},                      // seconds, past 2262
+		{"100000000000", 0, true},                     // 1e11 itself is seconds: past 2262
+		{"100000000000.5", 100000000000500000, false}, // above 1e11: milliseconds
+		{"1714564800123", 1714564800123e6, false},
+		{"1714564800123.456789", 1714564800123456789, false},
+		{"9223372036", 9223372036e9, false},
+		{"9223372037", 0, true},
+		{"9223372036854", 9223372036854e6, false},
+		{"9223372036854.775807", math.MaxInt64, false},
+		{"9223372036854.775808", 0, true},
+		{"92233720368547", 0, true},
+		{"123456789012345678901234567890", 0, true},
+		{"1e3", 1000e9, false},
+		{"1.7145648E+9", 1714564800e9, false},
+		{"1.5e12", 1.5e18, false}, // milliseconds
+		{"1e400", 0, true},
+		{"-1e300", 0, true},
+		{"1e-400", 0, false},
+	}
+	for _, tc := range tests {
+		got, err := epochNanos([]byte(tc.in))
+		if tc.err {
+			if err == nil || !errors.Is(err, errTimeRange) {
+				t.Errorf("%s: %d, %v; want out of range", tc.in, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// TestBodiesDoNotAlias: a record's body has no room to grow into the next.
+func TestBodiesDoNotAlias(t *testing.T) {
+	recs, _, err := parseBody([]byte("{\"a\":1}\n{\"b\":2}\n"), "t", "time", time.Now())
+	if err != nil || len(recs) != 2 {
+		t.Fatal(recs, err)
+	}
+	_ = append(recs[0].Body, "xxxxxxxx"...)
+	if string(recs[1].Body) != `{"b":2}` {
+		t.Fatalf("appending to one body changed the next: %s", recs[1].Body)
+	}
+}
+
+// TestParseErrorsReturnNothing: a body with an error anywhere gives no
+// records, whatever came before it.
+func TestParseErrorsReturnNothing(t *testing.T) {
+	good := strings.Repeat("{\"a\":1}\n", 100)
+	for _, body := range []string{good + "{", good + `{"time":"x"}`, "[" + strings.Repeat(`{"a":1},`, 100) + "1]", good + "\"s\""} {
+		recs, stats, err := parseBody([]byte(body), "t", "time", time.Now())
+		if err == nil || recs != nil || stats != (parseStats{}) {
+			t.Errorf("body ending %q: %d records, %v; want an error and nothing", body[len(body)-10:], len(recs), err)
+		}
+	}
+}
+
+func TestParseReceiveTime(t *testing.T) {
+	now := time.Unix(1700000000, 5)
+	recs, _, err := parseBody([]byte(`[{"a":1},{"time":null},{"time":2}]`), "t", "time", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{now.UnixNano(), now.UnixNano(), 2e9}
+	for i, r := range recs {
+		if r.Time != want[i] {
+			t.Errorf("record %d: time %d, want %d", i, r.Time, want[i])
+		}
+	}
+}

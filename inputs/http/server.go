@@ -1,0 +1,233 @@
+package httpin
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/inputs"
+)
+
+// input is this input's name in the metrics.
+const input = "http"
+
+// Server limits and timeouts.
+const (
+	defaultMaxBody    = 16 << 20
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 60 * time.Second
+	idleTimeout       = 120 * time.Second
+	maxHeaderBytes    = 64 << 10
+
+	// storeTimeout is how long a request waits for room in a full WAL
+	// before the client is told 503 and to retry.
+	storeTimeout = 5 * time.Second
+	// shutdownTimeout bounds how long Serve waits for in-flight requests
+	// once its context ends.
+	shutdownTimeout = 5 * time.Second
+)
+
+// Server is the HTTP input. New makes it, Start binds its address, Serve
+// answers requests until its context ends.
+type Server struct {
+	cfg  config.HTTP
+	p    *inputs.Pipeline
+	log  *slog.Logger
+	auth *bearer // nil: no token configured
+
+	storeTimeout    time.Duration
+	shutdownTimeout time.Duration
+
+	srv        *http.Server
+	baseCtx    context.Context // every request's context derives from it
+	cancelBase context.CancelFunc
+
+	mu       sync.Mutex
+	ln       net.Listener
+	tls      *tls.Config
+	stopped  bool           // Serve is returning: no new request may start
+	inflight sync.WaitGroup // requests being handled; Add under mu, before stopped
+}
+
+// New returns the HTTP input for cfg, storing records through p. p.Metrics
+// may be nil (no metrics); log may be nil (no log).
+func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = defaultMaxBody
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if p.Metrics == nil {
+		q := *p
+		q.Metrics = inputs.NewMetrics(nil)
+		p = &q
+	}
+	s := &Server{
+		cfg:             cfg,
+		p:               p,
+		log:             log,
+		storeTimeout:    storeTimeout,
+		shutdownTimeout: shutdownTimeout,
+	}
+	if cfg.Token != "" {
+		s.auth = newBearer(cfg.Token)
+	}
+	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
+	s.srv = &http.Server{
+		Handler:           s.tracked(s.routes()),
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
+		ConnState:         s.connState,
+		// The server's own complaints (TLS handshakes, bad request lines)
+		// are about clients: debug, never a flood at warn.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	return s
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/logs", s.handleLogs)
+	mux.HandleFunc("/v1/logs/{tag}", s.handleLogs)
+	mux.HandleFunc("/v1/logs/{$}", s.handleLogs) // no tag: 400, not 404
+	mux.HandleFunc("/", s.handleNotFound)
+	return mux
+}
+
+// tracked counts the requests being handled, so that Serve returns only
+// after the last one: none may reach the WAL once Serve has returned.
+func (s *Server) tracked(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		stopped := s.stopped
+		if !stopped {
+			s.inflight.Add(1)
+		}
+		s.mu.Unlock()
+		if stopped {
+			s.shuttingDown(w, r)
+			return
+		}
+		defer s.inflight.Done()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Start binds the listen address, and loads the TLS certificate when one
+// is configured.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln != nil {
+		return errors.New("httpin: already started")
+	}
+	if s.cfg.TLS.Enabled() {
+		cert, err := tls.LoadX509KeyPair(s.cfg.TLS.CertFile, s.cfg.TLS.KeyFile)
+		if err != nil {
+			return fmt.Errorf("load TLS certificate for %s: %w", s.cfg.Listen, err)
+		}
+		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		s.srv.TLSConfig = s.tls
+	}
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, listenCause(err))
+	}
+	s.ln = ln
+	return nil
+}
+
+// listenCause strips what net.Listen repeats of the address ("listen tcp
+// 127.0.0.1:8080: bind: ") down to the cause.
+func listenCause(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		err = op.Err
+	}
+	var sys *os.SyscallError
+	if errors.As(err, &sys) {
+		err = sys.Err
+	}
+	return err
+}
+
+// Addr is the bound address; nil before Start.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Serve answers requests until ctx ends, then stops accepting, lets the
+// requests in flight finish for up to a few seconds, cancels those that
+// remain (none of them is acknowledged) and returns nil. It returns an
+// error only if serving fails before ctx ends.
+func (s *Server) Serve(ctx context.Context) error {
+	s.mu.Lock()
+	ln, tlsConfig := s.ln, s.tls
+	s.mu.Unlock()
+	if ln == nil {
+		return errors.New("httpin: Serve called before Start")
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if tlsConfig != nil {
+			errc <- s.srv.ServeTLS(ln, "", "")
+		} else {
+			errc <- s.srv.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-errc:
+		s.cancelBase()
+		_ = s.srv.Close()
+		s.drain()
+		return fmt.Errorf("serve http on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), s.shutdownTimeout)
+	defer cancel()
+	if err := s.srv.Shutdown(sctx); err != nil {
+		// Requests still waiting (for room in the WAL, or a slow client):
+		// end them unacknowledged.
+		s.cancelBase()
+		_ = s.srv.Close()
+	}
+	s.cancelBase()
+	<-errc
+	s.drain()
+	return nil
+}
+
+// drain lets no new request start and waits for those running, whose
+// context is cancelled by now.
+func (s *Server) drain() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.inflight.Wait()
+}
+
+func (s *Server) connState(_ net.Conn, state http.ConnState) {
+	switch state {
+	case http.StateNew:
+		s.p.Metrics.Connections.WithLabelValues(input).Inc()
+	case http.StateClosed, http.StateHijacked:
+		s.p.Metrics.Connections.WithLabelValues(input).Dec()
+	}
+}

@@ -1,0 +1,386 @@
+package httpin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand"
+	"net/http"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/inputs"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// gatedWAL holds every append until the test opens the gate.
+type gatedWAL struct {
+	*wal.WAL
+	entered chan struct{} // an append arrived
+	gate    chan struct{} // closed: appends go through
+}
+
+func newGated(w *wal.WAL) *gatedWAL {
+	return &gatedWAL{WAL: w, entered: make(chan struct{}, 16), gate: make(chan struct{})}
+}
+
+func (g *gatedWAL) Append(ctx context.Context, recs []wal.Record, opts wal.AppendOptions) (wal.Result, error) {
+	g.entered <- struct{}{}
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return wal.Result{}, ctx.Err()
+	}
+	return g.WAL.Append(ctx, recs, opts)
+}
+
+// TestAckAfterDurable: no answer leaves while the append is pending, and
+// when the 200 arrives, the records are committed (SyncAlways: fsynced).
+func TestAckAfterDurable(t *testing.T) {
+	var g *gatedWAL
+	e := newEnv(t, withWAL(wal.Options{Sync: wal.SyncAlways}), withAppender(func(w *wal.WAL) inputs.Appender {
+		g = newGated(w)
+		return g
+	}))
+	answered := make(chan response, 1)
+	go func() {
+		answered <- e.post("/v1/logs/app", []byte("{\"a\":1}\n{\"a\":2}\n"))
+	}()
+	<-g.entered
+	select {
+	case r := <-answered:
+		t.Fatalf("answered %d %s while the append was pending", r.status, r.body)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(g.gate)
+	r := <-answered
+	// Committed state, read the moment the answer arrived.
+	next := e.w.Stats().NextSeq
+	if r.status != 200 || r.body != `{"stored":2}` {
+		t.Fatalf("answer %d %s", r.status, r.body)
+	}
+	if next != 3 {
+		t.Fatalf("NextSeq %d when the 200 arrived, want 3: acknowledged before the commit", next)
+	}
+}
+
+// TestAckSurvivesReopen: what was acknowledged is found after the WAL is
+// closed and opened again, and every answer arrives after its commit.
+func TestAckSurvivesReopen(t *testing.T) {
+	dir := t.TempDir()
+	w, err := wal.Open(dir, wal.Options{Sync: wal.SyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := inputs.NewMetrics(nil)
+	s := New(config.HTTP{Listen: "127.0.0.1:0", MaxBodyBytes: config.MiB, TimeField: "time"}, &inputs.Pipeline{WAL: w, Metrics: m}, nil)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx) }()
+	tr := &http.Transport{}
+	client := &http.Client{Transport: tr}
+
+	var mu sync.Mutex
+	acked := 0
+	sent := map[string]bool{} // bodies acknowledged
+	var wg sync.WaitGroup
+	for c := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				body := fmt.Sprintf("{\"c\":%d,\"i\":%d}\n{\"c\":%d,\"i\":%d,\"n\":2}\n", c, i, c, i)
+				resp, err := client.Post("http://"+s.Addr().String()+"/v1/logs/app", "application/x-ndjson", strings.NewReader(body))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+				mu.Lock()
+				if resp.StatusCode == 200 {
+					acked += 2
+					for line := range strings.Lines(body) {
+						sent[strings.TrimSpace(line)] = true
+					}
+				}
+				committed := w.Stats().NextSeq - 1
+				if committed < uint64(acked) {
+					t.Errorf("%d records acknowledged, %d committed", acked, committed)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	tr.CloseIdleConnections()
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w, err = wal.Open(dir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	recs, err := w.Read(1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != acked || acked != 80 {
+		t.Fatalf("%d records after reopening, %d acknowledged, want 80", len(recs), acked)
+	}
+	// Bodies are parsed into reused buffers: each stored one must be
+	// exactly one that was sent, once.
+	for _, r := range recs {
+		if !sent[string(r.Body)] {
+			t.Fatalf("record %d: %s was not sent, or is stored twice", r.Seq, r.Body)
+		}
+		delete(sent, string(r.Body))
+	}
+}
+
+func TestTLS(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	e := newEnv(t, withCertPool(pool), withConfig(func(c *config.HTTP) {
+		c.TLS = config.HTTPTLS{CertFile: certFile, KeyFile: keyFile}
+		c.Token = "tok"
+	}))
+	if !strings.HasPrefix(e.url, "https://") {
+		t.Fatalf("url %s", e.url)
+	}
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/v1/logs/secure", strings.NewReader(`{"over":"tls"}`))
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := e.client.Do(req)
+	if err != nil {
+		t.Fatalf("https: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if resp.TLS == nil || resp.ProtoMajor != 2 {
+		t.Errorf("proto %s, TLS %v: want HTTP/2 over TLS", resp.Proto, resp.TLS != nil)
+	}
+	if b := e.bodies(); len(b) != 1 || b[0] != `{"over":"tls"}` {
+		t.Fatalf("WAL holds %q", b)
+	}
+
+	// A plain-HTTP client gets no 2xx from the TLS port.
+	plain := &http.Client{Transport: &http.Transport{}}
+	defer plain.CloseIdleConnections()
+	resp, err = plain.Post("http://"+e.s.Addr().String()+"/v1/logs/secure", "application/json", strings.NewReader(`{"a":1}`))
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode < 400 {
+			t.Errorf("plain HTTP to the TLS port: %d", resp.StatusCode)
+		}
+	}
+	// A client that does not trust the certificate is refused.
+	untrusting := &http.Client{Transport: &http.Transport{}}
+	defer untrusting.CloseIdleConnections()
+	if resp, err := untrusting.Post(e.url+"/v1/logs/secure", "application/json", strings.NewReader(`{"a":1}`)); err == nil {
+		resp.Body.Close()
+		t.Errorf("untrusted certificate accepted")
+	}
+	if n := len(e.records()); n != 1 {
+		t.Errorf("WAL holds %d records, want 1", n)
+	}
+}
+
+func TestStartErrors(t *testing.T) {
+	e := newEnv(t)
+	addr := e.s.Addr().String()
+	pipe := &inputs.Pipeline{WAL: e.w}
+
+	s := New(config.HTTP{Listen: addr}, pipe, nil)
+	err := s.Start()
+	if want := "listen on " + addr + ": address already in use"; err == nil || err.Error() != want {
+		t.Errorf("start on a taken address: %v, want %q", err, want)
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("error %v is not EADDRINUSE", err)
+	}
+	if err := s.Serve(context.Background()); err == nil {
+		t.Errorf("Serve without a listener returned nil")
+	}
+
+	s = New(config.HTTP{Listen: "127.0.0.1:0", TLS: config.HTTPTLS{CertFile: "/nonexistent/tls.crt", KeyFile: "/nonexistent/tls.key"}}, pipe, nil)
+	if err := s.Start(); err == nil || !strings.Contains(err.Error(), "load TLS certificate for 127.0.0.1:0") || !strings.Contains(err.Error(), "/nonexistent/tls.crt") {
+		t.Errorf("start with a missing certificate: %v", err)
+	}
+	if s.Addr() != nil {
+		t.Errorf("Addr %v after a failed Start", s.Addr())
+	}
+
+	s = New(config.HTTP{Listen: "127.0.0.1:http-no-such-port"}, pipe, nil)
+	if err := s.Start(); err == nil || !strings.HasPrefix(err.Error(), "listen on 127.0.0.1:http-no-such-port: ") {
+		t.Errorf("start on a bad address: %v", err)
+	}
+}
+
+// TestShutdownFinishesInFlight: a request in flight when Serve's context
+// ends is answered 200 once its append completes, and Serve returns nil.
+func TestShutdownFinishesInFlight(t *testing.T) {
+	var g *gatedWAL
+	e := newEnv(t, withAppender(func(w *wal.WAL) inputs.Appender { g = newGated(w); return g }))
+	answered := make(chan response, 1)
+	go func() { answered <- e.post("/v1/logs/app", []byte(`{"a":1}`)) }()
+	<-g.entered
+	stopped := make(chan struct{})
+	go func() { e.shutdown(); close(stopped) }()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-stopped:
+		t.Fatal("Serve returned with a request in flight")
+	default:
+	}
+	close(g.gate)
+	if r := <-answered; r.status != 200 {
+		t.Fatalf("in-flight request answered %d %s", r.status, r.body)
+	}
+	<-stopped
+	if n := len(e.records()); n != 1 {
+		t.Fatalf("WAL holds %d records, want 1", n)
+	}
+}
+
+// TestShutdownBounded: a request stuck in its append past the grace is
+// cancelled, not acknowledged, and Serve returns.
+func TestShutdownBounded(t *testing.T) {
+	var g *gatedWAL
+	e := newEnv(t, withShutdownTimeout(200*time.Millisecond), withStoreTimeout(time.Minute),
+		withAppender(func(w *wal.WAL) inputs.Appender { g = newGated(w); return g }))
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := e.client.Post(e.url+"/v1/logs/app", "application/json", strings.NewReader(`{"a":1}`))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				err = errors.New("acknowledged")
+			} else {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+		}
+		answered <- err
+	}()
+	<-g.entered
+	start := time.Now()
+	e.shutdown()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Serve took %v to return", d)
+	}
+	if err := <-answered; err == nil || err.Error() == "acknowledged" {
+		t.Fatalf("stuck request: %v, want no acknowledgement", err)
+	}
+	if n := len(e.records()); n != 0 {
+		t.Fatalf("WAL holds %d records", n)
+	}
+}
+
+// logRecorder keeps every log record's level and attributes.
+type logRecorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r.Clone())
+	return nil
+}
+func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+// TestBadInputQuiet: a client's bad requests are logged at debug level
+// only, with its address and the reason, and the server keeps serving.
+func TestBadInputQuiet(t *testing.T) {
+	rec := &logRecorder{}
+	e := newEnv(t, withLogger(slog.New(rec)), withConfig(func(c *config.HTTP) { c.Token = "t"; c.MaxBodyBytes = 4096 }))
+	auth := []string{"Authorization", "Bearer t"}
+	e.post("/v1/logs/app", []byte(`{"a":1}`))
+	e.post("/v1/logs/app", []byte(`{"a":`), auth...)
+	e.post("/v1/logs/app", bytes.Repeat([]byte("x"), 5000), auth...)
+	e.post("/v1/logs/app", []byte(`{"a":1}`), append(auth, "Content-Encoding", "zstd")...)
+	e.do(http.MethodDelete, "/v1/logs/app", nil)
+	e.post("/v1/logs/app", []byte("{\"time\":\"now\"}"), auth...)
+
+	if r := e.post("/v1/logs/app", []byte(`{"still":"serving"}`), auth...); r.status != 200 {
+		t.Fatalf("after bad requests: %d %s", r.status, r.body)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	reasons := map[string]bool{}
+	for _, r := range rec.recs {
+		if r.Level > slog.LevelDebug {
+			t.Errorf("logged at %s: %s", r.Level, r.Message)
+		}
+		var remote, reason string
+		r.Attrs(func(a slog.Attr) bool {
+			switch a.Key {
+			case "remote":
+				remote = a.Value.String()
+			case "reason":
+				reason = a.Value.String()
+			}
+			return true
+		})
+		if remote == "" || reason == "" {
+			t.Errorf("log %q without remote address or reason", r.Message)
+		}
+		reasons[reason] = true
+	}
+	for _, want := range []string{"unauthorized", "malformed", "too_large", "unsupported_encoding", "bad_method", "bad_time"} {
+		if !reasons[want] {
+			t.Errorf("no debug line for %s; have %v", want, reasons)
+		}
+	}
+}
+
+// TestGarbageNeverCrashes throws random bodies, encodings and paths at a
+// server and checks each gets an answer and the server still stores.
+func TestGarbageNeverCrashes(t *testing.T) {
+	e := newEnv(t, withConfig(func(c *config.HTTP) { c.MaxBodyBytes = 8 << 10 }))
+	r := rand.New(rand.NewSource(1))
+	pieces := []string{"{", "}", "[", "]", `"`, `\`, ":", ",", "\n", " ", "1", "-", "e", ".", "true", "null", `"time"`, "\xff", "\u00e9", `\u12`, "0x", "9999999999999999999999"}
+	for i := range 300 {
+		var b strings.Builder
+		for range r.Intn(40) {
+			b.WriteString(pieces[r.Intn(len(pieces))])
+		}
+		body := []byte(b.String())
+		headers := []string{"Idempotency-Key", fmt.Sprint("k", i%7)}
+		if i%5 == 0 {
+			body = gzipped(string(body))
+			headers = append(headers, "Content-Encoding", "gzip")
+		}
+		if i%11 == 0 {
+			body = body[:len(body)/2]
+		}
+		got := e.post("/v1/logs/app", body, headers...)
+		if got.status != 200 && got.status != 400 {
+			t.Fatalf("body %q: %d %s", body, got.status, got.body)
+		}
+	}
+	if r := e.post("/v1/logs/app", []byte(`{"ok":true}`)); r.status != 200 {
+		t.Fatalf("after garbage: %d %s", r.status, r.body)
+	}
+	if c := testutil.ToFloat64(e.m.Connections.WithLabelValues(input)); c < 1 {
+		t.Errorf("connections gauge %v with a connection open", c)
+	}
+}
