@@ -42,23 +42,24 @@ var sinkBuilders = map[string]func(ctx context.Context, s config.Sink, d sinkDep
 // drainerActors returns one actor per configured sink, each draining the WAL into its
 // destination from the sink's own cursor. A sink whose type this build cannot deliver to
 // still gets its cursor, so that the WAL keeps its records until it can.
-func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]actor, error) {
+func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]actor, []*queue.Drainer, error) {
 	metrics := queue.NewMetrics(reg)
 	// In-flight sends get most of shutdown_timeout; the rest is for committing and closing.
 	sendTimeout := time.Duration(cfg.ShutdownTimeout) * 4 / 5
 	var actors []actor
+	var drainers []*queue.Drainer
 	for _, s := range cfg.Sinks {
 		build, ok := sinkBuilders[s.Type]
 		if !ok {
 			if _, err := w.RegisterCursor(context.Background(), s.Name); err != nil {
-				return nil, fmt.Errorf("register cursor of sink %q: %w", s.Name, err)
+				return nil, nil, fmt.Errorf("register cursor of sink %q: %w", s.Name, err)
 			}
 			log.Warn("this build cannot deliver to this sink type; the sink's records are kept in the WAL until a build that can runs", "sink", s.Name, "type", s.Type)
 			continue
 		}
 		dest, err := build(context.Background(), s, sinkDeps{hostname: hostname(), log: log, reg: reg})
 		if err != nil {
-			return nil, fmt.Errorf("sink %q (line %d): %w", s.Name, s.Line, err)
+			return nil, nil, fmt.Errorf("sink %q (line %d): %w", s.Name, s.Line, err)
 		}
 		globs := s.Match
 		d := queue.New(w, s.Name, dest, queue.Options{
@@ -68,6 +69,7 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 			Logger:          log,
 		})
 		actors = append(actors, actor{name: "sink " + s.Name, run: d.Run})
+		drainers = append(drainers, d)
 	}
-	return actors, nil
+	return actors, drainers, nil
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -34,8 +36,9 @@ func TestRunDeliversHTTPToCloudWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer emu.Close()
-	httpAddr := freePort(t)
-	cfg := fmt.Sprintf(`inputs:
+	httpAddr, adminAddr := freePort(t), freePort(t)
+	cfg := fmt.Sprintf(`admin: {listen: %q}
+inputs:
   http: {listen: %q}
 sinks:
   - name: cw
@@ -46,8 +49,8 @@ sinks:
     log_group: "/eks/${record.kubernetes.namespace_name}"
     log_stream: "${record.kubernetes.pod_name}"
     flush_interval: 50ms
-`, httpAddr, url)
-	path, dataDir := writeConfig(t, shortShutdownYAML, adminYAML, cfg)
+`, adminAddr, httpAddr, url)
+	path, dataDir := writeConfig(t, shortShutdownYAML, cfg)
 	s := startService(t, path, "AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_EC2_METADATA_DISABLED=true")
 	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
 	var body strings.Builder
@@ -68,6 +71,46 @@ sinks:
 			t.Fatalf("events: %+v; stderr:\n%s", emu.Groups(), s.stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// The admin server tells the same story.
+	get := func(p string) (int, string) {
+		res, err := http.Get("http://" + adminAddr + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := get("/healthz"); code != 200 || !strings.Contains(body, `"ok"`) {
+		t.Errorf("/healthz: %d %s", code, body)
+	}
+	if code, body := get("/readyz"); code != 200 {
+		t.Errorf("/readyz: %d %s", code, body)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		_, metrics := get("/metrics")
+		if strings.Contains(metrics, `forwarder_input_records_total{input="http"} 20`) &&
+			strings.Contains(metrics, `forwarder_sink_delivered_records_total{sink="cw"} 20`) &&
+			strings.Contains(metrics, "forwarder_wal_commits_total") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics lacks the counts:\n%s", metrics)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var st struct {
+		WAL   struct{ NextSeq uint64 `json:"next_seq"` } `json:"wal"`
+		Sinks []struct {
+			Sink      string `json:"sink"`
+			Delivered uint64 `json:"delivered_records"`
+		} `json:"sinks"`
+	}
+	_, status := get("/status")
+	if err := json.Unmarshal([]byte(status), &st); err != nil || st.WAL.NextSeq != 21 || len(st.Sinks) != 1 || st.Sinks[0].Sink != "cw" {
+		t.Errorf("/status: %v %s", err, status)
 	}
 	s.signal(syscall.SIGTERM)
 	if code := s.wait(10 * time.Second); code != exitOK {

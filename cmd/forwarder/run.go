@@ -10,10 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/logfwd/forwarder/admin"
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -65,13 +68,24 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger) int {
 	g := &group{log: log, failed: reportFailure(log)}
 	g.add(walActor(w))
 	reg := prometheus.NewRegistry()
-	drainers, err := drainerActors(w, cfg, reg, log)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		admin.NewWALCollector(w, int64(cfg.WAL.MaxBytes)))
+	drainerList, drainers, err := drainerActors(w, cfg, reg, log)
 	if err != nil {
 		log.Error("cannot start the sinks", "error", err)
 		w.Close()
 		return exitFail
 	}
-	for _, a := range drainers {
+	var listening atomic.Bool
+	adm := admin.New(cfg.Admin.Listen, admin.Sources{WAL: w, MaxBytes: int64(cfg.WAL.MaxBytes), Drainers: drainers,
+		Listening: listening.Load, Gatherer: reg, Version: currentVersion()}, log)
+	if err := adm.Start(); err != nil {
+		log.Error("cannot start the admin server", "error", err)
+		w.Close()
+		return exitFail
+	}
+	g.add(actor{name: "admin", run: adm.Serve})
+	for _, a := range drainerList {
 		g.add(a)
 	}
 	ins, err := inputActors(w, cfg, reg, log)
@@ -83,7 +97,13 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger) int {
 	for _, a := range ins {
 		g.add(a)
 	}
+	listening.Store(true)
 	g.add(signals)
+	g.add(actor{name: "readiness", run: func(ctx context.Context) error {
+		<-ctx.Done() // the service is stopping: no longer ready
+		listening.Store(false)
+		return nil
+	}})
 
 	log.Info("started", "version", currentVersion(), "config", configPath, "pid", os.Getpid())
 	if g.run(context.Background(), timeout) {

@@ -1,0 +1,187 @@
+// Package admin is the forwarder's admin HTTP server: Prometheus metrics,
+// liveness and readiness, and a JSON status page. It only reads: the WAL's
+// statistics and the drainers' status. Nothing it serves holds a secret.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/logfwd/forwarder/queue"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// Sources are what the admin server reports on.
+type Sources struct {
+	WAL      *wal.WAL
+	MaxBytes int64
+	Drainers []*queue.Drainer
+	// Listening reports whether the inputs accept connections.
+	Listening func() bool
+	Gatherer  prometheus.Gatherer
+	Version   string
+}
+
+// Server serves /metrics, /healthz, /readyz and /status.
+type Server struct {
+	listen string
+	src    Sources
+	log    *slog.Logger
+	ln     net.Listener
+	srv    *http.Server
+	start  time.Time
+}
+
+// New returns an admin server for listen ("127.0.0.1:9880").
+func New(listen string, src Sources, log *slog.Logger) *Server {
+	s := &Server{listen: listen, src: src, log: log, start: time.Now()}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(src.Gatherer, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
+	mux.HandleFunc("GET /healthz", s.healthz)
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /status", s.status)
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return s
+}
+
+// Start binds the listener.
+func (s *Server) Start() error {
+	ln, err := net.Listen("tcp", s.listen)
+	if err != nil {
+		return fmt.Errorf("admin: listen on %s: %w", s.listen, err)
+	}
+	s.ln = ln
+	return nil
+}
+
+// Addr is the listener's address, once started.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Serve serves until ctx ends.
+func (s *Server) Serve(ctx context.Context) error {
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s.srv.Shutdown(sctx)
+	}()
+	s.log.Info("admin listening", "address", s.ln.Addr().String())
+	if err := s.srv.Serve(s.ln); !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("admin: %w", err)
+	}
+	return nil
+}
+
+// healthz: the process is alive and its WAL can still promise durability.
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	if err := s.src.WAL.Err(); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "failed", "error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz: the WAL is usable, the inputs listen, and no sink is paused.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
+	var problems []string
+	if err := s.src.WAL.Err(); err != nil {
+		problems = append(problems, "wal: "+err.Error())
+	}
+	if s.src.WAL.Full() {
+		problems = append(problems, "wal: full (wal.max_bytes reached); inputs are pushing back on clients")
+	}
+	if s.src.Listening != nil && !s.src.Listening() {
+		problems = append(problems, "inputs: not listening")
+	}
+	for _, d := range s.src.Drainers {
+		st := d.Status()
+		switch st.State {
+		case "paused", "failed":
+			problems = append(problems, fmt.Sprintf("sink %s: %s: %s", st.Sink, st.State, st.LastError))
+		}
+	}
+	if len(problems) > 0 {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "degraded", "problems": problems})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// Status is the /status document.
+type Status struct {
+	Version  string         `json:"version"`
+	Uptime   string         `json:"uptime"`
+	WAL      WALStatus      `json:"wal"`
+	Sinks    []queue.Status `json:"sinks"`
+	Orphaned []Cursor       `json:"unconfigured_cursors,omitempty"`
+}
+
+// WALStatus is the WAL part of /status.
+type WALStatus struct {
+	Path      string            `json:"path"`
+	Bytes     int64             `json:"bytes"`
+	MaxBytes  int64             `json:"max_bytes"`
+	FileBytes int64             `json:"file_bytes"`
+	Records   uint64            `json:"records"`
+	FirstSeq  uint64            `json:"first_seq"`
+	NextSeq   uint64            `json:"next_seq"`
+	Full      bool              `json:"full"`
+	Dropped   map[string]uint64 `json:"dropped_records,omitempty"`
+	Error     string            `json:"error,omitempty"`
+}
+
+// Cursor is a cursor of a sink that is not configured: it pins retention.
+type Cursor struct {
+	Name       string `json:"name"`
+	Position   uint64 `json:"position"`
+	LagRecords uint64 `json:"lag_records"`
+}
+
+func (s *Server) status(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, s.Snapshot())
+}
+
+// Snapshot builds the /status document.
+func (s *Server) Snapshot() Status {
+	st := s.src.WAL.Stats()
+	out := Status{Version: s.src.Version, Uptime: time.Since(s.start).Round(time.Second).String(),
+		WAL: WALStatus{Path: st.Path, Bytes: st.Bytes, MaxBytes: s.src.MaxBytes, FileBytes: st.FileBytes, Records: st.Records,
+			FirstSeq: st.FirstSeq, NextSeq: st.NextSeq, Full: s.src.WAL.Full(), Dropped: st.Dropped}}
+	if err := s.src.WAL.Err(); err != nil {
+		out.WAL.Error = err.Error()
+	}
+	configured := map[string]bool{}
+	for _, d := range s.src.Drainers {
+		out.Sinks = append(out.Sinks, d.Status())
+		configured[d.Name()] = true
+	}
+	for name, pos := range st.Cursors {
+		if !configured[name] {
+			lag := uint64(0)
+			if st.NextSeq-1 > pos {
+				lag = st.NextSeq - 1 - pos
+			}
+			out.Orphaned = append(out.Orphaned, Cursor{Name: name, Position: pos, LagRecords: lag})
+		}
+	}
+	sort.Slice(out.Orphaned, func(i, j int) bool { return out.Orphaned[i].Name < out.Orphaned[j].Name })
+	return out
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

@@ -1,0 +1,117 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/logfwd/forwarder/queue"
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// deniedSink refuses everything as a destination without access does.
+type deniedSink struct{}
+
+func (deniedSink) Limits() sinks.Limits {
+	return sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Millisecond, Concurrency: 1}
+}
+func (deniedSink) Partition(*sinks.Record) string { return "p" }
+func (deniedSink) Size(r *sinks.Record) int       { return len(r.Body) }
+func (deniedSink) Send(context.Context, *sinks.Batch) (sinks.Outcome, error) {
+	return sinks.Outcome{}, sinks.NewSinkPermanent("AccessDenied", nil)
+}
+
+func get(t *testing.T, base, path string) (int, string) {
+	t.Helper()
+	res, err := http.Get(base + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+func TestEndpoints(t *testing.T) {
+	w, err := wal.Open(t.TempDir(), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w.RegisterCursor(ctx, "removed-sink") // a cursor no sink owns
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewWALCollector(w, 1<<30))
+	d := queue.New(w, "cw", deniedSink{}, queue.Options{Metrics: queue.NewMetrics(reg)})
+	listening := true
+	s := New("127.0.0.1:0", Sources{WAL: w, MaxBytes: 1 << 30, Drainers: []*queue.Drainer{d}, Listening: func() bool { return listening },
+		Gatherer: reg, Version: "v-test"}, slog.New(slog.DiscardHandler))
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	base := "http://" + s.Addr().String()
+
+	if code, body := get(t, base, "/readyz"); code != 200 {
+		t.Fatalf("/readyz before anything: %d %s", code, body)
+	}
+	if _, err := w.Append(ctx, []wal.Record{{Tag: "t", Body: []byte(`{"password":"hunter2"}`)}}, wal.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	drained := make(chan error, 1)
+	go func() { drained <- d.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for d.Status().State != "paused" && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	code, body := get(t, base, "/readyz")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "sink cw: paused") {
+		t.Fatalf("/readyz with a paused sink: %d %s", code, body)
+	}
+	if code, _ := get(t, base, "/healthz"); code != 200 {
+		t.Fatalf("/healthz: %d (a paused sink is not a dead process)", code)
+	}
+	listening = false
+	if _, body := get(t, base, "/readyz"); !strings.Contains(body, "inputs: not listening") {
+		t.Fatalf("/readyz without inputs: %s", body)
+	}
+	_, body = get(t, base, "/status")
+	var st Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Version != "v-test" || st.WAL.Records != 1 || st.WAL.NextSeq != 2 || len(st.Sinks) != 1 || st.Sinks[0].State != "paused" ||
+		len(st.Orphaned) != 1 || st.Orphaned[0].Name != "removed-sink" || st.Orphaned[0].LagRecords != 1 {
+		t.Fatalf("/status: %s", body)
+	}
+	if strings.Contains(body, "hunter2") {
+		t.Fatal("/status shows record content")
+	}
+	_, metrics := get(t, base, "/metrics")
+	for _, want := range []string{"forwarder_wal_records 1", "forwarder_wal_max_bytes 1.073741824e+09", `forwarder_sink_paused{sink="cw"} 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if code, _ := get(t, base, "/nope"); code != 404 {
+		t.Errorf("/nope: %d", code)
+	}
+	cancel()
+	<-drained
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
