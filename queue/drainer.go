@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ type Options struct {
 	RetryMax         time.Duration         // longest retry delay; default 30s
 	PauseRetry       time.Duration         // probe interval of a paused sink; default 30s
 	MaxDeadLetters   int                   // dead letters kept per sink; default 10,000
+	SummaryInterval  time.Duration         // how often failed sends are summed up in the log; default 1m
 	Metrics          *Metrics              // nil: unregistered metrics
 	Logger           *slog.Logger
 }
@@ -50,6 +52,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxDeadLetters <= 0 {
 		o.MaxDeadLetters = 10000
+	}
+	if o.SummaryInterval <= 0 {
+		o.SummaryInterval = time.Minute
 	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
@@ -209,6 +214,8 @@ type loop struct {
 	pauseRetryAt  time.Time
 
 	delivered, deadLettered uint64
+	failures                map[string]int // failed sends by class/reason since the last summary
+	lastSummary             time.Time
 	lastErr                 string
 	lastErrAt               time.Time
 
@@ -227,6 +234,7 @@ func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 	l := &loop{
 		d: d, lim: d.lim, cursor: cursor, readPos: cursor + 1,
 		parts: map[string]*partition{}, marks: map[string]uint64{}, limit: d.lim.Concurrency,
+		failures: map[string]int{}, lastSummary: time.Now(),
 		quit: make(chan struct{}), in: make(chan []wal.Record), readErr: make(chan error, 1), results: make(chan sendResult),
 		commits: make(chan *commitReq, 64), committed: make(chan *commitReq), refills: make(chan refill),
 	}
@@ -298,6 +306,7 @@ func (l *loop) run(ctx context.Context) error {
 		case <-timer.C:
 		case <-statusTick.C:
 			l.updateStatus()
+			l.summarize(time.Now())
 		case <-done:
 			done, stopping = nil, true
 			stopReading()
@@ -549,6 +558,7 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 	}
 	e := sinks.Classify(r.err)
 	l.lastErr, l.lastErrAt = e.Error(), now
+	l.failures[e.Class.String()+"/"+e.Reason]++
 	if e.Class == sinks.RecordPermanent {
 		l.deliver(p, nil, nil, e.Reason, now) // the whole batch is dead-lettered
 		return
@@ -815,6 +825,38 @@ func (l *loop) onRefill(f refill, now time.Time) {
 	if len(p.batch) == 0 && !p.busy {
 		l.scheduleQueue(p, now)
 	}
+}
+
+// summarize logs, once per SummaryInterval, how many sends failed and
+// why. Failed sends are retried and lose nothing: the line is at info
+// level when every partition has since delivered, at warning level while
+// some are still failing.
+func (l *loop) summarize(now time.Time) {
+	if len(l.failures) == 0 || now.Sub(l.lastSummary) < l.d.opts.SummaryInterval {
+		return
+	}
+	failing := 0
+	for _, p := range l.parts {
+		if p.attempts > 0 {
+			failing++
+		}
+	}
+	args := []any{"interval", l.d.opts.SummaryInterval, "partitions_still_failing", failing}
+	keys := make([]string, 0, len(l.failures))
+	for k := range l.failures {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		args = append(args, k, l.failures[k])
+	}
+	level := slog.LevelInfo
+	if failing > 0 || l.paused != nil || now.Before(l.throttleUntil) {
+		level = slog.LevelWarn
+	}
+	l.d.log.Log(context.Background(), level, "sends failed and are retried; nothing is dropped for them (counts by class/reason)", args...)
+	l.failures = map[string]int{}
+	l.lastSummary = now
 }
 
 func (l *loop) updateStatus() {

@@ -476,3 +476,44 @@ func TestMaxOpenCutsOldestEarly(t *testing.T) {
 		r.stop(t)
 	})
 }
+
+// TestRetriesAreSummedUpNotShouted: failed sends that are retried do not
+// log a line each; one summary per interval counts them, at info level
+// once everything is delivered.
+func TestRetriesAreSummedUpNotShouted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		var logs bytes.Buffer
+		var mu sync.Mutex
+		log := slog.New(slog.NewTextHandler(syncWriter{&mu, &logs}, nil))
+		s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})
+		fails := 0
+		s.setFail(func(b *sinks.Batch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if fails < 5 {
+				fails++
+				return sinks.NewRetryable("http_503", fmt.Errorf("unavailable"))
+			}
+			return nil
+		})
+		last := appendN(t, w, 30, tagsOf(3), 10)
+		r := start(w, "s", s, Options{Logger: log, SummaryInterval: 20 * time.Second})
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d", pos)
+		}
+		r.stop(t)
+		mu.Lock()
+		defer mu.Unlock()
+		out := logs.String()
+		if n := strings.Count(out, "sends failed and are retried"); n != 1 || !strings.Contains(out, "retryable/http_503=5") {
+			t.Fatalf("want one summary counting 5 failures:\n%s", out)
+		}
+		if strings.Contains(out, "level=WARN") || strings.Contains(out, "level=ERROR") {
+			t.Fatalf("retries that succeeded were logged as warnings or errors:\n%s", out)
+		}
+	})
+}

@@ -277,3 +277,20 @@ func TestWALFullPushesBack(t *testing.T) {
 		t.Fatalf("%d records appended, want %d", n, acked+1)
 	}
 }
+
+// A client that keeps sending bad input is counted every time and logged
+// once a minute, not once a connection.
+func TestBadInputLoggedOncePerMinute(t *testing.T) {
+	f := start(t, defaultCfg(), wal.Options{})
+	for i := 0; i < 5; i++ {
+		c := f.dial()
+		c.Write(msgp.AppendString(nil, "not a message"))
+		expectClosed(t, c)
+	}
+	if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "malformed")); n != 5 {
+		t.Fatalf("rejected{malformed} = %v, want 5", n)
+	}
+	if n := strings.Count(f.logs.String(), "closing connection: bad input"); n != 1 {
+		t.Fatalf("%d log lines for 5 bad connections within a minute:\n%s", n, f.logs.String())
+	}
+}

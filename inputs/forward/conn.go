@@ -112,10 +112,14 @@ func (c *conn) serve(ctx context.Context) {
 	}
 }
 
-// reject closes the connection over bad input, with one log line and a count.
+// reject closes the connection over bad input, with a count and, at most
+// once a minute per reason, a log line (which says how many more it stood for).
 func (c *conn) reject(reason string, err error) {
 	c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
-	c.s.log.Warn("closing connection: bad input; nothing of the message was stored", "remote", c.remote, "reason", reason, "error", err, "message_at_byte", c.read-int64(len(c.buf)-c.start))
+	if n, ok := c.s.rejects.allow(reason, time.Now()); ok {
+		c.s.log.Warn("closing connection: bad input; nothing of the message was stored", "remote", c.remote, "reason", reason,
+			"error", err, "message_at_byte", c.read-int64(len(c.buf)-c.start), "same_reason_not_logged_in_last_minute", n)
+	}
 }
 
 func ack(chunk string) []byte {

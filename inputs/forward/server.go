@@ -40,6 +40,8 @@ type Server struct {
 	// buffers to play a slow network).
 	tune func(net.Conn)
 
+	rejects rateLog
+
 	mu    sync.Mutex
 	conns map[*conn]struct{}
 	wg    sync.WaitGroup
@@ -167,3 +169,26 @@ func (s *Server) track(c *conn, open bool) {
 }
 
 var errClosing = errors.New("server closing")
+
+// rateLog lets one log line through per reason per minute and counts the rest.
+type rateLog struct {
+	mu     sync.Mutex
+	last   map[string]time.Time
+	hidden map[string]int
+}
+
+// allow reports whether to log now, and how many were not logged before.
+func (r *rateLog) allow(reason string, now time.Time) (int, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last, r.hidden = map[string]time.Time{}, map[string]int{}
+	}
+	if t, ok := r.last[reason]; ok && now.Sub(t) < time.Minute {
+		r.hidden[reason]++
+		return 0, false
+	}
+	n := r.hidden[reason]
+	r.last[reason], r.hidden[reason] = now, 0
+	return n, true
+}
