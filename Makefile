@@ -20,6 +20,9 @@ deps:
 	@# An independent forward client for the tests: Debian's python3-fluent-logger.
 	@/usr/bin/python3 -c 'import fluent.sender' 2>/dev/null || \
 		{ apt-get install -y python3-fluent-logger || { apt-get update && apt-get install -y python3-fluent-logger; }; }
+	@# systemd-analyze, for the test that verifies packaging/systemd/forwarder.service.
+	@command -v systemd-analyze >/dev/null 2>&1 || \
+		{ apt-get install -y --no-install-recommends systemd || { apt-get update && apt-get install -y --no-install-recommends systemd; }; }
 
 build: deps
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/forwarder

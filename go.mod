@@ -31,6 +31,7 @@ require (
 	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/fluent/fluent-logger-golang v1.10.2 // indirect
 	github.com/johannesboyne/gofakes3 v1.2.0 // indirect
 	github.com/kr/text v0.2.0 // indirect

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/logfwd/forwarder/internal/sdnotify"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -79,5 +80,24 @@ func reportFailure(log *slog.Logger) func(name string, err error) {
 			return
 		}
 		log.Error(name+" failed; shutting down", "error", err)
+	}
+}
+
+// systemdActor feeds systemd's watchdog while the WAL can still promise durability (not
+// while a sink is paused or the WAL is full: a restart fixes neither), and tells systemd
+// when the service begins to stop. Added last, it is the first actor stopped, so
+// STOPPING=1 goes out as the shutdown begins.
+func systemdActor(w durableLog, log *slog.Logger) actor {
+	return actor{
+		name: "systemd watchdog",
+		run: func(ctx context.Context) error {
+			return sdnotify.Watchdog(ctx, func() bool { return w.Err() == nil })
+		},
+		stop: func(context.Context) error {
+			if err := sdnotify.Stopping(); err != nil {
+				log.Warn("cannot tell systemd that the service is stopping", "error", err)
+			}
+			return nil
+		},
 	}
 }

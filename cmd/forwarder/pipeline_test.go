@@ -102,7 +102,9 @@ sinks:
 		time.Sleep(50 * time.Millisecond)
 	}
 	var st struct {
-		WAL   struct{ NextSeq uint64 `json:"next_seq"` } `json:"wal"`
+		WAL struct {
+			NextSeq uint64 `json:"next_seq"`
+		} `json:"wal"`
 		Sinks []struct {
 			Sink      string `json:"sink"`
 			Delivered uint64 `json:"delivered_records"`

@@ -18,6 +18,7 @@ import (
 
 	"github.com/logfwd/forwarder/admin"
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/sdnotify"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -105,7 +106,12 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger) int {
 		return nil
 	}})
 
+	g.add(systemdActor(w, log)) // last added, first stopped: STOPPING=1 as the shutdown begins
+
 	log.Info("started", "version", currentVersion(), "config", configPath, "pid", os.Getpid())
+	if err := sdnotify.Ready(fmt.Sprintf("WAL %d records; %d sinks", w.Stats().Records, len(cfg.Sinks))); err != nil {
+		log.Warn("cannot tell systemd that the service is ready; under Type=notify it stops the service when TimeoutStartSec passes", "error", err)
+	}
 	if g.run(context.Background(), timeout) {
 		return exitFail
 	}

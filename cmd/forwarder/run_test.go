@@ -258,3 +258,55 @@ func TestRunAcceptsForwardRecords(t *testing.T) {
 		t.Fatalf("dump: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// Under systemd (Type=notify) the service says READY=1 once it listens, pings the
+// watchdog, and says STOPPING=1 when it begins to stop.
+func TestRunNotifiesSystemd(t *testing.T) {
+	t.Parallel()
+	sock := filepath.Join(t.TempDir(), "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	got := make(chan string, 100)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, _, err := conn.ReadFromUnix(buf)
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- string(buf[:n])
+		}
+	}()
+	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML)
+	s := startService(t, path, "NOTIFY_SOCKET="+sock, "WATCHDOG_USEC=200000")
+	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+	want := []string{"READY=1", "WATCHDOG=1"}
+	deadline := time.After(10 * time.Second)
+	for len(want) > 0 {
+		select {
+		case m := <-got:
+			if strings.Contains(m, want[0]) {
+				want = want[1:]
+			}
+		case <-deadline:
+			t.Fatalf("never got %q; stderr:\n%s", want[0], s.stderr.String())
+		}
+	}
+	s.signal(syscall.SIGTERM)
+	stopping := false
+	for !stopping {
+		select {
+		case m := <-got:
+			stopping = strings.Contains(m, "STOPPING=1")
+		case <-deadline:
+			t.Fatal("never got STOPPING=1")
+		}
+	}
+	if code := s.wait(10 * time.Second); code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+}
