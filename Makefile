@@ -65,7 +65,7 @@ bench: deps
 # 100 times and check cursors, deliveries and re-sends.
 crash: deps
 	WAL_CRASH_RUNS=200 $(GO) test -run 'TestCrash' -count=1 -v -timeout 30m ./wal
-	QUEUE_CRASH_RUNS=100 $(GO) test -run 'TestCrash' -count=1 -v -timeout 30m ./queue
+	QUEUE_CRASH_RUNS=100 QUEUE_STRESS_ROUNDS=50 $(GO) test -run 'TestCrash|TestWatermark' -count=1 -v -timeout 30m ./queue
 	FORWARD_CRASH_RUNS=100 $(GO) test -run 'TestCrash' -count=1 -v -timeout 30m ./inputs/forward
 
 clean:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"time"
 
 	"github.com/logfwd/forwarder/wal"
 )
@@ -55,6 +56,17 @@ func (l *loop) commitLoop(ctx context.Context) {
 			dead -= l.evictDeadLetters(&b, over)
 		}
 		err := d.w.Commit(context.Background(), &b)
+		for wait := time.Second; errors.Is(err, wal.ErrNoSpace); wait = min(2*wait, 30*time.Second) {
+			// The disk is full: these deliveries happened and must be
+			// recorded; their partitions stay busy until they are.
+			d.log.Warn("cannot record deliveries: the WAL's disk is full; retrying", "retry_in", wait, "error", err)
+			select {
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return
+			}
+			err = d.w.Commit(context.Background(), &b)
+		}
 		for _, r := range reqs {
 			r.err = err
 			select {

@@ -236,7 +236,9 @@ func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 		parts: map[string]*partition{}, marks: map[string]uint64{}, limit: d.lim.Concurrency,
 		failures: map[string]int{}, lastSummary: time.Now(),
 		quit: make(chan struct{}), in: make(chan []wal.Record), readErr: make(chan error, 1), results: make(chan sendResult),
-		commits: make(chan *commitReq, 64), committed: make(chan *commitReq), refills: make(chan refill),
+		// Each busy partition has at most one delivery waiting to commit, and
+		// at most Concurrency partitions are busy: deliver never blocks.
+		commits: make(chan *commitReq, d.lim.Concurrency+1), committed: make(chan *commitReq), refills: make(chan refill),
 	}
 	if err := d.w.ScanState(d.name, []byte(prefixMark), func(k, v []byte) error {
 		if len(v) == 8 {

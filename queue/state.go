@@ -49,10 +49,23 @@ var _ sinks.State = (*sinkState)(nil)
 
 func (s *sinkState) Get(key []byte) ([]byte, error) { return s.w.State(s.name, stateKey(key)) }
 
+// Scan copies the pairs out before calling fn, so that fn may read or
+// write the WAL (ReadRange, Delivered): inside a read transaction that
+// could wait on a writer that waits on it.
 func (s *sinkState) Scan(prefix []byte, fn func(key, value []byte) error) error {
-	return s.w.ScanState(s.name, stateKey(prefix), func(k, v []byte) error {
-		return fn(k[len(prefixState):], v)
-	})
+	var kvs [][2][]byte
+	if err := s.w.ScanState(s.name, stateKey(prefix), func(k, v []byte) error {
+		kvs = append(kvs, [2][]byte{append([]byte(nil), k[len(prefixState):]...), append([]byte(nil), v...)})
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, kv := range kvs {
+		if err := fn(kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *sinkState) Put(ctx context.Context, key, value []byte) error {

@@ -203,7 +203,9 @@ func (w *WAL) State(sink string, key []byte) ([]byte, error) {
 }
 
 // ScanState calls fn for each key of sink's state bucket that starts with
-// prefix, in key order. k and v are valid only during the call.
+// prefix, in key order, inside one read transaction. k and v are valid only
+// during the call, and fn must not call the WAL: a read or write from
+// inside can deadlock with the writer growing the file.
 func (w *WAL) ScanState(sink string, prefix []byte, fn func(k, v []byte) error) error {
 	return w.db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketState).Bucket([]byte(sink))

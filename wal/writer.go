@@ -39,12 +39,13 @@ type commitResult struct {
 }
 
 const (
-	maxGroupRequests    = 4096     // requests in one transaction
-	maxGroupBytes       = 64 << 20 // stored bytes in one transaction
-	maxDeletesPerTx     = 4096     // retention deletes per transaction
-	intervalFlushBytes  = 32 << 20 // SyncInterval commits early above this
-	dropLogInterval     = 10 * time.Second
-	chunkExpiryInterval = 10 * time.Second
+	maxGroupRequests     = 4096     // requests in one transaction
+	maxGroupBytes        = 64 << 20 // stored bytes in one transaction
+	maxDeletesPerTx      = 4096     // retention deletes per transaction
+	intervalFlushBytes   = 32 << 20 // SyncInterval commits early above this
+	dropLogInterval      = 10 * time.Second
+	chunkExpiryInterval  = 10 * time.Second
+	noSpaceRetryInterval = time.Second
 )
 
 // writer is the one goroutine that changes the file. It gathers whatever
@@ -64,6 +65,7 @@ type writer struct {
 	droppedSince map[string]uint64 // DropOldest losses not yet logged
 	lastDropLog  time.Time
 	lastExpire   time.Time
+	noSpaceRetry <-chan time.Time // set after a commit refused for lack of space
 	failed       error
 }
 
@@ -84,7 +86,13 @@ func (wr *writer) run() {
 	for {
 		var appends []*appendReq
 		var commits []*commitReq
-		if !wr.moreWork {
+		if wr.moreWork && wr.failed == nil {
+			select {
+			case <-wr.w.quit:
+				return
+			default:
+			}
+		} else {
 			if wr.tx != nil && timerC == nil {
 				timer = time.NewTimer(wr.w.opts.SyncInterval - time.Since(wr.txStart))
 				timerC = timer.C
@@ -97,6 +105,9 @@ func (wr *writer) run() {
 			case <-wr.w.kick:
 			case <-timerC:
 				timerC = nil
+			case <-wr.noSpaceRetry:
+				wr.noSpaceRetry = nil
+				wr.moreWork = true // retention, and what waits, once more
 			case <-wr.w.quit:
 				return
 			}
@@ -203,12 +214,19 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 			continue
 		}
 		if r.chunk != "" {
-			res, ok := seen[r.chunk]
-			if !ok {
-				res, ok = lookupChunk(chunks, r.chunk, t, wr.w.opts.DedupWindow)
-			}
-			if ok {
+			if res, ok := seen[r.chunk]; ok {
+				// The first copy is in this very transaction: the duplicate is
+				// acknowledged only when, and as, that copy commits.
 				res.Duplicate = true
+				if wr.w.opts.Sync == SyncInterval {
+					now = append(now, func() { r.done <- appendResult{Result: res} })
+				} else {
+					later = append(later, func(err error) { r.done <- appendResult{Result: res, err: err} })
+				}
+				continue
+			}
+			if res, ok := lookupChunk(chunks, r.chunk, t, wr.w.opts.DedupWindow); ok {
+				res.Duplicate = true // stored by a committed transaction
 				now = append(now, func() { r.done <- appendResult{Result: res} })
 				continue
 			}
@@ -463,7 +481,8 @@ func (wr *writer) flush() {
 			// it back: refuse this group, keep going.
 			err = fmt.Errorf("%w: %v", ErrNoSpace, err)
 			wr.st = wr.w.snapshot()
-			wr.moreWork = true
+			// Try again in a while, not at once: the disk stays full for a time.
+			wr.noSpaceRetry = time.After(noSpaceRetryInterval)
 		} else {
 			wr.fail(fmt.Errorf("commit: %w", err))
 			err = wr.failed
@@ -490,10 +509,14 @@ func commitTx(tx *bolt.Tx) error {
 	return tx.Commit()
 }
 
-// isNoSpace reports a commit that failed while writing pages because the
-// file system is full. Such a failure happens before the fsync and before
-// the meta page is written, so the file still holds the previous
-// transaction. Any other failure, a failed fsync above all, is fatal.
+// isNoSpace reports a commit whose page write failed because the file
+// system is full (ENOSPC from a write, not from an fsync). bbolt writes the
+// meta page last, so the file still holds the previous transaction: the
+// data pages of the failed one are not referenced. (The meta page write
+// itself overwrites an existing page and so cannot run out of space on an
+// ordinary file system; on a copy-on-write one it could, and that case is
+// treated the same way.) Any other failure, a failed fsync above all, is
+// fatal.
 func isNoSpace(err error) bool {
 	var pe *fs.PathError
 	return errors.As(err, &pe) && pe.Op == "write" && errors.Is(err, syscall.ENOSPC)

@@ -1,0 +1,58 @@
+package queue
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/logfwd/forwarder/wal"
+)
+
+// A sink's Recover scans its intents and, for each, reads the WAL and
+// records the delivery. Reading from inside the scan would hold a read
+// transaction across another one and deadlock with a writer that grows the
+// file; sinkState.Scan hands the pairs over after its transaction ends.
+func TestStateScanAllowsNestedWALCalls(t *testing.T) {
+	w := openWAL(t, wal.Options{}) // closed only on success: a deadlocked WAL cannot close
+	st := &sinkState{w: w, name: "s"}
+	ctx := context.Background()
+	for _, k := range []string{"intent/1", "intent/2"} {
+		if err := st.Put(ctx, []byte(k), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	grown := make(chan struct{})
+	go func() { // grow the file: the writer must remap the memory map
+		defer close(grown)
+		for i := 0; i < 100; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			appendN(t, w, 2000, tagsOf(3), 500)
+		}
+	}()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 100; i++ {
+			st.Scan([]byte("intent/"), func(k, v []byte) error {
+				time.Sleep(2 * time.Millisecond)
+				if _, err := st.ReadRange(1, 10); err != nil {
+					return err
+				}
+				return st.Delivered(ctx, "p", 0, nil)
+			})
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Scan with nested WAL calls deadlocked with the writer")
+	}
+	close(stop)
+	<-grown
+	w.Close()
+}

@@ -1,0 +1,126 @@
+package wal
+
+import (
+	"context"
+	"io/fs"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// A second copy of a chunk id in the same group is acknowledged as a
+// duplicate before the transaction holding the first copy commits. When
+// that commit then fails (ENOSPC: the WAL goes on), the client holds an
+// ack for records that were never stored.
+func TestDuplicateInGroupAckedOnlyWithItsCommit(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	appendT(t, w, []Record{{Body: []byte(`{"first":1}`)}}, "") // the writer's start-up step is done
+	var calls atomic.Int32
+	hook := func(tx *bolt.Tx) error {
+		switch calls.Add(1) {
+		case 1: // hold the writer so that A and B queue up behind it
+			time.Sleep(300 * time.Millisecond)
+			return tx.Commit()
+		case 2:
+			tx.Rollback()
+			return &fs.PathError{Op: "write", Path: "wal.db", Err: syscall.ENOSPC}
+		}
+		return tx.Commit()
+	}
+	commitHook.Store(&hook)
+	defer commitHook.Store(nil)
+	go w.Append(context.Background(), []Record{{Body: []byte(`{"warm":1}`)}}, AppendOptions{})
+	time.Sleep(50 * time.Millisecond)
+	var wg sync.WaitGroup
+	res := make([]Result, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i], errs[i] = w.Append(context.Background(), []Record{{Body: []byte(`{"x":1}`)}}, AppendOptions{ChunkID: "X"})
+		}()
+	}
+	wg.Wait()
+	t.Logf("A: %+v err=%v; B: %+v err=%v", res[0], errs[0], res[1], errs[1])
+	storedX := false
+	for _, r := range readAll(t, w, 1) {
+		storedX = storedX || string(r.Body) == `{"x":1}`
+	}
+	for i := range 2 {
+		if errs[i] == nil && !storedX {
+			t.Fatalf("append %d acknowledged (Duplicate=%v) but chunk X was never stored", i, res[i].Duplicate)
+		}
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// After a fatal commit failure while retention still had work queued
+// (moreWork), the writer loop never blocks again: it spins, and Close hangs.
+func TestWriterIdleAfterFatalWithWorkQueued(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	if _, err := w.RegisterCursor(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 5000; i++ { // 5000 entries: more than maxDeletesPerTx
+		wg.Add(1)
+		go func() { defer wg.Done(); appendT(t, w, []Record{{Body: []byte(`{}`)}}, "") }()
+	}
+	wg.Wait()
+	fail := func(tx *bolt.Tx) error { tx.Rollback(); return syscall.EIO }
+	commitHook.Store(&fail)
+	defer commitHook.Store(nil)
+	var b Batch
+	b.SetCursor("s", 5000)
+	_ = w.Commit(context.Background(), &b) // retention stops at 4096 deletes: moreWork
+	time.Sleep(50 * time.Millisecond)
+	c0 := cpuTime()
+	time.Sleep(time.Second)
+	used := cpuTime() - c0
+	t.Logf("CPU used in 1s by an idle, failed WAL: %v", used)
+	closed := make(chan error, 1)
+	go func() { closed <- w.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		t.Errorf("Close has not returned after 3s: the spinning writer never reads quit")
+	}
+	if used > 300*time.Millisecond {
+		t.Errorf("writer busy-loops after a fatal error")
+	}
+}
+
+// With the disk persistently full, the writer retries a commit in a tight
+// loop (moreWork is set on every ENOSPC).
+func TestWriterDoesNotSpinOnFullDisk(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	appendT(t, w, []Record{{Body: []byte(`{}`)}}, "")
+	var calls atomic.Int64
+	full := func(tx *bolt.Tx) error {
+		calls.Add(1)
+		tx.Rollback()
+		return &fs.PathError{Op: "write", Path: "wal.db", Err: syscall.ENOSPC}
+	}
+	commitHook.Store(&full)
+	defer commitHook.Store(nil)
+	w.Append(context.Background(), []Record{{Body: []byte(`{}`)}}, AppendOptions{})
+	c0 := calls.Load()
+	time.Sleep(time.Second)
+	n := calls.Load() - c0
+	t.Logf("commit attempts in 1s with no requests: %d", n)
+	if n > 10 {
+		t.Fatalf("writer retries the commit %d times a second on a full disk", n)
+	}
+}
