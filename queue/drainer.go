@@ -27,8 +27,12 @@ type Options struct {
 	PauseRetry       time.Duration         // probe interval of a paused sink; default 30s
 	MaxDeadLetters   int                   // dead letters kept per sink; default 10,000
 	SummaryInterval  time.Duration         // how often failed sends are summed up in the log; default 1m
-	Metrics          *Metrics              // nil: unregistered metrics
-	Logger           *slog.Logger
+	// Fingerprint identifies how the sink partitions records (its name
+	// templates, say). Delivered marks are only valid for the partitioning
+	// that wrote them: when the fingerprint changes, they are dropped.
+	Fingerprint string
+	Metrics     *Metrics // nil: unregistered metrics
+	Logger      *slog.Logger
 }
 
 func (o *Options) setDefaults() {
@@ -247,6 +251,9 @@ func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 		return nil
 	}); err != nil {
 		return nil, fmt.Errorf("load delivered marks of %q: %w", d.name, err)
+	}
+	if err := l.checkFingerprint(); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
@@ -827,6 +834,36 @@ func (l *loop) onRefill(f refill, now time.Time) {
 	if len(p.batch) == 0 && !p.busy {
 		l.scheduleQueue(p, now)
 	}
+}
+
+// checkFingerprint drops the delivered marks when the sink now partitions
+// records differently: a mark says "this partition delivered up to here",
+// which means nothing for a partition that now holds other records.
+func (l *loop) checkFingerprint() error {
+	d := l.d
+	if d.opts.Fingerprint == "" {
+		return nil
+	}
+	old, err := d.w.State(d.name, []byte(keyFingerprint))
+	if err != nil {
+		return fmt.Errorf("read partitioning fingerprint of %q: %w", d.name, err)
+	}
+	if string(old) == d.opts.Fingerprint {
+		return nil
+	}
+	var b wal.Batch
+	if old != nil && len(l.marks) > 0 {
+		d.log.Info("the sink's partitioning changed: forgetting what partitions delivered ahead of the cursor; those records may be sent again", "marks", len(l.marks))
+		for k := range l.marks {
+			b.Delete(d.name, markKey(k))
+		}
+		l.marks = map[string]uint64{}
+	}
+	b.Put(d.name, []byte(keyFingerprint), []byte(d.opts.Fingerprint))
+	if err := d.w.Commit(context.Background(), &b); err != nil {
+		return fmt.Errorf("store partitioning fingerprint of %q: %w", d.name, err)
+	}
+	return nil
 }
 
 // summarize logs, once per SummaryInterval, how many sends failed and

@@ -12,12 +12,14 @@ import (
 // the bucket, apart by prefix:
 //
 //	m/<partition>   uint64: the partition delivered every record up to this
+//	fingerprint     how the sink partitioned records when the marks were written
 //	d/<uint64 seq>  a dead letter, JSON (see DeadLetter)
 //	s/<sink key>    the sink's own state (sinks.State)
 const (
-	prefixMark  = "m/"
-	prefixDead  = "d/"
-	prefixState = "s/"
+	keyFingerprint = "fingerprint"
+	prefixMark     = "m/"
+	prefixDead     = "d/"
+	prefixState    = "s/"
 )
 
 func markKey(partition string) []byte { return []byte(prefixMark + partition) }

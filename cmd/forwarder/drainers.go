@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,6 +18,17 @@ import (
 	"github.com/logfwd/forwarder/sinks/cloudwatch"
 	"github.com/logfwd/forwarder/wal"
 )
+
+// fingerprint identifies a sink's configuration, and so how it partitions records, on
+// this host: its delivered marks are only valid while it stays the same.
+func fingerprint(s config.Sink) string {
+	b, _ := json.Marshal(struct {
+		Sink config.Sink
+		Host string
+	}{s, hostname()})
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
 
 // hostname is what ${hostname} renders: this machine's name.
 func hostname() string {
@@ -64,6 +78,7 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 		globs := s.Match
 		d := queue.New(w, s.Name, dest, queue.Options{
 			Match:           func(tag string) bool { return config.MatchTag(globs, tag) },
+			Fingerprint:     fingerprint(s),
 			ShutdownTimeout: sendTimeout,
 			Metrics:         metrics,
 			Logger:          log,
