@@ -27,9 +27,11 @@ deps:
 build: deps
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/forwarder
 
-# Starts the forwarder on the local example configuration (data under ./data).
+# Starts the forwarder in dev mode: local S3 and CloudWatch Logs emulators in the same
+# process, data under ./dev-data, sample logs (--demo). forwarder run -c config.yaml is the
+# same pipeline against emulators you run yourself.
 run: build
-	./$(BIN) run -c config.yaml
+	./$(BIN) dev --demo
 
 # The whole suite: formatting, vet, and every test with the race detector.
 # Budget: about 10 minutes on 2 cores.

@@ -15,24 +15,24 @@ import (
 // inputActors binds the configured inputs' listeners (so that a port in use stops the
 // start at once) and returns an actor for each. Records whose tag no sink matches are
 // acknowledged and counted, not stored.
-func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]actor, error) {
+func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]actor, *inputs.Pipeline, error) {
 	p := &inputs.Pipeline{WAL: w, Metrics: inputs.NewMetrics(reg), Routed: routed(cfg.Sinks)}
 	var actors []actor
 	if c := cfg.Inputs.Forward; c != nil {
 		s := forward.New(*c, p, log)
 		if err := s.Start(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		actors = append(actors, actor{name: "forward input", run: s.Serve})
 	}
 	if c := cfg.Inputs.HTTP; c != nil {
 		s := httpin.New(*c, p, log)
 		if err := s.Start(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		actors = append(actors, actor{name: "http input", run: s.Serve})
 	}
-	return actors, nil
+	return actors, p, nil
 }
 
 // routed reports whether some sink's match takes a tag.

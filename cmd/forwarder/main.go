@@ -27,6 +27,7 @@ type command struct {
 
 var commands = []command{
 	{"run", "run the service", cmdRun},
+	{"dev", "run locally with S3 and CloudWatch Logs emulators (what make run runs)", cmdDev},
 	{"check", "validate a configuration file and print every problem with its line", cmdCheck},
 	{"wal", "inspect the write-ahead log of a stopped service", cmdWAL},
 	{"version", "print the version", cmdVersion},

@@ -18,7 +18,9 @@ import (
 
 	"github.com/logfwd/forwarder/admin"
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/inputs"
 	"github.com/logfwd/forwarder/internal/sdnotify"
+	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -45,11 +47,19 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(cfg.Log, stderr)
 	slog.SetDefault(log)
-	return serve(cfg, *configPath, log)
+	return serve(cfg, *configPath, log, nil)
+}
+
+// running is what extra actors (forwarder dev's status line and demo) may look at.
+type running struct {
+	w        *wal.WAL
+	drainers []*queue.Drainer
+	pipeline *inputs.Pipeline
 }
 
 // serve runs the service until a signal or a failure stops it, and returns the exit status.
-func serve(cfg *config.Config, configPath string, log *slog.Logger) int {
+// extras, if set, adds actors that start after the inputs.
+func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(*running) []actor) int {
 	timeout := time.Duration(cfg.ShutdownTimeout)
 	// Subscribed first, so that a signal during a long start (a WAL compaction) is a
 	// clean stop once the group runs.
@@ -89,7 +99,7 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger) int {
 	for _, a := range drainerList {
 		g.add(a)
 	}
-	ins, err := inputActors(w, cfg, reg, log)
+	ins, pipeline, err := inputActors(w, cfg, reg, log)
 	if err != nil {
 		log.Error("cannot start the inputs", "error", err)
 		w.Close()
@@ -99,6 +109,11 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger) int {
 		g.add(a)
 	}
 	listening.Store(true)
+	if extras != nil {
+		for _, a := range extras(&running{w: w, drainers: drainers, pipeline: pipeline}) {
+			g.add(a)
+		}
+	}
 	g.add(signals)
 	g.add(actor{name: "readiness", run: func(ctx context.Context) error {
 		<-ctx.Done() // the service is stopping: no longer ready

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/logfwd/forwarder/config"
+	cwemu "github.com/logfwd/forwarder/emulator/cloudwatchlogs"
+	s3emu "github.com/logfwd/forwarder/emulator/s3"
+	"github.com/logfwd/forwarder/wal"
+)
+
+const devUsage = `Usage: forwarder dev [--demo] [--rate N] [--reset]
+       forwarder dev ls
+
+Run the forwarder on this machine with local S3 and CloudWatch Logs emulators in the same
+process: nothing reaches AWS. Data stays under ./dev-data between runs (--reset clears it).
+Ports, all on 127.0.0.1: forward 24224, HTTP 8080, admin 9880, S3 4566, CloudWatch Logs 4567.
+--demo generates sample pod logs. "forwarder dev ls", from another terminal, lists what
+arrived in each emulator of a running dev instance.
+`
+
+const (
+	devDir     = "dev-data"
+	devS3Addr  = "127.0.0.1:4566"
+	devCWAddr  = "127.0.0.1:4567"
+	devBucket  = "forwarder-dev"
+	devHTTP    = "127.0.0.1:8080"
+	devForward = "127.0.0.1:24224"
+	devAdmin   = "127.0.0.1:9880"
+)
+
+// devConfig is the dev pipeline: config.yaml's, with the emulators' endpoints.
+func devConfig(dir, s3URL, cwURL string) (*config.Config, error) {
+	return config.Parse([]byte(fmt.Sprintf(`data_dir: %q
+log: {level: warn}
+shutdown_timeout: 5s
+wal: {max_bytes: 1GiB}
+inputs:
+  forward: {listen: %q}
+  http: {listen: %q}
+admin: {listen: %q}
+sinks:
+  - name: archive
+    type: s3
+    match: "**"
+    bucket: %s
+    region: us-east-1
+    endpoint: %q
+    path_style: true
+    max_object_age: 10s
+  - name: cloudwatch
+    type: cloudwatch
+    match: "pod.**"
+    region: us-east-1
+    endpoint: %q
+    log_group: "/eks/${record.kubernetes.namespace_name|default}"
+    log_stream: "${record.kubernetes.pod_name|unknown}-${hostname}"
+    flush_interval: 1s
+`, filepath.Join(dir, "wal"), devForward, devHTTP, devAdmin, devBucket, s3URL, cwURL)), "(forwarder dev)")
+}
+
+func cmdDev(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "ls" {
+		return cmdDevLs(args[1:], stdout, stderr)
+	}
+	f := newFlagSet("dev", devUsage)
+	demo := f.Bool("demo", false, "generate sample pod logs")
+	rate := f.Int("rate", 20, "records a second that --demo generates")
+	reset := f.Bool("reset", false, "delete ./dev-data first")
+	pos, code, done := f.parse(args, stdout, stderr)
+	if done {
+		return code
+	}
+	if code, done := f.noArgs(pos, stderr); done {
+		return code
+	}
+	if *reset {
+		if err := os.RemoveAll(devDir); err != nil {
+			fmt.Fprintf(stderr, "forwarder dev: %v\n", err)
+			return exitFail
+		}
+	}
+	if err := os.MkdirAll(devDir, 0o750); err != nil {
+		fmt.Fprintf(stderr, "forwarder dev: %v\n", err)
+		return exitFail
+	}
+	// Static dummy credentials: the SDK never looks for real ones or probes
+	// instance metadata.
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "dev", "AWS_SECRET_ACCESS_KEY": "dev", "AWS_REGION": "us-east-1",
+		"AWS_EC2_METADATA_DISABLED": "true"} {
+		os.Setenv(k, v)
+	}
+	s3, err := s3emu.New(s3emu.Options{Dir: filepath.Join(devDir, "s3")})
+	if err != nil {
+		fmt.Fprintf(stderr, "forwarder dev: S3 emulator: %v\n", err)
+		return exitFail
+	}
+	defer s3.Close()
+	s3URL, err := s3.Start(devS3Addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "forwarder dev: S3 emulator on %s: %v (is another forwarder dev running?)\n", devS3Addr, err)
+		return exitFail
+	}
+	if err := s3.CreateBucket(devBucket); err != nil {
+		fmt.Fprintf(stderr, "forwarder dev: create bucket: %v\n", err)
+		return exitFail
+	}
+	cw := cwemu.New(cwemu.Options{})
+	defer cw.Close()
+	cwURL, err := cw.Start(devCWAddr)
+	if err != nil {
+		fmt.Fprintf(stderr, "forwarder dev: CloudWatch Logs emulator on %s: %v\n", devCWAddr, err)
+		return exitFail
+	}
+	cfg, err := devConfig(devDir, s3URL, cwURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "forwarder dev: %v\n", err)
+		return exitFail
+	}
+	printDevHelp(stdout, s3URL, cwURL)
+	log := newLogger(cfg.Log, stderr)
+	return serve(cfg, "(forwarder dev)", log, func(r *running) []actor {
+		actors := []actor{{name: "status line", run: func(ctx context.Context) error {
+			return statusLine(ctx, stdout, r, cw)
+		}}}
+		if *demo {
+			actors = append(actors, actor{name: "demo", run: func(ctx context.Context) error { return demoLogs(ctx, r, *rate) }})
+		}
+		return actors
+	})
+}
+
+func printDevHelp(w io.Writer, s3URL, cwURL string) {
+	fmt.Fprintf(w, `forwarder dev: S3 emulator at %s (bucket %s), CloudWatch Logs emulator at %s; data in ./%s
+
+Send a record over HTTP:
+  curl -X POST http://%s/v1/logs/pod.shop --data-binary '{"log":"hello","kubernetes":{"namespace_name":"shop","pod_name":"web-1"}}'
+Send one with a forward client (Debian's python3-fluent-logger):
+  python3 -c "from fluent import sender; sender.FluentSender('pod', port=24224).emit('shop', {'log': 'hi', 'kubernetes': {'namespace_name': 'shop', 'pod_name': 'web-1'}})"
+See what arrived:
+  forwarder dev ls
+  aws --endpoint-url %s s3 ls s3://%s --recursive
+  aws --endpoint-url %s logs describe-log-streams --log-group-name /eks/shop
+Status: http://%s/status   Metrics: http://%s/metrics   Ctrl-C stops.
+
+`, s3URL, devBucket, cwURL, devDir, devHTTP, s3URL, devBucket, cwURL, devAdmin, devAdmin)
+}
+
+// statusLine shows, every second, records in, the WAL's size and each sink's progress:
+// redrawn in place on a terminal, one line a few seconds otherwise.
+func statusLine(ctx context.Context, out io.Writer, r *running, cw *cwemu.Server) error {
+	tty := isTerminal(out)
+	every := time.Second
+	if !tty {
+		every = 10 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if tty {
+				fmt.Fprintln(out)
+			}
+			return nil
+		case <-t.C:
+		}
+		st := r.w.Stats()
+		var b strings.Builder
+		fmt.Fprintf(&b, "in %d records | wal %d records, %s", st.NextSeq-1, st.Records, humanBytes(st.Bytes))
+		for _, d := range r.drainers {
+			s := d.Status()
+			fmt.Fprintf(&b, " | %s: %s, delivered %d, lag %d", s.Sink, s.State, s.Delivered, s.LagRecords)
+			if s.DeadLettered > 0 {
+				fmt.Fprintf(&b, ", dead %d", s.DeadLettered)
+			}
+		}
+		if tty {
+			fmt.Fprintf(out, "\r\033[K%s", b.String())
+		} else {
+			fmt.Fprintln(out, b.String())
+		}
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// demoLogs stores sample Kubernetes pod logs at rate records a second.
+func demoLogs(ctx context.Context, r *running, rate int) error {
+	if rate <= 0 {
+		rate = 1
+	}
+	pods := []string{"web-7d9f8b6c4-x2k9p", "web-7d9f8b6c4-q8r4t", "api-5c6d7e8f9-m3n4b", "worker-6b7c8d9e0-z1y2x"}
+	nss := []string{"shop", "shop", "payments", "jobs"}
+	msgs := []string{"GET /api/v1/items 200 12ms", "POST /api/v1/orders 201 48ms", "cache miss key=cart:1234", "job email completed in 1.2s", "upstream timeout, retrying"}
+	t := time.NewTicker(time.Second / time.Duration(rate))
+	defer t.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		p := rand.IntN(len(pods))
+		body := fmt.Sprintf(`{"log":"%s %s","stream":"stdout","kubernetes":{"namespace_name":%q,"pod_name":%q}}`,
+			time.Now().UTC().Format(time.RFC3339Nano), msgs[rand.IntN(len(msgs))], nss[p], pods[p])
+		rec := []wal.Record{{Time: time.Now().UnixNano(), Tag: "pod." + nss[p], Body: []byte(body)}}
+		if _, err := r.pipeline.Store(ctx, "demo", rec, ""); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("demo: %w", err)
+		}
+	}
+}

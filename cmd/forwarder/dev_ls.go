@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+const devLsUsage = `Usage: forwarder dev ls
+
+List what arrived in the emulators of a running "forwarder dev": S3 objects with their
+sizes, CloudWatch Logs groups and streams with their event counts.
+`
+
+func cmdDevLs(args []string, stdout, stderr io.Writer) int {
+	f := newFlagSet("dev ls", devLsUsage)
+	pos, code, done := f.parse(args, stdout, stderr)
+	if done {
+		return code
+	}
+	if code, done := f.noArgs(pos, stderr); done {
+		return code
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	awsCfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("dev", "dev", "")}
+	s3URL, cwURL := "http://"+devS3Addr, "http://"+devCWAddr
+
+	sc := s3.NewFromConfig(awsCfg, func(o *s3.Options) { o.BaseEndpoint = aws.String(s3URL); o.UsePathStyle = true })
+	fmt.Fprintf(stdout, "S3 %s, bucket %s:\n", s3URL, devBucket)
+	n, total := 0, int64(0)
+	p := s3.NewListObjectsV2Paginator(sc, &s3.ListObjectsV2Input{Bucket: aws.String(devBucket)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "forwarder dev ls: no forwarder dev answers on %s: %v\n", devS3Addr, err)
+			return exitFail
+		}
+		for _, o := range page.Contents {
+			fmt.Fprintf(stdout, "  %s  %d bytes\n", aws.ToString(o.Key), aws.ToInt64(o.Size))
+			n++
+			total += aws.ToInt64(o.Size)
+		}
+	}
+	fmt.Fprintf(stdout, "  %s, %s\n", plural(n, "object", "objects"), humanBytes(total))
+
+	cc := cloudwatchlogs.NewFromConfig(awsCfg, func(o *cloudwatchlogs.Options) { o.BaseEndpoint = aws.String(cwURL) })
+	fmt.Fprintf(stdout, "CloudWatch Logs %s:\n", cwURL)
+	gp := cloudwatchlogs.NewDescribeLogGroupsPaginator(cc, &cloudwatchlogs.DescribeLogGroupsInput{})
+	for gp.HasMorePages() {
+		page, err := gp.NextPage(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "forwarder dev ls: no forwarder dev answers on %s: %v\n", devCWAddr, err)
+			return exitFail
+		}
+		for _, g := range page.LogGroups {
+			fmt.Fprintf(stdout, "  %s (retention %d days)\n", aws.ToString(g.LogGroupName), aws.ToInt32(g.RetentionInDays))
+			sp := cloudwatchlogs.NewDescribeLogStreamsPaginator(cc, &cloudwatchlogs.DescribeLogStreamsInput{LogGroupName: g.LogGroupName})
+			for sp.HasMorePages() {
+				sPage, err := sp.NextPage(ctx)
+				if err != nil {
+					fmt.Fprintf(stderr, "forwarder dev ls: %v\n", err)
+					return exitFail
+				}
+				for _, st := range sPage.LogStreams {
+					events, err := countEvents(ctx, cc, g.LogGroupName, st.LogStreamName)
+					if err != nil {
+						fmt.Fprintf(stderr, "forwarder dev ls: %v\n", err)
+						return exitFail
+					}
+					fmt.Fprintf(stdout, "    %s  %s\n", aws.ToString(st.LogStreamName), plural(events, "event", "events"))
+				}
+			}
+		}
+	}
+	return exitOK
+}
+
+func countEvents(ctx context.Context, c *cloudwatchlogs.Client, group, stream *string) (int, error) {
+	n := 0
+	var token *string
+	for {
+		out, err := c.GetLogEvents(ctx, &cloudwatchlogs.GetLogEventsInput{LogGroupName: group, LogStreamName: stream,
+			StartFromHead: aws.Bool(true), NextToken: token})
+		if err != nil {
+			return n, err
+		}
+		n += len(out.Events)
+		if len(out.Events) == 0 || aws.ToString(out.NextForwardToken) == aws.ToString(token) {
+			return n, nil
+		}
+		token = out.NextForwardToken
+	}
+}
