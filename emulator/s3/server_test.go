@@ -1,0 +1,277 @@
+package s3emu
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+)
+
+func sha256b64(b []byte) string {
+	s := sha256.Sum256(b)
+	return base64.StdEncoding.EncodeToString(s[:])
+}
+
+func mustBucket(t *testing.T, srv *Server, name string) {
+	t.Helper()
+	if err := srv.CreateBucket(name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getBody(t *testing.T, cl *s3.Client, bucket, key string) (*s3.GetObjectOutput, []byte) {
+	t.Helper()
+	out, err := cl.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	if err != nil {
+		t.Fatalf("GetObject %s: %v", key, err)
+	}
+	defer out.Body.Close()
+	b, err := io.ReadAll(out.Body)
+	if err != nil {
+		t.Fatalf("read %s: %v", key, err)
+	}
+	return out, b
+}
+
+func TestPutObjectKeepsHeaders(t *testing.T) {
+	srv, cl := start(t, Options{})
+	mustBucket(t, srv, "logs")
+	body := []byte("hello\n")
+	_, err := cl.PutObject(context.Background(), &s3.PutObjectInput{
+		Bucket: aws.String("logs"), Key: aws.String("a/b.json.gz"), Body: bytes.NewReader(body),
+		ContentType: aws.String("application/x-ndjson"), ContentEncoding: aws.String("gzip"),
+		ChecksumSHA256: aws.String(sha256b64(body)), ServerSideEncryption: types.ServerSideEncryptionAwsKms,
+		SSEKMSKeyId: aws.String("alias/logs"), StorageClass: types.StorageClassStandardIa,
+		ACL: types.ObjectCannedACLBucketOwnerFullControl, Tagging: aws.String("team=core&env=dev"),
+		Metadata: map[string]string{"Source": "test"},
+	})
+	if err != nil {
+		t.Fatalf("PutObject: %v", err)
+	}
+	objs, err := srv.Objects("logs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 1 {
+		t.Fatalf("objects = %+v, want one", objs)
+	}
+	o := objs[0]
+	want := ObjectInfo{Key: "a/b.json.gz", Size: int64(len(body)), ContentType: "application/x-ndjson", ContentEncoding: "gzip",
+		StorageClass: "STANDARD_IA", SSE: "aws:kms", SSEKMSKeyID: "alias/logs", ACL: "bucket-owner-full-control",
+		Tagging: "team=core&env=dev", ChecksumSHA256: sha256b64(body)}
+	if o.Key != want.Key || o.Size != want.Size || o.ContentType != want.ContentType || o.ContentEncoding != want.ContentEncoding ||
+		o.StorageClass != want.StorageClass || o.SSE != want.SSE || o.SSEKMSKeyID != want.SSEKMSKeyID || o.ACL != want.ACL ||
+		o.Tagging != want.Tagging || o.ChecksumSHA256 != want.ChecksumSHA256 || o.Metadata["source"] != "test" {
+		t.Errorf("object = %+v\nwant     %+v", o, want)
+	}
+	got, err := srv.Get("logs", "a/b.json.gz")
+	if err != nil || !bytes.Equal(got, body) {
+		t.Errorf("Get = %q, %v", got, err)
+	}
+	out, b := getBody(t, cl, "logs", "a/b.json.gz")
+	if !bytes.Equal(b, body) || aws.ToString(out.ContentEncoding) != "gzip" || aws.ToString(out.ContentType) != "application/x-ndjson" {
+		t.Errorf("GetObject = %q, encoding %q, type %q", b, aws.ToString(out.ContentEncoding), aws.ToString(out.ContentType))
+	}
+	if c := srv.Calls(); c["PutObject"] != 1 || c["GetObject"] != 1 {
+		t.Errorf("calls = %v", c)
+	}
+}
+
+func TestChecksumMismatchIsBadDigest(t *testing.T) {
+	srv, cl := start(t, Options{})
+	mustBucket(t, srv, "logs")
+	for _, in := range []*s3.PutObjectInput{
+		{ChecksumSHA256: aws.String(sha256b64([]byte("other")))},
+		{ContentMD5: aws.String("1B2M2Y8AsgTpgAmY7PhCfg==")}, // MD5 of ""
+	} {
+		in.Bucket, in.Key, in.Body = aws.String("logs"), aws.String("k"), bytes.NewReader([]byte("data"))
+		_, err := cl.PutObject(context.Background(), in)
+		if code(err) != "BadDigest" || status(err) != http.StatusBadRequest {
+			t.Errorf("PutObject with a wrong checksum: %v, want 400 BadDigest", err)
+		}
+	}
+	if objs, _ := srv.Objects("logs"); len(objs) != 0 {
+		t.Errorf("stored %+v after a bad digest", objs)
+	}
+	// The SDK's own default checksum (CRC32) passes.
+	if _, err := cl.PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String("logs"), Key: aws.String("k"), Body: bytes.NewReader([]byte("data"))}); err != nil {
+		t.Errorf("PutObject with the SDK's checksum: %v", err)
+	}
+}
+
+func TestMultipartUpload(t *testing.T) {
+	srv, cl := start(t, Options{})
+	mustBucket(t, srv, "logs")
+	ctx := context.Background()
+	cr, err := cl.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("logs"), Key: aws.String("big"),
+		ContentEncoding: aws.String("zstd"), StorageClass: types.StorageClassGlacierIr})
+	if err != nil {
+		t.Fatalf("CreateMultipartUpload: %v", err)
+	}
+	part1 := bytes.Repeat([]byte("a"), 5<<20)
+	part2 := []byte("tail")
+	var parts []types.CompletedPart
+	for i, p := range [][]byte{part1, part2} {
+		out, err := cl.UploadPart(ctx, &s3.UploadPartInput{Bucket: aws.String("logs"), Key: aws.String("big"), UploadId: cr.UploadId,
+			PartNumber: aws.Int32(int32(i + 1)), Body: bytes.NewReader(p)})
+		if err != nil {
+			t.Fatalf("UploadPart %d: %v", i+1, err)
+		}
+		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(int32(i + 1))})
+	}
+	lu, err := cl.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String("logs")})
+	if err != nil || len(lu.Uploads) != 1 || aws.ToString(lu.Uploads[0].Key) != "big" {
+		t.Fatalf("ListMultipartUploads = %+v, %v", lu, err)
+	}
+	if _, err := cl.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String("logs"), Key: aws.String("big"),
+		UploadId: cr.UploadId, MultipartUpload: &types.CompletedMultipartUpload{Parts: parts}}); err != nil {
+		t.Fatalf("CompleteMultipartUpload: %v", err)
+	}
+	got, err := srv.Get("logs", "big")
+	if err != nil || !bytes.Equal(got, append(append([]byte(nil), part1...), part2...)) {
+		t.Fatalf("object of %d bytes, %v", len(got), err)
+	}
+	objs, _ := srv.Objects("logs")
+	if len(objs) != 1 || objs[0].ContentEncoding != "zstd" || objs[0].StorageClass != "GLACIER_IR" {
+		t.Errorf("objects = %+v", objs)
+	}
+
+	// An aborted upload leaves nothing.
+	cr2, err := cl.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("logs"), Key: aws.String("gone")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String("logs"), Key: aws.String("gone"), UploadId: cr2.UploadId}); err != nil {
+		t.Fatalf("AbortMultipartUpload: %v", err)
+	}
+	_, err = cl.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: aws.String("logs"), Key: aws.String("gone"), UploadId: cr2.UploadId})
+	if code(err) != "NoSuchUpload" {
+		t.Errorf("second abort: %v, want NoSuchUpload", err)
+	}
+	c := srv.Calls()
+	if c["CreateMultipartUpload"] != 2 || c["UploadPart"] != 2 || c["CompleteMultipartUpload"] != 1 || c["AbortMultipartUpload"] != 2 || c["ListMultipartUploads"] != 1 {
+		t.Errorf("calls = %v", c)
+	}
+}
+
+func TestSwitches(t *testing.T) {
+	srv, cl := start(t, Options{Seed: 1})
+	mustBucket(t, srv, "logs")
+	ctx := context.Background()
+	put := func() error {
+		_, err := cl.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("logs"), Key: aws.String("k"), Body: bytes.NewReader(bytes.Repeat([]byte("x"), 1<<20))})
+		return err
+	}
+
+	srv.SetDenyAll(true)
+	if err := put(); code(err) != "AccessDenied" || status(err) != http.StatusForbidden {
+		t.Errorf("denied: %v, want 403 AccessDenied", err)
+	}
+	if _, err := cl.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("logs"), Key: aws.String("k")}); status(err) != http.StatusForbidden {
+		t.Errorf("denied HEAD: %v, want 403", err)
+	}
+	srv.SetDenyAll(false)
+
+	srv.SetFailures(1)
+	if err := put(); code(err) != "SlowDown" || status(err) != http.StatusServiceUnavailable {
+		t.Errorf("failing: %v, want 503 SlowDown", err)
+	}
+	srv.SetFailures(0.5)
+	failed := 0
+	for range 200 {
+		if err := put(); err != nil {
+			if code(err) != "SlowDown" {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			failed++
+		}
+	}
+	if failed < 60 || failed > 140 {
+		t.Errorf("%d of 200 failed at rate 0.5", failed)
+	}
+	srv.SetFailures(0)
+	if err := put(); err != nil {
+		t.Errorf("after the switches: %v", err)
+	}
+}
+
+func TestDirSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	keys := []string{"a/1", "a/2", "b/1", "b/2/x", "c"}
+	func() {
+		srv, cl := start(t, Options{Dir: dir})
+		mustBucket(t, srv, "logs")
+		mustBucket(t, srv, "logs") // again: no error
+		for _, k := range keys {
+			if _, err := cl.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("logs"), Key: aws.String(k), Body: bytes.NewReader([]byte("v " + k)),
+				ContentEncoding: aws.String("gzip")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := cl.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String("logs"), Key: aws.String("c")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+
+	srv, cl := start(t, Options{Dir: dir})
+	if b, _ := srv.Buckets(); fmt.Sprint(b) != "[logs]" {
+		t.Errorf("buckets = %v", b)
+	}
+	objs, err := srv.Objects("logs")
+	if err != nil || len(objs) != 4 {
+		t.Fatalf("objects = %+v, %v", objs, err)
+	}
+	for i, o := range objs {
+		if o.Key != keys[i] || o.ContentEncoding != "gzip" || o.Size != int64(len("v "+keys[i])) {
+			t.Errorf("object %d = %+v", i, o)
+		}
+	}
+	_, b := getBody(t, cl, "logs", "b/2/x")
+	if string(b) != "v b/2/x" {
+		t.Errorf("body = %q", b)
+	}
+
+	// Listing with a delimiter and pages of one key, through the SDK.
+	var got []string
+	var token *string
+	for {
+		out, err := cl.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("logs"), Delimiter: aws.String("/"), MaxKeys: aws.Int32(1), ContinuationToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range out.CommonPrefixes {
+			got = append(got, aws.ToString(p.Prefix))
+		}
+		for _, c := range out.Contents {
+			got = append(got, aws.ToString(c.Key))
+		}
+		if !aws.ToBool(out.IsTruncated) {
+			break
+		}
+		token = out.NextContinuationToken
+	}
+	if fmt.Sprint(got) != "[a/ b/]" {
+		t.Errorf("listing = %v, want [a/ b/]", got)
+	}
+	out, err := cl.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("logs"), Prefix: aws.String("b/")})
+	if err != nil || len(out.Contents) != 2 {
+		t.Errorf("prefix listing = %+v, %v", out, err)
+	}
+
+	// A second server on the same directory is refused while this one runs.
+	if _, err := New(Options{Dir: dir}); err == nil {
+		t.Error("a second server opened the same directory")
+	}
+}
