@@ -314,7 +314,11 @@ func TestAccessDeniedPausesThenResumes(t *testing.T) {
 // A response lost after the events were stored ("in doubt") makes the
 // drainer resend that batch only.
 func TestLostResponsesResendOnlyThatBatch(t *testing.T) {
-	e := newEnv(t, func(c *config.CloudWatch) { c.LogGroup = "g"; c.LogStream = "s"; c.FlushInterval = config.Duration(time.Millisecond) })
+	e := newEnv(t, func(c *config.CloudWatch) {
+		c.LogGroup = "g"
+		c.LogStream = "s"
+		c.FlushInterval = config.Duration(time.Millisecond)
+	})
 	e.emu.SetDropResponses(0.3)
 	now := time.Now()
 	for i := 0; i < 50; i++ {
