@@ -165,6 +165,9 @@ func (d *Drainer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("register cursor %q: %w", d.name, err)
 	}
+	if err := d.checkFingerprint(); err != nil {
+		return err
+	}
 	if r, ok := d.sink.(sinks.Recoverer); ok {
 		if err := r.Recover(ctx, d.st); err != nil {
 			return fmt.Errorf("recover sink %q: %w", d.name, err)
@@ -209,8 +212,11 @@ type loop struct {
 	marks    map[string]uint64 // delivered marks committed ahead of the cursor
 	buffered int
 	open     int // partitions with queued records
-	inflight int // partitions sending or committing
-	limit    int // partitions allowed in flight: lowered on throttling, raised on success
+	// idlePending: a cursor move of advanceIdle is queued for commit (at
+	// most one, so that the commit queue's room for deliveries holds).
+	idlePending bool
+	inflight    int // partitions sending or committing
+	limit       int // partitions allowed in flight: lowered on throttling, raised on success
 
 	throttleUntil time.Time
 	throttles     int
@@ -240,8 +246,9 @@ func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 		parts: map[string]*partition{}, marks: map[string]uint64{}, limit: d.lim.Concurrency,
 		failures: map[string]int{}, lastSummary: time.Now(),
 		quit: make(chan struct{}), in: make(chan []wal.Record), readErr: make(chan error, 1), results: make(chan sendResult),
-		// Each busy partition has at most one delivery waiting to commit, and
-		// at most Concurrency partitions are busy: deliver never blocks.
+		// Each busy partition has at most one delivery waiting to commit, at
+		// most Concurrency partitions are busy, and advanceIdle queues at most
+		// one more: deliver never blocks.
 		commits: make(chan *commitReq, d.lim.Concurrency+1), committed: make(chan *commitReq), refills: make(chan refill),
 	}
 	if err := d.w.ScanState(d.name, []byte(prefixMark), func(k, v []byte) error {
@@ -252,9 +259,7 @@ func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("load delivered marks of %q: %w", d.name, err)
 	}
-	if err := l.checkFingerprint(); err != nil {
-		return nil, err
-	}
+
 	return l, nil
 }
 
@@ -293,6 +298,9 @@ func (l *loop) run(ctx context.Context) error {
 		in := l.in
 		if stopping || l.buffered >= d.opts.MaxBufferedBytes && !l.spill(now) {
 			in = nil // push back on the reader
+			if !stopping {
+				l.cutLargest(now)
+			}
 		}
 		resetTimer(timer, l.nextWake(now))
 		select {
@@ -314,6 +322,7 @@ func (l *loop) run(ctx context.Context) error {
 			return fmt.Errorf("read wal for sink %q: %w", d.name, err)
 		case <-timer.C:
 		case <-statusTick.C:
+			l.advanceIdle()
 			l.updateStatus()
 			l.summarize(time.Now())
 		case <-done:
@@ -420,6 +429,22 @@ func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 		if l.lim.MaxOpen > 0 && l.open > l.lim.MaxOpen {
 			l.cutOldest(now)
 		}
+	}
+}
+
+// cutLargest makes the partition holding the most memory due now, when
+// memory is full and no partition is due on its own: otherwise reading
+// would wait for batches that wait for more records.
+func (l *loop) cutLargest(now time.Time) {
+	var largest *partition
+	for _, p := range l.parts {
+		if len(p.queue) > 0 && !p.busy && len(p.batch) == 0 && (largest == nil || p.mem > largest.mem) {
+			largest = p
+		}
+	}
+	if largest != nil && largest.dueAt.After(now) {
+		l.due.schedule(largest, now)
+		l.d.earlyCuts.Inc()
 	}
 }
 
@@ -715,8 +740,40 @@ func (l *loop) lowWatermark() uint64 {
 	return low - 1
 }
 
+// advanceIdle moves the cursor past records that needed no delivery (not
+// for this sink, or delivered before a restart) when no delivery will carry
+// it along: a sink that matches nothing must not pin the WAL.
+func (l *loop) advanceIdle() {
+	low := l.lowWatermark()
+	if low <= l.cursor || l.idlePending {
+		return
+	}
+	req := &commitReq{}
+	req.ops.SetCursor(l.d.name, low)
+	for k, m := range l.marks {
+		if m <= low {
+			req.ops.Delete(l.d.name, markKey(k))
+		}
+	}
+	select {
+	case l.commits <- req:
+		l.idlePending = true
+		l.cursor = low
+		for k, m := range l.marks {
+			if m <= low {
+				delete(l.marks, k)
+			}
+		}
+	default: // deliveries are queued for commit: they carry the cursor
+	}
+}
+
 func (l *loop) onCommitted(c *commitReq, now time.Time) {
 	d, p := l.d, c.p
+	if p == nil {
+		l.idlePending = false // a cursor move of advanceIdle
+		return
+	}
 	p.busy = false
 	l.inflight--
 	if l.limit < l.lim.Concurrency {
@@ -838,9 +895,9 @@ func (l *loop) onRefill(f refill, now time.Time) {
 
 // checkFingerprint drops the delivered marks when the sink now partitions
 // records differently: a mark says "this partition delivered up to here",
-// which means nothing for a partition that now holds other records.
-func (l *loop) checkFingerprint() error {
-	d := l.d
+// which means nothing for a partition that now holds other records. It
+// runs before Recover, so that marks Recover writes are kept.
+func (d *Drainer) checkFingerprint() error {
 	if d.opts.Fingerprint == "" {
 		return nil
 	}
@@ -852,12 +909,18 @@ func (l *loop) checkFingerprint() error {
 		return nil
 	}
 	var b wal.Batch
-	if old != nil && len(l.marks) > 0 {
-		d.log.Info("the sink's partitioning changed: forgetting what partitions delivered ahead of the cursor; those records may be sent again", "marks", len(l.marks))
-		for k := range l.marks {
-			b.Delete(d.name, markKey(k))
+	if old != nil {
+		n := 0
+		if err := d.w.ScanState(d.name, []byte(prefixMark), func(k, _ []byte) error {
+			b.Delete(d.name, append([]byte(nil), k...))
+			n++
+			return nil
+		}); err != nil {
+			return fmt.Errorf("read delivered marks of %q: %w", d.name, err)
 		}
-		l.marks = map[string]uint64{}
+		if n > 0 {
+			d.log.Info("the sink's partitioning changed: forgetting what partitions delivered ahead of the cursor; those records may be sent again", "marks", n)
+		}
 	}
 	b.Put(d.name, []byte(keyFingerprint), []byte(d.opts.Fingerprint))
 	if err := d.w.Commit(context.Background(), &b); err != nil {

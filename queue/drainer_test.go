@@ -555,3 +555,37 @@ func TestMarksDroppedWhenPartitioningChanges(t *testing.T) {
 		}
 	}
 }
+
+// A sink whose globs match none of the records still moves its cursor, so
+// it does not keep them in the WAL forever.
+func TestCursorPassesRecordsForOtherSinks(t *testing.T) {
+	w := openWAL(t, wal.Options{})
+	defer w.Close()
+	last := appendN(t, w, 500, tagsOf(5), 10)
+	s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Millisecond, Concurrency: 2})
+	r := start(w, "s", s, Options{Match: func(string) bool { return false }})
+	waitCursor(t, w, "s", last, 10*time.Second)
+	r.stop(t)
+	if st := w.Stats(); st.Records != 0 {
+		t.Fatalf("%d records kept for a sink that wants none of them", st.Records)
+	}
+}
+
+// With memory smaller than a batch, partitions are sent early rather than
+// waiting for an age that memory never lets them reach.
+func TestMemoryFullCutsLargestEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 100000, MaxBytes: 64 << 20, MaxAge: time.Hour, Concurrency: 2})
+		r := start(w, "s", s, Options{MaxBufferedBytes: 64 << 10})
+		last := appendN(t, w, 3000, tagsOf(3), 200) // about 800 KiB: twelve times the memory
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d of %d after a minute: the drainer waited for the age", pos, last)
+		}
+		r.stop(t)
+		s.check(t)
+	})
+}

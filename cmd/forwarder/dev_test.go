@@ -30,13 +30,14 @@ func TestDevMode(t *testing.T) {
 			<-done
 		}
 	}()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(40 * time.Second)
 	var ls string
 	for {
 		ls2 := exec.Command(bin, "dev", "ls")
 		b, _ := ls2.CombinedOutput()
 		ls = string(b)
-		if strings.Contains(ls, "/eks/shop") && strings.Contains(ls, " events") {
+		// CloudWatch events within a second or so; S3 objects once max_object_age (10s) cuts them.
+		if strings.Contains(ls, "/eks/shop") && strings.Contains(ls, " events") && strings.Contains(ls, ".json.gz") {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -16,12 +16,17 @@ import (
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/sinks/cloudwatch"
+	s3sink "github.com/logfwd/forwarder/sinks/s3"
 	"github.com/logfwd/forwarder/wal"
 )
 
-// fingerprint identifies a sink's configuration, and so how it partitions records, on
-// this host: its delivered marks are only valid while it stays the same.
-func fingerprint(s config.Sink) string {
+// fingerprint identifies how a sink partitions records on this host: its delivered marks
+// are only valid while it stays the same. A sink that knows which of its settings name
+// partitions says so; otherwise the whole configuration counts.
+func fingerprint(s config.Sink, dest sinks.Sink) string {
+	if f, ok := dest.(interface{ Fingerprint() string }); ok {
+		return f.Fingerprint()
+	}
 	b, _ := json.Marshal(struct {
 		Sink config.Sink
 		Host string
@@ -51,11 +56,13 @@ var sinkBuilders = map[string]func(ctx context.Context, s config.Sink, d sinkDep
 	config.SinkCloudWatch: func(ctx context.Context, s config.Sink, d sinkDeps) (sinks.Sink, error) {
 		return cloudwatch.New(ctx, s.Name, *s.CloudWatch, cloudwatch.Options{Hostname: d.hostname, Logger: d.log, Registerer: d.reg})
 	},
+	config.SinkS3: func(ctx context.Context, s config.Sink, d sinkDeps) (sinks.Sink, error) {
+		return s3sink.New(ctx, s.Name, *s.S3, s3sink.Options{Hostname: d.hostname, Logger: d.log, Registerer: d.reg})
+	},
 }
 
 // drainerActors returns one actor per configured sink, each draining the WAL into its
-// destination from the sink's own cursor. A sink whose type this build cannot deliver to
-// still gets its cursor, so that the WAL keeps its records until it can.
+// destination from the sink's own cursor.
 func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]actor, []*queue.Drainer, error) {
 	metrics := queue.NewMetrics(reg)
 	// In-flight sends get most of shutdown_timeout; the rest is for committing and closing.
@@ -65,11 +72,7 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 	for _, s := range cfg.Sinks {
 		build, ok := sinkBuilders[s.Type]
 		if !ok {
-			if _, err := w.RegisterCursor(context.Background(), s.Name); err != nil {
-				return nil, nil, fmt.Errorf("register cursor of sink %q: %w", s.Name, err)
-			}
-			log.Warn("this build cannot deliver to this sink type; the sink's records are kept in the WAL until a build that can runs", "sink", s.Name, "type", s.Type)
-			continue
+			return nil, nil, fmt.Errorf("sink %q (line %d): no sink of type %q", s.Name, s.Line, s.Type)
 		}
 		dest, err := build(context.Background(), s, sinkDeps{hostname: hostname(), log: log, reg: reg})
 		if err != nil {
@@ -78,7 +81,7 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 		globs := s.Match
 		d := queue.New(w, s.Name, dest, queue.Options{
 			Match:           func(tag string) bool { return config.MatchTag(globs, tag) },
-			Fingerprint:     fingerprint(s),
+			Fingerprint:     fingerprint(s, dest),
 			ShutdownTimeout: sendTimeout,
 			Metrics:         metrics,
 			Logger:          log,

@@ -84,10 +84,14 @@ const (
   http: {listen: "127.0.0.1:0"}
 `
 	adminYAML = "admin: {listen: \"127.0.0.1:0\"}\n"
-	sinkYAML  = `sinks:
+	// sinkYAML's endpoint refuses connections: nothing leaves the machine.
+	sinkYAML = `sinks:
   - name: archive
     type: s3
     bucket: test-bucket
+    region: us-east-1
+    endpoint: "http://127.0.0.1:1"
+    path_style: true
 `
 	// shortShutdownYAML keeps a stuck shutdown from outlasting the test.
 	shortShutdownYAML = "shutdown_timeout: 5s\n"

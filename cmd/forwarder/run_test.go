@@ -44,31 +44,6 @@ func TestRunStopsOnSignal(t *testing.T) {
 	}
 }
 
-// A configured sink that this build cannot deliver to still has its records kept: its
-// cursor is registered, and the operator is told once.
-func TestRunKeepsRecordsOfUndeliverableSink(t *testing.T) {
-	t.Parallel()
-	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML, sinkYAML)
-	s := startService(t, path)
-	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
-	s.signal(syscall.SIGTERM)
-	if code := s.wait(5 * time.Second); code != exitOK {
-		t.Fatalf("exit status %d, want 0; stderr:\n%s", code, s.stderr.String())
-	}
-	want := `level=WARN msg="this build cannot deliver to this sink type; the sink's records are kept in the WAL until a build that can runs" sink=archive type=s3`
-	if n := strings.Count(s.stderr.String(), want); n != 1 {
-		t.Fatalf("the warning appears %d times, want once:\n%s", n, s.stderr.String())
-	}
-	w, err := wal.Open(dataDir, wal.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if _, ok := w.Cursor("archive"); !ok {
-		t.Fatal("no cursor for the configured sink: retention would not keep its records")
-	}
-}
-
 func TestRunJSONLog(t *testing.T) {
 	t.Parallel()
 	path, dataDir := writeConfig(t, "log: {level: debug, format: json}\n", shortShutdownYAML, inputsYAML, adminYAML)

@@ -270,6 +270,22 @@ func TestDirSurvivesRestart(t *testing.T) {
 		t.Errorf("prefix listing = %+v, %v", out, err)
 	}
 
+	// Copy and delete in bulk.
+	if _, err := cl.CopyObject(ctx, &s3.CopyObjectInput{Bucket: aws.String("logs"), Key: aws.String("copy"), CopySource: aws.String("logs/a/1")}); err != nil {
+		t.Fatalf("CopyObject: %v", err)
+	}
+	if got, err := srv.Get("logs", "copy"); err != nil || string(got) != "v a/1" {
+		t.Errorf("copy = %q, %v", got, err)
+	}
+	del, err := cl.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: aws.String("logs"), Delete: &types.Delete{
+		Objects: []types.ObjectIdentifier{{Key: aws.String("a/1")}, {Key: aws.String("copy")}}}})
+	if err != nil || len(del.Deleted) != 2 {
+		t.Fatalf("DeleteObjects = %+v, %v", del, err)
+	}
+	if objs, _ := srv.Objects("logs"); len(objs) != 3 {
+		t.Errorf("%d objects after deleting 2 of 5", len(objs))
+	}
+
 	// A second server on the same directory is refused while this one runs.
 	if _, err := New(Options{Dir: dir}); err == nil {
 		t.Error("a second server opened the same directory")

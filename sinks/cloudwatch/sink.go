@@ -43,6 +43,7 @@ type Options struct {
 // Sink is the CloudWatch Logs sink.
 type Sink struct {
 	name       string
+	hostname   string
 	cfg        config.CloudWatch
 	api        logsAPI
 	log        *slog.Logger
@@ -63,7 +64,7 @@ type metrics struct {
 
 // New builds the sink for sink configuration name/cfg.
 func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) (*Sink, error) {
-	s := &Sink{name: name, cfg: cfg, log: opts.Logger, now: opts.Now,
+	s := &Sink{name: name, hostname: opts.Hostname, cfg: cfg, log: opts.Logger, now: opts.Now,
 		tokens: newLRU(100000), known: newLRU(100000)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -128,6 +129,12 @@ func counter(reg prometheus.Registerer, name, help string, labels prometheus.Lab
 		}
 	}
 	return c
+}
+
+// Fingerprint names how the sink partitions records: its name templates,
+// fallback and host name. Delivered marks are kept only while it is the same.
+func (s *Sink) Fingerprint() string {
+	return strings.Join([]string{"cloudwatch", s.cfg.LogGroup, s.cfg.LogStream, s.cfg.Fallback, s.hostname}, "\x00")
 }
 
 // Limits are CloudWatch's per-call limits and the configured pace.

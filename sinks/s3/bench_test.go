@@ -1,0 +1,144 @@
+//go:build unix
+
+package s3sink
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/queue"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// logRecords are n access-log-like records of about 250 bytes: repeated
+// structure, varying numbers, a random request id (so they compress like
+// real logs, not like padding).
+func logRecords(n, partitions int) []wal.Record {
+	rng := rand.New(rand.NewPCG(1, 2))
+	methods := []string{"GET", "GET", "GET", "POST", "PUT", "DELETE"}
+	paths := []string{"/api/v1/orders", "/api/v1/users", "/healthz", "/api/v2/search", "/static/app.js"}
+	agents := []string{"Mozilla/5.0 (X11; Linux x86_64)", "curl/8.5.0", "Go-http-client/1.1", "okhttp/4.12.0"}
+	at := time.Date(2025, 6, 15, 15, 0, 0, 0, time.UTC)
+	recs := make([]wal.Record, n)
+	for i := range recs {
+		body := fmt.Appendf(nil, `{"level":"info","msg":"request served","method":%q,"path":"%s/%d","status":%d,"bytes":%d,"duration_ms":%.3f,"remote":"10.%d.%d.%d","request_id":"%016x%016x","user_agent":%q}`,
+			methods[rng.IntN(len(methods))], paths[rng.IntN(len(paths))], rng.IntN(100000), []int{200, 200, 200, 201, 204, 304, 404, 500}[rng.IntN(8)],
+			rng.IntN(50000), rng.Float64()*200, rng.IntN(256), rng.IntN(256), rng.IntN(256), rng.Uint64(), rng.Uint64(), agents[rng.IntN(len(agents))])
+		recs[i] = wal.Record{Time: at.Add(time.Duration(i) * time.Microsecond).UnixNano(), Tag: fmt.Sprintf("app.%d", i%partitions), Body: body}
+	}
+	return recs
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkBuildObject: JSON lines and gzip level 1 of 250-byte records,
+// one object at a time on one core (and zstd level 1 for comparison).
+// MB/s counts the lines before compression (the input).
+func BenchmarkBuildObject(b *testing.B) {
+	for _, c := range []struct {
+		codec string
+		size  int
+	}{{config.CompressionGzip, 4 << 20}, {config.CompressionGzip, 64 << 20}, {config.CompressionZstd, 64 << 20}} {
+		size := c.size
+		b.Run(fmt.Sprintf("%s-1/%dMiB", c.codec, size>>20), func(b *testing.B) {
+			e, err := newEncoder(encoding{Compression: c.codec, Level: 1, TimeKey: "@timestamp"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			all := sinkRecs(logRecords(size/300+1000, 1)...)
+			n, lines := 0, 0
+			for n < len(all) && lines+e.size(&all[n]) <= size {
+				lines += e.size(&all[n])
+				n++
+			}
+			recs := all[:n]
+			b.SetBytes(int64(lines))
+			b.ReportAllocs()
+			var stored int
+			b.ResetTimer()
+			for range b.N {
+				obj, err := e.build(recs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				stored = len(obj.body)
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+			b.ReportMetric(float64(lines)/float64(stored), "ratio")
+		})
+	}
+}
+
+// BenchmarkDrainToS3 drains records already in a WAL through the real
+// drainer and sink into the in-process emulator: reading and decoding the
+// WAL, partitioning, sizing, building, compressing and uploading. MB/s
+// counts record bodies; MB/cpu-s divides them by the CPU time the whole
+// process spent (drainer, sink, SDK and the emulator itself).
+func BenchmarkDrainToS3(b *testing.B) {
+	const records = 200_000 // about 50 MB of bodies
+	for _, partitions := range []int{1, 50} {
+		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
+			srv, url := startEmu(b)
+			recs := logRecords(records, partitions)
+			input := 0
+			for _, r := range recs {
+				input += len(r.Body)
+			}
+			cfg := testConfig(url)
+			cfg.Key = "bench/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"
+			cfg.MaxObjectBytes = 4 * config.MiB
+			cfg.MaxObjectAge = config.Duration(50 * time.Millisecond)
+			b.SetBytes(int64(input))
+			var cpu time.Duration
+			var objects int
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				w := openWAL(b, b.TempDir())
+				for off := 0; off < len(recs); off += 10000 {
+					appendRecs(b, w, recs[off:min(off+10000, len(recs))])
+				}
+				last := w.Stats().NextSeq - 1
+				s, err := New(context.Background(), fmt.Sprintf("bench%d", i), cfg, Options{Hostname: "bench", AWS: &aws.Config{Credentials: testCreds}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				d := queue.New(w, "archive", s, queue.Options{})
+				done := make(chan error, 1)
+				c0 := cpuTime()
+				b.StartTimer()
+				go func() { done <- d.Run(ctx) }()
+				waitCursor(b, w, "archive", last, 5*time.Minute)
+				b.StopTimer()
+				cpu += cpuTime() - c0
+				cancel()
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+				s.Close()
+				w.Close()
+				objs, _ := srv.Objects(bucket)
+				objects = len(objs)
+				_ = srv.Close() // the objects go with it; a fresh one next round
+				srv, url = startEmu(b)
+				cfg.Endpoint = url
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(input)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
+			b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+			b.ReportMetric(float64(objects), "objects")
+		})
+	}
+}

@@ -1,0 +1,296 @@
+package s3sink
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/klauspost/compress/gzip"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/logfwd/forwarder/config"
+	s3emu "github.com/logfwd/forwarder/emulator/s3"
+	"github.com/logfwd/forwarder/queue"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// The child of TestCrashExactlyOnce is this test binary run again with
+// these variables set; TestMain hands it to crashChild.
+const (
+	crashChildEnv = "S3_CRASH_CHILD" // the run's number
+	crashDirEnv   = "S3_CRASH_DIR"   // the WAL's directory
+	crashURLEnv   = "S3_CRASH_URL"   // the parent's emulator
+)
+
+// crashConfig makes many small objects in per-minute, per-tag partitions.
+func crashConfig(url string) config.S3 {
+	cfg := testConfig(url)
+	cfg.Key = "crash/${tag}/%Y/%m/%d/%H/%M/${hostname}-${seq}.json.gz"
+	cfg.MaxObjectBytes = 2 * config.KiB
+	cfg.MaxObjectAge = config.Duration(20 * time.Millisecond)
+	return cfg
+}
+
+// crashChild appends records with unique ids to the WAL and drains it into
+// S3 until it is killed. It prints "ready" once draining, and "acked RUN
+// FROM TO" after each append returns (records RUN-FROM to RUN-TO are then
+// durable).
+func crashChild() int {
+	run := os.Getenv(crashChildEnv)
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "crash child:", err)
+		return 2
+	}
+	w, err := wal.Open(os.Getenv(crashDirEnv), wal.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	s, err := New(context.Background(), "archive", crashConfig(os.Getenv(crashURLEnv)), Options{Hostname: "crash-host", Logger: log,
+		AWS: &aws.Config{Credentials: testCreds}})
+	if err != nil {
+		return fail(err)
+	}
+	opts := drainerOptions()
+	opts.Logger = log
+	opts.Fingerprint = s.Fingerprint()
+	d := queue.New(w, "archive", s, opts)
+	go func() {
+		if err := d.Run(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "crash child: drainer:", err)
+			os.Exit(3)
+		}
+	}()
+	out := bufio.NewWriter(os.Stdout)
+	fmt.Fprintln(out, "ready")
+	out.Flush()
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	for n := 0; ; {
+		k := 1 + rng.IntN(20)
+		recs := make([]wal.Record, k)
+		for i := range recs {
+			id := fmt.Sprintf("%s-%d", run, n+i)
+			recs[i] = wal.Record{Time: time.Now().UnixNano(), Tag: fmt.Sprintf("app.%d", rng.IntN(3)),
+				Body: fmt.Appendf(nil, `{"id":%q,"msg":%q}`, id, strings.Repeat("z", rng.IntN(100)))}
+		}
+		if _, err := w.Append(context.Background(), recs, wal.AppendOptions{}); err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(out, "acked %s %d %d\n", run, n, n+k-1)
+		out.Flush()
+		n += k
+		time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+	}
+}
+
+// emuIDs counts the record ids of every object under prefix, read straight
+// from the emulator, and the objects.
+func emuIDs(t *testing.T, srv *s3emu.Server, prefix string) (map[string]int, int) {
+	t.Helper()
+	objs, err := srv.Objects(bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	n := 0
+	for _, o := range objs {
+		if !strings.HasPrefix(o.Key, prefix) {
+			continue
+		}
+		n++
+		body, err := srv.Get(bucket, o.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("%s: %v", o.Key, err)
+		}
+		lines, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatalf("%s: %v", o.Key, err)
+		}
+		for _, l := range bytes.Split(bytes.TrimSuffix(lines, []byte("\n")), []byte("\n")) {
+			var v struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(l, &v); err != nil {
+				t.Fatalf("%s: line %q: %v", o.Key, l, err)
+			}
+			seen[v.ID]++
+		}
+	}
+	return seen, n
+}
+
+// TestCrashExactlyOnce kills, with SIGKILL at random moments, a child that
+// appends records and drains them into S3 (an emulator in this process,
+// which outlives the children), then starts it again on the same WAL. No
+// record may ever be stored twice, and once drained every acknowledged
+// record is stored exactly once. S3_CRASH_RUNS sets the number of kills
+// (default 20).
+func TestCrashExactlyOnce(t *testing.T) {
+	runs := 20
+	if v := os.Getenv("S3_CRASH_RUNS"); v != "" {
+		var err error
+		if runs, err = strconv.Atoi(v); err != nil || runs < 1 {
+			t.Fatalf("S3_CRASH_RUNS=%q: want a positive number", v)
+		}
+	}
+	srv, url := startEmu(t)
+	dir := t.TempDir()
+	acked := map[string]bool{}
+	recovered := 0
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+
+	checkAtMostOnce := func(when string) map[string]int {
+		seen, _ := emuIDs(t, srv, "crash/")
+		for id, n := range seen {
+			if n > 1 {
+				t.Errorf("%s: record %s stored %d times, in %v", when, id, n, objectsWith(t, srv, id))
+				t.FailNow()
+			}
+		}
+		return seen
+	}
+	// drain runs the sink in this process until every acknowledged record
+	// is in S3, and checks each is there once.
+	drain := func(when string) {
+		w := openWAL(t, dir)
+		defer w.Close()
+		s, err := New(context.Background(), "archive", crashConfig(url), Options{Hostname: "crash-host", AWS: &aws.Config{Credentials: testCreds}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		opts := drainerOptions()
+		opts.Fingerprint = s.Fingerprint()
+		stop := runDrainer(t, w, "archive", s, opts)
+		defer func() {
+			stop()
+			recovered += int(testutil.ToFloat64(s.m.recovered))
+		}()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			seen := checkAtMostOnce(when)
+			missing := 0
+			for id := range acked {
+				if seen[id] == 0 {
+					missing++
+				}
+			}
+			if missing == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d acknowledged records not in S3 after 30 s", when, missing)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	for run := range runs {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), crashChildEnv+"="+strconv.Itoa(run), crashDirEnv+"="+dir, crashURLEnv+"="+url)
+		var stderr syncBuffer
+		cmd.Stderr = &stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		ready := make(chan struct{})
+		read := make(chan struct{})
+		go func() {
+			defer close(read)
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				f := strings.Fields(sc.Text())
+				switch {
+				case len(f) == 1 && f[0] == "ready":
+					close(ready)
+				case len(f) == 4 && f[0] == "acked":
+					from, _ := strconv.Atoi(f[2])
+					to, _ := strconv.Atoi(f[3])
+					mu.Lock()
+					for i := from; i <= to; i++ {
+						acked[f[1]+"-"+strconv.Itoa(i)] = true
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+		select {
+		case <-ready:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-read
+			_ = cmd.Wait()
+			t.Fatalf("run %d: the child did not start:\n%s", run, stderr.String())
+		}
+		time.Sleep(time.Duration(50+rng.IntN(400)) * time.Millisecond)
+		if err := cmd.Process.Kill(); err != nil { // SIGKILL
+			t.Fatal(err)
+		}
+		<-read
+		err = cmd.Wait()
+		if cmd.ProcessState.ExitCode() != -1 { // -1: killed by a signal
+			t.Fatalf("run %d: the child ended by itself (%v):\n%s", run, err, stderr.String())
+		}
+		recovered += strings.Count(stderr.String(), "finished an interrupted upload")
+		if strings.Contains(stderr.String(), "level=ERROR") {
+			t.Errorf("run %d: the child logged errors:\n%s", run, stderr.String())
+		}
+		mu.Lock()
+		checkAtMostOnce(fmt.Sprintf("after kill %d", run+1))
+		mu.Unlock()
+		if (run+1)%5 == 0 {
+			drain(fmt.Sprintf("drained after kill %d", run+1))
+		}
+	}
+	drain("at the end")
+	seen, objects := emuIDs(t, srv, "crash/")
+	for id := range acked {
+		if seen[id] != 1 {
+			t.Errorf("acknowledged record %s stored %d times", id, seen[id])
+		}
+	}
+	t.Logf("%d kills; %d records acknowledged, %d stored (the rest were durable when the child died before saying so); %d objects; %d interrupted uploads finished by a restart",
+		runs, len(acked), len(seen), objects, recovered)
+}
+
+// objectsWith names the objects that hold record id, with their first and
+// last ids.
+func objectsWith(t *testing.T, srv *s3emu.Server, id string) []string {
+	objs, _ := srv.Objects(bucket)
+	var out []string
+	for _, o := range objs {
+		body, _ := srv.Get(bucket, o.Key)
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			continue
+		}
+		lines, _ := io.ReadAll(zr)
+		if bytes.Contains(lines, []byte(`"id":"`+id+`"`)) {
+			ls := bytes.Split(bytes.TrimSpace(lines), []byte("\n"))
+			out = append(out, fmt.Sprintf("%s (%d lines, %.30s .. %.30s)", o.Key, len(ls), ls[0][47:], ls[len(ls)-1][47:]))
+		}
+	}
+	return out
+}

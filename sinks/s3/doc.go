@@ -1,0 +1,137 @@
+// Package s3sink delivers records to Amazon S3 (or a compatible service) as
+// compressed JSON-lines objects whose keys and bytes are a pure function of
+// the records they hold, so that an upload repeated after a crash rewrites
+// the same object instead of adding a second one.
+//
+// # Objects
+//
+// An object is one batch of the drainer: records of one partition in
+// sequence order, one line each, every line ending in "\n". A line is the
+// record's body as stored in the WAL, byte for byte, with up to two members
+// added right after its opening brace, in this order:
+//
+//   - time_key (default "@timestamp"), when the body has no top-level member
+//     of that name: the event time in UTC as RFC 3339 with nine fractional
+//     digits, always 30 characters: "2025-06-15T15:06:40.123456789Z";
+//   - tag_key (default empty: off), likewise: the record's tag.
+//
+// A body that is not a JSON object is written as it is. Then the lines are
+// compressed, and the result depends on nothing else:
+//
+//   - gzip (github.com/klauspost/compress/gzip) at compression_level 1-9:
+//     one member, its header with no name, no modification time, OS 255;
+//   - zstd (github.com/klauspost/compress/zstd) at compression_level 1-4
+//     (fastest to best): one frame from a single encoder goroutine, with a
+//     content checksum;
+//   - none.
+//
+// The compressor is fed in chunks cut at the first line end after each
+// 256 KiB, a function of the lines alone. Objects carry Content-Type
+// application/x-ndjson, Content-Encoding gzip or zstd (none: absent), the
+// sink's sse, kms_key_id, storage_class, acl and tags (x-amz-tagging), and
+// an integrity checksum S3 verifies: x-amz-checksum-sha256 on PutObject,
+// Content-MD5 on each part of a multipart upload. Objects above
+// multipart_threshold bytes (compressed) are uploaded in parts of
+// max(5 MiB, size/10,000) but the last, one after the other.
+//
+// # Keys and partitions
+//
+// The key template (see package template) is rendered per record with
+// markers standing for ${seq} and ${uuid}; that text is the record's
+// partition. Records of one tag, one time bucket (the template's %Y to %S
+// of the event time, UTC) and the same rendered fields share a partition and
+// so an object; each time bucket is its own partition. A missing field or
+// tag part without a default renders "unknown" and is counted in
+// forwarder_s3_key_fallback_total. Control characters that a tag or field
+// would put in a key become "_". An object's key is its partition with
+// ${seq} = the sequence number of its first record, 20 digits zero-padded,
+// and ${uuid} = a random UUID kept in the intent. A key over 1,024 bytes is
+// refused and its batch dead-lettered (reason key_too_long).
+//
+// Objects are cut by the drainer within Limits: max_object_bytes of lines
+// before compression (Size counts each line with its newline),
+// max_object_age after the first record was read, at most
+// max_open_objects partitions filling at once (the one that waited longest
+// is cut early), 16 uploads in flight, one per partition.
+//
+// # The intent protocol
+//
+// Send, for a batch of records first..last of partition P:
+//
+//  1. builds the object's bytes and key;
+//  2. commits, durably, the intent: sink-state key "intent/<object key>" →
+//     JSON {v, key, partition, first, last, records, bytes, sha256 (hex, of
+//     the object), lines_bytes, lines_crc32c (of the lines before
+//     compression), uuid, upload_id, key_template, hostname, encoding
+//     {compression, level, time_key, tag_key}};
+//  3. uploads: PutObject, or CreateMultipartUpload, a second commit of the
+//     intent with its upload_id, the parts, CompleteMultipartUpload (on a
+//     failure, AbortMultipartUpload);
+//  4. returns Outcome.DeleteState = [the intent's key]: the drainer deletes
+//     the intent in the same WAL transaction that records P as delivered
+//     up to last and moves the cursor.
+//
+// A failed send leaves the intent; the drainer sends the same batch again,
+// which reuses it (the same key, the same ${uuid}) after aborting its
+// multipart upload. Recover, which the drainer calls at start before it
+// reads a record, takes every intent left by a crash or a shutdown: it
+// reads first..last back from the WAL (State.ReadRange), keeps the records
+// whose partition (rendered with the intent's template and host name) is
+// the intent's, rebuilds the object with the intent's encoding, checks the
+// lines against lines_bytes and lines_crc32c (a mismatch is an error naming
+// the intent: the WAL and the intent disagree, and nothing is uploaded),
+// aborts the recorded multipart upload and any other in progress for that
+// key, uploads again under the same key, and records the delivery and
+// deletes the intent in one transaction (State.Delivered). While S3 fails,
+// Recover retries with backoff until it succeeds or its context ends.
+//
+// # Guarantee
+//
+// With a key template without ${uuid}, every record the WAL acknowledged
+// is in exactly one object and no two objects of a partition overlap,
+// across crashes of the process and of the machine, restarts and S3
+// outages. A crash after an upload and before its delivery was committed
+// costs one identical upload: the same key, the same bytes. (In a bucket
+// with versioning, that leaves an identical non-current version.) The
+// exceptions are stated where they arise: wal.when_full: drop_oldest, whose
+// drops can leave a partly uploaded batch that is sent again in part;
+// ${uuid} keys, which are new at each start; and a change of the key
+// template or of the host name while records wait, after which partitions
+// do not know what the old ones delivered ahead of the cursor (the drainer
+// forgets its delivered marks when Fingerprint changes).
+//
+// # Errors
+//
+// Classified for the drainer (package sinks):
+//
+//   - throttled: SlowDown, any 503 or 429 and *Throttling* codes, with the
+//     wait from x-amz-retry-after or Retry-After when S3 gives one;
+//   - retryable: other 5xx, RequestTimeout, InternalError, OperationAborted,
+//     409s, BadDigest and other corruptions in transit, NoSuchUpload (an
+//     upload aborted under us), RequestTimeTooSkewed, network errors and
+//     timeouts (a minute per call plus a second per MiB);
+//   - record-permanent: KeyTooLongError, EntityTooLarge;
+//   - sink-permanent: NoSuchBucket, AccessDenied, InvalidAccessKeyId,
+//     SignatureDoesNotMatch, ExpiredToken, KMS.* and *Disabled KMS codes, a
+//     bucket in another region, InvalidStorageClass,
+//     AccessControlListNotSupported, InvalidTag, missing credentials, and
+//     any other 4xx; each with a message that says what to fix, such as
+//     "bucket my-logs does not exist (NoSuchBucket): create it or fix
+//     sinks[archive].bucket".
+//
+// The SDK client retries nothing itself: the drainer owns retries.
+//
+// # Metrics
+//
+// Labelled by sink only: forwarder_s3_objects_uploaded_total,
+// forwarder_s3_uploaded_bytes_total (as stored),
+// forwarder_s3_uncompressed_bytes_total, forwarder_s3_recovered_intents_total,
+// forwarder_s3_multipart_uploads_total, forwarder_s3_key_fallback_total.
+//
+// # Usage
+//
+//	sink, err := s3sink.New(ctx, s.Name, *s.S3, s3sink.Options{Hostname: host, Logger: log, Registerer: reg})
+//	defer sink.Close()
+//	d := queue.New(w, s.Name, sink, queue.Options{Match: match, Fingerprint: sink.Fingerprint()})
+//	err = d.Run(ctx) // calls sink.Recover, then Send per object
+package s3sink

@@ -1,0 +1,180 @@
+package s3sink
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// apiError is what the SDK returns for an S3 error answer.
+func apiError(status int, code string, header http.Header) error {
+	if header == nil {
+		header = http.Header{}
+	}
+	return &smithy.OperationError{ServiceID: "S3", OperationName: "PutObject", Err: &awshttp.ResponseError{
+		ResponseError: &smithyhttp.ResponseError{
+			Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status, Header: header}},
+			Err:      &smithy.GenericAPIError{Code: code, Message: "message of " + code},
+		},
+		RequestID: "req",
+	}}
+}
+
+func TestClassify(t *testing.T) {
+	s := keySink(t, "logs/${seq}", nil)
+	s.cfg.Tags = map[string]string{"a": "b"}
+	tests := []struct {
+		err    error
+		class  sinks.Class
+		reason string
+		msg    string
+		wait   time.Duration
+	}{
+		{apiError(503, "SlowDown", nil), sinks.Throttled, "SlowDown", "", 0},
+		{apiError(503, "SlowDown", http.Header{"X-Amz-Retry-After": {"1500"}}), sinks.Throttled, "SlowDown", "", 1500 * time.Millisecond},
+		{apiError(503, "ServiceUnavailable", http.Header{"Retry-After": {"3"}}), sinks.Throttled, "ServiceUnavailable", "", 3 * time.Second},
+		{apiError(429, "TooManyRequests", nil), sinks.Throttled, "TooManyRequests", "", 0},
+		{apiError(400, "KMS.ThrottlingException", nil), sinks.Throttled, "KMS.ThrottlingException", "", 0},
+		{apiError(500, "InternalError", nil), sinks.Retryable, "InternalError", "", 0},
+		{apiError(502, "", nil), sinks.Retryable, "Bad Gateway", "", 0},
+		{apiError(400, "RequestTimeout", nil), sinks.Retryable, "RequestTimeout", "", 0},
+		{apiError(400, "BadDigest", nil), sinks.Retryable, "BadDigest", "", 0},
+		{apiError(404, "NoSuchUpload", nil), sinks.Retryable, "NoSuchUpload", "", 0},
+		{apiError(409, "OperationAborted", nil), sinks.Retryable, "OperationAborted", "", 0},
+		{apiError(404, "NoSuchBucket", nil), sinks.SinkPermanent, "NoSuchBucket", "bucket logs does not exist (NoSuchBucket): create it or fix sinks[archive].bucket", 0},
+		{apiError(403, "AccessDenied", nil), sinks.SinkPermanent, "AccessDenied", "access denied to bucket logs (AccessDenied): allow s3:PutObject", 0},
+		{apiError(403, "InvalidAccessKeyId", nil), sinks.SinkPermanent, "InvalidAccessKeyId", "fix the forwarder's credentials for sinks[archive]", 0},
+		{apiError(403, "SignatureDoesNotMatch", nil), sinks.SinkPermanent, "SignatureDoesNotMatch", "the secret key does not match", 0},
+		{apiError(400, "ExpiredToken", nil), sinks.SinkPermanent, "ExpiredToken", "renew them", 0},
+		{apiError(400, "KMS.DisabledException", nil), sinks.SinkPermanent, "KMS.DisabledException", "enable the key", 0},
+		{apiError(400, "KMSDisabledException", nil), sinks.SinkPermanent, "KMSDisabledException", "fix sinks[archive].kms_key_id", 0},
+		{apiError(301, "PermanentRedirect", nil), sinks.SinkPermanent, "PermanentRedirect", "set sinks[archive].region", 0},
+		{apiError(400, "AuthorizationHeaderMalformed", nil), sinks.SinkPermanent, "AuthorizationHeaderMalformed", "another region", 0},
+		{apiError(400, "InvalidStorageClass", nil), sinks.SinkPermanent, "InvalidStorageClass", "storage_class", 0},
+		{apiError(400, "AccessControlListNotSupported", nil), sinks.SinkPermanent, "AccessControlListNotSupported", "remove sinks[archive].acl", 0},
+		{apiError(400, "InvalidTag", nil), sinks.SinkPermanent, "InvalidTag", "sinks[archive].tags", 0},
+		{apiError(400, "InvalidArgument", nil), sinks.SinkPermanent, "InvalidArgument", "S3 refused uploads to bucket logs (InvalidArgument, HTTP 400)", 0},
+		{apiError(400, "KeyTooLongError", nil), sinks.RecordPermanent, "KeyTooLongError", "", 0},
+		{&smithy.OperationError{Err: &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Err: errors.New("connection refused")}}}, sinks.Retryable, "network", "", 0},
+		{context.DeadlineExceeded, sinks.Retryable, "timeout", "", 0},
+	}
+	for _, tc := range tests {
+		e := sinks.Classify(s.classify(tc.err))
+		if e.Class != tc.class || e.Reason != tc.reason || e.Wait != tc.wait {
+			t.Errorf("%v: %s %q wait %v, want %s %q wait %v", tc.err, e.Class, e.Reason, e.Wait, tc.class, tc.reason, tc.wait)
+		}
+		if tc.msg != "" && !strings.Contains(e.Err.Error(), tc.msg) {
+			t.Errorf("%s: message %q, want it to contain %q", tc.reason, e.Err.Error(), tc.msg)
+		}
+		if !errors.Is(e, tc.err) {
+			t.Errorf("%s: the classified error does not wrap the SDK's", tc.reason)
+		}
+	}
+}
+
+// send builds one batch for s from recs and sends it.
+func send(t *testing.T, s *Sink, st *memState, recs []sinks.Record) (sinks.Outcome, error) {
+	t.Helper()
+	b := &sinks.Batch{Partition: s.Partition(&recs[0]), Records: recs, State: st}
+	return s.Send(context.Background(), b)
+}
+
+func TestSendErrorsThroughTheSDK(t *testing.T) {
+	srv, url := startEmu(t)
+	recs := sinkRecs(rec("app", "1", time.Now(), 3), rec("app", "2", time.Now(), 3))
+	check := func(name string, s *Sink, class sinks.Class, reason, msg string) {
+		t.Helper()
+		st := newMemState(recs)
+		_, err := send(t, s, st, recs)
+		e := sinks.Classify(err)
+		if err == nil || e.Class != class || e.Reason != reason || !strings.Contains(e.Error(), msg) {
+			t.Errorf("%s: %v (%s), want %s %s with %q", name, err, e.Class, class, reason, msg)
+		}
+		if class != sinks.RecordPermanent && len(st.intents()) != 1 {
+			t.Errorf("%s: intents %v after a failed send, want the one", name, st.intents())
+		}
+	}
+
+	cfg := testConfig(url)
+	cfg.Bucket = "missing-bucket"
+	check("missing bucket", newTestSink(t, cfg), sinks.SinkPermanent, "NoSuchBucket",
+		"bucket missing-bucket does not exist (NoSuchBucket): create it or fix sinks[archive].bucket")
+
+	s := newTestSink(t, testConfig(url))
+	srv.SetDenyAll(true)
+	check("denied", s, sinks.SinkPermanent, "AccessDenied", "access denied to bucket logs (AccessDenied)")
+	srv.SetDenyAll(false)
+	srv.SetFailures(1)
+	check("failing", s, sinks.Throttled, "SlowDown", "SlowDown")
+	srv.SetFailures(0)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	check("nothing listening", newTestSink(t, testConfig(closed)), sinks.Retryable, "network", "connection refused")
+
+	cfg = testConfig(url)
+	cfg.Key = "${record.msg}/${seq}"
+	long := newTestSink(t, cfg)
+	// A partition over the limit, and one that is not but whose key is.
+	for _, n := range []int{1100, 1010} {
+		recs := sinkRecs(wal.Record{Tag: "a", Body: []byte(`{"msg":"` + strings.Repeat("k", n) + `"}`)})
+		if p := long.Partition(&recs[0]); len(p) > 100 != (n == 1010) {
+			t.Errorf("partition of %d bytes for a key of %d", len(p), n)
+		}
+		st := newMemState(recs)
+		_, err = send(t, long, st, recs)
+		if e := sinks.Classify(err); e.Class != sinks.RecordPermanent || e.Reason != "key_too_long" {
+			t.Errorf("long key: %v", err)
+		}
+		if len(st.intents()) != 0 {
+			t.Errorf("intents %v after a refused key", st.intents())
+		}
+	}
+
+	// And a send that works hands its intent back for deletion.
+	st := newMemState(recs)
+	out, err := send(t, s, st, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := st.intents(); len(in) != 1 || len(out.DeleteState) != 1 || string(out.DeleteState[0]) != in[0] ||
+		!strings.HasPrefix(in[0], "intent/logs/app/") {
+		t.Errorf("intents %v, outcome %+v", in, out)
+	}
+}
+
+func TestSinkConfigDefaults(t *testing.T) {
+	s, err := New(context.Background(), "x", config.S3{Bucket: "b", Region: "r", Key: "${seq}"}, Options{Hostname: "h", AWS: &aws.Config{Credentials: testCreds}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := s.Limits()
+	if l.MaxBytes != 64<<20 || l.MaxAge != 5*time.Minute || l.MaxOpen != 256 || l.Concurrency != 16 || l.MaxRecords != 1_000_000 ||
+		s.threshold != 16<<20 || s.enc.enc.Compression != "gzip" || s.enc.enc.Level != 1 {
+		t.Errorf("limits %+v, threshold %d, encoding %+v", l, s.threshold, s.enc.enc)
+	}
+	if got := s.partBounds(30 << 20); len(got) != 6 || got[5] != [2]int64{25 << 20, 30 << 20} {
+		t.Errorf("parts of 30 MiB: %v", got)
+	}
+	if got := s.partBounds(100 << 30); len(got) > maxParts || got[0][1] < 5<<20 {
+		t.Errorf("parts of 100 GiB: %d of %d", len(got), got[0][1])
+	}
+}

@@ -1,0 +1,186 @@
+package s3sink
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/template"
+)
+
+const (
+	// A partition is the object key rendered with these markers in place
+	// of ${seq} and ${uuid}. They hold control bytes, which a rendered key
+	// never keeps (see keyRenderer.partition), so they cannot be confused
+	// with anything a record puts in its key.
+	seqMarker  = "\x00seq\x00"
+	uuidMarker = "\x00uuid\x00"
+	// The same lengths, different in every byte: a second rendering with
+	// them tells the markers from control bytes of a record's fields.
+	altSeqMarker  = "\x01SEQ\x01"
+	altUUIDMarker = "\x01UUID\x01"
+
+	// fallback is rendered for a missing field or tag part.
+	fallback = "unknown"
+
+	// maxKeyLen is S3's limit on a key, in bytes of UTF-8.
+	maxKeyLen = 1024
+
+	// tooLong starts the partition of records whose key would be over
+	// maxKeyLen (their key can only be longer than their partition): a
+	// short name, so that the drainer's keys stay small, for a batch that
+	// Send refuses.
+	tooLong = "\x00too-long\x00"
+)
+
+// keyRenderer renders the partitions and object keys of one key template.
+// Safe for concurrent use.
+type keyRenderer struct {
+	tmpl           *template.Template
+	uuid           bool
+	markerControls int // control bytes the markers put in every rendering
+	cleanLiterals  bool
+
+	// A template without record fields, whose finest time unit is at most
+	// a day, renders the same partition for every record of one tag and
+	// one time bucket: those are remembered rather than rendered again.
+	bucket time.Duration // > 0: partitions are cached by tag and bucket
+	mu     sync.Mutex
+	cache  map[partitionKey]cachedPartition
+}
+
+type partitionKey struct {
+	tag    string
+	bucket int64
+}
+
+type cachedPartition struct {
+	partition string
+	missing   bool
+}
+
+// maxCachedPartitions bounds the cache; it starts afresh when full.
+const maxCachedPartitions = 4096
+
+func newKeyRenderer(key, hostname string) (*keyRenderer, error) {
+	t, err := template.Parse(key, template.Options{AllowSeq: true, Hostname: hostname})
+	if err != nil {
+		return nil, fmt.Errorf("key %q: %w", key, err)
+	}
+	if !t.UsesSeq() && !t.UsesUUID() {
+		return nil, fmt.Errorf("key %q must contain ${seq} or ${uuid}", key)
+	}
+	k := &keyRenderer{tmpl: t, uuid: t.UsesUUID()}
+	probe, _ := t.Append(nil, &template.Data{SeqText: seqMarker, UUID: uuidMarker}, fallback)
+	alt, _ := t.Append(nil, &template.Data{SeqText: altSeqMarker, UUID: altUUIDMarker}, fallback)
+	for i := range probe {
+		if probe[i] != alt[i] && isControl(probe[i]) {
+			k.markerControls++
+		}
+	}
+	k.cleanLiterals = countControls(probe) == k.markerControls
+	// "${record." anywhere (even after $$) conservatively means fields.
+	if !strings.Contains(key, "${record.") && t.Finest() <= 24*time.Hour {
+		k.bucket = t.Finest()
+		if k.bucket == 0 {
+			k.bucket = math.MaxInt64 // no time in the key: one bucket
+		}
+		k.cache = map[partitionKey]cachedPartition{}
+	}
+	return k, nil
+}
+
+func isControl(c byte) bool { return c < 0x20 || c == 0x7f }
+
+func countControls(b []byte) int {
+	n := 0
+	for _, c := range b {
+		if isControl(c) {
+			n++
+		}
+	}
+	return n
+}
+
+// partition renders r's partition: its object key with markers for ${seq}
+// and ${uuid}. Control characters that a field, the tag or the template
+// puts in the key become "_". missing reports a fallback rendered for a
+// missing field or tag part.
+func (k *keyRenderer) partition(r *sinks.Record) (string, bool) {
+	if k.bucket == 0 {
+		return k.render(r)
+	}
+	b := r.Time / int64(k.bucket)
+	if r.Time < 0 && r.Time%int64(k.bucket) != 0 {
+		b-- // floor, for times before 1970
+	}
+	pk := partitionKey{r.Tag, b}
+	k.mu.Lock()
+	c, ok := k.cache[pk]
+	k.mu.Unlock()
+	if ok {
+		return c.partition, c.missing
+	}
+	p, missing := k.render(r)
+	k.mu.Lock()
+	if len(k.cache) >= maxCachedPartitions {
+		clear(k.cache)
+	}
+	k.cache[pk] = cachedPartition{p, missing}
+	k.mu.Unlock()
+	return p, missing
+}
+
+func (k *keyRenderer) render(r *sinks.Record) (string, bool) {
+	d := template.Data{Tag: r.Tag, Body: r.Body, Time: time.Unix(0, r.Time), SeqText: seqMarker, UUID: uuidMarker}
+	b, missing := k.tmpl.Append(make([]byte, 0, 128), &d, fallback)
+	if !k.cleanLiterals || countControls(b) != k.markerControls {
+		d.SeqText, d.UUID = altSeqMarker, altUUIDMarker
+		alt, _ := k.tmpl.Append(make([]byte, 0, len(b)), &d, fallback)
+		for i := range b {
+			if b[i] == alt[i] && isControl(b[i]) {
+				b[i] = '_'
+			}
+		}
+	}
+	if len(b) > maxKeyLen {
+		sum := sha256.Sum256(b)
+		return tooLong + hex.EncodeToString(sum[:]), missing
+	}
+	return string(b), missing
+}
+
+// objectKey is the key of the object of partition that starts at first:
+// ${seq} as first in 20 zero-padded digits, ${uuid} as id.
+func objectKey(partition string, first uint64, id string) string {
+	key := strings.ReplaceAll(partition, seqMarker, fmt.Sprintf("%020d", first))
+	if id != "" {
+		key = strings.ReplaceAll(key, uuidMarker, id)
+	}
+	return key
+}
+
+// newUUID returns a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:36], b[10:16])
+	return string(s[:])
+}

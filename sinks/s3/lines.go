@@ -1,0 +1,406 @@
+package s3sink
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// timestampLen is the length of a timestamp as written: RFC 3339 in UTC with
+// nine fractional digits, "2006-01-02T15:04:05.000000000Z". Every time a
+// record can carry (int64 nanoseconds: years 1677 to 2262) has four year
+// digits, so the length is fixed.
+const timestampLen = 30
+
+// liner turns records into JSON lines: the body, with the event time added
+// under timeKey and the tag under tagKey when the body has no member of
+// that name. The added members come first, right after the body's opening
+// brace, in that order; the body's bytes follow unchanged (no re-encoding).
+type liner struct {
+	timePrefix, tagPrefix []byte // `"key":"`, nil when the key is off
+	timeKey, tagKey       *memberFinder
+}
+
+func newLiner(timeKey, tagKey string) *liner {
+	l := &liner{}
+	if timeKey != "" {
+		l.timeKey = newMemberFinder(timeKey)
+		l.timePrefix = append(append(bytes.Clone(l.timeKey.quoted), ':'), '"')
+	}
+	if tagKey != "" {
+		l.tagKey = newMemberFinder(tagKey)
+		l.tagPrefix = append(append(bytes.Clone(l.tagKey.quoted), ':'), '"')
+	}
+	return l
+}
+
+// additions reports which members r's line adds, and whether the body
+// has members of its own after the opening brace.
+func (l *liner) additions(body []byte) (addTime, addTag, rest bool) {
+	if len(body) < 2 || body[0] != '{' {
+		return false, false, false // not an object: written as it is
+	}
+	addTime = l.timeKey != nil && !l.timeKey.in(body)
+	addTag = l.tagKey != nil && !l.tagKey.in(body)
+	i := skipSpace(body, 1)
+	rest = i < len(body) && body[i] != '}'
+	return addTime, addTag, rest
+}
+
+// lineLen is the length of r's line, without its newline.
+func (l *liner) lineLen(r *sinks.Record) int {
+	addTime, addTag, rest := l.additions(r.Body)
+	n, added := len(r.Body), 0
+	if addTime {
+		n += len(l.timePrefix) + timestampLen + 1
+		added++
+	}
+	if addTag {
+		n += len(l.tagPrefix) + jsonStringLen(r.Tag) + 1
+		added++
+	}
+	if added > 0 {
+		n += added - 1 // commas between the added members
+		if rest {
+			n++ // and the one before the body's own
+		}
+	}
+	return n
+}
+
+// appendLine appends r's line, without its newline.
+func (l *liner) appendLine(dst []byte, r *sinks.Record) []byte {
+	addTime, addTag, rest := l.additions(r.Body)
+	if !addTime && !addTag {
+		return append(dst, r.Body...)
+	}
+	dst = append(dst, '{')
+	if addTime {
+		dst = append(dst, l.timePrefix...)
+		dst = appendTimestamp(dst, r.Time)
+		dst = append(dst, '"')
+	}
+	if addTag {
+		if addTime {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, l.tagPrefix...)
+		dst = appendJSONStringContent(dst, r.Tag)
+		dst = append(dst, '"')
+	}
+	if rest {
+		dst = append(dst, ',')
+	}
+	return append(dst, r.Body[1:]...)
+}
+
+// appendTimestamp appends ns as "2006-01-02T15:04:05.000000000Z".
+func appendTimestamp(dst []byte, ns int64) []byte {
+	t := time.Unix(0, ns).UTC()
+	year, month, day := t.Date()
+	hour, minute, sec := t.Clock()
+	var b [timestampLen]byte
+	put := func(i, v, width int) {
+		for j := i + width - 1; j >= i; j-- {
+			b[j] = byte('0' + v%10)
+			v /= 10
+		}
+	}
+	put(0, year, 4)
+	b[4] = '-'
+	put(5, int(month), 2)
+	b[7] = '-'
+	put(8, day, 2)
+	b[10] = 'T'
+	put(11, hour, 2)
+	b[13] = ':'
+	put(14, minute, 2)
+	b[16] = ':'
+	put(17, sec, 2)
+	b[19] = '.'
+	put(20, t.Nanosecond(), 9)
+	b[29] = 'Z'
+	return append(dst, b[:]...)
+}
+
+// jsonString appends s as a JSON string, quotes included.
+func jsonString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	dst = appendJSONStringContent(dst, s)
+	return append(dst, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONStringContent appends s escaped for a JSON string, without the
+// quotes: " and \ and control characters escaped, invalid UTF-8 replaced
+// with U+FFFD, everything else as it is.
+func appendJSONStringContent(dst []byte, s string) []byte {
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			dst = append(dst, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				dst = append(dst, '\\', c)
+			case '\n':
+				dst = append(dst, '\\', 'n')
+			case '\r':
+				dst = append(dst, '\\', 'r')
+			case '\t':
+				dst = append(dst, '\\', 't')
+			default:
+				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, s[start:i]...)
+			dst = append(dst, `\ufffd`...)
+			i++
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(dst, s[start:]...)
+}
+
+// jsonStringLen is len(appendJSONStringContent(nil, s)), without allocating.
+func jsonStringLen(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf:
+			n++
+			i++
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			n += 2
+			i++
+		case c < utf8.RuneSelf:
+			n += 6
+			i++
+		default:
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				n += 6
+			} else {
+				n += size
+			}
+			i += size
+		}
+	}
+	return n
+}
+
+// memberFinder tells whether a JSON object has a top-level member of a
+// given name. Sizing and writing a line ask it for every record, so it
+// first tries to rule the member out with fast byte searches.
+type memberFinder struct {
+	key    string
+	quoted []byte // `"key"`
+	// plain: the key has no byte that JSON could write with a short escape
+	// (", \, /, control characters), so it can only appear in a body as
+	// quoted, or with \u escapes.
+	plain   bool
+	rare    byte // the byte of quoted least likely in JSON text
+	rareOff int  // its offset in quoted
+}
+
+func newMemberFinder(key string) *memberFinder {
+	f := &memberFinder{key: key, quoted: jsonString(nil, key), plain: true}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c == '"' || c == '\\' || c == '/' {
+			f.plain = false
+		}
+	}
+	best := -1
+	for i := 1; i < len(f.quoted)-1; i++ {
+		if sc := byteScore(f.quoted[i]); best < 0 || sc < best {
+			best, f.rare, f.rareOff = sc, f.quoted[i], i
+		}
+	}
+	return f
+}
+
+// letterFrequency orders lower-case letters from the most to the least
+// frequent in English (and so in JSON keys and log text).
+const letterFrequency = "etaoinshrdlcumwfgypbvkjxqz"
+
+// byteScore guesses how common c is in JSON text: lower is rarer.
+func byteScore(c byte) int {
+	switch {
+	case c >= 'a' && c <= 'z':
+		return 10 + len(letterFrequency) - strings.IndexByte(letterFrequency, c)
+	case c >= '0' && c <= '9':
+		return 20
+	case c >= 'A' && c <= 'Z':
+		return 8
+	case c == '_' || c == '-' || c == '.':
+		return 6
+	case c == ' ' || c == ':' || c == ',':
+		return 50
+	}
+	return 1
+}
+
+// in reports whether body has the member.
+func (f *memberFinder) in(body []byte) bool {
+	if f.plain && !f.mayContain(body) && !hasUnicodeEscape(body) {
+		return false
+	}
+	return scanMember(body, f.key)
+}
+
+// mayContain reports whether `"key"` occurs anywhere in body.
+func (f *memberFinder) mayContain(body []byte) bool {
+	for i := 0; i < len(body); {
+		j := bytes.IndexByte(body[i:], f.rare)
+		if j < 0 {
+			return false
+		}
+		if p := i + j - f.rareOff; p >= 0 && p+len(f.quoted) <= len(body) && bytes.Equal(body[p:p+len(f.quoted)], f.quoted) {
+			return true
+		}
+		i += j + 1
+	}
+	return false
+}
+
+// hasUnicodeEscape reports whether a JSON text holds a \u escape.
+func hasUnicodeEscape(b []byte) bool {
+	for i := 0; i < len(b); {
+		j := bytes.IndexByte(b[i:], '\\')
+		if j < 0 {
+			return false
+		}
+		i += j + 1
+		if i < len(b) && b[i] == 'u' {
+			return true
+		}
+		i++ // the escaped byte, which may be another backslash
+	}
+	return false
+}
+
+// scanMember walks the top level of the object body looking for key.
+func scanMember(b []byte, key string) bool {
+	i := skipSpace(b, 0)
+	if i >= len(b) || b[i] != '{' {
+		return false
+	}
+	i++
+	for {
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] != '"' {
+			return false
+		}
+		end := skipString(b, i)
+		if end < 0 {
+			return false
+		}
+		if keyEquals(b[i:end], key) {
+			return true
+		}
+		i = skipSpace(b, end)
+		if i >= len(b) || b[i] != ':' {
+			return false
+		}
+		if i = skipValue(b, skipSpace(b, i+1)); i < 0 {
+			return false
+		}
+		i = skipSpace(b, i)
+		if i >= len(b) || b[i] != ',' {
+			return false
+		}
+		i++
+	}
+}
+
+// keyEquals compares the quoted JSON string q with key.
+func keyEquals(q []byte, key string) bool {
+	raw := q[1 : len(q)-1]
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw) == key
+	}
+	var s string
+	return json.Unmarshal(q, &s) == nil && s == key
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string that starts at b[i] == '"',
+// or -1.
+func skipString(b []byte, i int) int {
+	for j := i + 1; ; {
+		k := bytes.IndexByte(b[j:], '"')
+		if k < 0 {
+			return -1
+		}
+		j += k
+		n := 0 // backslashes right before the quote: an odd run escapes it
+		for m := j - 1; m > i && b[m] == '\\'; m-- {
+			n++
+		}
+		if n%2 == 0 {
+			return j + 1
+		}
+		j++
+	}
+}
+
+// skipValue returns the index after the JSON value that starts at i, or -1.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(b); j++ {
+			switch b[j] {
+			case '"':
+				if j = skipString(b, j); j < 0 {
+					return -1
+				}
+				j--
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return -1
+	default: // number, true, false, null
+		j := i
+		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
+			j++
+		}
+		if j == i {
+			return -1
+		}
+		return j
+	}
+}

@@ -1,0 +1,54 @@
+package s3sink
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are one sink's counters, children of vectors labelled by sink
+// only: never by key or partition, whose number is unbounded.
+type metrics struct {
+	objects, bytes, uncompressed prometheus.Counter
+	recovered, multipart         prometheus.Counter
+	fallbacks                    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, sink string) (*metrics, error) {
+	vec := func(name, help string) (*prometheus.CounterVec, error) {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"sink"})
+		if reg == nil {
+			return v, nil
+		}
+		if err := reg.Register(v); err != nil {
+			// Another S3 sink registered it: share its vector.
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				if existing, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+					return existing, nil
+				}
+			}
+			return nil, err
+		}
+		return v, nil
+	}
+	m := &metrics{}
+	for _, c := range []struct {
+		dst        *prometheus.Counter
+		name, help string
+	}{
+		{&m.objects, "forwarder_s3_objects_uploaded_total", "Objects uploaded to S3 (re-uploads after a crash included)."},
+		{&m.bytes, "forwarder_s3_uploaded_bytes_total", "Bytes of objects uploaded to S3, as stored (compressed)."},
+		{&m.uncompressed, "forwarder_s3_uncompressed_bytes_total", "Bytes of JSON lines in the objects uploaded to S3, before compression."},
+		{&m.recovered, "forwarder_s3_recovered_intents_total", "Uploads a crash or shutdown interrupted, finished at the next start."},
+		{&m.multipart, "forwarder_s3_multipart_uploads_total", "Objects uploaded in parts (multipart_threshold)."},
+		{&m.fallbacks, "forwarder_s3_key_fallback_total", "Records whose key template named a missing field or tag part, rendered as \"unknown\"."},
+	} {
+		v, err := vec(c.name, c.help)
+		if err != nil {
+			return nil, err
+		}
+		*c.dst = v.WithLabelValues(sink)
+	}
+	return m, nil
+}

@@ -1,0 +1,251 @@
+//go:build unix
+
+package s3sink
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startMoto runs moto_server on a free loopback port until the test ends
+// and returns its URL, with the test bucket created. A missing moto_server
+// fails the test.
+func startMoto(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("moto_server")
+	if err != nil {
+		t.Fatalf("moto_server is not on PATH (%v): install moto: pip install 'moto[server]'", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+
+	var out syncBuffer
+	cmd := exec.Command(path, "-H", "127.0.0.1", "-p", fmt.Sprint(port))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start moto_server: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // its own process group
+		<-exited
+	})
+
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: time.Second}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := client.Get(url + "/moto-api/")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("moto_server exited before answering:\n%s", out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("moto_server did not answer on %s within 60 s (%v):\n%s", url, err, out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := newReader(t, url).CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+		t.Fatalf("create bucket in moto: %v", err)
+	}
+	return url
+}
+
+// TestMoto runs the sink's paths against moto_server: objects with their
+// headers through the drainer, a multipart upload, a multipart upload
+// interrupted and finished by Recover, and the errors of a missing bucket.
+func TestMoto(t *testing.T) {
+	url := startMoto(t)
+	cl := newReader(t, url)
+	ctx := context.Background()
+
+	t.Run("objects", func(t *testing.T) {
+		cfg := testConfig(url)
+		cfg.Key = "moto/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"
+		cfg.MaxObjectBytes = 8 * config.KiB
+		cfg.SSE, cfg.StorageClass = config.SSEAES256, "STANDARD_IA"
+		cfg.Tags = map[string]string{"team": "core", "env": "test"}
+		w := openWAL(t, t.TempDir())
+		defer w.Close()
+		var want []string
+		var recs []wal.Record
+		for i := range 300 {
+			id := fmt.Sprintf("m%d", i)
+			want = append(want, id)
+			recs = append(recs, rec(fmt.Sprintf("t%d", i%2), id, time.Now(), i%60))
+		}
+		res := appendRecs(t, w, recs)
+		runDrainer(t, w, "archive", newTestSink(t, cfg), drainerOptions())
+		waitCursor(t, w, "archive", res.Last, 30*time.Second)
+		objs := readObjects(t, cl, "moto/")
+		checkOnce(t, objs, want)
+		if len(objs) < 4 {
+			t.Errorf("%d objects", len(objs))
+		}
+		o := objs[0]
+		head, err := cl.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(o.Key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if head.ServerSideEncryption != types.ServerSideEncryptionAes256 || head.StorageClass != types.StorageClassStandardIa ||
+			aws.ToString(head.ContentEncoding) != "gzip" || aws.ToString(head.ContentType) != "application/x-ndjson" {
+			t.Errorf("head %s: sse %q class %q encoding %q type %q", o.Key, head.ServerSideEncryption, head.StorageClass,
+				aws.ToString(head.ContentEncoding), aws.ToString(head.ContentType))
+		}
+		tags, err := cl.GetObjectTagging(ctx, &s3.GetObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(o.Key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, tg := range tags.TagSet {
+			got[aws.ToString(tg.Key)] = aws.ToString(tg.Value)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(cfg.Tags) {
+			t.Errorf("tags %v, want %v", got, cfg.Tags)
+		}
+	})
+
+	mpConfig := func() config.S3 {
+		cfg := testConfig(url)
+		cfg.Compression = config.CompressionZstd
+		cfg.Key = "motomp/${tag}/${seq}.json.zst"
+		cfg.MultipartThreshold = 5 * config.MiB
+		cfg.MaxObjectBytes = 32 * config.MiB
+		cfg.MaxObjectAge = config.Duration(200 * time.Millisecond)
+		return cfg
+	}
+	// Random-looking bodies, so that zstd leaves more than 5 MiB.
+	bigRecs := func(tag string, n int) ([]wal.Record, []string) {
+		var recs []wal.Record
+		var want []string
+		var x uint64 = 88172645463325252
+		for i := range n {
+			var b strings.Builder
+			for range 40 {
+				x ^= x << 13
+				x ^= x >> 7
+				x ^= x << 17
+				fmt.Fprintf(&b, "%016x", x)
+			}
+			id := fmt.Sprintf("%s%d", tag, i)
+			want = append(want, id)
+			recs = append(recs, wal.Record{Time: time.Now().UnixNano(), Tag: tag, Body: fmt.Appendf(nil, `{"id":%q,"r":%q}`, id, b.String())})
+		}
+		return recs, want
+	}
+
+	t.Run("multipart", func(t *testing.T) {
+		w := openWAL(t, t.TempDir())
+		defer w.Close()
+		recs, want := bigRecs("big", 18000) // 13 MB of lines, 7 MB compressed
+		res := appendRecs(t, w, recs)
+		s := newTestSink(t, mpConfig())
+		runDrainer(t, w, "archive", s, drainerOptions())
+		waitCursor(t, w, "archive", res.Last, 60*time.Second)
+		objs := readObjects(t, cl, "motomp/big/")
+		if len(objs) != 1 || len(objs[0].Body) <= 5<<20 {
+			t.Fatalf("objects %v", keysOf(objs))
+		}
+		checkOnce(t, objs, want)
+		if n := testutil.ToFloat64(s.m.multipart); n != 1 {
+			t.Errorf("%v multipart uploads counted, want 1", n)
+		}
+	})
+
+	t.Run("multipart interrupted", func(t *testing.T) {
+		dir := t.TempDir()
+		w := openWAL(t, dir)
+		recs, want := bigRecs("cut", 18000)
+		res := appendRecs(t, w, recs)
+		s := newTestSink(t, mpConfig())
+		dying := &dyingAPI{s3API: s.api, budget: 1}
+		s.api = dying
+		stop := runDrainer(t, w, "archive", s, drainerOptions())
+		waitFor(t, "the client to die", func() bool { return !dying.alive() })
+		stop()
+		w.Close()
+		up, err := cl.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String("motomp/cut/")})
+		if err != nil || len(up.Uploads) != 1 {
+			t.Fatalf("uploads after the crash: %+v, %v", up, err)
+		}
+
+		w = openWAL(t, dir)
+		defer w.Close()
+		runDrainer(t, w, "archive", newTestSink(t, mpConfig()), drainerOptions())
+		tail := appendRecs(t, w, []wal.Record{rec("tail", "tail", time.Now(), 1)})
+		waitCursor(t, w, "archive", tail.Last, 60*time.Second)
+		objs := readObjects(t, cl, "motomp/cut/")
+		if len(objs) != 1 || objs[0].Key != fmt.Sprintf("motomp/cut/%020d.json.zst", res.First) {
+			t.Fatalf("objects %v", keysOf(objs))
+		}
+		checkOnce(t, objs, want)
+		up, err = cl.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String("motomp/cut/")})
+		if err != nil || len(up.Uploads) != 0 {
+			t.Errorf("uploads left: %+v, %v", up.Uploads, err)
+		}
+	})
+
+	t.Run("missing bucket", func(t *testing.T) {
+		cfg := testConfig(url)
+		cfg.Bucket = "no-such-bucket-here"
+		recs := sinkRecs(rec("a", "1", time.Now(), 1))
+		_, err := send(t, newTestSink(t, cfg), newMemState(recs), recs)
+		e := sinks.Classify(err)
+		if e.Class != sinks.SinkPermanent || e.Reason != "NoSuchBucket" || !strings.Contains(e.Error(), "create it or fix sinks[archive].bucket") {
+			t.Errorf("missing bucket: %v (%s)", err, e.Class)
+		}
+	})
+}

@@ -1,0 +1,166 @@
+package s3sink
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// chunkSize is how many bytes of lines the encoder gathers before it hands
+// them to the compressor. The compressor's input is cut at the first line
+// end at or after each chunkSize bytes: a function of the records alone, so
+// the output does not depend on how the lines happened to be written.
+const chunkSize = 256 << 10
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// encoding is everything that shapes an object's bytes besides its records.
+// An intent records it, so that a restart with another configuration still
+// rebuilds the same bytes.
+type encoding struct {
+	Compression string `json:"compression"` // gzip, zstd or none
+	Level       int    `json:"level"`
+	TimeKey     string `json:"time_key"`
+	TagKey      string `json:"tag_key"`
+}
+
+// object is a built object: its bytes and what an intent records of them.
+type object struct {
+	body       []byte
+	sha256     string // hex, of body
+	lines      int64  // uncompressed bytes (the lines, newlines included)
+	linesCRC32 uint32 // CRC-32C of the lines
+}
+
+// encoder builds objects of one encoding. Safe for concurrent use.
+type encoder struct {
+	enc   encoding
+	liner *liner
+	gz    sync.Pool // *gzip.Writer
+	zs    sync.Pool // *zstd.Encoder
+	bufs  sync.Pool // *[]byte of chunkSize+
+}
+
+func newEncoder(enc encoding) (*encoder, error) {
+	switch enc.Compression {
+	case config.CompressionGzip:
+		if enc.Level < gzip.BestSpeed || enc.Level > gzip.BestCompression {
+			return nil, fmt.Errorf("gzip compression_level %d is not 1 to 9", enc.Level)
+		}
+	case config.CompressionZstd:
+		if enc.Level < int(zstd.SpeedFastest) || enc.Level > int(zstd.SpeedBestCompression) {
+			return nil, fmt.Errorf("zstd compression_level %d is not 1 to 4", enc.Level)
+		}
+	case config.CompressionNone:
+	default:
+		return nil, fmt.Errorf("compression %q is not gzip, zstd or none", enc.Compression)
+	}
+	return &encoder{enc: enc, liner: newLiner(enc.TimeKey, enc.TagKey)}, nil
+}
+
+// contentEncoding is the object's Content-Encoding, "" for none.
+func (e *encoder) contentEncoding() string {
+	if e.enc.Compression == config.CompressionNone {
+		return ""
+	}
+	return e.enc.Compression
+}
+
+// size is what r adds to an object before compression: its line and newline.
+func (e *encoder) size(r *sinks.Record) int { return e.liner.lineLen(r) + 1 }
+
+// build encodes recs as one object: a JSON line per record, compressed.
+// The bytes are a pure function of the records and the encoding.
+func (e *encoder) build(recs []sinks.Record) (*object, error) {
+	var out bytes.Buffer
+	// Room for the whole object at once: growing a buffer of megabytes by
+	// doubling copies and clears it over and over.
+	est := 0
+	for i := range recs {
+		est += len(recs[i].Body) + 64
+	}
+	if e.enc.Compression != config.CompressionNone {
+		est = est/3 + 4096
+	}
+	out.Grow(est)
+	var w io.Writer = &out
+	var finish func() error
+	switch e.enc.Compression {
+	case config.CompressionGzip:
+		gw, _ := e.gz.Get().(*gzip.Writer)
+		if gw == nil {
+			var err error
+			if gw, err = gzip.NewWriterLevel(&out, e.enc.Level); err != nil {
+				return nil, err
+			}
+		} else {
+			gw.Reset(&out)
+		}
+		// The header stays the zero one: no name, no modification time.
+		w, finish = gw, func() error { err := gw.Close(); gw.Reset(io.Discard); e.gz.Put(gw); return err }
+	case config.CompressionZstd:
+		zw, _ := e.zs.Get().(*zstd.Encoder)
+		if zw == nil {
+			var err error
+			zw, err = zstd.NewWriter(&out,
+				zstd.WithEncoderLevel(zstd.EncoderLevel(e.enc.Level)),
+				zstd.WithEncoderConcurrency(1), // one goroutine: blocks and frames do not depend on scheduling
+				zstd.WithEncoderCRC(true))
+			if err != nil {
+				return nil, err
+			}
+		} else {
+			zw.Reset(&out)
+		}
+		w, finish = zw, func() error { err := zw.Close(); zw.Reset(io.Discard); e.zs.Put(zw); return err }
+	default:
+		finish = func() error { return nil }
+	}
+
+	bp, _ := e.bufs.Get().(*[]byte)
+	if bp == nil {
+		b := make([]byte, 0, chunkSize+64<<10)
+		bp = &b
+	}
+	buf := (*bp)[:0]
+	defer func() { *bp = buf[:0]; e.bufs.Put(bp) }()
+	var (
+		lines int64
+		crc   uint32
+		err   error
+	)
+	flush := func() {
+		if err == nil && len(buf) > 0 {
+			crc = crc32.Update(crc, castagnoli, buf)
+			lines += int64(len(buf))
+			_, err = w.Write(buf)
+		}
+		buf = buf[:0]
+	}
+	for i := range recs {
+		buf = e.liner.appendLine(buf, &recs[i])
+		buf = append(buf, '\n')
+		if len(buf) >= chunkSize {
+			flush()
+		}
+	}
+	flush()
+	if ferr := finish(); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("compress object: %w", err)
+	}
+	sum := sha256.Sum256(out.Bytes())
+	return &object{body: out.Bytes(), sha256: hex.EncodeToString(sum[:]), lines: lines, linesCRC32: crc}, nil
+}

@@ -1,0 +1,184 @@
+package s3sink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// Recover finishes the uploads a crash or a shutdown interrupted: for each
+// intent it rebuilds the object from the WAL, checks it against the intent,
+// uploads it again under the same key with the same bytes and records its
+// batch as delivered. The drainer calls it once, before it reads records.
+//
+// S3 failing does not fail Recover: it retries with backoff (slowly, and
+// saying once what to fix, for sink-permanent errors) until S3 answers or
+// ctx ends. It returns an error only when it cannot go on: the WAL failed,
+// an intent is damaged, or the WAL and an intent disagree.
+func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
+	type found struct {
+		key []byte
+		in  intent
+	}
+	var all []found
+	err := st.Scan([]byte(intentPrefix), func(k, v []byte) error {
+		var in intent
+		if err := json.Unmarshal(v, &in); err != nil {
+			return fmt.Errorf("intent %q is damaged: %w", k, err)
+		}
+		if in.Version != intentVersion {
+			return fmt.Errorf("intent %q has format version %d, this build reads %d", k, in.Version, intentVersion)
+		}
+		all = append(all, found{bytes.Clone(k), in})
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read intents: %w", err)
+	}
+	for i := range all {
+		if err := s.recoverRetrying(ctx, st, all[i].key, &all[i].in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fatalError is a failure of Recover that retrying cannot mend.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+func fatal(format string, args ...any) error { return &fatalError{fmt.Errorf(format, args...)} }
+
+const (
+	recoverRetryMin   = 200 * time.Millisecond
+	recoverRetryMax   = 30 * time.Second
+	recoverPauseRetry = 30 * time.Second
+)
+
+func (s *Sink) recoverRetrying(ctx context.Context, st sinks.State, ik []byte, in *intent) error {
+	wait := recoverRetryMin
+	said := ""
+	for {
+		err := s.recoverOne(ctx, st, ik, in)
+		if err == nil {
+			if said != "" {
+				s.log.Info("interrupted upload finished after S3 recovered", "key", in.Key)
+			}
+			return nil
+		}
+		var fe *fatalError
+		if errors.As(err, &fe) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("finish interrupted upload of %q: %w", in.Key, ctx.Err())
+		}
+		e := sinks.Classify(s.classify(err))
+		var pause time.Duration
+		switch e.Class {
+		case sinks.RecordPermanent:
+			// S3 will never take this object. The drainer sends the batch
+			// again, meets the same refusal and dead-letters it.
+			if err := st.Delete(ctx, ik); err != nil {
+				return fmt.Errorf("delete intent %q: %w", ik, err)
+			}
+			return nil
+		case sinks.SinkPermanent:
+			pause = recoverPauseRetry
+			if said != e.Reason {
+				s.log.Error("cannot finish an interrupted upload: S3 refuses every request until this is fixed; the sink waits, records stay in the WAL; retrying every "+pause.String(),
+					"key", in.Key, "reason", e.Reason, "error", e.Err)
+			}
+		default:
+			pause = wait/2 + rand.N(wait/2+1)
+			wait = min(2*wait, recoverRetryMax)
+			if said == "" {
+				s.log.Warn("cannot finish an interrupted upload yet; retrying", "key", in.Key, "reason", e.Reason, "error", e.Err)
+			}
+		}
+		said = e.Reason
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			return fmt.Errorf("finish interrupted upload of %q: %w", in.Key, ctx.Err())
+		}
+	}
+}
+
+// recoverOne rebuilds, checks and uploads one intent's object and records
+// its batch as delivered.
+func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *intent) error {
+	keys, enc := s.keys, s.enc
+	if in.KeyTemplate != s.cfg.Key || in.Hostname != s.hostname {
+		var err error
+		if keys, err = newKeyRenderer(in.KeyTemplate, in.Hostname); err != nil {
+			return fatal("intent %q: %w", ik, err)
+		}
+	}
+	if in.Encoding != s.enc.enc {
+		var err error
+		if enc, err = newEncoder(in.Encoding); err != nil {
+			return fatal("intent %q: %w", ik, err)
+		}
+	}
+	recs, err := st.ReadRange(in.First, in.Last)
+	if err != nil {
+		return fatal("read records %d to %d for intent %q: %w", in.First, in.Last, ik, err)
+	}
+	kept := recs[:0]
+	for i := range recs {
+		if p, _ := keys.partition(&recs[i]); p == in.Partition {
+			kept = append(kept, recs[i])
+		}
+	}
+	if len(kept) < in.Records {
+		// The WAL dropped records of the batch before it was delivered
+		// (wal.when_full: drop_oldest, which counts them). The object
+		// cannot be rebuilt; whatever of it reached S3 stays.
+		s.log.Warn("not finishing an interrupted upload: the WAL dropped some of its records (wal.when_full: drop_oldest); the records left are sent again under a new key",
+			"key", in.Key, "records", in.Records, "left", len(kept))
+		if in.UploadID != "" {
+			_ = s.abort(ctx, in.Key, in.UploadID)
+		}
+		if err := st.Delete(ctx, ik); err != nil {
+			return fatal("delete intent %q: %w", ik, err)
+		}
+		return nil
+	}
+	obj, err := enc.build(kept)
+	if err != nil {
+		return fatal("rebuild object of intent %q: %w", ik, err)
+	}
+	if len(kept) != in.Records || obj.lines != in.LinesBytes || obj.linesCRC32 != in.LinesCRC32C {
+		return fatal("the WAL and intent %q disagree: the intent has %d records from seq %d to %d, %d bytes of lines with CRC-32C %08x; the WAL gives %d records, %d bytes with CRC-32C %08x; not uploading %q",
+			ik, in.Records, in.First, in.Last, in.LinesBytes, in.LinesCRC32C, len(kept), obj.lines, obj.linesCRC32, in.Key)
+	}
+	if obj.sha256 != in.SHA256 {
+		// Same lines, other compressed bytes: the compressor changed.
+		s.log.Warn("re-uploading an interrupted object with the same records but other compressed bytes (the compression library changed since it was first sent)",
+			"key", in.Key, "sha256_was", in.SHA256, "sha256", obj.sha256)
+		in.setObject(obj)
+		if err := putIntent(ctx, st, ik, in); err != nil {
+			return fatal("%w", err)
+		}
+	}
+	s.abortOrphans(ctx, in.Key)
+	if err := s.upload(ctx, st, ik, in, obj.body); err != nil {
+		return err
+	}
+	if err := st.Delivered(ctx, in.Partition, in.Last, [][]byte{ik}); err != nil {
+		return fatal("record delivery of %q: %w", in.Key, err)
+	}
+	s.m.recovered.Inc()
+	s.m.uncompressed.Add(float64(obj.lines))
+	s.log.Info("finished an interrupted upload", "key", in.Key, "records", in.Records, "bytes", len(obj.body))
+	return nil
+}

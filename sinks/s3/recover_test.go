@@ -1,0 +1,232 @@
+package s3sink
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// sentBatch sends recs (one partition) through a fresh sink and returns
+// the state holding its intent, as a crash right after the upload would
+// leave it, with the object's key and bytes.
+func sentBatch(t *testing.T, cfg config.S3, get func(key string) []byte, recs []sinks.Record) (*memState, string, []byte) {
+	t.Helper()
+	st := newMemState(recs)
+	if _, err := send(t, newTestSink(t, cfg), st, recs); err != nil {
+		t.Fatal(err)
+	}
+	keys := st.intents()
+	if len(keys) != 1 {
+		t.Fatalf("intents %v", keys)
+	}
+	key := strings.TrimPrefix(keys[0], intentPrefix)
+	return st, key, get(key)
+}
+
+func batchRecs(tag string, n int) []sinks.Record {
+	var recs []wal.Record
+	at := time.Date(2025, 6, 15, 15, 0, 0, 0, time.UTC)
+	for i := range n {
+		recs = append(recs, rec(tag, fmt.Sprintf("%s%d", tag, i), at.Add(time.Duration(i)), i%40))
+	}
+	return sinkRecs(recs...)
+}
+
+func TestRecoverUploadsTheSameBytes(t *testing.T) {
+	srv, url := startEmu(t)
+	get := func(key string) []byte {
+		b, err := srv.Get(bucket, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	cfg := testConfig(url)
+	for _, crash := range []string{"after the upload", "before the upload"} {
+		t.Run(crash, func(t *testing.T) {
+			// The batch's records are every other one of the range: the
+			// others are another partition's.
+			all := batchRecs("a"+strings.Fields(crash)[0], 200)
+			var batch []sinks.Record
+			for i := range all {
+				if i%2 == 1 {
+					all[i].Tag = "other"
+				} else {
+					batch = append(batch, all[i])
+				}
+			}
+			st, key, body := sentBatch(t, cfg, get, batch)
+			st.recs = all
+			if crash == "before the upload" {
+				deleteObject(t, url, key)
+			}
+			puts := srv.Calls()["PutObject"]
+			s := newTestSink(t, cfg)
+			if err := s.Recover(context.Background(), st); err != nil {
+				t.Fatal(err)
+			}
+			if got := get(key); string(got) != string(body) {
+				t.Errorf("re-uploaded %d bytes, first upload %d: they differ", len(got), len(body))
+			}
+			if n := srv.Calls()["PutObject"] - puts; n != 1 {
+				t.Errorf("%d uploads, want 1", n)
+			}
+			p := s.Partition(&batch[0])
+			if st.delivered[p] != batch[len(batch)-1].Seq || len(st.intents()) != 0 {
+				t.Errorf("delivered %v, intents left %v", st.delivered, st.intents())
+			}
+			if testutil.ToFloat64(s.m.recovered) != 1 {
+				t.Errorf("recovered %v", testutil.ToFloat64(s.m.recovered))
+			}
+		})
+	}
+}
+
+// TestRecoverUsesTheIntentsSettings: a restart with another key template
+// and compression still rebuilds the interrupted object as it was.
+func TestRecoverUsesTheIntentsSettings(t *testing.T) {
+	srv, url := startEmu(t)
+	cfg := testConfig(url)
+	recs := batchRecs("app", 50)
+	st, key, body := sentBatch(t, cfg, func(k string) []byte { b, _ := srv.Get(bucket, k); return b }, recs)
+	deleteObject(t, url, key)
+
+	cfg2 := cfg
+	cfg2.Key, cfg2.Compression, cfg2.CompressionLevel, cfg2.TimeKey = "other/${seq}", config.CompressionZstd, 3, "ts"
+	s, err := New(context.Background(), "archive", cfg2, Options{Hostname: "another-host", AWS: &aws.Config{Credentials: testCreds}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Recover(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	got, err := srv.Get(bucket, key)
+	if err != nil || string(got) != string(body) {
+		t.Errorf("object %s: %d bytes (%v), want the %d first uploaded", key, len(got), err, len(body))
+	}
+}
+
+func TestRecoverRefusesADisagreement(t *testing.T) {
+	srv, url := startEmu(t)
+	cfg := testConfig(url)
+	recs := batchRecs("app", 20)
+	st, key, _ := sentBatch(t, cfg, func(string) []byte { return nil }, recs)
+	// The WAL now holds other bytes for a record of the range.
+	st.recs[5].Body = []byte(`{"id":"changed"}`)
+	puts := srv.Calls()["PutObject"]
+	err := newTestSink(t, cfg).Recover(context.Background(), st)
+	if err == nil || !strings.Contains(err.Error(), "intent/"+key) || !strings.Contains(err.Error(), "disagree") {
+		t.Fatalf("Recover: %v, want a disagreement naming the intent", err)
+	}
+	var fe *fatalError
+	if !errors.As(err, &fe) {
+		t.Errorf("error %T is not fatal", err)
+	}
+	if srv.Calls()["PutObject"] != puts || len(st.intents()) != 1 {
+		t.Errorf("uploaded or dropped the intent after a disagreement")
+	}
+
+	// A damaged intent is an error too.
+	st = newMemState(nil)
+	_ = st.Put(context.Background(), []byte("intent/x"), []byte("{not json"))
+	if err := newTestSink(t, cfg).Recover(context.Background(), st); err == nil || !strings.Contains(err.Error(), `"intent/x" is damaged`) {
+		t.Errorf("damaged intent: %v", err)
+	}
+}
+
+func TestRecoverDroppedRecords(t *testing.T) {
+	srv, url := startEmu(t)
+	cfg := testConfig(url)
+	recs := batchRecs("app", 20)
+	st, _, _ := sentBatch(t, cfg, func(string) []byte { return nil }, recs)
+	st.recs = st.recs[8:] // drop_oldest took the first eight
+	puts := srv.Calls()["PutObject"]
+	if err := newTestSink(t, cfg).Recover(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	if srv.Calls()["PutObject"] != puts || len(st.intents()) != 0 || len(st.delivered) != 0 {
+		t.Errorf("uploads %d, intents %v, delivered %v", srv.Calls()["PutObject"]-puts, st.intents(), st.delivered)
+	}
+}
+
+// TestRecoverWaitsForS3: an outage at start does not fail Recover; it
+// retries until S3 answers, or gives up with ctx.
+func TestRecoverWaitsForS3(t *testing.T) {
+	srv, url := startEmu(t)
+	cfg := testConfig(url)
+	st, key, _ := sentBatch(t, cfg, func(string) []byte { return nil }, batchRecs("app", 10))
+	deleteObject(t, url, key)
+
+	s := newTestSink(t, cfg)
+	srv.SetFailures(1)
+	done := make(chan error, 1)
+	go func() { done <- s.Recover(context.Background(), st) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Recover returned during the outage: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	srv.SetFailures(0)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Recover did not finish after the outage")
+	}
+	if _, err := srv.Get(bucket, key); err != nil {
+		t.Error(err)
+	}
+
+	// Denied, then stopped: the error says why it stopped.
+	st, _, _ = sentBatch(t, cfg, func(string) []byte { return nil }, batchRecs("b", 10))
+	srv.SetDenyAll(true)
+	defer srv.SetDenyAll(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := s.Recover(ctx, st)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Recover while denied: %v, want the context's error", err)
+	}
+}
+
+func deleteObject(t *testing.T, url, key string) {
+	t.Helper()
+	if _, err := newReader(t, url).DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestIntentFormat(t *testing.T) {
+	_, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.Key = "k/${tag}/${uuid}-${seq}"
+	st, key, _ := sentBatch(t, cfg, func(string) []byte { return nil }, batchRecs("app", 3))
+	raw, _ := st.Get([]byte(intentPrefix + key))
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"v", "key", "partition", "first", "last", "records", "bytes", "sha256", "lines_bytes", "lines_crc32c", "uuid", "key_template", "hostname", "encoding"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("intent %s has no %q", raw, k)
+		}
+	}
+	if m["first"] != 1.0 || m["last"] != 3.0 || m["records"] != 3.0 || !strings.Contains(key, m["uuid"].(string)) || !strings.Contains(m["partition"].(string), "\x00seq\x00") {
+		t.Errorf("intent %s", raw)
+	}
+}

@@ -1,0 +1,329 @@
+package s3sink
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// Options are what a Sink needs besides its configuration.
+type Options struct {
+	// Hostname is what ${hostname} renders. Default: os.Hostname().
+	Hostname string
+	Logger   *slog.Logger
+	// Registerer gets the sink's metrics; sinks share the vectors, labelled
+	// by sink name. Nil: not registered.
+	Registerer prometheus.Registerer
+	// AWS, when set, replaces the standard chain (environment, shared
+	// files, roles) as the source of credentials and settings: tests pass
+	// static credentials. The sink's region, when set, wins.
+	AWS *aws.Config
+	// Client replaces the client New would build; the sink's endpoint,
+	// path_style and region are then the client's business.
+	Client *s3.Client
+}
+
+// s3API is the part of the S3 client the sink uses.
+type s3API interface {
+	PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error)
+	CreateMultipartUpload(ctx context.Context, in *s3.CreateMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CreateMultipartUploadOutput, error)
+	UploadPart(ctx context.Context, in *s3.UploadPartInput, opts ...func(*s3.Options)) (*s3.UploadPartOutput, error)
+	CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CompleteMultipartUploadOutput, error)
+	AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error)
+	ListMultipartUploads(ctx context.Context, in *s3.ListMultipartUploadsInput, opts ...func(*s3.Options)) (*s3.ListMultipartUploadsOutput, error)
+}
+
+var _ s3API = (*s3.Client)(nil)
+
+// Sink writes batches to S3 as JSON-lines objects under deterministic keys
+// (see the package documentation). It implements sinks.Sink and
+// sinks.Recoverer; its methods are safe for concurrent use.
+type Sink struct {
+	name     string
+	cfg      config.S3
+	bucket   string
+	hostname string
+	keys     *keyRenderer
+	enc      *encoder
+	api      s3API
+	tr       *http.Transport // the transport New built, closed by Close; nil with Options.Client
+	log      *slog.Logger
+	m        *metrics
+
+	maxBytes  int
+	threshold int64
+	partSize  int64 // smallest part of a multipart upload
+
+	mu sync.Mutex
+	// open holds the intent of each partition's batch whose send has begun
+	// and not yet succeeded. A retry of the same batch reuses its ${uuid};
+	// a different batch of the partition finds it stale (its records were
+	// dropped from the WAL while it waited) and removes it.
+	open map[string]*intent
+}
+
+var (
+	_ sinks.Sink      = (*Sink)(nil)
+	_ sinks.Recoverer = (*Sink)(nil)
+)
+
+// Defaults for settings left zero (config.Load fills them; a Sink made
+// from a hand-built config.S3 gets them too).
+const (
+	defaultMaxObjectBytes     = 64 << 20
+	defaultMaxObjectAge       = 5 * time.Minute
+	defaultMaxOpenObjects     = 256
+	defaultMultipartThreshold = 16 << 20
+	minPartSize               = 5 << 20 // S3's smallest part but the last
+	maxParts                  = 10000   // S3's largest part number
+	uploadConcurrency         = 16
+)
+
+// New returns the S3 sink called name (its name in the configuration, for
+// metrics and messages). It reads no credentials yet: the first upload
+// does. ctx bounds the loading of the AWS configuration.
+func New(ctx context.Context, name string, cfg config.S3, opts Options) (*Sink, error) {
+	if cfg.Bucket == "" {
+		return nil, errors.New("bucket is required")
+	}
+	if cfg.Compression == "" {
+		cfg.Compression = config.CompressionGzip
+	}
+	if cfg.CompressionLevel == 0 && cfg.Compression != config.CompressionNone {
+		cfg.CompressionLevel = 1
+	}
+	if cfg.MaxObjectBytes <= 0 {
+		cfg.MaxObjectBytes = defaultMaxObjectBytes
+	}
+	if cfg.MaxObjectAge <= 0 {
+		cfg.MaxObjectAge = config.Duration(defaultMaxObjectAge)
+	}
+	if cfg.MaxOpenObjects <= 0 {
+		cfg.MaxOpenObjects = defaultMaxOpenObjects
+	}
+	if cfg.MultipartThreshold <= 0 {
+		cfg.MultipartThreshold = defaultMultipartThreshold
+	}
+	if opts.Hostname == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("host name for ${hostname}: %w", err)
+		}
+		opts.Hostname = h
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	keys, err := newKeyRenderer(cfg.Key, opts.Hostname)
+	if err != nil {
+		return nil, err
+	}
+	enc, err := newEncoder(encoding{Compression: cfg.Compression, Level: cfg.CompressionLevel, TimeKey: cfg.TimeKey, TagKey: cfg.TagKey})
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(opts.Registerer, name)
+	if err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	s := &Sink{
+		name: name, cfg: cfg, bucket: cfg.Bucket, hostname: opts.Hostname, keys: keys, enc: enc,
+		log: opts.Logger, m: m, open: map[string]*intent{},
+		maxBytes: int(min(int64(cfg.MaxObjectBytes), 1<<40)), threshold: int64(cfg.MultipartThreshold), partSize: minPartSize,
+	}
+	if opts.Client != nil {
+		s.api = opts.Client
+		return s, nil
+	}
+	s.api, s.tr, err = newClient(ctx, cfg, opts.AWS)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newClient builds the S3 client: credentials and settings from the
+// standard chain (or base), the sink's region, endpoint and addressing,
+// and no retries of its own: the drainer retries, with backoff, across
+// partitions.
+func newClient(ctx context.Context, cfg config.S3, base *aws.Config) (*s3.Client, *http.Transport, error) {
+	var ac aws.Config
+	if base != nil {
+		ac = base.Copy()
+	} else {
+		var opts []func(*awsconfig.LoadOptions) error
+		if cfg.Region != "" {
+			opts = append(opts, awsconfig.WithRegion(cfg.Region))
+		}
+		var err error
+		if ac, err = awsconfig.LoadDefaultConfig(ctx, opts...); err != nil {
+			return nil, nil, fmt.Errorf("load AWS configuration: %w", err)
+		}
+	}
+	if cfg.Region != "" {
+		ac.Region = cfg.Region
+	}
+	if ac.Region == "" {
+		return nil, nil, errors.New("no AWS region: set region in the sink, or AWS_REGION")
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 2 * uploadConcurrency
+	tr.ResponseHeaderTimeout = 2 * time.Minute
+	cl := s3.NewFromConfig(ac, func(o *s3.Options) {
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.Endpoint)
+		}
+		o.UsePathStyle = cfg.PathStyle
+		o.HTTPClient = &http.Client{Transport: tr}
+		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+			so.MaxAttempts = 1
+			so.RateLimiter = ratelimit.None
+		})
+		// The sink sends its own checksums (SHA-256 of an object, MD5 of
+		// a part): the SDK need not add CRC32 ones.
+		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	})
+	return cl, tr, nil
+}
+
+// Fingerprint identifies how the sink partitions records: its key
+// template and host name, and nothing else (compression, limits or
+// headers can change without it). It is meant for queue.Options.Fingerprint.
+func (s *Sink) Fingerprint() string {
+	sum := sha256.Sum256([]byte("s3 key\x00" + s.cfg.Key + "\x00" + s.hostname))
+	return hex.EncodeToString(sum[:])
+}
+
+// Close releases the idle connections of the client New built.
+func (s *Sink) Close() {
+	if s.tr != nil {
+		s.tr.CloseIdleConnections()
+	}
+}
+
+// Limits: an object is a batch; max_object_bytes of lines before
+// compression, max_object_age, max_open_objects.
+func (s *Sink) Limits() sinks.Limits {
+	return sinks.Limits{
+		MaxRecords:  1_000_000,
+		MaxBytes:    s.maxBytes,
+		MaxAge:      time.Duration(s.cfg.MaxObjectAge),
+		Concurrency: uploadConcurrency,
+		MaxOpen:     s.cfg.MaxOpenObjects,
+	}
+}
+
+// Partition is r's object key with markers for ${seq} and ${uuid}: records
+// of one tag, time bucket (the key's %Y..%S) and rendered fields share it.
+func (s *Sink) Partition(r *sinks.Record) string {
+	p, missing := s.keys.partition(r)
+	if missing {
+		s.m.fallbacks.Inc()
+	}
+	return p
+}
+
+// Size is the length of r's JSON line with its newline, before
+// compression.
+func (s *Sink) Size(r *sinks.Record) int { return s.enc.size(r) }
+
+// Send uploads one batch as one object: it builds the bytes, commits the
+// intent, uploads, and hands the intent back for the drainer to delete with
+// the batch's delivery.
+func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {
+	if strings.HasPrefix(b.Partition, tooLong) {
+		return sinks.Outcome{}, sinks.NewRecordPermanent("key_too_long",
+			fmt.Errorf("the key template renders a key over S3's %d bytes for these records", maxKeyLen))
+	}
+	in := s.intentFor(ctx, b)
+	if len(in.Key) > maxKeyLen {
+		s.forget(b.Partition)
+		return sinks.Outcome{}, sinks.NewRecordPermanent("key_too_long",
+			fmt.Errorf("object key of %d bytes is over S3's %d: %.100q...", len(in.Key), maxKeyLen, in.Key))
+	}
+	obj, err := s.enc.build(b.Records)
+	if err != nil {
+		return sinks.Outcome{}, sinks.NewRetryable("encode", err)
+	}
+	in.setObject(obj)
+	ik := intentKey(in.Key)
+	if err := putIntent(ctx, b.State, ik, in); err != nil {
+		return sinks.Outcome{}, sinks.NewRetryable("state", err)
+	}
+	if err := s.upload(ctx, b.State, ik, in, obj.body); err != nil {
+		err = s.classify(err)
+		if sinks.Classify(err).Class == sinks.RecordPermanent {
+			// S3 stored nothing and the drainer dead-letters the batch.
+			s.forget(b.Partition)
+			_ = b.State.Delete(ctx, ik) // a left-over intent only costs Recover one more refusal
+		}
+		return sinks.Outcome{}, err
+	}
+	s.forget(b.Partition)
+	s.m.uncompressed.Add(float64(obj.lines))
+	return sinks.Outcome{DeleteState: [][]byte{ik}}, nil
+}
+
+// forget drops the begun intent of a partition whose batch is done with.
+func (s *Sink) forget(partition string) {
+	s.mu.Lock()
+	delete(s.open, partition)
+	s.mu.Unlock()
+}
+
+// intentFor returns the intent for batch b: the one an earlier attempt at
+// the same batch began (same records, same ${uuid}), or a new one. A begun
+// intent of another batch of the partition is stale: its multipart upload
+// is aborted and it is deleted.
+func (s *Sink) intentFor(ctx context.Context, b *sinks.Batch) *intent {
+	first, last := b.First(), b.Last()
+	s.mu.Lock()
+	prev := s.open[b.Partition]
+	s.mu.Unlock()
+	if prev != nil && prev.First == first && prev.Last == last {
+		return prev
+	}
+	if prev != nil {
+		s.abandon(ctx, b.State, prev)
+	}
+	in := &intent{Version: intentVersion, Partition: b.Partition, First: first, Last: last, Records: len(b.Records),
+		KeyTemplate: s.cfg.Key, Hostname: s.hostname, Encoding: s.enc.enc}
+	if s.keys.uuid {
+		in.UUID = newUUID()
+	}
+	in.Key = objectKey(b.Partition, first, in.UUID)
+	s.mu.Lock()
+	s.open[b.Partition] = in
+	s.mu.Unlock()
+	return in
+}
+
+// abandon removes a stale intent (best effort: a left-over one is dealt
+// with by Recover at the next start).
+func (s *Sink) abandon(ctx context.Context, st sinks.State, in *intent) {
+	s.log.Warn("abandoning an upload whose records the WAL dropped before delivery (wal.when_full: drop_oldest); the object may exist in S3 with records also sent again",
+		"key", in.Key, "first_seq", in.First, "last_seq", in.Last)
+	if in.UploadID != "" {
+		_ = s.abort(ctx, in.Key, in.UploadID)
+	}
+	_ = st.Delete(ctx, intentKey(in.Key))
+}

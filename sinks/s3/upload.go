@@ -1,0 +1,212 @@
+package s3sink
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/logfwd/forwarder/sinks"
+)
+
+const contentType = "application/x-ndjson"
+
+// callTimeout bounds one upload call: a minute, plus a second per MiB (a
+// connection slower than 1 MiB/s is treated as broken and retried).
+func callTimeout(n int64) time.Duration {
+	return time.Minute + time.Duration(n>>20)*time.Second
+}
+
+// upload stores body under in.Key: one PutObject, or a multipart upload
+// above multipart_threshold whose id is committed in the intent before any
+// part is sent. A multipart upload begun by an earlier attempt is aborted
+// first.
+func (s *Sink) upload(ctx context.Context, st sinks.State, ik []byte, in *intent, body []byte) error {
+	if in.UploadID != "" {
+		// Best effort, as below: an upload left open costs storage until
+		// the bucket's lifecycle rule ends it, and stops nothing.
+		_ = s.abort(ctx, in.Key, in.UploadID)
+		in.UploadID = ""
+	}
+	if int64(len(body)) > s.threshold {
+		return s.uploadParts(ctx, st, ik, in, body)
+	}
+	sum, err := hex.DecodeString(in.SHA256)
+	if err != nil {
+		return fmt.Errorf("intent of %q: bad sha256: %w", in.Key, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, callTimeout(int64(len(body))))
+	defer cancel()
+	put := &s3.PutObjectInput{
+		Bucket:         aws.String(s.bucket),
+		Key:            aws.String(in.Key),
+		Body:           bytes.NewReader(body),
+		ContentLength:  aws.Int64(int64(len(body))),
+		ChecksumSHA256: aws.String(base64.StdEncoding.EncodeToString(sum)),
+	}
+	s.objectHeaders(&put.ContentType, &put.ContentEncoding, &put.ServerSideEncryption, &put.SSEKMSKeyId,
+		&put.StorageClass, &put.ACL, &put.Tagging)
+	if _, err := s.api.PutObject(cctx, put); err != nil {
+		return fmt.Errorf("put object %q: %w", in.Key, err)
+	}
+	s.m.objects.Inc()
+	s.m.bytes.Add(float64(len(body)))
+	return nil
+}
+
+// objectHeaders fills what every object carries: type, encoding,
+// encryption, storage class, ACL, tags.
+func (s *Sink) objectHeaders(ctype, cenc **string, sse *types.ServerSideEncryption, kms **string,
+	class *types.StorageClass, acl *types.ObjectCannedACL, tagging **string) {
+	*ctype = aws.String(contentType)
+	if e := s.enc.contentEncoding(); e != "" {
+		*cenc = aws.String(e)
+	}
+	*sse = types.ServerSideEncryption(s.cfg.SSE)
+	if s.cfg.KMSKeyID != "" {
+		*kms = aws.String(s.cfg.KMSKeyID)
+	}
+	*class = types.StorageClass(s.cfg.StorageClass)
+	*acl = types.ObjectCannedACL(s.cfg.ACL)
+	if t := s.tagging(); t != "" {
+		*tagging = aws.String(t)
+	}
+}
+
+// tagging is the x-amz-tagging header: the tags URL-encoded, sorted by key.
+func (s *Sink) tagging() string {
+	if len(s.cfg.Tags) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(s.cfg.Tags))
+	for k := range s.cfg.Tags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(url.QueryEscape(k))
+		b.WriteByte('=')
+		b.WriteString(url.QueryEscape(s.cfg.Tags[k]))
+	}
+	return b.String()
+}
+
+// partBounds cuts n bytes into parts: max(5 MiB, n/10,000 rounded up) each
+// but the last.
+func (s *Sink) partBounds(n int64) [][2]int64 {
+	size := max(s.partSize, (n+maxParts-1)/maxParts)
+	var parts [][2]int64
+	for off := int64(0); off < n; off += size {
+		parts = append(parts, [2]int64{off, min(off+size, n)})
+	}
+	return parts
+}
+
+func (s *Sink) uploadParts(ctx context.Context, st sinks.State, ik []byte, in *intent, body []byte) error {
+	create := &s3.CreateMultipartUploadInput{Bucket: aws.String(s.bucket), Key: aws.String(in.Key)}
+	s.objectHeaders(&create.ContentType, &create.ContentEncoding, &create.ServerSideEncryption, &create.SSEKMSKeyId,
+		&create.StorageClass, &create.ACL, &create.Tagging)
+	cctx, cancel := context.WithTimeout(ctx, callTimeout(0))
+	out, err := s.api.CreateMultipartUpload(cctx, create)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("create multipart upload of %q: %w", in.Key, err)
+	}
+	in.UploadID = aws.ToString(out.UploadId)
+	if err := putIntent(ctx, st, ik, in); err != nil {
+		_ = s.abort(ctx, in.Key, in.UploadID)
+		return sinks.NewRetryable("state", fmt.Errorf("record upload id of %q: %w", in.Key, err))
+	}
+	if err := s.sendParts(ctx, in, body); err != nil {
+		// Best effort: the intent keeps the id, and the next attempt or
+		// Recover aborts it again.
+		_ = s.abort(ctx, in.Key, in.UploadID)
+		return err
+	}
+	s.m.objects.Inc()
+	s.m.multipart.Inc()
+	s.m.bytes.Add(float64(len(body)))
+	return nil
+}
+
+func (s *Sink) sendParts(ctx context.Context, in *intent, body []byte) error {
+	bounds := s.partBounds(int64(len(body)))
+	done := make([]types.CompletedPart, 0, len(bounds))
+	for i, b := range bounds {
+		part := body[b[0]:b[1]]
+		sum := md5.Sum(part)
+		cctx, cancel := context.WithTimeout(ctx, callTimeout(int64(len(part))))
+		out, err := s.api.UploadPart(cctx, &s3.UploadPartInput{
+			Bucket: aws.String(s.bucket), Key: aws.String(in.Key), UploadId: aws.String(in.UploadID),
+			PartNumber: aws.Int32(int32(i + 1)), Body: bytes.NewReader(part), ContentLength: aws.Int64(int64(len(part))),
+			ContentMD5: aws.String(base64.StdEncoding.EncodeToString(sum[:])),
+		})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("upload part %d of %d of %q: %w", i+1, len(bounds), in.Key, err)
+		}
+		done = append(done, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(int32(i + 1))})
+	}
+	cctx, cancel := context.WithTimeout(ctx, callTimeout(int64(len(body))))
+	defer cancel()
+	if _, err := s.api.CompleteMultipartUpload(cctx, &s3.CompleteMultipartUploadInput{
+		Bucket: aws.String(s.bucket), Key: aws.String(in.Key), UploadId: aws.String(in.UploadID),
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: done},
+	}); err != nil {
+		return fmt.Errorf("complete multipart upload of %q: %w", in.Key, err)
+	}
+	return nil
+}
+
+// abort aborts a multipart upload. One that no longer exists (completed,
+// aborted, expired) is not an error. It runs even when ctx has ended (a
+// shutdown), for a short while.
+func (s *Sink) abort(ctx context.Context, key, uploadID string) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_, err := s.api.AbortMultipartUpload(cctx, &s3.AbortMultipartUploadInput{
+		Bucket: aws.String(s.bucket), Key: aws.String(key), UploadId: aws.String(uploadID),
+	})
+	var ae smithy.APIError
+	if err == nil || errors.As(err, &ae) && ae.ErrorCode() == "NoSuchUpload" {
+		return nil
+	}
+	return fmt.Errorf("abort multipart upload %s of %q: %w", uploadID, key, err)
+}
+
+// abortOrphans aborts every multipart upload in progress for exactly key:
+// one a crash left between its creation and the commit of its id. Best
+// effort: listing needs s3:ListBucketMultipartUploads, and a bucket
+// lifecycle rule (AbortIncompleteMultipartUpload) is the safety net.
+func (s *Sink) abortOrphans(ctx context.Context, key string) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout(0))
+	defer cancel()
+	out, err := s.api.ListMultipartUploads(cctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(s.bucket), Prefix: aws.String(key)})
+	if err != nil {
+		s.log.Debug("list multipart uploads to abort left-over ones", "key", key, "error", err)
+		return
+	}
+	for _, u := range out.Uploads {
+		if aws.ToString(u.Key) == key {
+			if err := s.abort(ctx, key, aws.ToString(u.UploadId)); err != nil {
+				s.log.Debug("abort left-over multipart upload", "key", key, "error", err)
+			}
+		}
+	}
+}
