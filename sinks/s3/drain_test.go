@@ -365,8 +365,11 @@ func TestMultipartCrashRecovered(t *testing.T) {
 	// next delivery does.
 	tail := appendRecs(t, w, []wal.Record{rec("small", "tail", time.Now(), 1)})
 	waitCursor(t, w, "archive", tail.Last, 30*time.Second)
+	// The interrupted object is finished under its own key; records read
+	// after its cut (by age, on a slow machine) are in later objects. Each
+	// record is in exactly one.
 	objs := readObjects(t, cl, "mp/big/")
-	if len(objs) != 1 || objs[0].Key != fmt.Sprintf("mp/big/%020d.json", res.First) {
+	if len(objs) == 0 || objs[0].Key != fmt.Sprintf("mp/big/%020d.json", res.First) {
 		t.Fatalf("%d objects: %v", len(objs), keysOf(objs))
 	}
 	checkOnce(t, objs, want)
