@@ -1,9 +1,6 @@
 package template
 
-import (
-	"bytes"
-	"encoding/json"
-)
+import "github.com/logfwd/forwarder/internal/jsonscan"
 
 // Lookup returns the value at path in the JSON object body: a string's
 // text, or any other value's JSON. It scans without decoding the rest, and
@@ -12,160 +9,16 @@ func Lookup(body []byte, path []string) ([]byte, bool) {
 	v := body
 	for _, key := range path {
 		var ok bool
-		if v, ok = member(v, key); !ok {
+		if v, ok = jsonscan.Member(v, key); !ok {
 			return nil, false
 		}
 	}
-	v = trimSpace(v)
+	v = jsonscan.TrimSpace(v)
 	switch {
 	case len(v) == 0 || string(v) == "null":
 		return nil, false
 	case v[0] == '"':
-		return unquote(v)
+		return jsonscan.Unquote(v)
 	}
 	return v, true
-}
-
-// member returns the value of key in the object obj.
-func member(obj []byte, key string) ([]byte, bool) {
-	i := skipSpace(obj, 0)
-	if i >= len(obj) || obj[i] != '{' {
-		return nil, false
-	}
-	i++
-	for {
-		i = skipSpace(obj, i)
-		if i >= len(obj) || obj[i] == '}' {
-			return nil, false
-		}
-		if obj[i] != '"' {
-			return nil, false
-		}
-		kEnd := skipString(obj, i)
-		if kEnd < 0 {
-			return nil, false
-		}
-		k := obj[i:kEnd]
-		i = skipSpace(obj, kEnd)
-		if i >= len(obj) || obj[i] != ':' {
-			return nil, false
-		}
-		i = skipSpace(obj, i+1)
-		vEnd := skipValue(obj, i)
-		if vEnd < 0 {
-			return nil, false
-		}
-		if keyEquals(k, key) {
-			return obj[i:vEnd], true
-		}
-		i = skipSpace(obj, vEnd)
-		if i < len(obj) && obj[i] == ',' {
-			i++
-		}
-	}
-}
-
-// keyEquals compares a quoted JSON key with key.
-func keyEquals(quoted []byte, key string) bool {
-	raw := quoted[1 : len(quoted)-1]
-	for _, c := range raw {
-		if c == '\\' {
-			s, ok := unquote(quoted)
-			return ok && string(s) == key
-		}
-	}
-	return string(raw) == key
-}
-
-func unquote(q []byte) ([]byte, bool) {
-	raw := q[1 : len(q)-1]
-	escaped := false
-	for _, c := range raw {
-		if c == '\\' {
-			escaped = true
-			break
-		}
-	}
-	if !escaped {
-		return raw, true
-	}
-	var s string
-	if err := json.Unmarshal(q, &s); err != nil {
-		return nil, false
-	}
-	return []byte(s), true
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-func trimSpace(b []byte) []byte {
-	i := skipSpace(b, 0)
-	j := len(b)
-	for j > i && (b[j-1] == ' ' || b[j-1] == '\t' || b[j-1] == '\n' || b[j-1] == '\r') {
-		j--
-	}
-	return b[i:j]
-}
-
-// skipString returns the index after the string starting at b[i] == '"'.
-func skipString(b []byte, i int) int {
-	for j := i + 1; ; {
-		k := bytes.IndexByte(b[j:], '"')
-		if k < 0 {
-			return -1
-		}
-		j += k
-		// The quote ends the string unless an odd run of backslashes escapes it.
-		n := 0
-		for m := j - 1; m > i && b[m] == '\\'; m-- {
-			n++
-		}
-		if n%2 == 0 {
-			return j + 1
-		}
-		j++
-	}
-}
-
-// skipValue returns the index after the JSON value starting at i, or -1.
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				if j = skipString(b, j); j < 0 {
-					return -1
-				}
-				j--
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
-	default: // number, true, false, null
-		j := i
-		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\t' && b[j] != '\r' {
-			j++
-		}
-		if j == i {
-			return -1
-		}
-		return j
-	}
 }

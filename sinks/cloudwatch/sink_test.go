@@ -16,6 +16,7 @@ import (
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/emulator/cloudwatchlogs"
+	"github.com/logfwd/forwarder/internal/mototest"
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -350,7 +351,7 @@ func TestNamesSanitised(t *testing.T) {
 }
 
 func TestMoto(t *testing.T) {
-	url := startMoto(t)
+	url := mototest.Start(t)
 	e := newEnv(t, func(c *config.CloudWatch) { c.Endpoint = url; c.LogGroup = "/moto/${tag}"; c.LogStream = "s" })
 	now := time.Now()
 	for i := 0; i < 100; i++ {

@@ -275,7 +275,7 @@ func TestMultipart(t *testing.T) {
 	cfg.Key = "mp/${tag}/${seq}.json"
 	cfg.MultipartThreshold = 5 * config.MiB
 	cfg.MaxObjectBytes = 12 * config.MiB
-	cfg.MaxObjectAge = config.Duration(200 * time.Millisecond)
+	cfg.MaxObjectAge = config.Duration(3 * time.Second) // every record is read long before, even on a slow machine
 	reg := prometheus.NewRegistry()
 	s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds}, Registerer: reg})
 	if err != nil {
@@ -323,7 +323,7 @@ func TestMultipartCrashRecovered(t *testing.T) {
 	cfg.Key = "mp/${tag}/${seq}.json"
 	cfg.MultipartThreshold = 5 * config.MiB
 	cfg.MaxObjectBytes = 12 * config.MiB
-	cfg.MaxObjectAge = config.Duration(100 * time.Millisecond)
+	cfg.MaxObjectAge = config.Duration(3 * time.Second)
 	dir := t.TempDir()
 	w := openWAL(t, dir)
 

@@ -2,11 +2,11 @@ package s3sink
 
 import (
 	"bytes"
-	"encoding/json"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/logfwd/forwarder/internal/jsonscan"
 	"github.com/logfwd/forwarder/sinks"
 )
 
@@ -46,7 +46,7 @@ func (l *liner) additions(body []byte) (addTime, addTag, rest bool) {
 	}
 	addTime = l.timeKey != nil && !l.timeKey.in(body)
 	addTag = l.tagKey != nil && !l.tagKey.in(body)
-	i := skipSpace(body, 1)
+	i := jsonscan.SkipSpace(body, 1)
 	rest = i < len(body) && body[i] != '}'
 	return addTime, addTag, rest
 }
@@ -296,111 +296,8 @@ func hasUnicodeEscape(b []byte) bool {
 	return false
 }
 
-// scanMember walks the top level of the object body looking for key.
+// scanMember reports whether the object body has key at its top level.
 func scanMember(b []byte, key string) bool {
-	i := skipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return false
-	}
-	i++
-	for {
-		i = skipSpace(b, i)
-		if i >= len(b) || b[i] != '"' {
-			return false
-		}
-		end := skipString(b, i)
-		if end < 0 {
-			return false
-		}
-		if keyEquals(b[i:end], key) {
-			return true
-		}
-		i = skipSpace(b, end)
-		if i >= len(b) || b[i] != ':' {
-			return false
-		}
-		if i = skipValue(b, skipSpace(b, i+1)); i < 0 {
-			return false
-		}
-		i = skipSpace(b, i)
-		if i >= len(b) || b[i] != ',' {
-			return false
-		}
-		i++
-	}
-}
-
-// keyEquals compares the quoted JSON string q with key.
-func keyEquals(q []byte, key string) bool {
-	raw := q[1 : len(q)-1]
-	if bytes.IndexByte(raw, '\\') < 0 {
-		return string(raw) == key
-	}
-	var s string
-	return json.Unmarshal(q, &s) == nil && s == key
-}
-
-func skipSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipString returns the index after the string that starts at b[i] == '"',
-// or -1.
-func skipString(b []byte, i int) int {
-	for j := i + 1; ; {
-		k := bytes.IndexByte(b[j:], '"')
-		if k < 0 {
-			return -1
-		}
-		j += k
-		n := 0 // backslashes right before the quote: an odd run escapes it
-		for m := j - 1; m > i && b[m] == '\\'; m-- {
-			n++
-		}
-		if n%2 == 0 {
-			return j + 1
-		}
-		j++
-	}
-}
-
-// skipValue returns the index after the JSON value that starts at i, or -1.
-func skipValue(b []byte, i int) int {
-	if i >= len(b) {
-		return -1
-	}
-	switch b[i] {
-	case '"':
-		return skipString(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				if j = skipString(b, j); j < 0 {
-					return -1
-				}
-				j--
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
-	default: // number, true, false, null
-		j := i
-		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
-			j++
-		}
-		if j == i {
-			return -1
-		}
-		return j
-	}
+	_, ok := jsonscan.Member(b, key)
+	return ok
 }

@@ -6,12 +6,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/mototest"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -42,62 +39,11 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// startMoto runs moto_server on a free loopback port until the test ends
-// and returns its URL, with the test bucket created. A missing moto_server
-// fails the test.
+// startMoto runs moto_server until the test ends and returns its URL,
+// with the test bucket created.
 func startMoto(t *testing.T) string {
 	t.Helper()
-	path, err := exec.LookPath("moto_server")
-	if err != nil {
-		t.Fatalf("moto_server is not on PATH (%v): install moto: pip install 'moto[server]'", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-
-	var out syncBuffer
-	cmd := exec.Command(path, "-H", "127.0.0.1", "-p", fmt.Sprint(port))
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start moto_server: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // its own process group
-		<-exited
-	})
-
-	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: time.Second}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := client.Get(url + "/moto-api/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		select {
-		case <-exited:
-			t.Fatalf("moto_server exited before answering:\n%s", out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("moto_server did not answer on %s within 60 s (%v):\n%s", url, err, out.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	url := mototest.Start(t)
 	if _, err := newReader(t, url).CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
 		t.Fatalf("create bucket in moto: %v", err)
 	}
@@ -164,7 +110,7 @@ func TestMoto(t *testing.T) {
 		cfg.Key = "motomp/${tag}/${seq}.json.zst"
 		cfg.MultipartThreshold = 5 * config.MiB
 		cfg.MaxObjectBytes = 32 * config.MiB
-		cfg.MaxObjectAge = config.Duration(200 * time.Millisecond)
+		cfg.MaxObjectAge = config.Duration(3 * time.Second)
 		return cfg
 	}
 	// Random-looking bodies, so that zstd leaves more than 5 MiB.

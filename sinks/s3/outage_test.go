@@ -115,10 +115,10 @@ func TestOutageLosesNothing(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 5 s", what)
+			t.Fatalf("no %s within 20 s", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
