@@ -8,7 +8,7 @@ BIN      := bin/forwarder
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench crash clean
+.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench crash clean e2e soak
 
 # Fuzz targets: package and target name.
 FUZZ_TARGETS := ./inputs/forward:FuzzDecode ./inputs/http:FuzzParseBody ./inputs/http:FuzzScanner ./template:FuzzLookup
@@ -69,6 +69,16 @@ crash: deps
 	WAL_CRASH_RUNS=200 $(GO) test -run 'TestCrash' -count=1 -v -timeout 30m ./wal
 	QUEUE_CRASH_RUNS=100 QUEUE_STRESS_ROUNDS=50 $(GO) test -run 'TestCrash|TestWatermark' -count=1 -v -timeout 30m ./queue
 	FORWARD_CRASH_RUNS=100 $(GO) test -run 'TestCrash' -count=1 -v -timeout 30m ./inputs/forward
+
+# End to end: the real binary against the S3 and CloudWatch Logs emulators and moto_server:
+# 10 SIGKILLs under load, an S3 outage, a full WAL, a full disk (root only), old and future
+# events, a changed configuration. About 100 s on 2 cores; make test runs it too (./...).
+e2e: deps
+	$(GO) test -race -count=1 -timeout 10m -v ./e2e
+
+# The long end-to-end run: 100 SIGKILLs, longer outages and loads (about 7 minutes).
+soak: deps
+	E2E_LONG=1 $(GO) test -race -count=1 -timeout 60m -v ./e2e
 
 clean:
 	rm -rf bin

@@ -169,8 +169,12 @@ func (d *Drainer) Run(ctx context.Context) error {
 		return err
 	}
 	if r, ok := d.sink.(sinks.Recoverer); ok {
-		if err := r.Recover(ctx, d.st); err != nil {
-			return fmt.Errorf("recover sink %q: %w", d.name, err)
+		if err := d.recover(ctx, r, cursor); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			d.setState(func(s *Status) { s.State = "stopped" })
+			return nil
 		}
 	}
 	l, err := newLoop(d, cursor)
@@ -186,6 +190,55 @@ func (d *Drainer) Run(ctx context.Context) error {
 		}
 	})
 	return err
+}
+
+// recover lets the sink finish what a crash left half done before any
+// record is read. Failures are retried like sends: a sink-permanent one
+// pauses the sink (one error line, /readyz degraded) and is probed every
+// PauseRetry; others back off. An error the sink did not classify (its
+// state disagrees with the WAL) stops the drainer.
+func (d *Drainer) recover(ctx context.Context, r sinks.Recoverer, cursor uint64) error {
+	d.setState(func(s *Status) { s.State, s.Cursor = "recovering", cursor })
+	if st := d.w.Stats(); st.NextSeq-1 > cursor {
+		d.lagRecords.Set(float64(st.NextSeq - 1 - cursor))
+		d.setState(func(s *Status) { s.LagRecords = st.NextSeq - 1 - cursor })
+	}
+	paused := false
+	for attempt := 1; ; attempt++ {
+		err := r.Recover(ctx, d.st)
+		if err == nil || ctx.Err() != nil {
+			if paused {
+				d.log.Info("sink recovered: interrupted work finished")
+				d.paused.Set(0)
+			}
+			return nil
+		}
+		var e *sinks.Error
+		if !errors.As(err, &e) {
+			return fmt.Errorf("recover sink %q: %w", d.name, err)
+		}
+		wait := d.opts.RetryMin << min(attempt-1, 20)
+		wait = min(wait, d.opts.RetryMax)
+		state := "recovering"
+		if e.Class == sinks.SinkPermanent {
+			wait, state = d.opts.PauseRetry, "paused"
+			if !paused {
+				d.log.Error("sink paused while finishing interrupted work: the destination refuses every request until this is fixed; records stay in the WAL and nothing is dropped; retrying every "+wait.String(),
+					"reason", e.Reason, "error", e.Err)
+				d.paused.Set(1)
+				paused = true
+			}
+		} else {
+			d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
+			d.log.Debug("finishing interrupted work failed, will retry", "reason", e.Reason, "wait", wait, "error", e.Err)
+		}
+		d.setState(func(s *Status) { s.State, s.LastError, s.LastErrorAt = state, e.Error(), time.Now() })
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil
+		}
+	}
 }
 
 func (d *Drainer) setState(f func(*Status)) {
@@ -280,6 +333,7 @@ func (l *loop) run(ctx context.Context) error {
 	go func() { defer l.wg.Done(); l.commitLoop(commitCtx) }()
 
 	d.setState(func(s *Status) { s.State = "running"; s.Cursor = l.cursor })
+	l.updateStatus() // lag is right from the start, not after the first tick
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	statusTick := time.NewTicker(time.Second)

@@ -589,3 +589,60 @@ func TestMemoryFullCutsLargestEarly(t *testing.T) {
 		s.check(t)
 	})
 }
+
+// recoveringSink's Recover is refused until allowed, as S3 is while the
+// credentials are wrong.
+type recoveringSink struct {
+	*testSink
+	mu      sync.Mutex
+	allowed bool
+	calls   int
+}
+
+func (s *recoveringSink) Recover(ctx context.Context, st sinks.State) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if !s.allowed {
+		return sinks.NewSinkPermanent("AccessDenied", fmt.Errorf("access denied"))
+	}
+	return nil
+}
+
+// A sink that cannot finish its interrupted work at start is paused, and
+// says so in its status and metrics, until the destination lets it.
+func TestRecoverRefusedPausesSink(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		last := appendN(t, w, 20, tagsOf(2), 10)
+		s := &recoveringSink{testSink: newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})}
+		m := NewMetrics(nil)
+		r := start(w, "s", s, Options{Metrics: m})
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		st := r.d.Status()
+		if st.State != "paused" || st.LagRecords != last || !strings.Contains(st.LastError, "AccessDenied") {
+			t.Fatalf("status while recovery is refused: %+v", st)
+		}
+		if testutil.ToFloat64(m.Paused.WithLabelValues("s")) != 1 {
+			t.Fatal("paused gauge not set")
+		}
+		s.mu.Lock()
+		calls := s.calls
+		s.allowed = true
+		s.mu.Unlock()
+		if calls < 4 || calls > 6 {
+			t.Fatalf("%d Recover calls in 2 minutes, want one every 30s", calls)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d after recovery, want %d", pos, last)
+		}
+		if testutil.ToFloat64(m.Paused.WithLabelValues("s")) != 0 {
+			t.Fatal("paused gauge still set")
+		}
+		r.stop(t)
+	})
+}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/logfwd/forwarder/wal"
 )
 
 // conn is one client connection: it reads one message at a time, stores
@@ -96,8 +98,15 @@ func (c *conn) serve(ctx context.Context) {
 		}
 		if _, err := c.s.p.Store(ctx, "forward", m.records, m.chunk); err != nil {
 			// Not acknowledged: the client sends the chunk again.
-			c.s.p.Metrics.Rejected.WithLabelValues("forward", "wal_error").Inc()
-			log.Warn("message not stored, not acknowledged; the client will send it again", "tag", m.tag, "records", len(m.records), "error", err)
+			reason := "wal_error"
+			if errors.Is(err, wal.ErrNoSpace) {
+				reason = "no_space"
+			}
+			c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
+			if n, ok := c.s.rejects.allow(reason, time.Now()); ok {
+				log.Warn("message not stored, not acknowledged; the client will send it again", "tag", m.tag, "records", len(m.records),
+					"error", err, "same_reason_not_logged_in_last_minute", n)
+			}
 			return
 		}
 		if m.chunk != "" {

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"time"
 
 	"github.com/logfwd/forwarder/sinks"
 )
@@ -57,60 +55,31 @@ func (e *fatalError) Unwrap() error { return e.err }
 
 func fatal(format string, args ...any) error { return &fatalError{fmt.Errorf(format, args...)} }
 
-const (
-	recoverRetryMin   = 200 * time.Millisecond
-	recoverRetryMax   = 30 * time.Second
-	recoverPauseRetry = 30 * time.Second
-)
-
+// recoverRetrying finishes one intent. A refusal for the object's content
+// deletes the intent (the drainer sends the batch again and dead-letters
+// it); other failures are returned classified, and the drainer retries
+// Recover (pausing the sink for sink-permanent ones).
 func (s *Sink) recoverRetrying(ctx context.Context, st sinks.State, ik []byte, in *intent) error {
-	wait := recoverRetryMin
-	said := ""
-	for {
-		err := s.recoverOne(ctx, st, ik, in)
-		if err == nil {
-			if said != "" {
-				s.log.Info("interrupted upload finished after S3 recovered", "key", in.Key)
-			}
-			return nil
-		}
-		var fe *fatalError
-		if errors.As(err, &fe) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("finish interrupted upload of %q: %w", in.Key, ctx.Err())
-		}
-		e := sinks.Classify(s.classify(err))
-		var pause time.Duration
-		switch e.Class {
-		case sinks.RecordPermanent:
-			// S3 will never take this object. The drainer sends the batch
-			// again, meets the same refusal and dead-letters it.
-			if err := st.Delete(ctx, ik); err != nil {
-				return fmt.Errorf("delete intent %q: %w", ik, err)
-			}
-			return nil
-		case sinks.SinkPermanent:
-			pause = recoverPauseRetry
-			if said != e.Reason {
-				s.log.Error("cannot finish an interrupted upload: S3 refuses every request until this is fixed; the sink waits, records stay in the WAL; retrying every "+pause.String(),
-					"key", in.Key, "reason", e.Reason, "error", e.Err)
-			}
-		default:
-			pause = wait/2 + rand.N(wait/2+1)
-			wait = min(2*wait, recoverRetryMax)
-			if said == "" {
-				s.log.Warn("cannot finish an interrupted upload yet; retrying", "key", in.Key, "reason", e.Reason, "error", e.Err)
-			}
-		}
-		said = e.Reason
-		select {
-		case <-time.After(pause):
-		case <-ctx.Done():
-			return fmt.Errorf("finish interrupted upload of %q: %w", in.Key, ctx.Err())
-		}
+	err := s.recoverOne(ctx, st, ik, in)
+	if err == nil {
+		return nil
 	}
+	var fe *fatalError
+	if errors.As(err, &fe) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("finish interrupted upload of %q: %w", in.Key, ctx.Err())
+	}
+	classified := s.classify(err)
+	if sinks.Classify(classified).Class == sinks.RecordPermanent {
+		// S3 will never take this object.
+		if err := st.Delete(ctx, ik); err != nil {
+			return fmt.Errorf("delete intent %q: %w", ik, err)
+		}
+		return nil
+	}
+	return classified
 }
 
 // recoverOne rebuilds, checks and uploads one intent's object and records

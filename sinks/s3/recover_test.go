@@ -164,7 +164,9 @@ func TestRecoverDroppedRecords(t *testing.T) {
 
 // TestRecoverWaitsForS3: an outage at start does not fail Recover; it
 // retries until S3 answers, or gives up with ctx.
-func TestRecoverWaitsForS3(t *testing.T) {
+// Recover does not wait out S3 itself: it returns the classified error
+// and the drainer retries it (pausing the sink for a permanent one).
+func TestRecoverReturnsClassifiedErrors(t *testing.T) {
 	srv, url := startEmu(t)
 	cfg := testConfig(url)
 	st, key, _ := sentBatch(t, cfg, func(string) []byte { return nil }, batchRecs("app", 10))
@@ -172,35 +174,24 @@ func TestRecoverWaitsForS3(t *testing.T) {
 
 	s := newTestSink(t, cfg)
 	srv.SetFailures(1)
-	done := make(chan error, 1)
-	go func() { done <- s.Recover(context.Background(), st) }()
-	select {
-	case err := <-done:
-		t.Fatalf("Recover returned during the outage: %v", err)
-	case <-time.After(500 * time.Millisecond):
+	err := s.Recover(context.Background(), st)
+	if e := sinks.Classify(err); e.Class != sinks.Throttled || e.Reason != "SlowDown" {
+		t.Fatalf("Recover during an outage: %v (%s)", err, e.Class)
 	}
 	srv.SetFailures(0)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Recover did not finish after the outage")
+	if err := s.Recover(context.Background(), st); err != nil {
+		t.Fatalf("Recover after the outage: %v", err)
 	}
 	if _, err := srv.Get(bucket, key); err != nil {
 		t.Error(err)
 	}
 
-	// Denied, then stopped: the error says why it stopped.
 	st, _, _ = sentBatch(t, cfg, func(string) []byte { return nil }, batchRecs("b", 10))
 	srv.SetDenyAll(true)
 	defer srv.SetDenyAll(false)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	err := s.Recover(ctx, st)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Recover while denied: %v, want the context's error", err)
+	err = s.Recover(context.Background(), st)
+	if e := sinks.Classify(err); e.Class != sinks.SinkPermanent || e.Reason != "AccessDenied" {
+		t.Errorf("Recover while denied: %v (%s), want sink-permanent AccessDenied", err, e.Class)
 	}
 }
 

@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"io"
+	"log"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"testing"
+	"time"
+)
+
+// TestKillLoop sends continuously through both inputs while the forwarder is
+// SIGKILLed at random moments and started again on the same data_dir; the
+// clients reconnect and send again, identical, whatever was not
+// acknowledged. At the end every acknowledged record is in S3 exactly once
+// and in CloudWatch Logs at least once.
+func TestKillLoop(t *testing.T) {
+	kills, maxGap := 10, 1500*time.Millisecond
+	if long {
+		kills, maxGap = 100, 3*time.Second
+	}
+	e := newEnv(t, nil)
+	// Slow destinations keep uploads and PutLogEvents calls in flight long
+	// enough for kills to land in them: S3 intents are then finished at the
+	// next start, and CloudWatch batches are sent again.
+	cfg := e.f.cfg
+	cfg.Sinks[0] = s3Sink("archive", slowProxy(t, e.s3URL, 150*time.Millisecond), bucket)
+	e.f.setConfig(cfg)
+	e.cw.SetLatency(50 * time.Millisecond)
+	e.f.start()
+	ld := startLoad(e.f.cfg, e.led, 2, 2, clientOpts{Prefix: "k", Batch: 50, Pause: 25 * time.Millisecond})
+	seed := rand.Uint64()
+	rng := rand.New(rand.NewPCG(seed, seed))
+	var prev int
+	stalled := 0
+	for i := 0; i < kills; i++ {
+		// Some kills land in the start (intents being recovered, streams
+		// being created), most in full flow.
+		time.Sleep(50*time.Millisecond + time.Duration(rng.Int64N(int64(maxGap))))
+		e.f.kill()
+		e.f.start()
+		if _, acked := e.led.counts(); acked == prev {
+			stalled++
+		} else {
+			prev = acked
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	ld.halt()
+	fwd, http := ld.stats()
+	dead := e.settle(time.Minute)
+	e.cw.SetLatency(0) // for reading back
+	tl := e.account(dead)
+	t.Logf("%d kills (seed %d; %d interrupted S3 uploads finished at a restart): %v",
+		e.f.kills, seed, e.f.logCount(`msg="finished an interrupted upload"`), tl)
+	t.Logf("forward: %v; http: %v", fwd, http)
+	t.Logf("forwarder log: %s", e.f.logSummary())
+	check(t, tl, e.f.kills)
+	if stalled > kills/2 {
+		t.Errorf("no record was acknowledged between %d of %d kills", stalled, kills)
+	}
+	for _, err := range append(fwd.Errors, http.Errors...) {
+		t.Errorf("client: %s", err)
+	}
+}
+
+// slowProxy serves target behind a reverse proxy that holds each request
+// that writes (PUT, POST) for delay first, and returns the proxy's URL.
+func slowProxy(t *testing.T, target string, delay time.Duration) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ErrorLog = log.New(io.Discard, "", 0) // a killed client's aborted requests are expected
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut || r.Method == http.MethodPost {
+			select {
+			case <-time.After(delay):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
