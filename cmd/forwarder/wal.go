@@ -31,6 +31,28 @@ func cmdWAL(args []string, stdout, stderr io.Writer) int {
 	return dispatch("forwarder wal", walUsage, walCommands, args, stdout, stderr)
 }
 
+// openForInspection does what every read-only wal subcommand does first: parse its flags
+// (it takes no other arguments), load the configuration, open the WAL read-only. When done
+// is true, the subcommand returns code at once; the failure was already printed.
+func openForInspection(cmd string, f *flagSet, configPath *string, args []string, stdout, stderr io.Writer) (*config.Config, *wal.WAL, int, bool) {
+	pos, code, done := f.parse(args, stdout, stderr)
+	if done {
+		return nil, nil, code, true
+	}
+	if code, done := f.noArgs(pos, stderr); done {
+		return nil, nil, code, true
+	}
+	cfg, ok := loadConfig(cmd, *configPath, stderr)
+	if !ok {
+		return nil, nil, exitFail, true
+	}
+	w := openWAL(cmd, cfg, true, stderr)
+	if w == nil {
+		return nil, nil, exitFail, true
+	}
+	return cfg, w, exitOK, false
+}
+
 // openWAL opens the WAL of cfg for a wal subcommand: read-only, except for the commands
 // that change it. When it cannot, it prints why to stderr and returns nil.
 func openWAL(cmd string, cfg *config.Config, readOnly bool, stderr io.Writer) *wal.WAL {

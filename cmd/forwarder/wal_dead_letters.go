@@ -23,20 +23,9 @@ func cmdWALDeadLetters(args []string, stdout, stderr io.Writer) int {
 	f := newFlagSet("wal dead-letters", walDeadLettersUsage)
 	configPath := f.configFlag()
 	sink := f.String("sink", "", "only the dead letters of sink `NAME`")
-	pos, code, done := f.parse(args, stdout, stderr)
+	_, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr)
 	if done {
 		return code
-	}
-	if code, done := f.noArgs(pos, stderr); done {
-		return code
-	}
-	cfg, ok := loadConfig(cmd, *configPath, stderr)
-	if !ok {
-		return exitFail
-	}
-	w := openWAL(cmd, cfg, true, stderr)
-	if w == nil {
-		return exitFail
 	}
 	// Every cursor the WAL knows, configured or not: a removed sink's dead
 	// letters are still worth seeing.

@@ -37,20 +37,9 @@ func cmdWALDump(args []string, stdout, stderr io.Writer) int {
 	configPath := f.configFlag()
 	from := f.Uint64("from", 0, "start at sequence number `SEQ` (default: the oldest live record)")
 	limit := f.Uint64("limit", 0, "print at most `N` records (0: all)")
-	pos, code, done := f.parse(args, stdout, stderr)
+	_, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr)
 	if done {
 		return code
-	}
-	if code, done := f.noArgs(pos, stderr); done {
-		return code
-	}
-	cfg, ok := loadConfig(cmd, *configPath, stderr)
-	if !ok {
-		return exitFail
-	}
-	w := openWAL(cmd, cfg, true, stderr)
-	if w == nil {
-		return exitFail
 	}
 	out := bufio.NewWriterSize(stdout, 256<<10)
 	skipped, err := dump(out, w, *from, *limit, func(first, last uint64, err error) {

@@ -47,20 +47,9 @@ func cmdWALStats(args []string, stdout, stderr io.Writer) int {
 	f := newFlagSet("wal stats", walStatsUsage)
 	configPath := f.configFlag()
 	asJSON := f.Bool("json", false, "print the statistics as one JSON object")
-	pos, code, done := f.parse(args, stdout, stderr)
+	cfg, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr)
 	if done {
 		return code
-	}
-	if code, done := f.noArgs(pos, stderr); done {
-		return code
-	}
-	cfg, ok := loadConfig(cmd, *configPath, stderr)
-	if !ok {
-		return exitFail
-	}
-	w := openWAL(cmd, cfg, true, stderr)
-	if w == nil {
-		return exitFail
 	}
 	s := newWALStats(w.Stats(), cfg)
 	if code := closeWAL(cmd, w, stderr, exitOK); code != exitOK {

@@ -16,20 +16,9 @@ func cmdWALVerify(args []string, stdout, stderr io.Writer) int {
 	const cmd = "forwarder wal verify"
 	f := newFlagSet("wal verify", walVerifyUsage)
 	configPath := f.configFlag()
-	pos, code, done := f.parse(args, stdout, stderr)
+	_, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr)
 	if done {
 		return code
-	}
-	if code, done := f.noArgs(pos, stderr); done {
-		return code
-	}
-	cfg, ok := loadConfig(cmd, *configPath, stderr)
-	if !ok {
-		return exitFail
-	}
-	w := openWAL(cmd, cfg, true, stderr)
-	if w == nil {
-		return exitFail
 	}
 	rep := w.Verify()
 	fmt.Fprintf(stdout, "%s: checked %s, %s\n", w.Path(),
