@@ -48,6 +48,9 @@ func (wr *writer) expireChunks(tx *bolt.Tx) error {
 		}
 		keys = append(keys, append([]byte(nil), k...))
 	}
+	if len(keys) > 0 {
+		wr.dirty = true
+	}
 	for _, k := range keys {
 		id := k[8:]
 		// The id may have been stored again since; only forget this one.

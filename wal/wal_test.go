@@ -377,6 +377,16 @@ func TestMaxBytesBlock(t *testing.T) {
 	if !w.Full() {
 		t.Fatal("Full() is false while appends wait for room")
 	}
+	// Appends that only join the wait change nothing: no commit, no fsync.
+	commits := w.Stats().Commits
+	for i := 0; i < 5; i++ {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		w.Append(wctx, makeRecords(r, "k", 200, 250), AppendOptions{})
+		cancel()
+	}
+	if n := w.Stats().Commits - commits; n != 0 {
+		t.Fatalf("%d commits while nothing but waiting happened", n)
+	}
 	// A cancelled wait returns the context's error.
 	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()

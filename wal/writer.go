@@ -58,6 +58,7 @@ type writer struct {
 	tx       *bolt.Tx // open transaction (held across steps only in SyncInterval)
 	txStart  time.Time
 	txBytes  int64
+	dirty    bool          // the open transaction changes something: worth a commit
 	replies  []func(error) // answers due when tx commits
 	waiting  []*appendReq  // appends held back by max_bytes (Block), FIFO
 	moreWork bool          // retention or chunk expiry stopped at its per-tx limit
@@ -189,6 +190,7 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 			return nil, nil, err
 		}
 		cursorsMoved = cursorsMoved || moved
+		wr.dirty = true
 		later = append(later, func(err error) { c.done <- commitResult{seq: seq, err: err} })
 	}
 	expire := wr.moreWork || time.Since(wr.lastExpire) >= chunkExpiryInterval
@@ -245,6 +247,7 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 				return nil, nil, err
 			}
 		}
+		wr.dirty = true
 		res, err := wr.put(tx, r, t)
 		if err != nil {
 			return nil, nil, err
@@ -393,6 +396,9 @@ func (wr *writer) retain(tx *bolt.Tx) error {
 		freed += int64(len(v))
 		wr.st.firstSeq = last + 1
 	}
+	if len(keys) > 0 {
+		wr.dirty = true
+	}
 	for _, k := range keys {
 		if err := b.Delete(k); err != nil {
 			return fmt.Errorf("delete entry %d: %w", binary.BigEndian.Uint64(k), err)
@@ -423,6 +429,7 @@ func (wr *writer) dropOldest(tx *bolt.Tx, need int64) error {
 	if len(keys) == 0 {
 		return nil
 	}
+	wr.dirty = true
 	for _, k := range keys {
 		if err := b.Delete(k); err != nil {
 			return fmt.Errorf("delete entry %d: %w", binary.BigEndian.Uint64(k), err)
@@ -474,6 +481,16 @@ func (wr *writer) flush() {
 	}
 	tx, replies := wr.tx, wr.replies
 	wr.tx, wr.replies = nil, nil
+	if !wr.dirty {
+		// Nothing changed (a kick, an append still waiting for room):
+		// no commit, no fsync.
+		tx.Rollback()
+		for _, reply := range replies {
+			reply(nil)
+		}
+		return
+	}
+	wr.dirty = false
 	err := commitTx(tx)
 	if err != nil {
 		if wr.w.opts.Sync == SyncAlways && isNoSpace(err) {
