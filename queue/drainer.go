@@ -18,15 +18,18 @@ import (
 
 // Options configure a Drainer. Zero values take the defaults noted.
 type Options struct {
-	Match            func(tag string) bool // records whose tag it refuses are not for this sink; nil: all
-	ShutdownTimeout  time.Duration         // in-flight sends get this long at shutdown; default 30s
-	MaxBufferedBytes int                   // records held in memory; default 64 MiB
-	ReadBatch        int                   // records per WAL read; default 10,000
-	RetryMin         time.Duration         // first retry delay; default 200ms
-	RetryMax         time.Duration         // longest retry delay; default 30s
-	PauseRetry       time.Duration         // probe interval of a paused sink; default 30s
-	MaxDeadLetters   int                   // dead letters kept per sink; default 10,000
-	SummaryInterval  time.Duration         // how often failed sends are summed up in the log; default 1m
+	Match           func(tag string) bool // records whose tag it refuses are not for this sink; nil: all
+	ShutdownTimeout time.Duration         // in-flight sends get this long at shutdown; default 30s
+	// MaxBufferedBytes bounds the memory of the records the drainer holds:
+	// those waiting in partitions and those in batches being sent or
+	// retried. Default 64 MiB.
+	MaxBufferedBytes int
+	ReadBatch        int           // records per WAL read; default 10,000
+	RetryMin         time.Duration // first retry delay; default 200ms
+	RetryMax         time.Duration // longest retry delay; default 30s
+	PauseRetry       time.Duration // probe interval of a paused sink; default 30s
+	MaxDeadLetters   int           // dead letters kept per sink; default 10,000
+	SummaryInterval  time.Duration // how often failed sends are summed up in the log; default 1m
 	// Fingerprint identifies how the sink partitions records (its name
 	// templates, say). Delivered marks are only valid for the partitioning
 	// that wrote them: when the fingerprint changes, they are dropped.
@@ -263,8 +266,9 @@ type loop struct {
 	parts    map[string]*partition
 	due      dueHeap
 	marks    map[string]uint64 // delivered marks committed ahead of the cursor
-	buffered int
-	open     int // partitions with queued records
+	buffered int               // recordMem of every record held: queued and in batches
+	batched  int               // the part of buffered in batches
+	open     int               // partitions with queued records
 	// idlePending: a cursor move of advanceIdle is queued for commit (at
 	// most one, so that the commit queue's room for deliveries holds).
 	idlePending bool
@@ -350,11 +354,13 @@ func (l *loop) run(ctx context.Context) error {
 			return nil
 		}
 		in := l.in
+		if !stopping && l.buffered-l.batched >= d.opts.MaxBufferedBytes/2 {
+			// Half the memory is queued: send the largest partition now,
+			// so that the next batch can gather while this one is sent.
+			l.cutLargest(now)
+		}
 		if stopping || l.buffered >= d.opts.MaxBufferedBytes && !l.spill(now) {
 			in = nil // push back on the reader
-			if !stopping {
-				l.cutLargest(now)
-			}
 		}
 		resetTimer(timer, l.nextWake(now))
 		select {
@@ -472,7 +478,7 @@ func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 	}
 	p.queue = append(p.queue, rec)
 	p.size += l.d.sink.Size(&rec)
-	mem := len(rec.Body) + len(rec.Tag) + 64
+	mem := recordMem(&rec)
 	p.mem += mem
 	l.buffered += mem
 	if !p.busy && len(p.batch) == 0 {
@@ -486,9 +492,16 @@ func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 	}
 }
 
+// recordMem is what holding r costs: its bytes, its place in a queue and
+// in a batch (a sinks.Record is 56 bytes; slices grow ahead), and the
+// allocator's rounding.
+func recordMem(r *sinks.Record) int {
+	return len(r.Body) + len(r.Tag) + 128
+}
+
 // cutLargest makes the partition holding the most memory due now, when
-// memory is full and no partition is due on its own: otherwise reading
-// would wait for batches that wait for more records.
+// much of memory is queued: otherwise reading would wait for batches that
+// wait for more records.
 func (l *loop) cutLargest(now time.Time) {
 	var largest *partition
 	for _, p := range l.parts {
@@ -575,11 +588,12 @@ func (l *loop) cut(p *partition) []sinks.Record {
 	}
 	p.size -= size
 	mem := 0
-	for _, r := range batch {
-		mem += len(r.Body) + len(r.Tag) + 64
+	for i := range batch {
+		mem += recordMem(&batch[i])
 	}
 	p.mem -= mem
-	l.buffered -= mem
+	p.batchMem = mem
+	l.batched += mem // still held, now by the batch
 	return batch
 }
 
@@ -688,6 +702,9 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 	d := l.d
 	batch := p.batch
 	p.batch = nil
+	l.buffered -= p.batchMem
+	l.batched -= p.batchMem
+	p.batchMem = 0
 	p.attempts = 0
 	l.throttles = 0
 	req := &commitReq{p: p, records: len(batch)}
@@ -750,7 +767,15 @@ func (l *loop) dropForced() {
 	l.readPos = max(l.readPos, pos+1)
 	for _, p := range l.parts {
 		if !p.busy {
-			p.batch = dropUpTo(p.batch, pos)
+			if n := len(p.batch); n > 0 {
+				p.batch = dropUpTo(p.batch, pos)
+				if len(p.batch) != n {
+					p.batchMem = 0
+					for i := range p.batch {
+						p.batchMem += recordMem(&p.batch[i])
+					}
+				}
+			}
 		}
 		n := len(p.queue)
 		p.queue = dropUpTo(p.queue, pos)
@@ -761,16 +786,17 @@ func (l *loop) dropForced() {
 			p.size, p.mem = 0, 0
 			for i := range p.queue {
 				p.size += l.d.sink.Size(&p.queue[i])
-				p.mem += len(p.queue[i].Body) + len(p.queue[i].Tag) + 64
+				p.mem += recordMem(&p.queue[i])
 			}
 		}
 		if p.spillFrom != 0 && p.spillFrom <= pos {
 			p.spillFrom = pos + 1
 		}
 	}
-	l.buffered = 0
+	l.buffered, l.batched = 0, 0
 	for _, p := range l.parts {
-		l.buffered += p.mem
+		l.buffered += p.mem + p.batchMem
+		l.batched += p.batchMem
 	}
 }
 
@@ -912,7 +938,7 @@ func (l *loop) startRefill(p *partition) {
 					continue
 				}
 				f.recs = append(f.recs, rec)
-				mem += len(rec.Body) + len(rec.Tag) + 64
+				mem += recordMem(&rec)
 			}
 		}
 		select {

@@ -572,18 +572,31 @@ func TestCursorPassesRecordsForOtherSinks(t *testing.T) {
 }
 
 // With memory smaller than a batch, partitions are sent early rather than
-// waiting for an age that memory never lets them reach.
+// waiting for an age that memory never lets them reach. What is left when
+// the records stop coming is less than half the memory: that part waits
+// for its age (an hour here), as the limits say.
 func TestMemoryFullCutsLargestEarly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := openWAL(t, wal.Options{})
 		defer w.Close()
+		const limit = 64 << 10
 		s := newTestSink(sinks.Limits{MaxRecords: 100000, MaxBytes: 64 << 20, MaxAge: time.Hour, Concurrency: 2})
-		r := start(w, "s", s, Options{MaxBufferedBytes: 64 << 10})
+		r := start(w, "s", s, Options{MaxBufferedBytes: limit})
 		last := appendN(t, w, 3000, tagsOf(3), 200) // about 800 KiB: twelve times the memory
 		time.Sleep(time.Minute)
 		synctest.Wait()
+		st := r.d.Status()
+		if st.Buffered >= limit/2 {
+			t.Fatalf("%d bytes still held after a minute, limit %d: the drainer waited for the age", st.Buffered, limit)
+		}
+		got, _, _ := s.snapshot()
+		if n := len(got); n < int(last)-limit/2/200 {
+			t.Fatalf("%d of %d records delivered after a minute: the drainer waited for the age", n, last)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
 		if pos, _ := w.Cursor("s"); pos != last {
-			t.Fatalf("cursor %d of %d after a minute: the drainer waited for the age", pos, last)
+			t.Fatalf("cursor %d of %d after the age", pos, last)
 		}
 		r.stop(t)
 		s.check(t)
@@ -644,5 +657,80 @@ func TestRecoverRefusedPausesSink(t *testing.T) {
 			t.Fatal("paused gauge still set")
 		}
 		r.stop(t)
+	})
+}
+
+// heldSink holds every batch until released and keeps count of the body
+// bytes of the batches it holds, as a slow destination holds requests.
+type heldSink struct {
+	*testSink
+	release chan struct{}
+	mu      sync.Mutex
+	held    int
+	maxHeld int
+}
+
+func (s *heldSink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {
+	n := 0
+	for _, r := range b.Records {
+		n += len(r.Body)
+	}
+	s.mu.Lock()
+	s.held += n
+	s.maxHeld = max(s.maxHeld, s.held)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.held -= n
+		s.mu.Unlock()
+	}()
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return sinks.Outcome{}, sinks.NewRetryable("cancelled", ctx.Err())
+	}
+	return s.testSink.Send(ctx, b)
+}
+
+// Records in batches being sent count against MaxBufferedBytes like
+// queued ones: a slow destination with many partitions in flight does not
+// make the drainer read and hold more.
+func TestMemoryBoundCountsBatchesInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		const limit = 128 << 10
+		s := &heldSink{testSink: newTestSink(sinks.Limits{MaxRecords: 1000, MaxBytes: 64 << 10, MaxAge: time.Second, Concurrency: 4}), release: make(chan struct{})}
+		r := start(w, "s", s, Options{MaxBufferedBytes: limit, ReadBatch: 200})
+		last := appendN(t, w, 8000, tagsOf(4), 250) // about 2 MiB in 4 partitions
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		s.mu.Lock()
+		held := s.held
+		s.mu.Unlock()
+		if held == 0 {
+			t.Fatal("no batch reached the sink")
+		}
+		st := r.d.Status()
+		if st.Buffered > limit+64<<10 {
+			t.Fatalf("%d bytes held by the drainer, limit %d", st.Buffered, limit)
+		}
+		if held > st.Buffered {
+			t.Fatalf("the sink holds %d bytes of records, the drainer counts %d", held, st.Buffered)
+		}
+		close(s.release)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d, want %d", pos, last)
+		}
+		s.mu.Lock()
+		maxHeld := s.maxHeld
+		s.mu.Unlock()
+		if maxHeld > limit {
+			t.Fatalf("at most %d bytes of records were being sent at once, limit %d", maxHeld, limit)
+		}
+		r.stop(t)
+		s.check(t)
 	})
 }

@@ -17,6 +17,7 @@ type partition struct {
 	since time.Time      // when the oldest queued record was read
 
 	batch    []sinks.Record // being sent, or waiting to be sent again
+	batchMem int            // memory held by batch
 	busy     bool           // batch is sending or its delivery committing
 	attempts int            // failed sends of batch
 
