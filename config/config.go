@@ -6,10 +6,13 @@ type Config struct {
 	DataDir         string   `yaml:"data_dir"`         // holds the WAL
 	Log             Log      `yaml:"log"`              // the process's own log
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"` // time to drain in-flight sends before exiting
-	WAL             WAL      `yaml:"wal"`
-	Inputs          Inputs   `yaml:"inputs"`
-	Admin           Admin    `yaml:"admin"`
-	Sinks           []Sink   `yaml:"sinks"`
+	// MemoryLimit is the process's memory target: the Go runtime's soft limit, and the
+	// source of each sink's share for records held in memory (see SinkBuffers).
+	MemoryLimit Size   `yaml:"memory_limit"`
+	WAL         WAL    `yaml:"wal"`
+	Inputs      Inputs `yaml:"inputs"`
+	Admin       Admin  `yaml:"admin"`
+	Sinks       []Sink `yaml:"sinks"`
 
 	file string              // the name problems are reported against
 	pos  map[string]position // where each key was found in the file, by path

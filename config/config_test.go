@@ -68,6 +68,7 @@ var (
 		DataDir:         "/var/lib/forwarder",
 		Log:             Log{Level: "info", Format: "text"},
 		ShutdownTimeout: Duration(30 * time.Second),
+		MemoryLimit:     128 << 20,
 		WAL: WAL{
 			MaxBytes:    10 << 30,
 			WhenFull:    "block",
@@ -156,6 +157,7 @@ func TestFullConfig(t *testing.T) {
 		DataDir:         "/srv/forwarder",
 		Log:             Log{Level: "debug", Format: "json"},
 		ShutdownTimeout: Duration(time.Minute),
+		MemoryLimit:     512 * MiB,
 		WAL:             WAL{MaxBytes: 2 * GiB, WhenFull: "drop_oldest", Sync: "interval", DedupWindow: Duration(90 * time.Minute)},
 		Inputs: Inputs{
 			Forward: &Forward{
@@ -177,7 +179,7 @@ func TestFullConfig(t *testing.T) {
 		Admin: Admin{Listen: "127.0.0.1:9881"},
 		Sinks: []Sink{
 			{
-				Name: "archive", Type: "s3", Match: []string{"app.**"}, Line: 35,
+				Name: "archive", Type: "s3", Match: []string{"app.**"}, Line: 36,
 				S3: &S3{
 					Bucket:             "my-logs",
 					Region:             "eu-west-1",
@@ -200,7 +202,7 @@ func TestFullConfig(t *testing.T) {
 				},
 			},
 			{
-				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 56,
+				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 57,
 				CloudWatch: &CloudWatch{
 					Region:               "eu-west-1",
 					Endpoint:             "http://127.0.0.1:4567",
@@ -465,6 +467,7 @@ var badConfigs = []struct {
 		`3: wal.max_bytes: must be at least 1MiB, not 512KiB`,
 		`8: sink "archive": compression: "lz4" is not one of gzip, zstd, none`,
 	}},
+	{"memory_limit.yaml", []string{`2: memory_limit: must be at least 32MiB, not 16MiB`}},
 	{"bad_syntax.yaml", []string{`4: invalid yaml: did not find expected key`}},
 	{"bad_syntax_first_line.yaml", []string{`1: invalid yaml: mapping values are not allowed in this context`}},
 	{"bad_syntax_tab.yaml", []string{`3: invalid yaml: found a tab character that violates indentation`}},
@@ -553,5 +556,27 @@ func TestEnvInKeysNotComments(t *testing.T) {
 	cfg := load(t, "# ${env.FWD_NOT_SET_IN_A_COMMENT}\n${env.FWD_KEY}: ./x\n")
 	if cfg.DataDir != "./x" {
 		t.Errorf("data_dir %q, want ./x", cfg.DataDir)
+	}
+}
+
+func TestSinkBuffers(t *testing.T) {
+	cfg := load(t, `
+memory_limit: 256MiB
+sinks:
+  - {name: archive, type: s3, bucket: my-logs}
+  - {name: cw1, type: cloudwatch, log_group: g, log_stream: s}
+  - {name: cw2, type: cloudwatch, log_group: g, log_stream: s}
+`)
+	got := cfg.SinkBuffers()
+	// 3/8 of 256 MiB is 96 MiB: 48 for the S3 sink, 24 for each CloudWatch sink.
+	want := map[string]int{"archive": 48 << 20, "cw1": 24 << 20, "cw2": 24 << 20}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("SinkBuffers() = %v, want %v", got, want)
+	}
+	// At 32 MiB: 12 MiB in all, 6 for S3, and the CloudWatch sinks' 3 raised to the floor.
+	cfg.MemoryLimit = 32 * MiB
+	want = map[string]int{"archive": 6 << 20, "cw1": 4 << 20, "cw2": 4 << 20}
+	if got := cfg.SinkBuffers(); !reflect.DeepEqual(got, want) {
+		t.Errorf("at 32 MiB: SinkBuffers() = %v, want %v", got, want)
 	}
 }

@@ -9,6 +9,7 @@ func Default() *Config {
 		DataDir:         "/var/lib/forwarder",
 		Log:             Log{Level: LevelInfo, Format: FormatText},
 		ShutdownTimeout: Duration(30 * time.Second),
+		MemoryLimit:     128 * MiB,
 		WAL: WAL{
 			MaxBytes:    10 * GiB,
 			WhenFull:    WhenFullBlock,
@@ -67,3 +68,26 @@ func defaultCloudWatch() *CloudWatch {
 // setDefaults lets the decoder fill an input it allocates because the file names it.
 func (f *Forward) setDefaults() { *f = *defaultForward() }
 func (h *HTTP) setDefaults()    { *h = *defaultHTTP() }
+
+// SinkBuffers is how much memory each sink's records may hold, by sink name: three eighths
+// of memory_limit in all, an S3 sink weighing twice a CloudWatch one (an S3 object is built
+// from records held in memory, a CloudWatch request from at most 1 MiB of them), and no
+// sink below 4 MiB. The rest of the limit is for the inputs, the WAL, requests being built
+// and sent, and the garbage collector's room.
+func (c *Config) SinkBuffers() map[string]int {
+	weight := func(s Sink) int64 {
+		if s.Type == SinkS3 {
+			return 2
+		}
+		return 1
+	}
+	var total int64
+	for _, s := range c.Sinks {
+		total += weight(s)
+	}
+	out := make(map[string]int, len(c.Sinks))
+	for _, s := range c.Sinks {
+		out[s.Name] = int(max(int64(c.MemoryLimit)*3/8*weight(s)/total, int64(4*MiB)))
+	}
+	return out
+}

@@ -24,6 +24,7 @@ func (c *Config) validate(ck *checker) {
 	if c.ShutdownTimeout <= 0 {
 		top.invalid("shutdown_timeout", "must be greater than 0, not %s", c.ShutdownTimeout)
 	}
+	atLeast(top, "memory_limit", c.MemoryLimit, 32*MiB)
 	c.WAL.validate(top.child("wal"))
 	c.Inputs.validate(top.child("inputs"))
 	c.Admin.validate(top.child("admin"))

@@ -69,6 +69,7 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 	sendTimeout := time.Duration(cfg.ShutdownTimeout) * 4 / 5
 	var actors []actor
 	var drainers []*queue.Drainer
+	buffers := cfg.SinkBuffers()
 	for _, s := range cfg.Sinks {
 		build, ok := sinkBuilders[s.Type]
 		if !ok {
@@ -78,13 +79,21 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 		if err != nil {
 			return nil, nil, fmt.Errorf("sink %q (line %d): %w", s.Name, s.Line, err)
 		}
+		if s.S3 != nil && int64(s.S3.MaxObjectBytes) > int64(buffers[s.Name]/2) {
+			// Half the share is queued when the largest open object is sent early.
+			need := (int64(cfg.MemoryLimit)*2*int64(s.S3.MaxObjectBytes)/int64(buffers[s.Name]) + int64(config.MiB) - 1) / int64(config.MiB)
+			log.Info("objects are cut at about half of the sink's memory share, before max_object_bytes; raise memory_limit for larger ones",
+				"sink", s.Name, "memory_share", config.Size(buffers[s.Name]), "object_bytes", config.Size(buffers[s.Name]/2),
+				"max_object_bytes", s.S3.MaxObjectBytes, "memory_limit_for_max_object_bytes", fmt.Sprintf("%dMiB", need))
+		}
 		globs := s.Match
 		d := queue.New(w, s.Name, dest, queue.Options{
-			Match:           func(tag string) bool { return config.MatchTag(globs, tag) },
-			Fingerprint:     fingerprint(s, dest),
-			ShutdownTimeout: sendTimeout,
-			Metrics:         metrics,
-			Logger:          log,
+			Match:            func(tag string) bool { return config.MatchTag(globs, tag) },
+			Fingerprint:      fingerprint(s, dest),
+			ShutdownTimeout:  sendTimeout,
+			MaxBufferedBytes: buffers[s.Name],
+			Metrics:          metrics,
+			Logger:           log,
 		})
 		actors = append(actors, actor{name: "sink " + s.Name, run: d.Run})
 		drainers = append(drainers, d)

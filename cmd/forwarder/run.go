@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(cfg.Log, stderr)
 	slog.SetDefault(log)
+	// A soft limit: the garbage collector works harder as the heap nears it, so that a
+	// backlog or a burst does not double the memory the way the default pacing would.
+	debug.SetMemoryLimit(int64(cfg.MemoryLimit))
 	return serve(cfg, *configPath, log, nil)
 }
 

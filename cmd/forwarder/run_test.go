@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -283,5 +286,53 @@ func TestRunNotifiesSystemd(t *testing.T) {
 	}
 	if code := s.wait(10 * time.Second); code != exitOK {
 		t.Fatalf("exit %d", code)
+	}
+}
+
+// memory_limit sets the runtime's soft limit (seen in /metrics) and sizes the sinks'
+// shares; an S3 sink whose share cannot hold max_object_bytes twice says so at start,
+// with the memory_limit that would.
+func TestRunMemoryLimit(t *testing.T) {
+	t.Parallel()
+	cwYAML := `  - name: logs
+    type: cloudwatch
+    region: us-east-1
+    endpoint: "http://127.0.0.1:1"
+    log_group: g
+    log_stream: s
+`
+	notice := "msg=\"objects are cut at about half of the sink's memory share, before max_object_bytes; raise memory_limit for larger ones\" sink=archive"
+	for _, c := range []struct {
+		memory string
+		limit  string // go_gc_gomemlimit_bytes
+		logged string // "": no notice
+	}{
+		{"", "1.34217728e+08", notice + " memory_share=32MiB object_bytes=16MiB max_object_bytes=64MiB memory_limit_for_max_object_bytes=512MiB"},
+		{"memory_limit: 512MiB\n", "5.36870912e+08", ""},
+	} {
+		adminAddr := freePort(t)
+		path, dataDir := writeConfig(t, c.memory, shortShutdownYAML, inputsYAML, fmt.Sprintf("admin: {listen: %q}\n", adminAddr), sinkYAML, cwYAML)
+		s := startService(t, path, "AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_EC2_METADATA_DISABLED=true")
+		s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+		res, err := http.Get("http://" + adminAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if want := "\ngo_gc_gomemlimit_bytes " + c.limit + "\n"; !strings.Contains(string(body), want) {
+			t.Errorf("%q: /metrics lacks %q", c.memory, strings.TrimSpace(want))
+		}
+		s.signal(syscall.SIGTERM)
+		if code := s.wait(10 * time.Second); code != exitOK {
+			t.Fatalf("exit status %d; stderr:\n%s", code, s.stderr.String())
+		}
+		log := s.stderr.String()
+		if c.logged != "" && !strings.Contains(log, c.logged) {
+			t.Errorf("%q: log lacks %q:\n%s", c.memory, c.logged, log)
+		}
+		if c.logged == "" && strings.Contains(log, notice) {
+			t.Errorf("%q: the object size notice with enough memory:\n%s", c.memory, log)
+		}
 	}
 }
