@@ -212,14 +212,16 @@ func decodeInto(first uint64, value []byte, dst []Record) ([]Record, error) {
 	}
 	dst = slices.Grow(dst, count)
 	seq := first
+	prevTag := "" // the records of an entry mostly share a tag: one string for a run of them
 	for len(raw) > 0 {
 		var r Record
 		var ok bool
-		if r, raw, ok = parseRecord(raw); !ok {
+		if r, raw, ok = parseRecord(raw, prevTag); !ok {
 			return dst, fmt.Errorf("%w: record %d is truncated", errFraming, seq)
 		}
 		r.Seq = seq
 		seq++
+		prevTag = r.Tag
 		dst = append(dst, r)
 	}
 	if int(seq-first) != count {
@@ -228,7 +230,8 @@ func decodeInto(first uint64, value []byte, dst []Record) ([]Record, error) {
 	return dst, nil
 }
 
-func parseRecord(b []byte) (Record, []byte, bool) {
+// parseRecord reads one record off b. Its tag is prevTag when the bytes are the same.
+func parseRecord(b []byte, prevTag string) (Record, []byte, bool) {
 	var r Record
 	t, n := binary.Varint(b)
 	if n <= 0 {
@@ -239,7 +242,12 @@ func parseRecord(b []byte) (Record, []byte, bool) {
 	if n <= 0 || tl > uint64(len(b)-n) {
 		return r, nil, false
 	}
-	r.Tag, b = string(b[n:n+int(tl)]), b[n+int(tl):]
+	if tag := b[n : n+int(tl)]; string(tag) == prevTag {
+		r.Tag = prevTag
+	} else {
+		r.Tag = string(tag)
+	}
+	b = b[n+int(tl):]
 	bl, n := binary.Uvarint(b)
 	if n <= 0 || bl > uint64(len(b)-n) {
 		return r, nil, false
