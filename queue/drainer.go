@@ -276,9 +276,18 @@ type loop struct {
 	limit       int // partitions allowed in flight: lowered on throttling, raised on success
 
 	throttleUntil time.Time
-	throttles     int
-	paused        *sinks.Error // set while a sink-permanent error pauses the sink
-	pauseRetryAt  time.Time
+	// failStreak counts retryable failures since the last success. From
+	// failingAfter on, the destination is taken to be down rather than one
+	// partition unlucky: the sink waits until retryUntil and sends one
+	// batch at a time, instead of every partition building and sending its
+	// request on its own schedule.
+	failStreak   int
+	retryUntil   time.Time
+	probe        *partition // the one batch sent while retrying
+	probeFails   int        // failed probes in a row: the sink-wide backoff's exponent
+	throttles    int
+	paused       *sinks.Error // set while a sink-permanent error pauses the sink
+	pauseRetryAt time.Time
 
 	delivered, deadLettered uint64
 	failures                map[string]int // failed sends by class/reason since the last summary
@@ -417,6 +426,9 @@ func (l *loop) nextWake(now time.Time) time.Duration {
 	}
 	if l.throttleUntil.After(now) {
 		wake = max(wake, l.throttleUntil.Sub(now))
+	}
+	if l.retryUntil.After(now) {
+		wake = max(wake, l.retryUntil.Sub(now))
 	}
 	if l.paused != nil {
 		wake = max(wake, l.pauseRetryAt.Sub(now))
@@ -601,7 +613,7 @@ func (l *loop) cut(p *partition) []sinks.Record {
 func (l *loop) dispatch(now time.Time, ctx context.Context) {
 	l.dropForced()
 	for len(l.due) > 0 && !l.due[0].dueAt.After(now) && l.inflight < l.limit {
-		if now.Before(l.throttleUntil) {
+		if now.Before(l.throttleUntil) || now.Before(l.retryUntil) {
 			return
 		}
 		if l.paused != nil && (l.inflight > 0 || now.Before(l.pauseRetryAt)) {
@@ -625,6 +637,9 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 		}
 		p.busy = true
 		l.inflight++
+		if l.failStreak >= failingAfter {
+			l.probe = p
+		}
 		b := &sinks.Batch{Partition: p.key, Records: p.batch, State: l.d.st}
 		l.wg.Add(1)
 		go func() {
@@ -640,6 +655,10 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 	}
 }
 
+// failingAfter is how many retryable failures in a row, with no success
+// between them, make the sink retry one batch at a time.
+const failingAfter = 3
+
 func (l *loop) backoff(attempts int) time.Duration {
 	d := l.d.opts.RetryMin << min(attempts-1, 20)
 	d = min(d, l.d.opts.RetryMax)
@@ -650,6 +669,7 @@ func (l *loop) backoff(attempts int) time.Duration {
 func (l *loop) onResult(r sendResult, now time.Time) {
 	d, p := l.d, r.p
 	if r.err == nil {
+		l.failStreak, l.retryUntil, l.probe, l.probeFails = 0, time.Time{}, nil, 0
 		if l.paused != nil {
 			d.log.Info("sink recovered: deliveries resumed", "was", l.paused.Reason)
 			l.paused = nil
@@ -691,6 +711,16 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		wait := l.backoff(p.attempts)
 		d.log.Debug("send failed, will retry", "partition_attempt", p.attempts, "reason", e.Reason, "wait", wait, "error", e.Err)
 		l.due.schedule(p, now.Add(wait))
+		if l.failStreak++; l.failStreak >= failingAfter {
+			// Sends that were in flight together fail together: only a
+			// failed probe makes the sink-wide wait longer.
+			if p == l.probe {
+				l.probe = nil
+				l.probeFails++
+			}
+			l.retryUntil = now.Add(l.backoff(l.probeFails + 1))
+			l.limit = 1 // raised again one by one as deliveries succeed
+		}
 	}
 }
 
@@ -1060,6 +1090,8 @@ func (l *loop) updateStatus() {
 		state = "paused"
 	case time.Now().Before(l.throttleUntil):
 		state = "throttled"
+	case l.failStreak >= failingAfter:
+		state = "retrying"
 	}
 	d.lagRecords.Set(float64(lag))
 	d.lagSeconds.Set(lagSec)

@@ -734,3 +734,40 @@ func TestMemoryBoundCountsBatchesInFlight(t *testing.T) {
 		s.check(t)
 	})
 }
+
+// A destination that fails every send (down, or unreachable) is probed one
+// batch at a time with a sink-wide backoff, not by every partition on its
+// own schedule, each building its request again; once it answers, every
+// partition is delivered, once.
+func TestDestinationDownIsProbedOneBatchAtATime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: 100 * time.Millisecond, Concurrency: 16})
+		s.setFail(func(b *sinks.Batch) error { return sinks.NewRetryable("dial", fmt.Errorf("connection refused")) })
+		r := start(w, "s", s, Options{RetryMin: 200 * time.Millisecond, RetryMax: 30 * time.Second})
+		last := appendN(t, w, 2000, tagsOf(20), 100)
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		_, _, sends := s.snapshot()
+		// Per partition, backoffs from 200 ms to 30 s make about 15 sends in 5 minutes:
+		// 300 for 20 partitions. One probe at a time makes about 15 plus the first round.
+		if sends > 60 {
+			t.Fatalf("%d sends to a destination that is down in 5 minutes", sends)
+		}
+		if st := r.d.Status(); st.State != "retrying" || st.Concurrency != 1 {
+			t.Fatalf("status %+v, want state retrying at concurrency 1", st)
+		}
+		s.setFail(nil)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d a minute after the destination came back, want %d", pos, last)
+		}
+		if st := r.d.Status(); st.State != "running" || st.Concurrency != 16 {
+			t.Fatalf("status %+v after recovery, want running at concurrency 16", st)
+		}
+		r.stop(t)
+		s.check(t)
+	})
+}
