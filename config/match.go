@@ -1,6 +1,11 @@
 package config
 
-import "strings"
+import (
+	"maps"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
 
 // MatchTag reports whether tag matches any of the globs. Tags and globs are made of parts
 // separated by dots. In a glob, "*" matches exactly one part, "**" matches any number of parts
@@ -56,4 +61,50 @@ func matchPart(glob, part string) bool {
 		part = part[i+len(lit):]
 	}
 	return strings.HasSuffix(part, last)
+}
+
+// maxCachedTags bounds a TagMatcher's memory: tags are few in practice (one per pod or
+// file); beyond this many, answers are worked out each time.
+const maxCachedTags = 4096
+
+// TagMatcher answers MatchTag for fixed globs, remembering the answer per tag. It is safe
+// for concurrent use; a lookup of a known tag takes no lock and allocates nothing.
+type TagMatcher struct {
+	globs [][]string
+	mu    sync.Mutex // one writer of cache at a time
+	cache atomic.Pointer[map[string]bool]
+}
+
+// NewTagMatcher returns a TagMatcher for globs.
+func NewTagMatcher(globs []string) *TagMatcher {
+	m := &TagMatcher{}
+	for _, g := range globs {
+		m.globs = append(m.globs, strings.Split(g, "."))
+	}
+	m.cache.Store(&map[string]bool{})
+	return m
+}
+
+// Match reports whether tag matches one of the globs.
+func (m *TagMatcher) Match(tag string) bool {
+	if v, ok := (*m.cache.Load())[tag]; ok {
+		return v
+	}
+	parts := strings.Split(tag, ".")
+	match := false
+	for _, g := range m.globs {
+		if matchParts(g, parts) {
+			match = true
+			break
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old := *m.cache.Load(); len(old) < maxCachedTags {
+		next := make(map[string]bool, len(old)+1)
+		maps.Copy(next, old)
+		next[strings.Clone(tag)] = match
+		m.cache.Store(&next)
+	}
+	return match
 }

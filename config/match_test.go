@@ -1,6 +1,10 @@
 package config
 
-import "testing"
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
 
 func TestMatchTag(t *testing.T) {
 	for _, c := range []struct {
@@ -48,6 +52,12 @@ func TestMatchTag(t *testing.T) {
 		if got := MatchTag([]string{c.glob}, c.tag); got != c.want {
 			t.Errorf("MatchTag(%q, %q) = %v, want %v", c.glob, c.tag, got, c.want)
 		}
+		m := NewTagMatcher([]string{c.glob})
+		for range 2 { // worked out, then remembered
+			if got := m.Match(c.tag); got != c.want {
+				t.Errorf("TagMatcher(%q).Match(%q) = %v, want %v", c.glob, c.tag, got, c.want)
+			}
+		}
 	}
 }
 
@@ -65,5 +75,33 @@ func TestMatchTagAnyGlob(t *testing.T) {
 	}
 	if MatchTag(nil, "pod.web") {
 		t.Error("no globs matched a tag")
+	}
+}
+
+// Many goroutines, more tags than are remembered: every answer is right.
+func TestTagMatcherConcurrentAndBounded(t *testing.T) {
+	m := NewTagMatcher([]string{"pod.**", "node.*.kubelet"})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range maxCachedTags + 1000 {
+				tag := fmt.Sprintf("pod.p%d", (i*7+g)%(maxCachedTags+500))
+				if !m.Match(tag) {
+					t.Errorf("Match(%q) = false", tag)
+					return
+				}
+				if tag := fmt.Sprintf("node.n%d.containerd", i); m.Match(tag) {
+					t.Errorf("Match(%q) = true", tag)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(*m.cache.Load()); n != maxCachedTags {
+		t.Errorf("%d tags remembered, want the bound %d", n, maxCachedTags)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { m.Match("pod.p1") }); allocs != 0 {
+		t.Errorf("a remembered tag costs %v allocations", allocs)
 	}
 }

@@ -86,9 +86,8 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 				"sink", s.Name, "memory_share", config.Size(buffers[s.Name]), "object_bytes", config.Size(buffers[s.Name]/2),
 				"max_object_bytes", s.S3.MaxObjectBytes, "memory_limit_for_max_object_bytes", fmt.Sprintf("%dMiB", need))
 		}
-		globs := s.Match
 		d := queue.New(w, s.Name, dest, queue.Options{
-			Match:            func(tag string) bool { return config.MatchTag(globs, tag) },
+			Match:            config.NewTagMatcher(s.Match).Match,
 			Fingerprint:      fingerprint(s, dest),
 			ShutdownTimeout:  sendTimeout,
 			MaxBufferedBytes: buffers[s.Name],

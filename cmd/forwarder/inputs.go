@@ -37,12 +37,9 @@ func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log 
 
 // routed reports whether some sink's match takes a tag.
 func routed(sinks []config.Sink) func(tag string) bool {
-	return func(tag string) bool {
-		for _, s := range sinks {
-			if config.MatchTag(s.Match, tag) {
-				return true
-			}
-		}
-		return false
+	var globs []string
+	for _, s := range sinks {
+		globs = append(globs, s.Match...)
 	}
+	return config.NewTagMatcher(globs).Match
 }
