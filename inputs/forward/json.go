@@ -173,12 +173,35 @@ func appendBase64(dst, b []byte) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+const (
+	lowBits  = 0x0101010101010101
+	highBits = 0x8080808080808080
+)
+
+// plainWord reports whether none of the eight bytes in x is a control character, '"', '\\'
+// or a byte of 0x80 or above: bytes a JSON string takes as they are. A byte b is zero
+// exactly when (b-1) &^ b has its high bit set and no lower byte borrowed; a borrow only
+// happens above a byte that is itself a match, so "none" is exact.
+func plainWord(x uint64) bool {
+	ctl := (x - lowBits*0x20) &^ x
+	q := x ^ (lowBits * '"')
+	bs := x ^ (lowBits * '\\')
+	return (ctl|(q-lowBits)&^q|(bs-lowBits)&^bs|x)&highBits == 0
+}
+
 // str appends s as a JSON string, escaping what JSON requires and
 // replacing invalid UTF-8 with U+FFFD.
 func (t *transcoder) str(dst, s []byte) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
+		// Eight bytes at a time while none needs escaping or is beyond ASCII.
+		for i+8 <= len(s) && plainWord(binary.LittleEndian.Uint64(s[i:])) {
+			i += 8
+		}
+		if i == len(s) {
+			break
+		}
 		c := s[i]
 		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
 			i++
