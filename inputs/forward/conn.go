@@ -96,7 +96,10 @@ func (c *conn) serve(ctx context.Context) {
 		if m.invalid > 0 {
 			c.s.p.Metrics.InvalidUTF8.WithLabelValues("forward").Add(float64(m.invalid))
 		}
-		if _, err := c.s.p.Store(ctx, "forward", m.records, m.chunk); err != nil {
+		_, err = c.s.p.Store(ctx, "forward", m.records, m.chunk)
+		tag, records := m.tag, len(m.records)
+		m.release() // stored or not, the WAL holds no reference to the records
+		if err != nil {
 			// Not acknowledged: the client sends the chunk again.
 			reason := "wal_error"
 			if errors.Is(err, wal.ErrNoSpace) {
@@ -104,7 +107,7 @@ func (c *conn) serve(ctx context.Context) {
 			}
 			c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
 			if n, ok := c.s.rejects.allow(reason, time.Now()); ok {
-				log.Warn("message not stored, not acknowledged; the client will send it again", "tag", m.tag, "records", len(m.records),
+				log.Warn("message not stored, not acknowledged; the client will send it again", "tag", tag, "records", records,
 					"error", err, "same_reason_not_logged_in_last_minute", n)
 			}
 			return

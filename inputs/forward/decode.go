@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
@@ -20,6 +21,49 @@ type message struct {
 	records []wal.Record
 	chunk   string // option.chunk: the client wants {"ack": chunk} once stored
 	invalid int    // records whose invalid UTF-8 was replaced
+	buf     []byte // the records' bodies, back to bufPool by release
+}
+
+// maxPooled bounds the buffers kept for reuse: a rare huge message does not stay in memory.
+const maxPooled = 8 << 20
+
+// bufPool and recordsPool hold the buffers of messages already stored, for the next
+// message of any connection: a message's JSON and its records are otherwise the largest
+// allocations per message.
+var (
+	bufPool     sync.Pool // *[]byte
+	recordsPool sync.Pool // *[]wal.Record
+)
+
+// release gives m's buffers back for reuse. Call it once m's records are stored (the WAL
+// keeps no reference to them) or dropped, and use m no more.
+func (m *message) release() {
+	if cap(m.buf) <= maxPooled {
+		b := m.buf[:0]
+		bufPool.Put(&b)
+	}
+	if cap(m.records) <= maxPooled/64 {
+		r := m.records[:0]
+		clear(r[:cap(r)])
+		recordsPool.Put(&r)
+	}
+	m.buf, m.records = nil, nil
+}
+
+// pooledBuf returns an empty buffer of at least n bytes.
+func pooledBuf(n int) []byte {
+	if p, ok := bufPool.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, n)
+}
+
+// pooledRecords returns n zero records.
+func pooledRecords(n int) []wal.Record {
+	if p, ok := recordsPool.Get().(*[]wal.Record); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]wal.Record, n)
 }
 
 // badMessage is a message that breaks the protocol. The connection that
@@ -50,8 +94,10 @@ type decoder struct {
 	tc          transcoder
 	maxUnpacked int // bound on a CompressedPackedForward payload once decompressed
 	now         func() time.Time
-	buf         []byte // JSON of the message's records, then split into bodies
-	invalid     int    // records of the current message with invalid UTF-8 replaced
+	buf         []byte  // JSON of the message's records, then split into bodies
+	bodies      []int   // kept between messages: end offsets of the bodies in buf
+	times       []int64 // kept between messages: the records' times
+	invalid     int     // records of the current message with invalid UTF-8 replaced
 }
 
 // decode decodes one message: Message, Forward, PackedForward or
@@ -77,9 +123,16 @@ func (d *decoder) decode(full []byte) (*message, error) {
 		return nil, bad("malformed", full, b, "tag is empty")
 	}
 	// Record JSON is usually a little larger than its msgpack.
-	d.buf, d.invalid = make([]byte, 0, len(full)+len(full)/2+64), 0
-	var bodies []int // end offsets of each record's JSON in d.buf
-	var times []int64
+	d.buf, d.invalid = pooledBuf(len(full)+len(full)/2+64), 0
+	bodies := d.bodies[:0] // end offsets of each record's JSON in d.buf
+	times := d.times[:0]
+	defer func() {
+		if cap(bodies) <= 1<<16 { // an idle connection keeps at most 1.5 MB of them
+			d.bodies, d.times = bodies[:0], times[:0]
+		} else {
+			d.bodies, d.times = nil, nil
+		}
+	}()
 
 	switch msgp.NextType(b) {
 	case msgp.ArrayType: // Forward: [tag, [[time, record], ...], option?]
@@ -147,7 +200,7 @@ func (d *decoder) decode(full []byte) (*message, error) {
 	if len(b) != 0 {
 		return nil, bad("malformed", full, b, "%d bytes after the message", len(b))
 	}
-	m.records = make([]wal.Record, len(bodies))
+	m.records, m.buf = pooledRecords(len(bodies)), d.buf
 	start := 0
 	for i, end := range bodies {
 		m.records[i] = wal.Record{Time: times[i], Tag: m.tag, Body: d.buf[start:end:end]}
