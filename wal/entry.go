@@ -116,20 +116,31 @@ func appendRecord(b []byte, r *Record) []byte {
 }
 
 func sealEntry(raw []byte, count int) entry {
-	buf := make([]byte, entryHeaderLen+s2.MaxEncodedLen(len(raw)))
+	// Compress into a pooled scratch buffer sized for the worst case, then keep an exact
+	// copy: the value lives until its transaction commits, and is a quarter of the
+	// worst case or less for log records.
+	sp := sealPool.Get().(*[]byte)
+	scratch := slices.Grow((*sp)[:0], s2.MaxEncodedLen(len(raw)))[:s2.MaxEncodedLen(len(raw))]
 	codec := byte(codecS2)
-	payload := s2.Encode(buf[entryHeaderLen:], raw)
+	payload := s2.Encode(scratch, raw)
 	if len(payload) >= len(raw) {
-		codec = codecNone
-		payload = buf[entryHeaderLen : entryHeaderLen+copy(buf[entryHeaderLen:], raw)]
+		codec, payload = codecNone, raw
 	}
-	buf[0] = entryVersion
-	buf[1] = codec
-	binary.BigEndian.PutUint32(buf[2:6], uint32(count))
-	binary.BigEndian.PutUint32(buf[6:10], uint32(len(raw)))
-	value := buf[:entryHeaderLen+len(payload)]
-	return entry{count: count, value: value, crc: crc32.Checksum(payload, castagnoli)}
+	value := make([]byte, entryHeaderLen+len(payload))
+	copy(value[entryHeaderLen:], payload)
+	if cap(scratch) <= 1<<20 { // not the buffer of a rare huge record
+		*sp = scratch[:0]
+		sealPool.Put(sp)
+	}
+	value[0] = entryVersion
+	value[1] = codec
+	binary.BigEndian.PutUint32(value[2:6], uint32(count))
+	binary.BigEndian.PutUint32(value[6:10], uint32(len(raw)))
+	return entry{count: count, value: value, crc: crc32.Checksum(value[entryHeaderLen:], castagnoli)}
 }
+
+// sealPool holds sealEntry's compression buffers.
+var sealPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // finish completes the checksum now that the entry's key is known.
 func (e *entry) finish(first uint64) []byte {
