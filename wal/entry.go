@@ -40,6 +40,9 @@ const (
 	// hash tables stay in cache) for a few percent less compression, and a
 	// re-read of a small range decodes little. Each entry costs one key.
 	maxEntryRaw = 56 << 10
+	// maxEntryCap bounds the records of an entry Append writes: it counts
+	// at least 2*binary.MaxVarintLen64 bytes for each towards maxEntryRaw.
+	maxEntryCap = maxEntryRaw/(2*binary.MaxVarintLen64) + 1
 	// maxRawLen bounds what a damaged header can make a reader allocate.
 	maxRawLen = 1 << 30
 )
@@ -212,13 +215,15 @@ func decodeInto(first uint64, value []byte, dst []Record) ([]Record, error) {
 	}
 	dst = slices.Grow(dst, count)
 	seq := first
+	tag := ""
 	for len(raw) > 0 {
 		var r Record
 		var ok bool
-		if r, raw, ok = parseRecord(raw); !ok {
+		if r, raw, ok = parseRecord(raw, tag); !ok {
 			return dst, fmt.Errorf("%w: record %d is truncated", errFraming, seq)
 		}
 		r.Seq = seq
+		tag = r.Tag
 		seq++
 		dst = append(dst, r)
 	}
@@ -228,7 +233,10 @@ func decodeInto(first uint64, value []byte, dst []Record) ([]Record, error) {
 	return dst, nil
 }
 
-func parseRecord(b []byte) (Record, []byte, bool) {
+// parseRecord parses the record at the start of b. Its tag is prevTag
+// when the bytes are the same: the records of an entry mostly share a
+// tag, and then they share one string instead of allocating one each.
+func parseRecord(b []byte, prevTag string) (Record, []byte, bool) {
 	var r Record
 	t, n := binary.Varint(b)
 	if n <= 0 {
@@ -239,7 +247,12 @@ func parseRecord(b []byte) (Record, []byte, bool) {
 	if n <= 0 || tl > uint64(len(b)-n) {
 		return r, nil, false
 	}
-	r.Tag, b = string(b[n:n+int(tl)]), b[n+int(tl):]
+	if t := b[n : n+int(tl)]; string(t) == prevTag {
+		r.Tag = prevTag
+	} else {
+		r.Tag = string(t)
+	}
+	b = b[n+int(tl):]
 	bl, n := binary.Uvarint(b)
 	if n <= 0 || bl > uint64(len(b)-n) {
 		return r, nil, false
