@@ -148,11 +148,12 @@ func (e *encoder) build(recs []sinks.Record) (*object, error) {
 		}
 		buf = buf[:0]
 	}
+	var ts timestamps
 	for i := range recs {
 		if i%touchAhead == 0 {
 			touchBodies(recs[i:min(i+touchAhead, len(recs))])
 		}
-		buf = e.liner.appendLine(buf, &recs[i])
+		buf = e.liner.appendLine(buf, &recs[i], &ts)
 		buf = append(buf, '\n')
 		if len(buf) >= chunkSize {
 			flush()
