@@ -190,3 +190,33 @@ func BenchmarkDrainToS3(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPartition: an S3 partition per record, for a key the sink
+// caches by tag and hour and for one with a record field, which it renders
+// for every record.
+func BenchmarkPartition(b *testing.B) {
+	recs := sinkRecs(logRecords(10000, 50)...)
+	for _, c := range []struct{ name, key string }{
+		{"cached", "logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"},
+		{"field", "logs/${tag}/${record.method}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"},
+	} {
+		key := c.key
+		b.Run(c.name, func(b *testing.B) {
+			s, err := New(context.Background(), "bench", testConfig("http://127.0.0.1:1"), Options{Hostname: "bench", AWS: &aws.Config{Credentials: testCreds}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if s.keys, err = newKeyRenderer(key, "bench"); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if p := s.Partition(&recs[i%len(recs)]); len(p) == 0 {
+					b.Fatal("empty partition")
+				}
+				i++
+			}
+		})
+	}
+}
