@@ -209,6 +209,7 @@ func (t *Template) Render(d *Data, fallback string) (string, bool) {
 // Append renders d to dst.
 func (t *Template) Append(dst []byte, d *Data, fallback string) ([]byte, bool) {
 	missing := false
+	var clock dateClock // the event time's fields, worked out at the first % verb
 	for i := range t.parts {
 		p := &t.parts[i]
 		switch p.kind {
@@ -241,7 +242,10 @@ func (t *Template) Append(dst []byte, d *Data, fallback string) ([]byte, bool) {
 		case uuid:
 			dst = append(dst, d.UUID...)
 		case timeFmt:
-			dst = appendTime(dst, d.Time.UTC(), p.verb)
+			if !clock.ok {
+				clock = newDateClock(d.Time)
+			}
+			dst = clock.append(dst, p.verb)
 		}
 	}
 	return dst, missing
@@ -273,21 +277,35 @@ func appendSeq(dst []byte, seq uint64) []byte {
 	return append(dst, b[:]...)
 }
 
-func appendTime(dst []byte, t time.Time, verb byte) []byte {
+// dateClock is a time's UTC date and clock, worked out once for all the
+// strftime verbs of a rendering.
+type dateClock struct {
+	year, month, day, hour, minute, second int
+	ok                                     bool
+}
+
+func newDateClock(t time.Time) dateClock {
+	t = t.UTC()
+	y, m, d := t.Date()
+	h, mi, s := t.Clock()
+	return dateClock{y, int(m), d, h, mi, s, true}
+}
+
+func (c *dateClock) append(dst []byte, verb byte) []byte {
 	two := func(n int) []byte { return append(dst, byte('0'+n/10), byte('0'+n%10)) }
 	switch verb {
 	case 'Y':
-		return strconv.AppendInt(dst, int64(t.Year()), 10)
+		return strconv.AppendInt(dst, int64(c.year), 10)
 	case 'm':
-		return two(int(t.Month()))
+		return two(c.month)
 	case 'd':
-		return two(t.Day())
+		return two(c.day)
 	case 'H':
-		return two(t.Hour())
+		return two(c.hour)
 	case 'M':
-		return two(t.Minute())
+		return two(c.minute)
 	case 'S':
-		return two(t.Second())
+		return two(c.second)
 	}
 	return dst
 }

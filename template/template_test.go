@@ -27,6 +27,7 @@ func TestRender(t *testing.T) {
 		{"${tag[5]}", "FB", true},
 		{"logs/${tag}/%Y/%m/%d/%H/%M/%S/${hostname}-${seq}.json.gz", "logs/pod.shop.web/2026/11/30/07/05/09/host1-00000000000000000042.json.gz", false},
 		{"a$$b%%c-${uuid}", "a$b%c-u-u-i-d", false},
+		{"%S%M%H-%d%m%Y-%S", "090507-30112026-09", false},
 	}
 	for _, tt := range tests {
 		tp, err := Parse(tt.tmpl, Options{AllowSeq: true, Hostname: "host1"})

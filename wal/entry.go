@@ -40,6 +40,9 @@ const (
 	// hash tables stay in cache) for a few percent less compression, and a
 	// re-read of a small range decodes little. Each entry costs one key.
 	maxEntryRaw = 56 << 10
+	// maxEntryCap bounds the records of an entry Append writes: it counts
+	// at least 2*binary.MaxVarintLen64 bytes for each towards maxEntryRaw.
+	maxEntryCap = maxEntryRaw/(2*binary.MaxVarintLen64) + 1
 	// maxRawLen bounds what a damaged header can make a reader allocate.
 	maxRawLen = 1 << 30
 )
@@ -223,16 +226,16 @@ func decodeInto(first uint64, value []byte, dst []Record) ([]Record, error) {
 	}
 	dst = slices.Grow(dst, count)
 	seq := first
-	prevTag := "" // the records of an entry mostly share a tag: one string for a run of them
+	tag := ""
 	for len(raw) > 0 {
 		var r Record
 		var ok bool
-		if r, raw, ok = parseRecord(raw, prevTag); !ok {
+		if r, raw, ok = parseRecord(raw, tag); !ok {
 			return dst, fmt.Errorf("%w: record %d is truncated", errFraming, seq)
 		}
 		r.Seq = seq
+		tag = r.Tag
 		seq++
-		prevTag = r.Tag
 		dst = append(dst, r)
 	}
 	if int(seq-first) != count {
@@ -241,7 +244,9 @@ func decodeInto(first uint64, value []byte, dst []Record) ([]Record, error) {
 	return dst, nil
 }
 
-// parseRecord reads one record off b. Its tag is prevTag when the bytes are the same.
+// parseRecord parses the record at the start of b. Its tag is prevTag
+// when the bytes are the same: the records of an entry mostly share a
+// tag, and then they share one string instead of allocating one each.
 func parseRecord(b []byte, prevTag string) (Record, []byte, bool) {
 	var r Record
 	t, n := binary.Varint(b)
@@ -253,10 +258,10 @@ func parseRecord(b []byte, prevTag string) (Record, []byte, bool) {
 	if n <= 0 || tl > uint64(len(b)-n) {
 		return r, nil, false
 	}
-	if tag := b[n : n+int(tl)]; string(tag) == prevTag {
+	if t := b[n : n+int(tl)]; string(t) == prevTag {
 		r.Tag = prevTag
 	} else {
-		r.Tag = string(tag)
+		r.Tag = string(t)
 	}
 	b = b[n+int(tl):]
 	bl, n := binary.Uvarint(b)

@@ -19,6 +19,10 @@ func (w *WAL) Read(from uint64, maxRecords, maxBytes int) ([]Record, error) {
 	err := w.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketEntries).Cursor()
 		k, v := seekEntry(c, from)
+		if k != nil && maxRecords > 0 {
+			// One allocation instead of a slice grown entry by entry.
+			out = make([]Record, 0, readCap(tx.Bucket(bucketEntries).Cursor(), k, from, maxRecords, maxBytes))
+		}
 		size := 0
 		for ; k != nil; k, v = c.Next() {
 			first := binary.BigEndian.Uint64(k)
@@ -44,6 +48,34 @@ func (w *WAL) Read(from uint64, maxRecords, maxBytes int) ([]Record, error) {
 		out = out[:maxRecords]
 	}
 	return out, err
+}
+
+// readCap is about how many records Read returns from seq from on, where
+// the entry at key k holds from: it counts the records of the entries from
+// k on in their headers (which Read checks when it decodes each entry) and
+// stops where Read does, after the entry that reaches maxRecords or maxBytes.
+// Against maxBytes it counts the records' uncompressed length, which exceeds
+// their bodies', so it counts one entry more there. An entry counts at most
+// maxEntryCap records, so that a damaged header cannot make Read allocate
+// much.
+func readCap(c *bolt.Cursor, k []byte, from uint64, maxRecords, maxBytes int) int {
+	n, raw, more := 0, 0, false
+	for k, v := c.Seek(k); k != nil; k, v = c.Next() {
+		count, ok := entryCount(v)
+		if !ok {
+			break
+		}
+		if first := binary.BigEndian.Uint64(k); first < from {
+			count -= int(min(from-first, uint64(count)))
+		}
+		n += min(count, maxEntryCap)
+		if more || n >= maxRecords {
+			break
+		}
+		raw += int(binary.BigEndian.Uint32(v[6:10]))
+		more = maxBytes > 0 && raw >= maxBytes
+	}
+	return min(n, maxRecords+maxEntryCap)
 }
 
 // ReadRange returns the records from first to last inclusive that are

@@ -29,8 +29,9 @@
 // 256 KiB, a function of the lines alone. Objects carry Content-Type
 // application/x-ndjson, Content-Encoding gzip or zstd (none: absent), the
 // sink's sse, kms_key_id, storage_class, acl and tags (x-amz-tagging), and
-// an integrity checksum S3 verifies: x-amz-checksum-sha256 on PutObject,
-// Content-MD5 on each part of a multipart upload. Objects above
+// an integrity checksum S3 verifies: x-amz-checksum-sha256 on PutObject
+// (the same SHA-256 is the SigV4 payload hash, so the SDK does not hash the
+// object again), Content-MD5 on each part of a multipart upload. Objects above
 // multipart_threshold bytes (compressed) are uploaded in parts of
 // max(5 MiB, size/10,000) but the last, one after the other.
 //

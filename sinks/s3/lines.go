@@ -72,8 +72,9 @@ func (l *liner) lineLen(r *sinks.Record) int {
 	return n
 }
 
-// appendLine appends r's line, without its newline.
-func (l *liner) appendLine(dst []byte, r *sinks.Record) []byte {
+// appendLine appends r's line, without its newline. ts formats the time:
+// one per goroutine, kept from line to line.
+func (l *liner) appendLine(dst []byte, r *sinks.Record, ts *timestamps) []byte {
 	addTime, addTag, rest := l.additions(r.Body)
 	if !addTime && !addTag {
 		return append(dst, r.Body...)
@@ -81,7 +82,7 @@ func (l *liner) appendLine(dst []byte, r *sinks.Record) []byte {
 	dst = append(dst, '{')
 	if addTime {
 		dst = append(dst, l.timePrefix...)
-		dst = appendTimestamp(dst, r.Time)
+		dst = ts.append(dst, r.Time)
 		dst = append(dst, '"')
 	}
 	if addTag {
@@ -123,6 +124,37 @@ func appendTimestamp(dst []byte, ns int64) []byte {
 	put(17, sec, 2)
 	b[19] = '.'
 	put(20, t.Nanosecond(), 9)
+	b[29] = 'Z'
+	return append(dst, b[:]...)
+}
+
+// timestamps appends timestamps as appendTimestamp does, remembering the
+// date and time of the last second it formatted: the records of an object
+// mostly share theirs with the one before, and then only the nine
+// fractional digits are new. The zero value is ready to use.
+type timestamps struct {
+	sec  int64
+	head [20]byte // "2006-01-02T15:04:05." of sec
+	ok   bool
+}
+
+func (c *timestamps) append(dst []byte, ns int64) []byte {
+	sec, frac := ns/1e9, ns%1e9
+	if frac < 0 {
+		sec, frac = sec-1, frac+1e9
+	}
+	if !c.ok || sec != c.sec {
+		var b [timestampLen]byte
+		appendTimestamp(b[:0], ns)
+		copy(c.head[:], b[:])
+		c.sec, c.ok = sec, true
+	}
+	var b [timestampLen]byte
+	copy(b[:], c.head[:])
+	for i := 28; i >= 20; i-- {
+		b[i] = byte('0' + frac%10)
+		frac /= 10
+	}
 	b[29] = 'Z'
 	return append(dst, b[:]...)
 }

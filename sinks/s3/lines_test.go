@@ -2,6 +2,8 @@ package s3sink
 
 import (
 	"encoding/json"
+	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -36,7 +38,7 @@ func TestLines(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLiner(tc.timeKey, tc.tagKey)
 			r := &sinks.Record{Time: at, Tag: tc.tag, Body: []byte(tc.body)}
-			got := string(l.appendLine(nil, r))
+			got := string(l.appendLine(nil, r, new(timestamps)))
 			if got != tc.want {
 				t.Errorf("line = %s\nwant   %s", got, tc.want)
 			}
@@ -67,6 +69,35 @@ func TestTimestampFormat(t *testing.T) {
 		if p, err := time.Parse(time.RFC3339Nano, got); err != nil || !p.Equal(tc.at) {
 			t.Errorf("%s parses as %v, %v", got, p, err)
 		}
+	}
+}
+
+// TestTimestampsCache: the cached formatter writes what appendTimestamp
+// writes, for times in order (the same second again and again), out of
+// order, far apart and before 1970.
+func TestTimestampsCache(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var ts timestamps
+	at := time.Date(2025, 6, 15, 15, 6, 40, 0, time.UTC).UnixNano()
+	check := func(ns int64) {
+		t.Helper()
+		if got, want := string(ts.append(nil, ns)), string(appendTimestamp(nil, ns)); got != want {
+			t.Fatalf("%d: %s, want %s", ns, got, want)
+		}
+	}
+	for range 100_000 {
+		switch rng.IntN(10) {
+		case 0:
+			at = rng.Int64N(1<<62) - 1<<61 // anywhere from 1823 to 2116
+		case 1:
+			at -= rng.Int64N(3e9)
+		default:
+			at += rng.Int64N(2e6)
+		}
+		check(at)
+	}
+	for _, ns := range []int64{-1, 0, -1e9, -1e9 - 1, 1e9 - 1, 1e9, -1e9 + 1, math.MinInt64, math.MaxInt64, 1, -1} {
+		check(ns)
 	}
 }
 

@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashChildEnv) != "" {
 		os.Exit(crashChild())
 	}
+	if os.Getenv(emuChildEnv) != "" {
+		os.Exit(emuChild())
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -50,7 +50,7 @@ func TestObjectRoundTrips(t *testing.T) {
 			var want bytes.Buffer
 			size := 0
 			for i := range recs {
-				want.Write(e.liner.appendLine(nil, &recs[i]))
+				want.Write(e.liner.appendLine(nil, &recs[i], new(timestamps)))
 				want.WriteByte('\n')
 				size += e.size(&recs[i])
 			}

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/logfwd/forwarder/sinks"
 )
@@ -58,12 +60,28 @@ func (s *Sink) upload(ctx context.Context, st sinks.State, ik []byte, in *intent
 	}
 	s.objectHeaders(&put.ContentType, &put.ContentEncoding, &put.ServerSideEncryption, &put.SSEKMSKeyId,
 		&put.StorageClass, &put.ACL, &put.Tagging)
-	if _, err := s.api.PutObject(cctx, put); err != nil {
+	if _, err := s.api.PutObject(cctx, put, withPayloadHash(in.SHA256)); err != nil {
 		return fmt.Errorf("put object %q: %w", in.Key, err)
 	}
 	s.m.objects.Inc()
 	s.m.bytes.Add(float64(len(body)))
 	return nil
+}
+
+// withPayloadHash hands the SDK the object's SHA-256 (hex), which build
+// computed already, as the SigV4 payload hash. Without it the SDK hashes
+// the body a second time over plain HTTP (local and S3-compatible
+// endpoints); over HTTPS it would send UNSIGNED-PAYLOAD, and with it S3
+// checks the body against the signed hash as well.
+func withPayloadHash(hexSum string) func(*s3.Options) {
+	return func(o *s3.Options) {
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+			return st.Finalize.Add(middleware.FinalizeMiddlewareFunc("PayloadHashFromIntent",
+				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+					return next.HandleFinalize(v4.SetPayloadHash(ctx, hexSum), in)
+				}), middleware.Before)
+		})
+	}
 }
 
 // objectHeaders fills what every object carries: type, encoding,

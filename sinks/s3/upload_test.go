@@ -1,0 +1,98 @@
+package s3sink
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	s3emu "github.com/logfwd/forwarder/emulator/s3"
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// TestPutObjectSignsTheObjectsHash: over plain HTTP the SDK signs the
+// payload hash, which the sink hands it from the intent rather than
+// letting it hash the body again; the hash it sends must be the body's.
+func TestPutObjectSignsTheObjectsHash(t *testing.T) {
+	emu, err := s3emu.New(s3emu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close()
+	if err := emu.CreateBucket(bucket); err != nil {
+		t.Fatal(err)
+	}
+	type put struct {
+		signed string
+		body   []byte
+	}
+	var mu sync.Mutex
+	var puts []put
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			mu.Lock()
+			puts = append(puts, put{r.Header.Get("X-Amz-Content-Sha256"), body})
+			mu.Unlock()
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		emu.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+
+	s := newTestSink(t, testConfig(front.URL))
+	var recs []wal.Record
+	for i := range 100 {
+		recs = append(recs, rec("app", string(rune('a'+i%26))+"x", time.Unix(1750000000, int64(i)), 100))
+	}
+	batch := sinkRecs(recs...)
+	st := newMemState(batch)
+	out, err := s.Send(context.Background(), &sinks.Batch{Partition: s.Partition(&batch[0]), Records: batch, State: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.DeleteState) != 1 {
+		t.Fatalf("outcome %+v", out)
+	}
+	mu.Lock()
+	if len(puts) != 1 {
+		t.Fatalf("%d PUTs, want 1", len(puts))
+	}
+	sum := sha256.Sum256(puts[0].body)
+	if puts[0].signed != hex.EncodeToString(sum[:]) {
+		t.Errorf("x-amz-content-sha256 %q, want the body's %x", puts[0].signed, sum)
+	}
+	objs := mustObjects(t, emu)
+	if len(objs) != 1 || objs[0].Size != int64(len(puts[0].body)) {
+		t.Errorf("objects %+v", objs)
+	}
+	mu.Unlock()
+
+	// The SDK takes the hash it is given and does not compute its own:
+	// this one is not the body's (the emulator does not check it).
+	other := sha256.Sum256([]byte("not the body"))
+	if _, err := s.api.PutObject(context.Background(), &s3.PutObjectInput{
+		Bucket: aws.String(bucket), Key: aws.String("given-hash"), Body: bytes.NewReader([]byte("body")),
+	}, withPayloadHash(hex.EncodeToString(other[:]))); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(puts) != 2 || puts[1].signed != hex.EncodeToString(other[:]) {
+		t.Errorf("x-amz-content-sha256 of the second PUT %q, want the given %x", puts[len(puts)-1].signed, other)
+	}
+}

@@ -1,0 +1,103 @@
+package wal
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand"
+	"sort"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// entryFirsts lists the first sequence number of every entry.
+func entryFirsts(t *testing.T, w *WAL) []uint64 {
+	t.Helper()
+	var out []uint64
+	err := w.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketEntries).ForEach(func(k, _ []byte) error {
+			out = append(out, binary.BigEndian.Uint64(k))
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestReadAllocations: Read allocates its result once, no larger than the
+// entries it decoded, and the records of an entry that share a tag share
+// its string; tags that differ stay right.
+func TestReadAllocations(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	r := rand.New(rand.NewSource(1))
+	var all []Record
+	for i := range 10 {
+		recs := makeRecords(r, fmt.Sprint(i), 1000, 250)
+		if i == 9 {
+			for j := range recs {
+				recs[j].Tag = []string{"a", "b", "b", "", "b"}[j%5]
+			}
+		}
+		appendT(t, w, recs, "")
+		all = append(all, recs...)
+	}
+	firsts := entryFirsts(t, w)
+	// entriesOf is how many entries hold seqs from..to, and how many
+	// records those entries hold in all.
+	entriesOf := func(from, to uint64) (entries, records int) {
+		i := sort.Search(len(firsts), func(i int) bool { return firsts[i] > from }) - 1
+		j := sort.Search(len(firsts), func(i int) bool { return firsts[i] > to })
+		end := uint64(len(all)) + 1
+		if j < len(firsts) {
+			end = firsts[j]
+		}
+		return j - i, int(end - firsts[i])
+	}
+
+	// Records 1-9,000 have one tag; 9,001-10,000 alternate.
+	for _, c := range []struct {
+		from      uint64
+		max, size int
+	}{{1, 4000, 0}, {1, 4000, 300 << 10}, {777, 100, 0}, {8500, 1500, 0}, {9001, 1000, 0}} {
+		got, err := w.Read(c.from, c.max, c.size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 0 || c.size == 0 && len(got) != c.max {
+			t.Fatalf("read %+v: %d records", c, len(got))
+		}
+		for i, g := range got {
+			want := all[int(c.from)-1+i]
+			if g.Seq != c.from+uint64(i) || g.Tag != want.Tag || string(g.Body) != string(want.Body) {
+				t.Fatalf("read %+v: record %d is %d %q, want %d %q", c, i, g.Seq, g.Tag, c.from+uint64(i), want.Tag)
+			}
+		}
+		// The records the entries read hold from c.from on; a read bounded
+		// by bytes may count the next entry too.
+		last := got[len(got)-1].Seq
+		if c.size > 0 && last < uint64(len(all)) {
+			last++
+		}
+		entries, records := entriesOf(c.from, last)
+		records -= int(c.from - firsts[sort.Search(len(firsts), func(i int) bool { return firsts[i] > c.from })-1])
+		if cap(got) > records {
+			t.Errorf("read %+v: %d records in a slice of %d, from %d entries holding %d", c, len(got), cap(got), entries, records)
+		}
+	}
+
+	// A raw buffer and a tag per entry, and one result; bbolt's read
+	// transaction and cursors add a few more.
+	const bboltAllocs = 40
+	entries, _ := entriesOf(1, 4000)
+	allocs := testing.AllocsPerRun(5, func() {
+		if _, err := w.Read(1, 4000, 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if limit := 2*entries + 1 + bboltAllocs; allocs > float64(limit) {
+		t.Errorf("reading 4,000 records from %d entries took %v allocations, want at most %d", entries, allocs, limit)
+	}
+}
