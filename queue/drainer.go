@@ -487,9 +487,14 @@ func (l *loop) ingest(recs []wal.Record, now time.Time) {
 func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 	if len(p.queue) == 0 {
 		p.since = now
+		p.lo, p.hi = rec.Time, rec.Time
+	} else {
+		p.lo, p.hi = min(p.lo, rec.Time), max(p.hi, rec.Time)
 	}
+	size := l.d.sink.Size(&rec)
 	p.queue = append(p.queue, rec)
-	p.size += l.d.sink.Size(&rec)
+	p.sizes = append(p.sizes, int32(size))
+	p.size += size
 	mem := recordMem(&rec)
 	p.mem += mem
 	l.buffered += mem
@@ -564,14 +569,7 @@ func (l *loop) full(p *partition) bool {
 	if len(p.queue) >= l.lim.MaxRecords || p.size >= l.lim.MaxBytes {
 		return true
 	}
-	if l.lim.MaxSpan > 0 {
-		lo, hi := p.queue[0].Time, p.queue[0].Time
-		for _, r := range p.queue {
-			lo, hi = min(lo, r.Time), max(hi, r.Time)
-		}
-		return time.Duration(hi-lo) > l.lim.MaxSpan
-	}
-	return false
+	return l.lim.MaxSpan > 0 && time.Duration(p.hi-p.lo) > l.lim.MaxSpan
 }
 
 // cut takes the next batch from p's queue within the sink's limits.
@@ -580,7 +578,7 @@ func (l *loop) cut(p *partition) []sinks.Record {
 	lo, hi := p.queue[0].Time, p.queue[0].Time
 	for n < len(p.queue) && n < l.lim.MaxRecords {
 		r := &p.queue[n]
-		s := l.d.sink.Size(r)
+		s := int(p.sizes[n])
 		if n > 0 && size+s > l.lim.MaxBytes {
 			break
 		}
@@ -591,12 +589,18 @@ func (l *loop) cut(p *partition) []sinks.Record {
 		size += s
 		n++
 	}
-	batch := make([]sinks.Record, n)
-	copy(batch, p.queue[:n])
-	clear(p.queue[:n]) // let the bodies go when the batch does
-	p.queue = p.queue[n:]
+	// The batch keeps its records where they are: the queue goes on after
+	// them in the same array, and deliver clears them, so that the bodies go
+	// with the batch.
+	batch := p.queue[:n:n]
+	p.queue, p.sizes = p.queue[n:], p.sizes[n:]
 	if len(p.queue) == 0 {
 		l.open--
+	} else if l.lim.MaxSpan > 0 {
+		p.lo, p.hi = p.queue[0].Time, p.queue[0].Time
+		for i := range p.queue {
+			p.lo, p.hi = min(p.lo, p.queue[i].Time), max(p.hi, p.queue[i].Time)
+		}
 	}
 	p.size -= size
 	mem := 0
@@ -781,6 +785,7 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 			}
 		}
 	}
+	clear(batch) // its array may hold the partition's queue too: let these bodies go
 	l.commits <- req
 }
 
@@ -809,14 +814,19 @@ func (l *loop) dropForced() {
 		}
 		n := len(p.queue)
 		p.queue = dropUpTo(p.queue, pos)
+		p.sizes = p.sizes[n-len(p.queue):]
 		if n > 0 && len(p.queue) == 0 {
 			l.open--
 		}
 		if len(p.queue) != n {
 			p.size, p.mem = 0, 0
 			for i := range p.queue {
-				p.size += l.d.sink.Size(&p.queue[i])
+				p.size += int(p.sizes[i])
 				p.mem += recordMem(&p.queue[i])
+				if i == 0 {
+					p.lo, p.hi = p.queue[i].Time, p.queue[i].Time
+				}
+				p.lo, p.hi = min(p.lo, p.queue[i].Time), max(p.hi, p.queue[i].Time)
 			}
 		}
 		if p.spillFrom != 0 && p.spillFrom <= pos {
@@ -835,6 +845,7 @@ func dropUpTo(recs []sinks.Record, pos uint64) []sinks.Record {
 	for i < len(recs) && recs[i].Seq <= pos {
 		i++
 	}
+	clear(recs[:i]) // the array may live on with the rest: let these bodies go
 	return recs[i:]
 }
 
@@ -917,7 +928,8 @@ func (l *loop) spill(now time.Time) bool {
 		}
 		p.spillFrom = p.queue[0].Seq
 		l.buffered -= p.mem
-		p.queue, p.size, p.mem = nil, 0, 0
+		clear(p.queue)
+		p.queue, p.sizes, p.size, p.mem = nil, nil, 0, 0
 		l.open--
 		freed = true
 	}

@@ -12,7 +12,10 @@ import (
 type partition struct {
 	key   string
 	queue []sinks.Record // read, not yet in a batch, in sequence order
-	size  int            // sum of Sink.Size over queue
+	sizes []int32        // Sink.Size of each record of queue
+	size  int            // sum of sizes
+	lo    int64          // earliest event time in queue (when not empty)
+	hi    int64          // latest event time in queue
 	mem   int            // memory held by queue
 	since time.Time      // when the oldest queued record was read
 
