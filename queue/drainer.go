@@ -368,7 +368,13 @@ func (l *loop) run(ctx context.Context) error {
 			// so that the next batch can gather while this one is sent.
 			l.cutLargest(now)
 		}
-		if stopping || l.buffered >= d.opts.MaxBufferedBytes && !l.spill(now) {
+		if l.buffered >= d.opts.MaxBufferedBytes && l.failStreak < failingAfter {
+			// Some partitions fail while others send: free what the failing
+			// ones hold, so that the others keep being read. When every
+			// send fails, reading ahead would only be undone.
+			l.spill(now)
+		}
+		if stopping || l.buffered >= d.opts.MaxBufferedBytes {
 			in = nil // push back on the reader
 		}
 		resetTimer(timer, l.nextWake(now))
@@ -914,10 +920,8 @@ func (l *loop) onCommitted(c *commitReq, now time.Time) {
 }
 
 // spill frees memory held by partitions that are waiting out a retry: the
-// records they hold are read again from the WAL when they can send. It
-// reports whether it freed any; if not, the reader waits.
-func (l *loop) spill(now time.Time) bool {
-	freed := false
+// records they hold are read again from the WAL when they can send.
+func (l *loop) spill(now time.Time) {
 	for _, p := range l.parts {
 		if l.buffered < l.d.opts.MaxBufferedBytes {
 			break
@@ -931,9 +935,7 @@ func (l *loop) spill(now time.Time) bool {
 		clear(p.queue)
 		p.queue, p.sizes, p.size, p.mem = nil, nil, 0, 0
 		l.open--
-		freed = true
 	}
-	return freed
 }
 
 type refill struct {

@@ -771,3 +771,39 @@ func TestDestinationDownIsProbedOneBatchAtATime(t *testing.T) {
 		s.check(t)
 	})
 }
+
+// While every send fails, memory stays within MaxBufferedBytes and one read
+// of the WAL, however much arrives; then everything is delivered, once.
+func TestMemoryBoundWhileDestinationDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		const limit, readBatch = 4 << 20, 1000
+		s := newTestSink(sinks.Limits{MaxRecords: 10000, MaxBytes: 1 << 20, MaxAge: 5 * time.Second, MaxSpan: 24 * time.Hour, Concurrency: 64})
+		s.setFail(func(b *sinks.Batch) error { return sinks.NewRetryable("dial", fmt.Errorf("connection refused")) })
+		r := start(w, "s", s, Options{MaxBufferedBytes: limit, ReadBatch: readBatch})
+		var last uint64
+		for range 20 { // 100,000 records of about 250 bytes: six times the memory
+			last = appendN(t, w, 5000, tagsOf(39), 250)
+			time.Sleep(time.Second)
+			synctest.Wait()
+			if b := r.d.Status().Buffered; b > limit+readBatch*(250+128+8) {
+				t.Fatalf("%d bytes held, limit %d and one read of %d records", b, limit, readBatch)
+			}
+		}
+		s.setFail(nil)
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d after the destination came back, want %d", pos, last)
+		}
+		r.stop(t)
+		s.check(t)
+		got, _, _ := s.snapshot()
+		for seq := uint64(1); seq <= last; seq++ {
+			if got[seq] != 1 {
+				t.Fatalf("record %d delivered %d times", seq, got[seq])
+			}
+		}
+	})
+}
