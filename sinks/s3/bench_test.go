@@ -18,6 +18,7 @@ import (
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/queue"
+	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -217,6 +218,94 @@ func BenchmarkPartition(b *testing.B) {
 				}
 				i++
 			}
+		})
+	}
+}
+
+// BenchmarkSinkSend measures the sink alone: records already in memory are
+// given a partition and a size by the sink, grouped per partition into
+// batches of up to max_object_bytes, and sent one batch at a time through
+// Send (building, compressing, checksumming, committing the intent to an
+// in-memory state and uploading through the SDK) to an emulator in a child
+// process. MB/cpu-s divides record bodies by this process's CPU time, as
+// in BenchmarkDrainToS3, which adds the WAL reads and the drainer to this.
+func BenchmarkSinkSend(b *testing.B) {
+	const records = 200_000
+	for _, partitions := range []int{1, 50} {
+		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
+			recs := sinkRecs(logRecords(records, partitions)...)
+			input := 0
+			for _, r := range recs {
+				input += len(r.Body)
+			}
+			cfg := testConfig("")
+			cfg.Key = "bench/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"
+			cfg.MaxObjectBytes = 4 * config.MiB
+			b.SetBytes(int64(input))
+			var cpu time.Duration
+			var objects int
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				emu := startEmuProcess(b)
+				cfg.Endpoint = emu.URL
+				s, err := New(context.Background(), fmt.Sprintf("bench%d", i), cfg, Options{Hostname: "bench", AWS: &aws.Config{Credentials: testCreds}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				st := newMemState(recs)
+				lim := s.Limits()
+				runtime.GC()
+				c0 := cpuTime()
+				b.StartTimer()
+				type open struct {
+					recs []sinks.Record
+					size int
+				}
+				parts := map[string]*open{}
+				send := func(key string, o *open) {
+					out, err := s.Send(context.Background(), &sinks.Batch{Partition: key, Records: o.recs, State: st})
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, k := range out.DeleteState {
+						_ = st.Delete(context.Background(), k)
+					}
+					o.recs, o.size = o.recs[:0], 0
+				}
+				for j := range recs {
+					r := &recs[j]
+					key := s.Partition(r)
+					o := parts[key]
+					if o == nil {
+						o = &open{}
+						parts[key] = o
+					}
+					size := s.Size(r)
+					if len(o.recs) > 0 && (o.size+size > lim.MaxBytes || len(o.recs) >= lim.MaxRecords) {
+						send(key, o)
+					}
+					o.recs = append(o.recs, *r)
+					o.size += size
+				}
+				for key, o := range parts {
+					if len(o.recs) > 0 {
+						send(key, o)
+					}
+				}
+				b.StopTimer()
+				cpu += cpuTime() - c0
+				s.Close()
+				var lines int
+				objects, lines = emu.stop(b)
+				if lines != records {
+					b.Fatalf("the objects hold %d lines, want %d", lines, records)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(input)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
+			b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+			b.ReportMetric(float64(objects), "objects")
 		})
 	}
 }
