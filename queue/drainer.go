@@ -266,6 +266,7 @@ type loop struct {
 	parts    map[string]*partition
 	due      dueHeap
 	marks    map[string]uint64 // delivered marks committed ahead of the cursor
+	route    []routed          // ingest's scratch
 	buffered int               // recordMem of every record held: queued and in batches
 	batched  int               // the part of buffered in batches
 	open     int               // partitions with queued records
@@ -464,15 +465,21 @@ func (l *loop) read(ctx context.Context) {
 // ingest routes records to their partitions.
 func (l *loop) ingest(recs []wal.Record, now time.Time) {
 	d := l.d
+	// First route every record, counting the bytes each partition takes
+	// from this read; then copy each partition's bodies into one buffer of
+	// its own. Bodies leave the decoded entries (a record held for a slow
+	// partition must not hold the memory of a whole entry), a partition's
+	// records sit next to each other for its sink, and a read costs one
+	// allocation per partition, not one per record. A partition's records
+	// are delivered in order, so its buffer is not held much past them.
+	route := l.route[:0]
 	for i := range recs {
 		r := &recs[i]
 		l.readPos = r.Seq + 1
 		if r.Seq <= l.cursor || d.opts.Match != nil && !d.opts.Match(r.Tag) {
 			continue
 		}
-		// Copy out of the decoded entry, so that a record held for a slow
-		// partition does not hold the memory of the whole entry.
-		rec := sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: append([]byte(nil), r.Body...)}
+		rec := sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
 		key := d.sink.Partition(&rec)
 		if m, ok := l.marks[key]; ok && rec.Seq <= m {
 			d.skipped.Inc()
@@ -486,8 +493,30 @@ func (l *loop) ingest(recs []wal.Record, now time.Time) {
 		if p.spillFrom != 0 {
 			continue // read again by the partition's refill
 		}
-		l.enqueue(p, rec, now)
+		p.need += len(r.Body)
+		route = append(route, routed{p: p, i: i})
 	}
+	for _, rt := range route {
+		r, p := &recs[rt.i], rt.p
+		if cap(p.arena)-len(p.arena) < len(r.Body) {
+			p.arena = make([]byte, 0, p.need)
+		}
+		start := len(p.arena)
+		p.arena = append(p.arena, r.Body...)
+		p.need -= len(r.Body)
+		l.enqueue(p, sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: p.arena[start:len(p.arena):len(p.arena)]}, now)
+	}
+	for _, rt := range route {
+		rt.p.arena = nil // the next read starts buffers of its own
+	}
+	clear(route)
+	l.route = route[:0]
+}
+
+// routed is a record of the read being ingested and its partition.
+type routed struct {
+	p *partition
+	i int
 }
 
 func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {

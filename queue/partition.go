@@ -19,6 +19,9 @@ type partition struct {
 	mem   int            // memory held by queue
 	since time.Time      // when the oldest queued record was read
 
+	arena []byte // ingest: where this read's bodies of the partition are copied
+	need  int    // ingest: bytes of this read's bodies still to copy
+
 	batch    []sinks.Record // being sent, or waiting to be sent again
 	batchMem int            // memory held by batch
 	busy     bool           // batch is sending or its delivery committing
