@@ -255,6 +255,9 @@ func TestMaxOpenObjects(t *testing.T) {
 			id := fmt.Sprintf("p%d-%d", p, round)
 			want = append(want, id)
 			last = appendRecs(t, w, []wal.Record{rec(fmt.Sprintf("t%d", p), id, time.Now(), 1)}).Last
+			// One record a read: records that arrive in one read are routed
+			// before any early cut is sent, and would share fewer objects.
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	waitCursor(t, w, "archive", last, 10*time.Second)
