@@ -178,16 +178,10 @@ func BenchmarkDrainToS3(b *testing.B) {
 				}
 				s.Close()
 				w.Close()
-				var lines int
-				objects, lines = emu.stop(b)
-				if lines != records {
-					b.Fatalf("the objects hold %d lines, want %d", lines, records)
-				}
+				objects = stopCounting(b, emu, records)
 				b.StartTimer()
 			}
-			b.ReportMetric(float64(input)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
-			b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
-			b.ReportMetric(float64(objects), "objects")
+			reportDrain(b, input, records, cpu, objects)
 		})
 	}
 }
@@ -296,16 +290,28 @@ func BenchmarkSinkSend(b *testing.B) {
 				b.StopTimer()
 				cpu += cpuTime() - c0
 				s.Close()
-				var lines int
-				objects, lines = emu.stop(b)
-				if lines != records {
-					b.Fatalf("the objects hold %d lines, want %d", lines, records)
-				}
+				objects = stopCounting(b, emu, records)
 				b.StartTimer()
 			}
-			b.ReportMetric(float64(input)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
-			b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
-			b.ReportMetric(float64(objects), "objects")
+			reportDrain(b, input, records, cpu, objects)
 		})
 	}
+}
+
+// stopCounting stops the emulator process and fails unless its objects hold
+// exactly records lines; it returns the number of objects.
+func stopCounting(b *testing.B, emu *emuProcess, records int) int {
+	objects, lines := emu.stop(b)
+	if lines != records {
+		b.Fatalf("the objects hold %d lines, want %d", lines, records)
+	}
+	return objects
+}
+
+// reportDrain reports MB/cpu-s of input bytes over the CPU time spent,
+// records/s over the benchmark's time, and the objects of the last round.
+func reportDrain(b *testing.B, input, records int, cpu time.Duration, objects int) {
+	b.ReportMetric(float64(input)*float64(b.N)/cpu.Seconds()/1e6, "MB/cpu-s")
+	b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64(objects), "objects")
 }
