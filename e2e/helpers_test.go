@@ -407,6 +407,7 @@ type sinkStatus struct {
 	Delivered    uint64 `json:"delivered_records"`
 	DeadLettered uint64 `json:"dead_lettered_records"`
 	LastError    string `json:"last_error"`
+	Buffered     int64  `json:"buffered_bytes"`
 }
 
 func (f *forwarder) status() (status, error) {
@@ -651,4 +652,11 @@ func (e *env) settle(drainTimeout time.Duration) map[string]map[string]string {
 func (e *env) account(dead map[string]map[string]string) tally {
 	e.t.Helper()
 	return account(e.led.snapshot(), readS3(e.t, e.s3URL, bucket), readCW(e.t, e.cwURL), dead, "archive", "cloudwatch", inPodStream)
+}
+
+// pid is the running forwarder's process id.
+func (f *forwarder) pid() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cmd.Process.Pid
 }
