@@ -336,3 +336,36 @@ func TestRunMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+// An input on an address other machines can reach, without authentication, is warned
+// about at start; with it, or on loopback, it is not.
+func TestRunWarnsAboutOpenInputs(t *testing.T) {
+	t.Parallel()
+	const forwardWarn = `level=WARN msg="the forward input accepts records from anyone who can reach it`
+	const httpWarn = `level=WARN msg="the HTTP input accepts records from anyone who can reach it`
+	for _, c := range []struct {
+		name, inputs string
+		warned       bool
+	}{
+		{"open", "inputs:\n  forward: {listen: \"0.0.0.0:0\"}\n  http: {listen: \"0.0.0.0:0\"}\n", true},
+		{"authenticated", "inputs:\n  forward: {listen: \"0.0.0.0:0\", shared_key: k}\n  http: {listen: \"0.0.0.0:0\", token: t}\n", false},
+		{"loopback", "inputs:\n  forward: {listen: \"127.0.0.1:0\"}\n  http: {listen: \"[::1]:0\"}\n", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			path, dataDir := writeConfig(t, shortShutdownYAML, c.inputs, adminYAML)
+			s := startService(t, path)
+			s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+			s.signal(syscall.SIGTERM)
+			if code := s.wait(10 * time.Second); code != exitOK {
+				t.Fatalf("exit status %d; stderr:\n%s", code, s.stderr.String())
+			}
+			log := s.stderr.String()
+			for _, w := range []string{forwardWarn, httpWarn} {
+				if got := strings.Contains(log, w); got != c.warned {
+					t.Errorf("warning %q logged: %v, want %v:\n%s", w, got, c.warned, log)
+				}
+			}
+		})
+	}
+}
