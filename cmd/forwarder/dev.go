@@ -54,6 +54,7 @@ sinks:
     region: us-east-1
     endpoint: %q
     path_style: true
+    max_object_bytes: 8MiB
     max_object_age: 10s
   - name: cloudwatch
     type: cloudwatch
