@@ -36,12 +36,13 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 func summary(cfg *config.Config) string {
 	var b strings.Builder
 	b.WriteString(plural(len(cfg.Sinks), "sink", "sinks"))
+	buffers := cfg.SinkBuffers()
 	for i, s := range cfg.Sinks {
 		sep := ", "
 		if i == 0 {
 			sep = ": "
 		}
-		fmt.Fprintf(&b, "%s%s (%s)", sep, s.Name, s.Type)
+		fmt.Fprintf(&b, "%s%s (%s, %s of memory)", sep, s.Name, s.Type, config.Size(buffers[s.Name]))
 	}
 	var inputs []string
 	if in := cfg.Inputs.Forward; in != nil {
@@ -53,7 +54,7 @@ func summary(cfg *config.Config) string {
 	if len(inputs) == 0 {
 		inputs = append(inputs, "none")
 	}
-	fmt.Fprintf(&b, "; inputs: %s; admin on %s; data_dir: %s", strings.Join(inputs, ", "), cfg.Admin.Listen, cfg.DataDir)
+	fmt.Fprintf(&b, "; inputs: %s; admin on %s; data_dir: %s; memory_limit: %s", strings.Join(inputs, ", "), cfg.Admin.Listen, cfg.DataDir, cfg.MemoryLimit)
 	return b.String()
 }
 

@@ -17,7 +17,7 @@ func TestCheckGoodConfig(t *testing.T) {
 `)
 	r := forwarderCmd(t, "check", "-c", path)
 	want := path + ": OK\n" +
-		"2 sinks: archive (s3), pods (cloudwatch); inputs: forward on 127.0.0.1:0, http on 127.0.0.1:0; admin on 127.0.0.1:0; data_dir: " + dataDir + "\n"
+		"2 sinks: archive (s3, 32MiB of memory), pods (cloudwatch, 16MiB of memory); inputs: forward on 127.0.0.1:0, http on 127.0.0.1:0; admin on 127.0.0.1:0; data_dir: " + dataDir + "; memory_limit: 128MiB\n"
 	if r.code != exitOK || r.stdout != want || r.stderr != "" {
 		t.Errorf("check: exit %d\nstdout %q\nstderr %q\nwant exit 0 and stdout %q", r.code, r.stdout, r.stderr, want)
 	}
