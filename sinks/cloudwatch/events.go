@@ -31,12 +31,17 @@ type event struct {
 
 // message returns what a record ships as: its body, or the message_key field.
 func (s *Sink) message(r *sinks.Record) string {
+	return string(s.messageBytes(r))
+}
+
+// messageBytes is message without the copy: Size needs only its length.
+func (s *Sink) messageBytes(r *sinks.Record) []byte {
 	if s.messageKey != nil {
 		if v, ok := template.Lookup(r.Body, s.messageKey); ok && len(v) > 0 {
-			return string(v)
+			return v
 		}
 	}
-	return string(r.Body)
+	return r.Body
 }
 
 // events turns a batch into events, sorted by time, and the records that

@@ -166,7 +166,7 @@ func splitPartition(p string) (group, stream string) {
 
 // Size is what a record counts against a call's 1,048,576 bytes.
 func (s *Sink) Size(r *sinks.Record) int {
-	n := len(s.message(r))
+	n := len(s.messageBytes(r))
 	if n <= maxMessage {
 		return n + eventOverhead
 	}
