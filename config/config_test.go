@@ -573,6 +573,22 @@ sinks:
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("SinkBuffers() = %v, want %v", got, want)
 	}
+	// A CloudWatch sink alone: at most an eighth of the limit, 32 MiB, not all 96.
+	alone := *cfg
+	alone.Sinks = cfg.Sinks[1:2]
+	if got, want := alone.SinkBuffers(), map[string]int{"cw1": 32 << 20}; !reflect.DeepEqual(got, want) {
+		t.Errorf("a CloudWatch sink alone: SinkBuffers() = %v, want %v", got, want)
+	}
+	// An S3 sink alone takes all 96.
+	alone.Sinks = cfg.Sinks[:1]
+	if got, want := alone.SinkBuffers(), map[string]int{"archive": 96 << 20}; !reflect.DeepEqual(got, want) {
+		t.Errorf("an S3 sink alone: SinkBuffers() = %v, want %v", got, want)
+	}
+	got = cfg.SinkBuffers()
+	want = map[string]int{"archive": 48 << 20, "cw1": 24 << 20, "cw2": 24 << 20}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("SinkBuffers() = %v, want %v", got, want)
+	}
 	// At 32 MiB: 12 MiB in all, 6 for S3, and the CloudWatch sinks' 3 raised to the floor.
 	cfg.MemoryLimit = 32 * MiB
 	want = map[string]int{"archive": 6 << 20, "cw1": 4 << 20, "cw2": 4 << 20}

@@ -71,9 +71,11 @@ func (h *HTTP) setDefaults()    { *h = *defaultHTTP() }
 
 // SinkBuffers is how much memory each sink's records may hold, by sink name: three eighths
 // of memory_limit in all, an S3 sink weighing twice a CloudWatch one (an S3 object is built
-// from records held in memory, a CloudWatch request from at most 1 MiB of them), and no
-// sink below 4 MiB. The rest of the limit is for the inputs, the WAL, requests being built
-// and sent, and the garbage collector's room.
+// from records held in memory, a CloudWatch request from at most 1 MiB of them), a
+// CloudWatch sink at most an eighth of the limit (the requests it builds copy its records
+// twice over: the SDK's events and their JSON), and no sink below 4 MiB. The rest of the
+// limit is for the inputs, the WAL, requests being built and sent, and the garbage
+// collector's room.
 func (c *Config) SinkBuffers() map[string]int {
 	weight := func(s Sink) int64 {
 		if s.Type == SinkS3 {
@@ -87,7 +89,11 @@ func (c *Config) SinkBuffers() map[string]int {
 	}
 	out := make(map[string]int, len(c.Sinks))
 	for _, s := range c.Sinks {
-		out[s.Name] = int(max(int64(c.MemoryLimit)*3/8*weight(s)/total, int64(4*MiB)))
+		share := int64(c.MemoryLimit) * 3 / 8 * weight(s) / total
+		if s.Type == SinkCloudWatch {
+			share = min(share, int64(c.MemoryLimit)/8)
+		}
+		out[s.Name] = int(max(share, int64(4*MiB)))
 	}
 	return out
 }
