@@ -8,7 +8,7 @@ BIN      := bin/forwarder
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench crash clean e2e soak
+.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench bench-go bench-e2e crash clean e2e soak
 
 # Fuzz targets: package and target name.
 FUZZ_TARGETS := ./inputs/forward:FuzzDecode ./inputs/http:FuzzParseBody ./inputs/http:FuzzScanner ./template:FuzzLookup
@@ -58,9 +58,19 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-# Throughput and memory figures (records/s, MB/s) of every package's benchmarks.
-bench: deps
+# Throughput and memory figures: the Go benchmarks, then the real binary under cmd/loadgen.
+bench: bench-go bench-e2e
+
+# Every Go benchmark.
+bench-go: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s -timeout 30m ./...
+
+# The real binary driven by cmd/loadgen: ingest, a backlog (BENCH_BACKLOG, default 1GiB),
+# a drain to both sinks; see scripts/bench-e2e.sh and BENCHMARKS.md.
+bench-e2e: deps
+	@command -v curl >/dev/null 2>&1 && command -v ss >/dev/null 2>&1 || \
+		{ apt-get install -y curl iproute2 || { apt-get update && apt-get install -y curl iproute2; }; }
+	scripts/bench-e2e.sh
 
 # Long crash loops: SIGKILL an appending process 200 times and check every
 # acknowledged record each time; SIGKILL an appending and draining process

@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# The end-to-end figures of BENCHMARKS.md on the real binary, driven by cmd/loadgen:
+#   1. ingest: forward with acks (1 and 8 connections) and HTTP (8 clients), both sinks
+#      pointed at a refused endpoint, so that only ingest runs; records/s, MB/s, ack
+#      latency, peak RssAnon, forwarder CPU per record, WAL bytes per record;
+#   2. a backlog of BENCH_BACKLOG (default 1GiB; BENCHMARKS.md used 5GiB) written with
+#      `loadgen backlog`: time from start to /readyz 200, then 30 s of forward ingest on
+#      top of it, peak RssAnon;
+#   3. a drain of 2,130,000 records (140 MiB of WAL) to both sinks, against the emulators
+#      of a `forwarder dev` in another process: time until each sink's lag is 0, peak RssAnon.
+# It needs the ports of `forwarder dev` (24224, 8080, 9880, 4566, 4567) and 25224, 18080,
+# 19880 free, and about three times BENCH_BACKLOG of disk in BENCH_DIR (default a new
+# directory under /tmp). Run it on an otherwise idle machine: the figures depend on it.
+set -euo pipefail
+
+secs=${BENCH_SECONDS:-20}
+backlog=${BENCH_BACKLOG:-1GiB}
+dir=${BENCH_DIR:-$(mktemp -d /tmp/forwarder-bench.XXXXXX)}
+mkdir -p "$dir"
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+for port in 24224 8080 9880 4566 4567 25224 18080 19880; do
+	if ss -ltn "sport = :$port" | grep -q LISTEN; then
+		echo "bench-e2e: port $port is in use; stop what listens there first" >&2
+		exit 1
+	fi
+done
+
+echo "building into $dir"
+(cd "$root" && go build -o "$dir/forwarder" ./cmd/forwarder && go build -o "$dir/loadgen" ./cmd/loadgen)
+fwd=$dir/forwarder
+loadgen=$dir/loadgen
+export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_EC2_METADATA_DISABLED=true
+
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# config FILE DATA_DIR S3_ENDPOINT CW_ENDPOINT
+config() {
+	cat >"$1" <<EOF
+data_dir: $2
+log: {level: info, format: text}
+wal: {max_bytes: 100GiB}
+inputs:
+  forward: {listen: "127.0.0.1:25224"}
+  http: {listen: "127.0.0.1:18080"}
+admin: {listen: "127.0.0.1:19880"}
+sinks:
+  - name: archive
+    type: s3
+    match: "**"
+    bucket: forwarder-dev
+    region: us-east-1
+    endpoint: "$3"
+    path_style: true
+    max_object_age: 10s  # the last, partial object of a drain waits this long, not 5m
+  - name: cloudwatch
+    type: cloudwatch
+    match: "pod.**"
+    region: us-east-1
+    endpoint: "$4"
+    log_group: "/eks/\${record.kubernetes.namespace_name|default}"
+    log_stream: "\${record.kubernetes.pod_name|unknown}-\${hostname}"
+EOF
+}
+
+# start CONFIG LOG: starts the forwarder, waits for /readyz 200, sets PID and READY_MS.
+start() {
+	local t0
+	t0=$(date +%s%N)
+	"$fwd" run -c "$1" 2>"$2" &
+	PID=$!
+	pids+=("$PID")
+	until curl -sf -o /dev/null http://127.0.0.1:19880/readyz; do
+		if ! kill -0 "$PID" 2>/dev/null; then
+			echo "bench-e2e: the forwarder exited; its log:" >&2
+			tail -20 "$2" >&2
+			exit 1
+		fi
+		sleep 0.005
+	done
+	READY_MS=$((($(date +%s%N) - t0) / 1000000))
+}
+
+# watch PID FILE: writes the peak RssAnon (KiB) of PID to FILE until PID exits.
+watch() {
+	(
+		peak=0
+		while [ -r "/proc/$1/status" ]; do
+			v=$(awk '/^RssAnon/{print $2}' "/proc/$1/status" 2>/dev/null || true)
+			if [ -n "$v" ] && [ "$v" -gt "$peak" ]; then
+				peak=$v
+				echo "$peak" >"$2"
+			fi
+			sleep 0.1
+		done
+	) &
+}
+
+cpu() { awk '{print ($14+$15)/100}' "/proc/$1/stat"; }
+
+stop() {
+	kill -TERM "$1"
+	wait "$1" || true
+}
+
+# result LABEL JSON CPU_S PEAK_KIB: one line of the summary.
+result() {
+	python3 - "$@" <<'EOF'
+import json, sys
+label, js, cpu, peak = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+n = js["acked_records"]
+print(f"{label:<34} {js['records_per_sec']:>10,.0f} rec/s {js['mb_per_sec']:>7.1f} MB/s  p50 {js['p50_ms']:>6.1f} ms  p99 {js['p99_ms']:>6.1f} ms  "
+      f"peak RssAnon {peak/1024:>6.1f} MiB  fwd CPU {cpu/max(n,1)*1e6:>4.1f} us/record")
+EOF
+}
+
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+refused=http://127.0.0.1:1
+
+echo "== ingest, both sinks refused, ${secs} s a run, batches of 1,000 records of 250 bytes"
+for run in "forward 1" "forward 8" "http 8"; do
+	set -- $run
+	rm -rf "$dir/ingest"
+	config "$dir/ingest.yaml" "$dir/ingest" "$refused" "$refused"
+	start "$dir/ingest.yaml" "$dir/ingest.log"
+	watch "$PID" "$dir/peak"
+	if [ "$1" = forward ]; then
+		js=$("$loadgen" forward -addr 127.0.0.1:25224 -conns "$2" -batch 1000 -size 250 -duration "${secs}s" -json)
+	else
+		js=$("$loadgen" http -url http://127.0.0.1:18080/v1/logs/pod.shop -clients "$2" -batch 1000 -size 250 -duration "${secs}s" -json)
+	fi
+	c=$(cpu "$PID")
+	stop "$PID"
+	result "$1, $2 connection(s)" "$js" "$c" "$(cat "$dir/peak")"
+	"$fwd" wal stats --json -c "$dir/ingest.yaml" | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+n = max(s["records"], 1)
+print("%-34s WAL: %.1f file bytes and %.1f live bytes per record" % ("", s["file_bytes"] / n, s["live_bytes"] / n))'
+done
+
+echo "== backlog of $backlog (loadgen backlog), both sinks refused"
+rm -rf "$dir/backlog"
+"$loadgen" backlog -data "$dir/backlog" -bytes "$backlog"
+config "$dir/backlog.yaml" "$dir/backlog" "$refused" "$refused"
+start "$dir/backlog.yaml" "$dir/backlog.log"
+echo "start to /readyz 200: ${READY_MS} ms (page cache warm)"
+watch "$PID" "$dir/peak"
+js=$("$loadgen" forward -addr 127.0.0.1:25224 -conns 8 -batch 1000 -size 250 -duration 30s -json)
+c=$(cpu "$PID")
+stop "$PID"
+result "forward, 8 conns, on the backlog" "$js" "$c" "$(cat "$dir/peak")"
+rm -rf "$dir/backlog"
+
+echo "== drain of 2,130,000 records to both sinks (emulators of forwarder dev in another process)"
+mkdir -p "$dir/emu"
+(cd "$dir/emu" && exec "$fwd" dev --reset >"$dir/emu.log" 2>&1) &
+pids+=("$!")
+until curl -s -o /dev/null http://127.0.0.1:4567/ 2>/dev/null && curl -s -o /dev/null http://127.0.0.1:4566/ 2>/dev/null; do sleep 0.1; done
+rm -rf "$dir/drain"
+"$loadgen" backlog -data "$dir/drain" -bytes 140MiB
+config "$dir/drain.yaml" "$dir/drain" http://127.0.0.1:4566 http://127.0.0.1:4567
+t0=$(date +%s%N)
+start "$dir/drain.yaml" "$dir/drain.log"
+watch "$PID" "$dir/peak"
+declare -A drained=()
+while [ "${#drained[@]}" -lt 2 ]; do
+	st=$(curl -s http://127.0.0.1:19880/status || true)
+	for s in archive cloudwatch; do
+		lag=$(echo "$st" | python3 -c "import json,sys; print([k for k in json.load(sys.stdin)['sinks'] if k['sink']=='$s'][0]['lag_records'])" 2>/dev/null || true)
+		if [ "$lag" = 0 ] && [ -z "${drained[$s]:-}" ]; then
+			drained[$s]=$((($(date +%s%N) - t0) / 1000000))
+			echo "$s drained after ${drained[$s]} ms"
+		fi
+	done
+	sleep 0.2
+done
+c=$(cpu "$PID")
+stop "$PID"
+echo "forwarder CPU ${c} s, peak RssAnon $(($(cat "$dir/peak") / 1024)) MiB"
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
