@@ -14,8 +14,9 @@ import (
 // TestMemoryBound: both destinations fail every request while clients send
 // as fast as their acks allow, far more than the sinks may hold. With the
 // default memory_limit (128 MiB: shares of 32 MiB for S3 and 16 MiB for
-// CloudWatch), the sinks hold no more than their shares and one read of the
-// WAL, and the forwarder's anonymous memory stays under 150 MB, while the
+// CloudWatch), the sinks hold no more than their shares, the batches waiting
+// for a retry and one read of the WAL, and the forwarder's anonymous memory
+// stays under 150 MB, while the
 // backlog grows and then while it drains. Everything acknowledged is then
 // delivered.
 func TestMemoryBound(t *testing.T) {
@@ -40,7 +41,9 @@ func TestMemoryBound(t *testing.T) {
 	const read = 10000 * 600 // one read of the WAL: 10,000 records, counted at most 600 bytes each here
 	share := map[string]int64{"archive": 32 << 20, "cloudwatch": 16 << 20}
 	for _, s := range st.Sinks {
-		if s.Buffered > share[s.Sink]+read {
+		// The share bounds what is queued and in flight; batches waiting for a
+		// retry come on top, cut from no more than the share.
+		if s.Buffered > 2*share[s.Sink]+read {
 			t.Errorf("sink %s holds %d bytes of records, its share is %d", s.Sink, s.Buffered, share[s.Sink])
 		}
 		if s.Buffered < share[s.Sink]/2 {

@@ -20,9 +20,10 @@ import (
 type Options struct {
 	Match           func(tag string) bool // records whose tag it refuses are not for this sink; nil: all
 	ShutdownTimeout time.Duration         // in-flight sends get this long at shutdown; default 30s
-	// MaxBufferedBytes bounds the memory of the records the drainer holds:
-	// those waiting in partitions and those in batches being sent or
-	// retried. Default 64 MiB.
+	// MaxBufferedBytes bounds the memory of the records the drainer holds
+	// in partitions and in batches being sent; batches waiting to be sent
+	// again after a failure come on top (one per failing partition).
+	// Default 64 MiB.
 	MaxBufferedBytes int
 	ReadBatch        int           // records per WAL read; default 10,000
 	RetryMin         time.Duration // first retry delay; default 200ms
@@ -284,8 +285,9 @@ type loop struct {
 	// request on its own schedule.
 	failStreak   int
 	retryUntil   time.Time
-	probe        *partition // the one batch sent while retrying
-	probeFails   int        // failed probes in a row: the sink-wide backoff's exponent
+	probe        *partition          // the one batch sent while retrying
+	probeFails   int                 // failed probes in a row: the sink-wide backoff's exponent
+	failParts    map[*partition]bool // the partitions of the streak
 	throttles    int
 	paused       *sinks.Error // set while a sink-permanent error pauses the sink
 	pauseRetryAt time.Time
@@ -369,13 +371,15 @@ func (l *loop) run(ctx context.Context) error {
 			// so that the next batch can gather while this one is sent.
 			l.cutLargest(now)
 		}
-		if l.buffered >= d.opts.MaxBufferedBytes && l.failStreak < failingAfter {
-			// Some partitions fail while others send: free what the failing
-			// ones hold, so that the others keep being read. When every
-			// send fails, reading ahead would only be undone.
+		if l.buffered >= d.opts.MaxBufferedBytes {
+			// Free what partitions waiting out a retry have queued, so that
+			// the others keep being read.
 			l.spill(now)
 		}
-		if stopping || l.buffered >= d.opts.MaxBufferedBytes {
+		// Batches waiting for a retry are not counted here: they are bounded
+		// by the partitions that fail, and counting them would let a few
+		// failing partitions stop every other one from being read.
+		if stopping || l.buffered >= d.opts.MaxBufferedBytes && l.buffered-l.waitingBatches() >= d.opts.MaxBufferedBytes {
 			in = nil // push back on the reader
 		}
 		resetTimer(timer, l.nextWake(now))
@@ -676,7 +680,7 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 		}
 		p.busy = true
 		l.inflight++
-		if l.failStreak >= failingAfter {
+		if l.retrying() {
 			l.probe = p
 		}
 		b := &sinks.Batch{Partition: p.key, Records: p.batch, State: l.d.st}
@@ -695,8 +699,19 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 }
 
 // failingAfter is how many retryable failures in a row, with no success
-// between them, make the sink retry one batch at a time.
+// between them and of at least two partitions, make the sink retry one batch
+// at a time. One partition failing alone is its own affair.
 const failingAfter = 3
+
+func (l *loop) retrying() bool {
+	return l.failStreak >= failingAfter && len(l.failParts) >= 2
+}
+
+// endStreak: the destination answered.
+func (l *loop) endStreak() {
+	l.failStreak, l.retryUntil, l.probe, l.probeFails = 0, time.Time{}, nil, 0
+	clear(l.failParts)
+}
 
 func (l *loop) backoff(attempts int) time.Duration {
 	d := l.d.opts.RetryMin << min(attempts-1, 20)
@@ -708,7 +723,7 @@ func (l *loop) backoff(attempts int) time.Duration {
 func (l *loop) onResult(r sendResult, now time.Time) {
 	d, p := l.d, r.p
 	if r.err == nil {
-		l.failStreak, l.retryUntil, l.probe, l.probeFails = 0, time.Time{}, nil, 0
+		l.endStreak()
 		if l.paused != nil {
 			d.log.Info("sink recovered: deliveries resumed", "was", l.paused.Reason)
 			l.paused = nil
@@ -721,6 +736,7 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 	l.lastErr, l.lastErrAt = e.Error(), now
 	l.failures[e.Class.String()+"/"+e.Reason]++
 	if e.Class == sinks.RecordPermanent {
+		l.endStreak()                         // the destination answered
 		l.deliver(p, nil, nil, e.Reason, now) // the whole batch is dead-lettered
 		return
 	}
@@ -750,7 +766,12 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		wait := l.backoff(p.attempts)
 		d.log.Debug("send failed, will retry", "partition_attempt", p.attempts, "reason", e.Reason, "wait", wait, "error", e.Err)
 		l.due.schedule(p, now.Add(wait))
-		if l.failStreak++; l.failStreak >= failingAfter {
+		l.failStreak++
+		if l.failParts == nil {
+			l.failParts = map[*partition]bool{}
+		}
+		l.failParts[p] = true
+		if l.retrying() {
 			// Sends that were in flight together fail together: only a
 			// failed probe makes the sink-wide wait longer.
 			if p == l.probe {
@@ -948,6 +969,36 @@ func (l *loop) onCommitted(c *commitReq, now time.Time) {
 	l.scheduleQueue(p, now)
 }
 
+// waitingBatches is the memory of batches waiting for a retry (not in flight).
+func (l *loop) waitingBatches() int {
+	n := 0
+	for _, p := range l.parts {
+		if !p.busy {
+			n += p.batchMem
+		}
+	}
+	return n
+}
+
+// detach gives a batch records and bodies of its own, so that the queue's
+// array and the read buffers it shared can go.
+func detach(batch []sinks.Record) []sinks.Record {
+	size := 0
+	for i := range batch {
+		size += len(batch[i].Body)
+	}
+	out := make([]sinks.Record, len(batch))
+	buf := make([]byte, 0, size)
+	for i, r := range batch {
+		start := len(buf)
+		buf = append(buf, r.Body...)
+		r.Body = buf[start:len(buf):len(buf)]
+		out[i] = r
+	}
+	clear(batch)
+	return out
+}
+
 // spill frees memory held by partitions that are waiting out a retry: the
 // records they hold are read again from the WAL when they can send.
 func (l *loop) spill(now time.Time) {
@@ -961,6 +1012,7 @@ func (l *loop) spill(now time.Time) {
 		}
 		p.spillFrom = p.queue[0].Seq
 		l.buffered -= p.mem
+		p.batch = detach(p.batch)
 		clear(p.queue)
 		p.queue, p.sizes, p.size, p.mem = nil, nil, 0, 0
 		l.open--
@@ -1133,7 +1185,7 @@ func (l *loop) updateStatus() {
 		state = "paused"
 	case time.Now().Before(l.throttleUntil):
 		state = "throttled"
-	case l.failStreak >= failingAfter:
+	case l.retrying():
 		state = "retrying"
 	}
 	d.lagRecords.Set(float64(lag))

@@ -1,0 +1,125 @@
+package queue
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// deliveredOf counts deliveries of the records first..last.
+func deliveredOf(s *testSink, first, last uint64) int {
+	got, _, _ := s.snapshot()
+	n := 0
+	for seq := first; seq <= last; seq++ {
+		n += got[seq]
+	}
+	return n
+}
+
+// A run of one failing partition's records that fills memory does not keep
+// the healthy partition behind it from being read and delivered.
+func TestFailingRunDoesNotBlockOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 20, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})
+		s.setFail(func(b *sinks.Batch) error {
+			if b.Partition == "bad" {
+				return sinks.NewRetryable("http_500", fmt.Errorf("internal error"))
+			}
+			return nil
+		})
+		r := start(w, "s", s, Options{MaxBufferedBytes: 64 << 10, ReadBatch: 200})
+		appendN(t, w, 30, func(int) string { return "bad" }, 1000)
+		time.Sleep(time.Minute) // several failures in a row, all of one partition
+		appendN(t, w, 1000, func(int) string { return "bad" }, 1000)
+		last := appendN(t, w, 500, func(int) string { return "good" }, 1000)
+		time.Sleep(30 * time.Minute)
+		synctest.Wait()
+		if n := deliveredOf(s, last-499, last); n != 500 {
+			t.Fatalf("healthy partition: %d of 500 records delivered after 30 minutes; status %+v", n, r.d.Status())
+		}
+		s.setFail(nil)
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d after the partition recovered, want %d", pos, last)
+		}
+		r.stop(t)
+		s.check(t)
+	})
+}
+
+// Failing partitions whose batches alone fill memory do not keep a healthy
+// partition behind them from being read and delivered.
+func TestFailingBatchesDoNotBlockOthers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 20, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+		s.setFail(func(b *sinks.Batch) error {
+			if strings.HasPrefix(b.Partition, "bad") {
+				return sinks.NewRetryable("http_500", fmt.Errorf("internal error"))
+			}
+			return nil
+		})
+		r := start(w, "s", s, Options{MaxBufferedBytes: 64 << 10, ReadBatch: 200})
+		appendN(t, w, 120, func(i int) string { return fmt.Sprintf("bad%d", i%4) }, 1000)
+		time.Sleep(time.Second)
+		last := appendN(t, w, 500, func(int) string { return "good" }, 1000)
+		time.Sleep(30 * time.Minute)
+		synctest.Wait()
+		if n := deliveredOf(s, last-499, last); n != 500 {
+			t.Fatalf("healthy partition: %d of 500 records delivered after 30 minutes; status %+v", n, r.d.Status())
+		}
+		s.setFail(nil)
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d after the partitions recovered, want %d", pos, last)
+		}
+		r.stop(t)
+		s.check(t)
+	})
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// Spilling a stuck partition frees its memory, not just the count of it: the
+// batch it keeps for the retry does not hold the queue's array or the read
+// buffers it shared with the spilled records.
+func TestSpillFreesMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 5, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 1})
+		s.setFail(func(b *sinks.Batch) error { return sinks.NewRetryable("http_500", fmt.Errorf("internal error")) })
+		appendN(t, w, 100000, func(int) string { return "bad" }, 100)
+		base := heapInUse()
+		r := start(w, "s", s, Options{MaxBufferedBytes: 8 << 20, ReadBatch: 20000, RetryMin: time.Hour, RetryMax: time.Hour})
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		st := r.d.Status()
+		grown := int64(heapInUse()) - int64(base)
+		if st.Buffered > 64<<10 {
+			t.Fatalf("%d bytes counted after the spill", st.Buffered)
+		}
+		if grown > 2<<20 {
+			t.Fatalf("the heap grew by %d bytes with %d counted: spilled memory is still held", grown, st.Buffered)
+		}
+		s.setFail(nil)
+		r.stop(t)
+	})
+}
