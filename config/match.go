@@ -98,6 +98,9 @@ func (m *TagMatcher) Match(tag string) bool {
 			break
 		}
 	}
+	if len(*m.cache.Load()) >= maxCachedTags {
+		return match // full: no lock for tags that will not be remembered
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if old := *m.cache.Load(); len(old) < maxCachedTags {
