@@ -22,71 +22,56 @@ func deliveredOf(s *testSink, first, last uint64) int {
 	return n
 }
 
-// A run of one failing partition's records that fills memory does not keep
-// the healthy partition behind it from being read and delivered.
-func TestFailingRunDoesNotBlockOthers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		w := openWAL(t, wal.Options{})
-		defer w.Close()
-		s := newTestSink(sinks.Limits{MaxRecords: 20, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})
-		s.setFail(func(b *sinks.Batch) error {
-			if b.Partition == "bad" {
-				return sinks.NewRetryable("http_500", fmt.Errorf("internal error"))
-			}
-			return nil
+// Failing partitions do not keep a healthy partition behind them from being
+// read and delivered: not when a run of one failing partition's records fills
+// memory, and not when the failing partitions' batches alone fill it. Once
+// they recover, everything is delivered, once.
+func TestFailingPartitionsDoNotBlockOthers(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		concurrency int
+		fill        func(t *testing.T, w *wal.WAL) // appends the failing partitions' records
+	}{
+		{"run of one partition", 2, func(t *testing.T, w *wal.WAL) {
+			appendN(t, w, 30, func(int) string { return "bad" }, 1000)
+			time.Sleep(time.Minute) // several failures in a row, all of one partition
+			appendN(t, w, 1000, func(int) string { return "bad" }, 1000)
+		}},
+		{"batches of four partitions", 4, func(t *testing.T, w *wal.WAL) {
+			appendN(t, w, 120, func(i int) string { return fmt.Sprintf("bad%d", i%4) }, 1000)
+			time.Sleep(time.Second)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := openWAL(t, wal.Options{})
+				defer w.Close()
+				s := newTestSink(sinks.Limits{MaxRecords: 20, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: c.concurrency})
+				s.setFail(func(b *sinks.Batch) error {
+					if strings.HasPrefix(b.Partition, "bad") {
+						return sinks.NewRetryable("http_500", fmt.Errorf("internal error"))
+					}
+					return nil
+				})
+				r := start(w, "s", s, Options{MaxBufferedBytes: 64 << 10, ReadBatch: 200})
+				c.fill(t, w)
+				last := appendN(t, w, 500, func(int) string { return "good" }, 1000)
+				time.Sleep(30 * time.Minute)
+				synctest.Wait()
+				if n := deliveredOf(s, last-499, last); n != 500 {
+					t.Fatalf("healthy partition: %d of 500 records delivered after 30 minutes; status %+v", n, r.d.Status())
+				}
+				s.setFail(nil)
+				time.Sleep(10 * time.Minute)
+				synctest.Wait()
+				if pos, _ := w.Cursor("s"); pos != last {
+					t.Fatalf("cursor %d after the partitions recovered, want %d", pos, last)
+				}
+				r.stop(t)
+				s.check(t)
+			})
 		})
-		r := start(w, "s", s, Options{MaxBufferedBytes: 64 << 10, ReadBatch: 200})
-		appendN(t, w, 30, func(int) string { return "bad" }, 1000)
-		time.Sleep(time.Minute) // several failures in a row, all of one partition
-		appendN(t, w, 1000, func(int) string { return "bad" }, 1000)
-		last := appendN(t, w, 500, func(int) string { return "good" }, 1000)
-		time.Sleep(30 * time.Minute)
-		synctest.Wait()
-		if n := deliveredOf(s, last-499, last); n != 500 {
-			t.Fatalf("healthy partition: %d of 500 records delivered after 30 minutes; status %+v", n, r.d.Status())
-		}
-		s.setFail(nil)
-		time.Sleep(10 * time.Minute)
-		synctest.Wait()
-		if pos, _ := w.Cursor("s"); pos != last {
-			t.Fatalf("cursor %d after the partition recovered, want %d", pos, last)
-		}
-		r.stop(t)
-		s.check(t)
-	})
-}
-
-// Failing partitions whose batches alone fill memory do not keep a healthy
-// partition behind them from being read and delivered.
-func TestFailingBatchesDoNotBlockOthers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		w := openWAL(t, wal.Options{})
-		defer w.Close()
-		s := newTestSink(sinks.Limits{MaxRecords: 20, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
-		s.setFail(func(b *sinks.Batch) error {
-			if strings.HasPrefix(b.Partition, "bad") {
-				return sinks.NewRetryable("http_500", fmt.Errorf("internal error"))
-			}
-			return nil
-		})
-		r := start(w, "s", s, Options{MaxBufferedBytes: 64 << 10, ReadBatch: 200})
-		appendN(t, w, 120, func(i int) string { return fmt.Sprintf("bad%d", i%4) }, 1000)
-		time.Sleep(time.Second)
-		last := appendN(t, w, 500, func(int) string { return "good" }, 1000)
-		time.Sleep(30 * time.Minute)
-		synctest.Wait()
-		if n := deliveredOf(s, last-499, last); n != 500 {
-			t.Fatalf("healthy partition: %d of 500 records delivered after 30 minutes; status %+v", n, r.d.Status())
-		}
-		s.setFail(nil)
-		time.Sleep(10 * time.Minute)
-		synctest.Wait()
-		if pos, _ := w.Cursor("s"); pos != last {
-			t.Fatalf("cursor %d after the partitions recovered, want %d", pos, last)
-		}
-		r.stop(t)
-		s.check(t)
-	})
+	}
 }
 
 func heapInUse() uint64 {
