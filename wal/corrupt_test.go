@@ -165,7 +165,7 @@ func TestCorruptionNeverReturnsWrongData(t *testing.T) {
 	recs := makeRecords(r, "x", 20, 60)
 	e := encodeEntries(recs)[0]
 	value := append([]byte(nil), e.finish(42)...)
-	want, err := decodeEntry(42, value, nil)
+	want, err := decodeEntry(42, value, nil, nil)
 	if err != nil || len(want) != 20 {
 		t.Fatalf("clean entry: %v", err)
 	}
@@ -173,7 +173,7 @@ func TestCorruptionNeverReturnsWrongData(t *testing.T) {
 		for _, bit := range []byte{0x01, 0x80} {
 			v := append([]byte(nil), value...)
 			v[i] ^= bit
-			got, err := decodeEntry(42, v, nil)
+			got, err := decodeEntry(42, v, nil, nil)
 			if err == nil {
 				t.Fatalf("flipping bit %x of byte %d went unnoticed", bit, i)
 			}
@@ -183,12 +183,12 @@ func TestCorruptionNeverReturnsWrongData(t *testing.T) {
 		}
 	}
 	// The key is covered too: the same value under another key is damage.
-	if _, err := decodeEntry(43, value, nil); err == nil {
+	if _, err := decodeEntry(43, value, nil, nil); err == nil {
 		t.Fatal("an entry moved to another key went unnoticed")
 	}
 	// And a truncated value.
 	for _, n := range []int{0, 5, entryHeaderLen, len(value) - 1} {
-		if _, err := decodeEntry(42, value[:n], nil); err == nil {
+		if _, err := decodeEntry(42, value[:n], nil, nil); err == nil {
 			t.Fatalf("entry cut to %d bytes went unnoticed", n)
 		}
 	}

@@ -183,16 +183,16 @@ var (
 
 // decodeEntry verifies and decodes the entry stored at key first. value may
 // point into the memory map: every returned record is backed by new memory.
-func decodeEntry(first uint64, value []byte, dst []Record) ([]Record, error) {
+func decodeEntry(first uint64, value []byte, dst []Record, tags tagTable) ([]Record, error) {
 	n0 := len(dst)
-	out, err := decodeInto(first, value, dst)
+	out, err := decodeInto(first, value, dst, tags)
 	if err != nil {
 		return dst[:n0], err
 	}
 	return out, nil
 }
 
-func decodeInto(first uint64, value []byte, dst []Record) ([]Record, error) {
+func decodeInto(first uint64, value []byte, dst []Record, tags tagTable) ([]Record, error) {
 	if len(value) < entryHeaderLen {
 		return dst, errShortEntry
 	}
@@ -230,7 +230,7 @@ func decodeInto(first uint64, value []byte, dst []Record) ([]Record, error) {
 	for len(raw) > 0 {
 		var r Record
 		var ok bool
-		if r, raw, ok = parseRecord(raw, tag); !ok {
+		if r, raw, ok = parseRecord(raw, tag, tags); !ok {
 			return dst, fmt.Errorf("%w: record %d is truncated", errFraming, seq)
 		}
 		r.Seq = seq
@@ -244,10 +244,19 @@ func decodeInto(first uint64, value []byte, dst []Record) ([]Record, error) {
 	return dst, nil
 }
 
+// maxSharedTags bounds a tagTable: a read of records with ever new tags
+// does not build a map of them all.
+const maxSharedTags = 4096
+
+// tagTable holds the tags a read has decoded, so that records of the same
+// tag share one string; nil shares only consecutive tags.
+type tagTable map[string]string
+
 // parseRecord parses the record at the start of b. Its tag is prevTag
-// when the bytes are the same: the records of an entry mostly share a
-// tag, and then they share one string instead of allocating one each.
-func parseRecord(b []byte, prevTag string) (Record, []byte, bool) {
+// when the bytes are the same (the records of an entry mostly share a
+// tag), or else the one in tags: they share one string instead of
+// allocating one each.
+func parseRecord(b []byte, prevTag string, tags tagTable) (Record, []byte, bool) {
 	var r Record
 	t, n := binary.Varint(b)
 	if n <= 0 {
@@ -260,8 +269,13 @@ func parseRecord(b []byte, prevTag string) (Record, []byte, bool) {
 	}
 	if t := b[n : n+int(tl)]; string(t) == prevTag {
 		r.Tag = prevTag
+	} else if s, ok := tags[string(t)]; ok {
+		r.Tag = s
 	} else {
 		r.Tag = string(t)
+		if tags != nil && len(tags) < maxSharedTags {
+			tags[r.Tag] = r.Tag
+		}
 	}
 	b = b[n+int(tl):]
 	bl, n := binary.Uvarint(b)

@@ -28,7 +28,8 @@ func entryFirsts(t *testing.T, w *WAL) []uint64 {
 
 // TestReadAllocations: Read allocates its result once, no larger than the
 // entries it decoded, and the records of an entry that share a tag share
-// its string; tags that differ stay right.
+// its string, as do those of one read that share a tag; tags that differ
+// stay right.
 func TestReadAllocations(t *testing.T) {
 	w := openT(t, t.TempDir(), Options{})
 	defer w.Close()
@@ -38,7 +39,7 @@ func TestReadAllocations(t *testing.T) {
 		recs := makeRecords(r, fmt.Sprint(i), 1000, 250)
 		if i == 9 {
 			for j := range recs {
-				recs[j].Tag = []string{"a", "b", "b", "", "b"}[j%5]
+				recs[j].Tag = []string{"web.a", "web.b", "web.b", "", "web.b"}[j%5]
 			}
 		}
 		appendT(t, w, recs, "")
@@ -99,5 +100,17 @@ func TestReadAllocations(t *testing.T) {
 	})
 	if limit := 2*entries + 1 + bboltAllocs; allocs > float64(limit) {
 		t.Errorf("reading 4,000 records from %d entries took %v allocations, want at most %d", entries, allocs, limit)
+	}
+
+	// Interleaved tags are shared across the read too: a string per
+	// distinct tag, not one per change of tag (400 here), and a small map.
+	entries, _ = entriesOf(9001, 10000)
+	allocs = testing.AllocsPerRun(5, func() {
+		if _, err := w.Read(9001, 1000, 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if limit := entries + 2 + 4 + 1 + bboltAllocs; allocs > float64(limit) {
+		t.Errorf("reading 1,000 records of alternating tags from %d entries took %v allocations, want at most %d", entries, allocs, limit)
 	}
 }

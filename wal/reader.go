@@ -24,11 +24,12 @@ func (w *WAL) Read(from uint64, maxRecords, maxBytes int) ([]Record, error) {
 			out = make([]Record, 0, readCap(tx.Bucket(bucketEntries).Cursor(), k, from, maxRecords, maxBytes))
 		}
 		size := 0
+		tags := tagTable{}
 		for ; k != nil; k, v = c.Next() {
 			first := binary.BigEndian.Uint64(k)
 			n0 := len(out)
 			var err error
-			if out, err = decodeEntry(first, v, out); err != nil {
+			if out, err = decodeEntry(first, v, out, tags); err != nil {
 				return w.corruption(first, v, err)
 			}
 			// Drop what precedes from in the first entry.
@@ -89,7 +90,7 @@ func (w *WAL) ReadRange(first, last uint64) ([]Record, error) {
 		c := tx.Bucket(bucketEntries).Cursor()
 		for k, v := seekEntry(c, first); k != nil && binary.BigEndian.Uint64(k) <= last; k, v = c.Next() {
 			key := binary.BigEndian.Uint64(k)
-			recs, err := decodeEntry(key, v, nil)
+			recs, err := decodeEntry(key, v, nil, nil)
 			if err != nil {
 				return w.corruption(key, v, err)
 			}
@@ -286,7 +287,7 @@ func (w *WAL) Verify() VerifyReport {
 				rep.Problems = append(rep.Problems, &CorruptionError{Path: w.path, FirstSeq: first, Offset: -1,
 					Err: fmt.Errorf("gap: expected an entry starting at record %d", expect)})
 			}
-			recs, err := decodeEntry(first, v, nil)
+			recs, err := decodeEntry(first, v, nil, nil)
 			if err != nil {
 				rep.Problems = append(rep.Problems, w.corruption(first, v, err))
 				n, ok := entryCount(v)
