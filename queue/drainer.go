@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -268,6 +269,7 @@ type loop struct {
 	due      dueHeap
 	marks    map[string]uint64 // delivered marks committed ahead of the cursor
 	route    []routed          // ingest's scratch
+	probeRec sinks.Record      // ingest's record for Partition (a local would escape: one allocation per record)
 	buffered int               // recordMem of every record held: queued and in batches
 	batched  int               // the part of buffered in batches
 	open     int               // partitions with queued records
@@ -483,9 +485,9 @@ func (l *loop) ingest(recs []wal.Record, now time.Time) {
 		if r.Seq <= l.cursor || d.opts.Match != nil && !d.opts.Match(r.Tag) {
 			continue
 		}
-		rec := sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
-		key := d.sink.Partition(&rec)
-		if m, ok := l.marks[key]; ok && rec.Seq <= m {
+		l.probeRec = sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
+		key := d.sink.Partition(&l.probeRec)
+		if m, ok := l.marks[key]; ok && r.Seq <= m {
 			d.skipped.Inc()
 			continue
 		}
@@ -513,6 +515,7 @@ func (l *loop) ingest(recs []wal.Record, now time.Time) {
 	for _, rt := range route {
 		rt.p.arena = nil // the next read starts buffers of its own
 	}
+	l.probeRec = sinks.Record{}
 	clear(route)
 	l.route = route[:0]
 }
@@ -530,8 +533,16 @@ func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 	} else {
 		p.lo, p.hi = min(p.lo, rec.Time), max(p.hi, rec.Time)
 	}
-	size := l.d.sink.Size(&rec)
+	if len(p.queue) == cap(p.queue) {
+		// Grow by as many records as the last batch took (doubling from a
+		// few records up to a batch of thousands copies and clears the
+		// queue over and over), and at least double.
+		n := max(len(p.queue), min(p.lastCut, l.lim.MaxRecords), 16)
+		p.queue = slices.Grow(p.queue, n)
+		p.sizes = slices.Grow(p.sizes, n)
+	}
 	p.queue = append(p.queue, rec)
+	size := l.d.sink.Size(&p.queue[len(p.queue)-1]) // rec itself would escape
 	p.sizes = append(p.sizes, int32(size))
 	p.size += size
 	mem := recordMem(&rec)
@@ -633,6 +644,7 @@ func (l *loop) cut(p *partition) []sinks.Record {
 	// with the batch.
 	batch := p.queue[:n:n]
 	p.queue, p.sizes = p.queue[n:], p.sizes[n:]
+	p.lastCut = n
 	if len(p.queue) == 0 {
 		l.open--
 	} else if l.lim.MaxSpan > 0 {

@@ -10,14 +10,15 @@ import (
 // partition is one destination stream or key prefix: records wait in
 // queue, at most one batch is in flight.
 type partition struct {
-	key   string
-	queue []sinks.Record // read, not yet in a batch, in sequence order
-	sizes []int32        // Sink.Size of each record of queue
-	size  int            // sum of sizes
-	lo    int64          // earliest event time in queue (when not empty)
-	hi    int64          // latest event time in queue
-	mem   int            // memory held by queue
-	since time.Time      // when the oldest queued record was read
+	key     string
+	queue   []sinks.Record // read, not yet in a batch, in sequence order
+	sizes   []int32        // Sink.Size of each record of queue
+	size    int            // sum of sizes
+	lo      int64          // earliest event time in queue (when not empty)
+	hi      int64          // latest event time in queue
+	mem     int            // memory held by queue
+	since   time.Time      // when the oldest queued record was read
+	lastCut int            // records in the last batch cut: how far the queue grows at once
 
 	arena []byte // ingest: where this read's bodies of the partition are copied
 	need  int    // ingest: bytes of this read's bodies still to copy
