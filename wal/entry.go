@@ -183,16 +183,34 @@ var (
 
 // decodeEntry verifies and decodes the entry stored at key first. value may
 // point into the memory map: every returned record is backed by new memory.
-func decodeEntry(first uint64, value []byte, dst []Record, tags tagTable) ([]Record, error) {
+func decodeEntry(first uint64, value []byte, dst []Record, d *decoder) ([]Record, error) {
 	n0 := len(dst)
-	out, err := decodeInto(first, value, dst, tags)
+	out, err := decodeInto(first, value, dst, d)
 	if err != nil {
 		return dst[:n0], err
 	}
 	return out, nil
 }
 
-func decodeInto(first uint64, value []byte, dst []Record, tags tagTable) ([]Record, error) {
+// decoder is what the entries of one read share: the tags decoded so far,
+// and memory for their records' bytes (a ReadBuffer's); nil shares
+// neither.
+type decoder struct {
+	tags    tagTable
+	scratch []byte // the records' bytes go at its end while it has room
+}
+
+// alloc returns n bytes for an entry's records.
+func (d *decoder) alloc(n int) []byte {
+	if d == nil || cap(d.scratch)-len(d.scratch) < n {
+		return make([]byte, n)
+	}
+	i := len(d.scratch)
+	d.scratch = d.scratch[:i+n]
+	return d.scratch[i : i+n : i+n]
+}
+
+func decodeInto(first uint64, value []byte, dst []Record, d *decoder) ([]Record, error) {
 	if len(value) < entryHeaderLen {
 		return dst, errShortEntry
 	}
@@ -215,18 +233,23 @@ func decodeInto(first uint64, value []byte, dst []Record, tags tagTable) ([]Reco
 			return dst, fmt.Errorf("%w: decoded length %d, header says %d", errFraming, n, rawLen)
 		}
 		var err error
-		if raw, err = s2.Decode(make([]byte, rawLen), payload); err != nil {
+		if raw, err = s2.Decode(d.alloc(rawLen), payload); err != nil {
 			return dst, fmt.Errorf("decompress entry: %w", err)
 		}
 	} else {
 		if len(payload) != rawLen {
 			return dst, fmt.Errorf("%w: payload length %d, header says %d", errFraming, len(payload), rawLen)
 		}
-		raw = append([]byte(nil), payload...)
+		raw = d.alloc(rawLen)
+		copy(raw, payload)
 	}
 	dst = slices.Grow(dst, count)
 	seq := first
 	tag := ""
+	var tags tagTable
+	if d != nil {
+		tags = d.tags
+	}
 	for len(raw) > 0 {
 		var r Record
 		var ok bool

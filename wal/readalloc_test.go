@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand"
@@ -112,5 +113,57 @@ func TestReadAllocations(t *testing.T) {
 	})
 	if limit := entries + 2 + 4 + 1 + bboltAllocs; allocs > float64(limit) {
 		t.Errorf("reading 1,000 records of alternating tags from %d entries took %v allocations, want at most %d", entries, allocs, limit)
+	}
+}
+
+// TestNextInto: reads into one ReadBuffer return the same records as Read,
+// and after the first they decode into the buffer's memory instead of
+// allocating the records' bytes and slice again.
+func TestNextInto(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	r := rand.New(rand.NewSource(2))
+	var all []Record
+	for i := range 20 {
+		recs := makeRecords(r, fmt.Sprint(i), 500, 100+r.Intn(400))
+		appendT(t, w, recs, "")
+		all = append(all, recs...)
+	}
+	var buf ReadBuffer
+	rd := w.NewReader(1)
+	next := 0
+	for next < len(all) {
+		got, err := rd.NextInto(context.Background(), 700, 64<<10, &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, g := range got {
+			want := all[next+i]
+			if g.Seq != uint64(next+i+1) || g.Tag != want.Tag || g.Time != want.Time || string(g.Body) != string(want.Body) {
+				t.Fatalf("record %d: got %d %q, want %q", next+i+1, g.Seq, g.Tag, want.Tag)
+			}
+		}
+		next += len(got)
+	}
+
+	// Once the buffer has grown to a read's size, a read decodes into it:
+	// at least an allocation per entry fewer than a read into new memory
+	// (its bytes; and the records' slice).
+	entries := 0
+	for _, f := range entryFirsts(t, w) {
+		if f <= 4000 {
+			entries++
+		}
+	}
+	readInto := func(buf *ReadBuffer) float64 {
+		return testing.AllocsPerRun(5, func() {
+			if _, err := w.read(1, 4000, 0, buf); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	fresh, reused := readInto(nil), readInto(&buf)
+	if reused > fresh-float64(entries) {
+		t.Errorf("reading 4,000 records of %d entries took %v allocations into a buffer, %v into new memory; want at least %d fewer", entries, reused, fresh, entries)
 	}
 }

@@ -15,21 +15,46 @@ import (
 // one. An empty result means nothing at or after from is committed yet.
 // A damaged entry stops the read with a *CorruptionError.
 func (w *WAL) Read(from uint64, maxRecords, maxBytes int) ([]Record, error) {
+	return w.read(from, maxRecords, maxBytes, nil)
+}
+
+// A ReadBuffer is memory that reads decode into again and again (see
+// Reader.NextInto): the records of one read and their bytes.
+type ReadBuffer struct {
+	recs []Record
+	raw  []byte
+}
+
+// read is Read, into buf's memory when buf is not nil.
+func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Record, error) {
 	var out []Record
 	err := w.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketEntries).Cursor()
 		k, v := seekEntry(c, from)
+		d := &decoder{tags: tagTable{}}
 		if k != nil && maxRecords > 0 {
 			// One allocation instead of a slice grown entry by entry.
-			out = make([]Record, 0, readCap(tx.Bucket(bucketEntries).Cursor(), k, from, maxRecords, maxBytes))
+			n, raw := readCap(tx.Bucket(bucketEntries).Cursor(), k, from, maxRecords, maxBytes)
+			if buf == nil || cap(buf.recs) < n {
+				out = make([]Record, 0, n)
+			} else {
+				out = buf.recs[:0]
+			}
+			if buf != nil {
+				// A buffer much larger than this read needs goes: memory
+				// held for one burst is not held for good.
+				if cap(buf.raw) < raw || cap(buf.raw) > 4*raw && cap(buf.raw) > 1<<20 {
+					buf.raw = make([]byte, 0, raw)
+				}
+				d.scratch = buf.raw[:0]
+			}
 		}
 		size := 0
-		tags := tagTable{}
 		for ; k != nil; k, v = c.Next() {
 			first := binary.BigEndian.Uint64(k)
 			n0 := len(out)
 			var err error
-			if out, err = decodeEntry(first, v, out, tags); err != nil {
+			if out, err = decodeEntry(first, v, out, d); err != nil {
 				return w.corruption(first, v, err)
 			}
 			// Drop what precedes from in the first entry.
@@ -48,19 +73,22 @@ func (w *WAL) Read(from uint64, maxRecords, maxBytes int) ([]Record, error) {
 	if maxRecords > 0 && len(out) > maxRecords {
 		out = out[:maxRecords]
 	}
+	if buf != nil && cap(out) > cap(buf.recs) {
+		buf.recs = out[:0]
+	}
 	return out, err
 }
 
 // readCap is about how many records Read returns from seq from on, where
-// the entry at key k holds from: it counts the records of the entries from
-// k on in their headers (which Read checks when it decodes each entry) and
-// stops where Read does, after the entry that reaches maxRecords or maxBytes.
-// Against maxBytes it counts the records' uncompressed length, which exceeds
-// their bodies', so it counts one entry more there. An entry counts at most
-// maxEntryCap records, so that a damaged header cannot make Read allocate
-// much.
-func readCap(c *bolt.Cursor, k []byte, from uint64, maxRecords, maxBytes int) int {
-	n, raw, more := 0, 0, false
+// the entry at key k holds from, and how many bytes they take decoded: it
+// counts the records of the entries from k on in their headers (which Read
+// checks when it decodes each entry) and stops where Read does, after the
+// entry that reaches maxRecords or maxBytes. Against maxBytes it counts the
+// records' uncompressed length, which exceeds their bodies', so it counts
+// one entry more there. An entry counts at most maxEntryCap records and
+// maxRawLen bytes, so that a damaged header cannot make Read allocate much.
+func readCap(c *bolt.Cursor, k []byte, from uint64, maxRecords, maxBytes int) (records, bytes int) {
+	n, raw, total, more := 0, 0, 0, false
 	for k, v := c.Seek(k); k != nil; k, v = c.Next() {
 		count, ok := entryCount(v)
 		if !ok {
@@ -70,13 +98,15 @@ func readCap(c *bolt.Cursor, k []byte, from uint64, maxRecords, maxBytes int) in
 			count -= int(min(from-first, uint64(count)))
 		}
 		n += min(count, maxEntryCap)
+		rawLen := min(int(binary.BigEndian.Uint32(v[6:10])), maxRawLen)
+		total += rawLen
 		if more || n >= maxRecords {
 			break
 		}
-		raw += int(binary.BigEndian.Uint32(v[6:10]))
+		raw += rawLen
 		more = maxBytes > 0 && raw >= maxBytes
 	}
-	return min(n, maxRecords+maxEntryCap)
+	return min(n, maxRecords+maxEntryCap), total
 }
 
 // ReadRange returns the records from first to last inclusive that are
@@ -170,14 +200,26 @@ func (w *WAL) NewReader(from uint64) *Reader { return &Reader{w: w, next: from} 
 // about maxBytes of bodies (0: no limit), waiting until at least one is
 // committed.
 func (r *Reader) Next(ctx context.Context, maxRecords, maxBytes int) ([]Record, error) {
+	return r.NextInto(ctx, maxRecords, maxBytes, nil)
+}
+
+// NextInto is Next decoding into buf's memory (nil: new memory). The
+// records, their bodies included, are valid until buf is read into again:
+// a caller that keeps records past that copies them.
+func (r *Reader) NextInto(ctx context.Context, maxRecords, maxBytes int, buf *ReadBuffer) ([]Record, error) {
 	for {
-		recs, err := r.w.Read(r.next, maxRecords, maxBytes)
+		recs, err := r.w.read(r.next, maxRecords, maxBytes, buf)
 		if err != nil {
 			return nil, err
 		}
 		if len(recs) > 0 {
 			r.next = recs[len(recs)-1].Seq + 1
 			return recs, nil
+		}
+		if buf != nil {
+			// Caught up: the reads to come are of what is appended from
+			// now on; a buffer sized for a backlog is not kept while waiting.
+			*buf = ReadBuffer{}
 		}
 		if err := r.w.Wait(ctx, r.next); err != nil {
 			return nil, err
