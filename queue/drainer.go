@@ -303,7 +303,7 @@ type loop struct {
 	wg   sync.WaitGroup // every goroutine the loop starts
 	quit chan struct{}  // closed when the loop returns
 
-	in        chan []wal.Record
+	in        chan read
 	readErr   chan error
 	results   chan sendResult
 	commits   chan *commitReq
@@ -316,7 +316,7 @@ func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 		d: d, lim: d.lim, cursor: cursor, readPos: cursor + 1,
 		parts: map[string]*partition{}, marks: map[string]uint64{}, limit: d.lim.Concurrency,
 		failures: map[string]int{}, lastSummary: time.Now(),
-		quit: make(chan struct{}), in: make(chan []wal.Record), readErr: make(chan error, 1), results: make(chan sendResult),
+		quit: make(chan struct{}), in: make(chan read), readErr: make(chan error, 1), results: make(chan sendResult),
 		// Each busy partition has at most one delivery waiting to commit, at
 		// most Concurrency partitions are busy, and advanceIdle queues at most
 		// one more: deliver never blocks.
@@ -386,8 +386,9 @@ func (l *loop) run(ctx context.Context) error {
 		}
 		resetTimer(timer, l.nextWake(now))
 		select {
-		case recs := <-in:
-			l.ingest(recs, now)
+		case rd := <-in:
+			l.ingest(rd.recs, now) // copies what it keeps
+			readBuffers.Put(rd.buf)
 		case r := <-l.results:
 			l.onResult(r, time.Now())
 		case c := <-l.committed:
@@ -449,11 +450,25 @@ func (l *loop) nextWake(now time.Time) time.Duration {
 	return max(wake, time.Millisecond)
 }
 
+// read is records the reader hands the loop, and the buffer holding them.
+type read struct {
+	recs []wal.Record
+	buf  *wal.ReadBuffer
+}
+
+// readBuffers are buffers ingest is done with, for readers to decode into
+// again. A pool: what a burst of reads leaves goes with the next
+// collections.
+var readBuffers = sync.Pool{New: func() any { return new(wal.ReadBuffer) }}
+
 // read feeds the loop from the WAL, waiting for appends when caught up.
+// It decodes into buffers ingest has given back (ingest copies the bodies
+// it keeps), so that reading does not allocate the records again and again.
 func (l *loop) read(ctx context.Context) {
 	rd := l.d.w.NewReader(l.readPos)
 	for {
-		recs, err := rd.Next(ctx, l.d.opts.ReadBatch, 4<<20)
+		buf := readBuffers.Get().(*wal.ReadBuffer)
+		recs, err := rd.NextInto(ctx, l.d.opts.ReadBatch, 4<<20, buf)
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, wal.ErrClosed) {
 				l.readErr <- err
@@ -461,7 +476,7 @@ func (l *loop) read(ctx context.Context) {
 			return
 		}
 		select {
-		case l.in <- recs:
+		case l.in <- read{recs, buf}:
 		case <-ctx.Done():
 			return
 		}
