@@ -809,3 +809,23 @@ func TestMemoryBoundWhileDestinationDown(t *testing.T) {
 		}
 	})
 }
+
+// TestBodiesOutliveReads: the reader decodes into buffers it reuses once a
+// read is ingested, so what batches hold must be ingest's copies: with
+// many small reads and a slow sink, every body sent is the one written.
+func TestBodiesOutliveReads(t *testing.T) {
+	w := openWAL(t, wal.Options{})
+	defer w.Close()
+	s := newTestSink(sinks.Limits{MaxRecords: 500, MaxBytes: 1 << 20, MaxAge: 20 * time.Millisecond, Concurrency: 4})
+	s.bodies = true
+	s.delay = 5 * time.Millisecond
+	const n = 20000
+	last := appendN(t, w, n, tagsOf(7), 120)
+	r := start(w, "s", s, Options{ReadBatch: 100})
+	waitCursor(t, w, "s", last, time.Minute)
+	r.stop(t)
+	s.check(t)
+	if got, _, _ := s.snapshot(); len(got) != n {
+		t.Fatalf("%d records delivered, want %d", len(got), n)
+	}
+}

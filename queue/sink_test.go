@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sort"
@@ -27,6 +28,9 @@ type testSink struct {
 	maxActive int
 	active    int
 	violation string
+	// bodies: check that each record's body is the one appendN wrote for
+	// it into a fresh WAL (`{"i":seq-1,...`) when the batch is sent.
+	bodies bool
 }
 
 func newTestSink(lim sinks.Limits) *testSink {
@@ -60,6 +64,9 @@ func (s *testSink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, err
 	for _, r := range b.Records {
 		if r.Tag != b.Partition {
 			s.setViolation("record of " + r.Tag + " in a batch of " + b.Partition)
+		}
+		if s.bodies && !bytes.HasPrefix(r.Body, fmt.Appendf(nil, `{"i":%d,`, r.Seq-1)) {
+			s.setViolation(fmt.Sprintf("record %d has the body %.40q", r.Seq, r.Body))
 		}
 	}
 	if delay > 0 {

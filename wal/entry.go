@@ -182,7 +182,8 @@ var (
 )
 
 // decodeEntry verifies and decodes the entry stored at key first. value may
-// point into the memory map: every returned record is backed by new memory.
+// point into the memory map: every returned record is backed by memory of
+// its own (new, or the scratch of d, a ReadBuffer's), never by the map.
 func decodeEntry(first uint64, value []byte, dst []Record, d *decoder) ([]Record, error) {
 	n0 := len(dst)
 	out, err := decodeInto(first, value, dst, d)
@@ -198,11 +199,17 @@ func decodeEntry(first uint64, value []byte, dst []Record, d *decoder) ([]Record
 type decoder struct {
 	tags    tagTable
 	scratch []byte // the records' bytes go at its end while it has room
+	used    int    // bytes alloc handed out
 }
 
-// alloc returns n bytes for an entry's records.
+// alloc returns n bytes for an entry's records. It is called once the
+// entry's checksum matched, so n is the entry's true size.
 func (d *decoder) alloc(n int) []byte {
-	if d == nil || cap(d.scratch)-len(d.scratch) < n {
+	if d == nil {
+		return make([]byte, n)
+	}
+	d.used += n
+	if cap(d.scratch)-len(d.scratch) < n {
 		return make([]byte, n)
 	}
 	i := len(d.scratch)

@@ -1,10 +1,13 @@
 package wal
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand"
+	"runtime"
 	"sort"
 	"testing"
 
@@ -165,5 +168,40 @@ func TestNextInto(t *testing.T) {
 	fresh, reused := readInto(nil), readInto(&buf)
 	if reused > fresh-float64(entries) {
 		t.Errorf("reading 4,000 records of %d entries took %v allocations into a buffer, %v into new memory; want at least %d fewer", entries, reused, fresh, entries)
+	}
+}
+
+// TestNextIntoDamagedHeader: a damaged entry header (its decoded length) is
+// reported, and does not size the buffer a read decodes into: only entries
+// that passed their checksums do.
+func TestNextIntoDamagedHeader(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	r := rand.New(rand.NewSource(3))
+	for i := range 3 {
+		appendT(t, w, makeRecords(r, fmt.Sprint(i), 100, 300), "")
+	}
+	err := w.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEntries)
+		v := bytes.Clone(b.Get(seqKey(101)))
+		v[6] = 0x7f // decoded length: about 2 GiB
+		return b.Put(seqKey(101), v)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf ReadBuffer
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 3 {
+		_, err := w.NewReader(1).NextInto(context.Background(), 10000, 4<<20, &buf)
+		var ce *CorruptionError
+		if !errors.As(err, &ce) || ce.FirstSeq != 101 {
+			t.Fatalf("read over a damaged header: %v, want a corruption of the entry at 101", err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if grown := after.TotalAlloc - before.TotalAlloc; grown > 16<<20 {
+		t.Fatalf("three reads over a damaged header allocated %d MiB", grown>>20)
 	}
 }

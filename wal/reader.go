@@ -28,24 +28,19 @@ type ReadBuffer struct {
 // read is Read, into buf's memory when buf is not nil.
 func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Record, error) {
 	var out []Record
+	d := &decoder{tags: tagTable{}}
 	err := w.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketEntries).Cursor()
 		k, v := seekEntry(c, from)
-		d := &decoder{tags: tagTable{}}
 		if k != nil && maxRecords > 0 {
 			// One allocation instead of a slice grown entry by entry.
-			n, raw := readCap(tx.Bucket(bucketEntries).Cursor(), k, from, maxRecords, maxBytes)
+			n := readCap(tx.Bucket(bucketEntries).Cursor(), k, from, maxRecords, maxBytes)
 			if buf == nil || cap(buf.recs) < n {
 				out = make([]Record, 0, n)
 			} else {
 				out = buf.recs[:0]
 			}
 			if buf != nil {
-				// A buffer much larger than this read needs goes: memory
-				// held for one burst is not held for good.
-				if cap(buf.raw) < raw || cap(buf.raw) > 4*raw && cap(buf.raw) > 1<<20 {
-					buf.raw = make([]byte, 0, raw)
-				}
 				d.scratch = buf.raw[:0]
 			}
 		}
@@ -73,22 +68,31 @@ func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Re
 	if maxRecords > 0 && len(out) > maxRecords {
 		out = out[:maxRecords]
 	}
-	if buf != nil && cap(out) > cap(buf.recs) {
-		buf.recs = out[:0]
+	if buf != nil {
+		if cap(out) > cap(buf.recs) {
+			buf.recs = out[:0]
+		}
+		// The next read gets room for as many bytes as this one decoded
+		// (entries that passed their checksums: a damaged header does not
+		// size it). Reads are alike in a backlog; a buffer much larger than
+		// this read needed goes, so that one burst is not held for good.
+		if used := d.used; cap(buf.raw) < used || cap(buf.raw) > 4*used && cap(buf.raw) > 1<<20 {
+			buf.raw = make([]byte, 0, used)
+		}
 	}
 	return out, err
 }
 
 // readCap is about how many records Read returns from seq from on, where
-// the entry at key k holds from, and how many bytes they take decoded: it
-// counts the records of the entries from k on in their headers (which Read
-// checks when it decodes each entry) and stops where Read does, after the
-// entry that reaches maxRecords or maxBytes. Against maxBytes it counts the
-// records' uncompressed length, which exceeds their bodies', so it counts
-// one entry more there. An entry counts at most maxEntryCap records and
-// maxRawLen bytes, so that a damaged header cannot make Read allocate much.
-func readCap(c *bolt.Cursor, k []byte, from uint64, maxRecords, maxBytes int) (records, bytes int) {
-	n, raw, total, more := 0, 0, 0, false
+// the entry at key k holds from: it counts the records of the entries from
+// k on in their headers (which Read checks when it decodes each entry) and
+// stops where Read does, after the entry that reaches maxRecords or maxBytes.
+// Against maxBytes it counts the records' uncompressed length, which exceeds
+// their bodies', so it counts one entry more there. An entry counts at most
+// maxEntryCap records, so that a damaged header cannot make Read allocate
+// much.
+func readCap(c *bolt.Cursor, k []byte, from uint64, maxRecords, maxBytes int) int {
+	n, raw, more := 0, 0, false
 	for k, v := c.Seek(k); k != nil; k, v = c.Next() {
 		count, ok := entryCount(v)
 		if !ok {
@@ -98,15 +102,13 @@ func readCap(c *bolt.Cursor, k []byte, from uint64, maxRecords, maxBytes int) (r
 			count -= int(min(from-first, uint64(count)))
 		}
 		n += min(count, maxEntryCap)
-		rawLen := min(int(binary.BigEndian.Uint32(v[6:10])), maxRawLen)
-		total += rawLen
 		if more || n >= maxRecords {
 			break
 		}
-		raw += rawLen
+		raw += int(binary.BigEndian.Uint32(v[6:10]))
 		more = maxBytes > 0 && raw >= maxBytes
 	}
-	return min(n, maxRecords+maxEntryCap), total
+	return min(n, maxRecords+maxEntryCap)
 }
 
 // ReadRange returns the records from first to last inclusive that are
