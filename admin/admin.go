@@ -1,6 +1,7 @@
 // Package admin is the forwarder's admin HTTP server: Prometheus metrics,
-// liveness and readiness, and a JSON status page. It only reads: the WAL's
-// statistics and the drainers' status. Nothing it serves holds a secret.
+// liveness and readiness, a JSON status page and, when enabled, Go's
+// profiles. It only reads: the WAL's statistics and the drainers' status.
+// Nothing it serves holds a secret.
 package admin
 
 import (
@@ -11,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sort"
 	"time"
 
@@ -30,9 +32,12 @@ type Sources struct {
 	Listening func() bool
 	Gatherer  prometheus.Gatherer
 	Version   string
+	// Pprof serves Go's runtime profiles under /debug/pprof/.
+	Pprof bool
 }
 
-// Server serves /metrics, /healthz, /readyz and /status.
+// Server serves /metrics, /healthz, /readyz and /status, and with
+// Sources.Pprof Go's profiles under /debug/pprof/.
 type Server struct {
 	listen string
 	src    Sources
@@ -50,6 +55,13 @@ func New(listen string, src Sources, log *slog.Logger) *Server {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /status", s.status)
+	if src.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index) // and every named profile: heap, goroutine, allocs, ...
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return s
 }

@@ -115,3 +115,46 @@ func TestEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestPprof: Go's profiles are served under /debug/pprof/ only when asked
+// for.
+func TestPprof(t *testing.T) {
+	w, err := wal.Open(t.TempDir(), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, on := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		s := New("127.0.0.1:0", Sources{WAL: w, MaxBytes: 1 << 30, Listening: func() bool { return true },
+			Gatherer: prometheus.NewRegistry(), Version: "v-test", Pprof: on}, slog.New(slog.DiscardHandler))
+		if err := s.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Serve(ctx) }()
+		base := "http://" + s.Addr().String()
+		for path, want := range map[string]string{
+			"/debug/pprof/":                  "goroutine",
+			"/debug/pprof/heap?debug=1":      "heap profile",
+			"/debug/pprof/goroutine?debug=1": "goroutine profile",
+			"/debug/pprof/profile?seconds=1": "", // a CPU profile, gzipped protobuf
+			"/debug/pprof/cmdline":           "admin.test",
+		} {
+			code, body := get(t, base, path)
+			switch {
+			case !on && code != http.StatusNotFound:
+				t.Errorf("pprof off: %s answered %d, want 404", path, code)
+			case on && (code != http.StatusOK || !strings.Contains(body, want) || len(body) == 0):
+				t.Errorf("pprof on: %s answered %d with %.80q, want 200 with %q", path, code, body, want)
+			}
+		}
+		if code, _ := get(t, base, "/healthz"); code != http.StatusOK {
+			t.Errorf("pprof %v: /healthz answered %d", on, code)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}

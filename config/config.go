@@ -90,6 +90,9 @@ func (t HTTPTLS) Enabled() bool { return t.CertFile != "" }
 // Admin configures the admin HTTP server (/metrics, /healthz, /readyz, /status).
 type Admin struct {
 	Listen string `yaml:"listen"` // host:port
+	// Pprof serves Go's runtime profiles (CPU, heap, goroutines, ...)
+	// under /debug/pprof/ on the admin listener. Off by default.
+	Pprof bool `yaml:"pprof"`
 }
 
 // Sink is one destination. Its type's settings are written inline in the sink's mapping,

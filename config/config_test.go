@@ -176,10 +176,10 @@ func TestFullConfig(t *testing.T) {
 				TimeField:    "ts",
 			},
 		},
-		Admin: Admin{Listen: "127.0.0.1:9881"},
+		Admin: Admin{Listen: "127.0.0.1:9881", Pprof: true},
 		Sinks: []Sink{
 			{
-				Name: "archive", Type: "s3", Match: []string{"app.**"}, Line: 36,
+				Name: "archive", Type: "s3", Match: []string{"app.**"}, Line: 37,
 				S3: &S3{
 					Bucket:             "my-logs",
 					Region:             "eu-west-1",
@@ -202,7 +202,7 @@ func TestFullConfig(t *testing.T) {
 				},
 			},
 			{
-				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 57,
+				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 58,
 				CloudWatch: &CloudWatch{
 					Region:               "eu-west-1",
 					Endpoint:             "http://127.0.0.1:4567",
