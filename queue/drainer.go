@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -549,12 +548,7 @@ func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 		p.lo, p.hi = min(p.lo, rec.Time), max(p.hi, rec.Time)
 	}
 	if len(p.queue) == cap(p.queue) {
-		// Grow by as many records as the last batch took (doubling from a
-		// few records up to a batch of thousands copies and clears the
-		// queue over and over), and at least double.
-		n := max(len(p.queue), min(p.lastCut, l.lim.MaxRecords), 16)
-		p.queue = slices.Grow(p.queue, n)
-		p.sizes = slices.Grow(p.sizes, n)
+		p.grow(l.lim.MaxRecords)
 	}
 	p.queue = append(p.queue, rec)
 	size := l.d.sink.Size(&p.queue[len(p.queue)-1]) // rec itself would escape
