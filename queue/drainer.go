@@ -87,7 +87,7 @@ type Drainer struct {
 	st   *sinkState
 
 	delivered, batches, skipped, evicted prometheus.Counter
-	earlyCuts                            prometheus.Counter
+	earlyCuts, spilled                   prometheus.Counter
 	lagRecords, lagSeconds, inflight     prometheus.Gauge
 	paused, buffered                     prometheus.Gauge
 	sendDuration                         prometheus.Observer
@@ -140,6 +140,7 @@ func New(w *wal.WAL, name string, sink sinks.Sink, opts Options) *Drainer {
 		skipped:      m.Skipped.WithLabelValues(name),
 		evicted:      m.Evicted.WithLabelValues(name),
 		earlyCuts:    m.EarlyCuts.WithLabelValues(name),
+		spilled:      m.Spilled.WithLabelValues(name),
 		lagRecords:   m.LagRecords.WithLabelValues(name),
 		lagSeconds:   m.LagSeconds.WithLabelValues(name),
 		inflight:     m.InFlight.WithLabelValues(name),
@@ -1032,6 +1033,7 @@ func (l *loop) spill(now time.Time) {
 			continue
 		}
 		p.spillFrom = p.queue[0].Seq
+		l.d.spilled.Add(float64(len(p.queue)))
 		l.buffered -= p.mem
 		p.batch = detach(p.batch)
 		clear(p.queue)

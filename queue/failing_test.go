@@ -8,6 +8,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -93,10 +95,19 @@ func TestSpillFreesMemory(t *testing.T) {
 		s.setFail(func(b *sinks.Batch) error { return sinks.NewRetryable("http_500", fmt.Errorf("internal error")) })
 		appendN(t, w, 100000, func(int) string { return "bad" }, 100)
 		base := heapInUse()
-		r := start(w, "s", s, Options{MaxBufferedBytes: 8 << 20, ReadBatch: 20000, RetryMin: time.Hour, RetryMax: time.Hour})
+		m := NewMetrics(nil)
+		r := start(w, "s", s, Options{MaxBufferedBytes: 8 << 20, ReadBatch: 20000, RetryMin: time.Hour, RetryMax: time.Hour, Metrics: m})
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		st := r.d.Status()
+		// What filled the share beyond the batch waiting for its retry was
+		// released and counted (the records read after it are skipped, to
+		// be read again: not counted).
+		if n := testutil.ToFloat64(m.Spilled.WithLabelValues("s")); n < (8<<20)/300 || n > 100000 {
+			t.Errorf("forwarder_sink_spilled_records_total is %v, want the share's worth (%d to 100,000)", n, (8<<20)/300)
+		} else {
+			t.Logf("%v records spilled", n)
+		}
 		grown := int64(heapInUse()) - int64(base)
 		if st.Buffered > 64<<10 {
 			t.Fatalf("%d bytes counted after the spill", st.Buffered)
