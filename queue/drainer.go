@@ -87,7 +87,7 @@ type Drainer struct {
 	st   *sinkState
 
 	delivered, batches, skipped, evicted prometheus.Counter
-	earlyCuts, spilled                   prometheus.Counter
+	earlyCuts, spills                    prometheus.Counter
 	lagRecords, lagSeconds, inflight     prometheus.Gauge
 	paused, buffered                     prometheus.Gauge
 	sendDuration                         prometheus.Observer
@@ -140,7 +140,7 @@ func New(w *wal.WAL, name string, sink sinks.Sink, opts Options) *Drainer {
 		skipped:      m.Skipped.WithLabelValues(name),
 		evicted:      m.Evicted.WithLabelValues(name),
 		earlyCuts:    m.EarlyCuts.WithLabelValues(name),
-		spilled:      m.Spilled.WithLabelValues(name),
+		spills:       m.Spills.WithLabelValues(name),
 		lagRecords:   m.LagRecords.WithLabelValues(name),
 		lagSeconds:   m.LagSeconds.WithLabelValues(name),
 		inflight:     m.InFlight.WithLabelValues(name),
@@ -548,9 +548,6 @@ func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 	} else {
 		p.lo, p.hi = min(p.lo, rec.Time), max(p.hi, rec.Time)
 	}
-	if len(p.queue) == cap(p.queue) {
-		p.grow(l.lim.MaxRecords)
-	}
 	p.queue = append(p.queue, rec)
 	size := l.d.sink.Size(&p.queue[len(p.queue)-1]) // rec itself would escape
 	p.sizes = append(p.sizes, int32(size))
@@ -654,7 +651,6 @@ func (l *loop) cut(p *partition) []sinks.Record {
 	// with the batch.
 	batch := p.queue[:n:n]
 	p.queue, p.sizes = p.queue[n:], p.sizes[n:]
-	p.lastCut = n
 	if len(p.queue) == 0 {
 		l.open--
 	} else if l.lim.MaxSpan > 0 {
@@ -1033,7 +1029,7 @@ func (l *loop) spill(now time.Time) {
 			continue
 		}
 		p.spillFrom = p.queue[0].Seq
-		l.d.spilled.Add(float64(len(p.queue)))
+		l.d.spills.Inc()
 		l.buffered -= p.mem
 		p.batch = detach(p.batch)
 		clear(p.queue)

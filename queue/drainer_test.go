@@ -829,39 +829,3 @@ func TestBodiesOutliveReads(t *testing.T) {
 		t.Fatalf("%d records delivered, want %d", len(got), n)
 	}
 }
-
-// TestQueueGrowth: a queue grows towards its partition's last batch in few
-// steps, but never to more than three times the records it holds: a
-// partition that had one large batch and trickles since does not hold room
-// for another.
-func TestQueueGrowth(t *testing.T) {
-	p := &partition{lastCut: 80000}
-	p.queue = append(p.queue, sinks.Record{Seq: 1})
-	p.sizes = append(p.sizes, 1)
-	for len(p.queue) < cap(p.queue) {
-		p.queue, p.sizes = append(p.queue, sinks.Record{}), append(p.sizes, 0)
-	}
-	grows := 0
-	for len(p.queue) < 20000 {
-		if len(p.queue) == cap(p.queue) {
-			before := len(p.queue)
-			p.grow(1_000_000)
-			grows++
-			if c := cap(p.queue); c > 3*before+before/8+64 || c < 2*before || cap(p.sizes) < 2*before {
-				t.Fatalf("a full queue of %d records grew to %d (sizes %d), want 2 to 3 times (and the allocator's rounding)", before, c, cap(p.sizes))
-			}
-		}
-		p.queue, p.sizes = append(p.queue, sinks.Record{}), append(p.sizes, 0)
-	}
-	if grows > 9 {
-		t.Errorf("%d growths to 20,000 records, want at most 9", grows)
-	}
-	// A partition whose last batch was small grows by doubling only.
-	q := &partition{lastCut: 5}
-	q.queue = make([]sinks.Record, 100)
-	q.sizes = make([]int32, 100)
-	q.grow(1_000_000)
-	if c := cap(q.queue); c < 200 || c > 264 {
-		t.Errorf("a queue of 100 records after a batch of 5 grew to %d, want about 200", c)
-	}
-}

@@ -100,13 +100,10 @@ func TestSpillFreesMemory(t *testing.T) {
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		st := r.d.Status()
-		// What filled the share beyond the batch waiting for its retry was
-		// released and counted (the records read after it are skipped, to
-		// be read again: not counted).
-		if n := testutil.ToFloat64(m.Spilled.WithLabelValues("s")); n < (8<<20)/300 || n > 100000 {
-			t.Errorf("forwarder_sink_spilled_records_total is %v, want the share's worth (%d to 100,000)", n, (8<<20)/300)
-		} else {
-			t.Logf("%v records spilled", n)
+		// The one partition was released once: the records read after it
+		// are not held, and are read again when it can send.
+		if n := testutil.ToFloat64(m.Spills.WithLabelValues("s")); n != 1 {
+			t.Errorf("forwarder_sink_spills_total is %v, want 1", n)
 		}
 		grown := int64(heapInUse()) - int64(base)
 		if st.Buffered > 64<<10 {

@@ -12,7 +12,7 @@ type Metrics struct {
 	Evicted      *prometheus.CounterVec   // dead letters removed to keep the bound
 	Skipped      *prometheus.CounterVec   // records skipped after a restart: their partition had delivered them
 	EarlyCuts    *prometheus.CounterVec   // batches sent before they were full or old, to keep open partitions within the sink's bound
-	Spilled      *prometheus.CounterVec   // records released from memory while their partition waited out a retry, read again from the WAL later
+	Spills       *prometheus.CounterVec   // times a partition's queued records were released from memory while it waited out a retry
 	LagRecords   *prometheus.GaugeVec     // records in the WAL the sink has not passed
 	LagSeconds   *prometheus.GaugeVec     // age (event time) of the oldest record the sink has not passed
 	InFlight     *prometheus.GaugeVec     // partitions with a batch in flight
@@ -39,8 +39,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Records skipped after a restart because their partition had already delivered them."}, sink),
 		EarlyCuts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_early_cuts_total",
 			Help: "Batches (S3 objects) sent before they were full or old, to keep the open ones within the sink's bound (max_open_objects)."}, sink),
-		Spilled: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_spilled_records_total",
-			Help: "Records released from memory while their partition waited out a retry and the sink's memory share was full; they stay in the WAL and are read again (not lost)."}, sink),
+		Spills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_spills_total",
+			Help: "Times a partition's queued records were released from memory while it waited out a retry and the sink's memory share was full; they stay in the WAL and are read again once it can send (not lost)."}, sink),
 		LagRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_lag_records",
 			Help: "Records in the WAL that the sink has not passed yet."}, sink),
 		LagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_lag_seconds",
@@ -55,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Duration of one batch send, failed or not.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, sink),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Delivered, m.Batches, m.Retries, m.DeadLetters, m.Evicted, m.Skipped, m.EarlyCuts, m.Spilled, m.LagRecords,
+		reg.MustRegister(m.Delivered, m.Batches, m.Retries, m.DeadLetters, m.Evicted, m.Skipped, m.EarlyCuts, m.Spills, m.LagRecords,
 			m.LagSeconds, m.InFlight, m.Paused, m.Buffered, m.SendDuration)
 	}
 	return m

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"container/heap"
-	"slices"
 	"time"
 
 	"github.com/logfwd/forwarder/sinks"
@@ -50,19 +49,6 @@ func (p *partition) firstPending() uint64 {
 	default:
 		return p.spillFrom
 	}
-}
-
-// grow makes room in the queue, which is full. It grows towards as many
-// records as the last batch took, up to three times the records queued
-// (doubling from a few records up to a batch of thousands copies and
-// clears the queue over and over), and at least doubles. Room for two more
-// records (120 bytes) per record queued stays within the 128 bytes
-// recordMem counts for each; a partition that had one large batch and
-// trickles since does not take room for another.
-func (p *partition) grow(maxRecords int) {
-	n := max(len(p.queue), min(p.lastCut, maxRecords, 2*len(p.queue)), 16)
-	p.queue = slices.Grow(p.queue, n)
-	p.sizes = slices.Grow(p.sizes, n)
 }
 
 func (p *partition) idle() bool {
