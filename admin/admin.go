@@ -1,7 +1,8 @@
 // Package admin is the forwarder's admin HTTP server: Prometheus metrics,
 // liveness and readiness, a JSON status page and, when enabled, Go's
 // profiles. It only reads: the WAL's statistics and the drainers' status.
-// Nothing it serves holds a secret.
+// Nothing it serves holds a secret or record content (profiles hold code
+// locations and sizes, /debug/pprof/cmdline the command line).
 package admin
 
 import (

@@ -54,7 +54,11 @@ func summary(cfg *config.Config) string {
 	if len(inputs) == 0 {
 		inputs = append(inputs, "none")
 	}
-	fmt.Fprintf(&b, "; inputs: %s; admin on %s; data_dir: %s; memory_limit: %s", strings.Join(inputs, ", "), cfg.Admin.Listen, cfg.DataDir, cfg.MemoryLimit)
+	pprof := ""
+	if cfg.Admin.Pprof {
+		pprof = " (with /debug/pprof/)"
+	}
+	fmt.Fprintf(&b, "; inputs: %s; admin on %s%s; data_dir: %s; memory_limit: %s", strings.Join(inputs, ", "), cfg.Admin.Listen, pprof, cfg.DataDir, cfg.MemoryLimit)
 	return b.String()
 }
 

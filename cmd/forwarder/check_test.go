@@ -21,6 +21,12 @@ func TestCheckGoodConfig(t *testing.T) {
 	if r.code != exitOK || r.stdout != want || r.stderr != "" {
 		t.Errorf("check: exit %d\nstdout %q\nstderr %q\nwant exit 0 and stdout %q", r.code, r.stdout, r.stderr, want)
 	}
+
+	path, _ = writeConfig(t, inputsYAML, "admin: {listen: \"127.0.0.1:0\", pprof: true}\n", sinkYAML)
+	r = forwarderCmd(t, "check", "-c", path)
+	if r.code != exitOK || !strings.Contains(r.stdout, "; admin on 127.0.0.1:0 (with /debug/pprof/); ") {
+		t.Errorf("check with admin.pprof: exit %d\nstdout %q\nstderr %q\nwant it to name /debug/pprof/", r.code, r.stdout, r.stderr)
+	}
 }
 
 func TestCheckBadConfig(t *testing.T) {

@@ -338,22 +338,27 @@ func TestRunMemoryLimit(t *testing.T) {
 }
 
 // An input on an address other machines can reach, without authentication, is warned
-// about at start; with it, or on loopback, it is not.
+// about at start; with it, or on loopback, it is not. So are Go's profiles on an admin
+// listener other machines can reach.
 func TestRunWarnsAboutOpenInputs(t *testing.T) {
 	t.Parallel()
 	const forwardWarn = `level=WARN msg="the forward input accepts records from anyone who can reach it`
 	const httpWarn = `level=WARN msg="the HTTP input accepts records from anyone who can reach it`
+	const pprofWarn = `level=WARN msg="admin.pprof serves Go's profiles to anyone who can reach the admin listener`
+	const loopbackInputs = "inputs:\n  forward: {listen: \"127.0.0.1:0\"}\n  http: {listen: \"[::1]:0\"}\n"
 	for _, c := range []struct {
-		name, inputs string
-		warned       bool
+		name, inputs, admin string
+		warned, pprofWarned bool
 	}{
-		{"open", "inputs:\n  forward: {listen: \"0.0.0.0:0\"}\n  http: {listen: \"0.0.0.0:0\"}\n", true},
-		{"authenticated", "inputs:\n  forward: {listen: \"0.0.0.0:0\", shared_key: k}\n  http: {listen: \"0.0.0.0:0\", token: t}\n", false},
-		{"loopback", "inputs:\n  forward: {listen: \"127.0.0.1:0\"}\n  http: {listen: \"[::1]:0\"}\n", false},
+		{"open", "inputs:\n  forward: {listen: \"0.0.0.0:0\"}\n  http: {listen: \"0.0.0.0:0\"}\n", adminYAML, true, false},
+		{"authenticated", "inputs:\n  forward: {listen: \"0.0.0.0:0\", shared_key: k}\n  http: {listen: \"0.0.0.0:0\", token: t}\n", adminYAML, false, false},
+		{"loopback", loopbackInputs, adminYAML, false, false},
+		{"open pprof", loopbackInputs, "admin: {listen: \"0.0.0.0:0\", pprof: true}\n", false, true},
+		{"loopback pprof", loopbackInputs, "admin: {listen: \"127.0.0.1:0\", pprof: true}\n", false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			path, dataDir := writeConfig(t, shortShutdownYAML, c.inputs, adminYAML)
+			path, dataDir := writeConfig(t, shortShutdownYAML, c.inputs, c.admin)
 			s := startService(t, path)
 			s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
 			s.signal(syscall.SIGTERM)
@@ -365,6 +370,9 @@ func TestRunWarnsAboutOpenInputs(t *testing.T) {
 				if got := strings.Contains(log, w); got != c.warned {
 					t.Errorf("warning %q logged: %v, want %v:\n%s", w, got, c.warned, log)
 				}
+			}
+			if got := strings.Contains(log, pprofWarn); got != c.pprofWarned {
+				t.Errorf("warning %q logged: %v, want %v:\n%s", pprofWarn, got, c.pprofWarned, log)
 			}
 		})
 	}
