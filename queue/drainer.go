@@ -654,10 +654,7 @@ func (l *loop) cut(p *partition) []sinks.Record {
 	if len(p.queue) == 0 {
 		l.open--
 	} else if l.lim.MaxSpan > 0 {
-		p.lo, p.hi = p.queue[0].Time, p.queue[0].Time
-		for i := range p.queue {
-			p.lo, p.hi = min(p.lo, p.queue[i].Time), max(p.hi, p.queue[i].Time)
-		}
+		p.resetSpan()
 	}
 	p.size -= size
 	mem := 0
@@ -897,10 +894,9 @@ func (l *loop) dropForced() {
 			for i := range p.queue {
 				p.size += int(p.sizes[i])
 				p.mem += recordMem(&p.queue[i])
-				if i == 0 {
-					p.lo, p.hi = p.queue[i].Time, p.queue[i].Time
-				}
-				p.lo, p.hi = min(p.lo, p.queue[i].Time), max(p.hi, p.queue[i].Time)
+			}
+			if len(p.queue) > 0 {
+				p.resetSpan()
 			}
 		}
 		if p.spillFrom != 0 && p.spillFrom <= pos {

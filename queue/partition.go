@@ -10,15 +10,14 @@ import (
 // partition is one destination stream or key prefix: records wait in
 // queue, at most one batch is in flight.
 type partition struct {
-	key     string
-	queue   []sinks.Record // read, not yet in a batch, in sequence order
-	sizes   []int32        // Sink.Size of each record of queue
-	size    int            // sum of sizes
-	lo      int64          // earliest event time in queue (when not empty)
-	hi      int64          // latest event time in queue
-	mem     int            // memory held by queue
-	since   time.Time      // when the oldest queued record was read
-	lastCut int            // records in the last batch cut: how far the queue grows at once
+	key   string
+	queue []sinks.Record // read, not yet in a batch, in sequence order
+	sizes []int32        // Sink.Size of each record of queue
+	size  int            // sum of sizes
+	lo    int64          // earliest event time in queue (when not empty)
+	hi    int64          // latest event time in queue
+	mem   int            // memory held by queue
+	since time.Time      // when the oldest queued record was read
 
 	arena []byte // ingest: where this read's bodies of the partition are copied
 	need  int    // ingest: bytes of this read's bodies still to copy
@@ -48,6 +47,14 @@ func (p *partition) firstPending() uint64 {
 		return p.queue[0].Seq
 	default:
 		return p.spillFrom
+	}
+}
+
+// resetSpan sets lo and hi from the queue, which is not empty.
+func (p *partition) resetSpan() {
+	p.lo, p.hi = p.queue[0].Time, p.queue[0].Time
+	for i := range p.queue {
+		p.lo, p.hi = min(p.lo, p.queue[i].Time), max(p.hi, p.queue[i].Time)
 	}
 }
 
