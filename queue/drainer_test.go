@@ -288,20 +288,10 @@ func TestStuckPartitionDoesNotStopOthers(t *testing.T) {
 			t.Fatalf("%d bytes buffered, bound 64 KiB", b)
 		}
 		// Unstuck: everything goes, in order, once.
-		s.setFail(nil)
-		time.Sleep(10 * time.Minute)
-		synctest.Wait()
-		if pos, _ := w.Cursor("s"); pos != last {
-			t.Fatalf("cursor %d after the partition recovered, want %d", pos, last)
-		}
+		s.recover(t, w, last, 10*time.Minute)
 		r.stop(t)
 		s.check(t)
-		got, _, _ = s.snapshot()
-		for seq := uint64(1); seq <= last; seq++ {
-			if got[seq] != 1 {
-				t.Fatalf("record %d delivered %d times", seq, got[seq])
-			}
-		}
+		s.deliveredOnce(t, last)
 	})
 }
 
@@ -339,12 +329,7 @@ func TestSinkPermanentPausesWithOneLine(t *testing.T) {
 		if n != 0 {
 			t.Fatalf("%d records dead-lettered for a sink-permanent error", n)
 		}
-		s.setFail(nil)
-		time.Sleep(2 * time.Minute)
-		synctest.Wait()
-		if pos, _ := w.Cursor("s"); pos != last {
-			t.Fatalf("cursor %d after recovery, want %d", pos, last)
-		}
+		s.recover(t, w, last, 2*time.Minute)
 		r.stop(t)
 		logMu.Lock()
 		defer logMu.Unlock()
@@ -758,12 +743,7 @@ func TestDestinationDownIsProbedOneBatchAtATime(t *testing.T) {
 		if st := r.d.Status(); st.State != "retrying" || st.Concurrency != 1 {
 			t.Fatalf("status %+v, want state retrying at concurrency 1", st)
 		}
-		s.setFail(nil)
-		time.Sleep(time.Minute)
-		synctest.Wait()
-		if pos, _ := w.Cursor("s"); pos != last {
-			t.Fatalf("cursor %d a minute after the destination came back, want %d", pos, last)
-		}
+		s.recover(t, w, last, time.Minute)
 		if st := r.d.Status(); st.State != "running" || st.Concurrency != 16 {
 			t.Fatalf("status %+v after recovery, want running at concurrency 16", st)
 		}
@@ -793,20 +773,10 @@ func TestMemoryBoundWhileDestinationDown(t *testing.T) {
 				t.Fatalf("%d bytes held, limit %d, its batches waiting and one read of %d records", b, limit, readBatch)
 			}
 		}
-		s.setFail(nil)
-		time.Sleep(5 * time.Minute)
-		synctest.Wait()
-		if pos, _ := w.Cursor("s"); pos != last {
-			t.Fatalf("cursor %d after the destination came back, want %d", pos, last)
-		}
+		s.recover(t, w, last, 5*time.Minute)
 		r.stop(t)
 		s.check(t)
-		got, _, _ := s.snapshot()
-		for seq := uint64(1); seq <= last; seq++ {
-			if got[seq] != 1 {
-				t.Fatalf("record %d delivered %d times", seq, got[seq])
-			}
-		}
+		s.deliveredOnce(t, last)
 	})
 }
 

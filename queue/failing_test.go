@@ -63,12 +63,7 @@ func TestFailingPartitionsDoNotBlockOthers(t *testing.T) {
 				if n := deliveredOf(s, last-499, last); n != 500 {
 					t.Fatalf("healthy partition: %d of 500 records delivered after 30 minutes; status %+v", n, r.d.Status())
 				}
-				s.setFail(nil)
-				time.Sleep(10 * time.Minute)
-				synctest.Wait()
-				if pos, _ := w.Cursor("s"); pos != last {
-					t.Fatalf("cursor %d after the partitions recovered, want %d", pos, last)
-				}
+				s.recover(t, w, last, 10*time.Minute)
 				r.stop(t)
 				s.check(t)
 			})

@@ -8,9 +8,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
 )
 
 // testSink records what it accepts and fails on demand. Its partition is
@@ -155,6 +157,29 @@ func (s *testSink) check(t *testing.T) {
 	for p, seqs := range s.order {
 		if !sort.SliceIsSorted(seqs, func(i, j int) bool { return seqs[i] < seqs[j] }) {
 			t.Fatalf("partition %s delivered out of order", p)
+		}
+	}
+}
+
+// recover lets every send succeed from now on and waits d in the test's
+// synctest bubble; by then cursor "s" must have passed last.
+func (s *testSink) recover(t *testing.T, w *wal.WAL, last uint64, d time.Duration) {
+	t.Helper()
+	s.setFail(nil)
+	time.Sleep(d)
+	synctest.Wait()
+	if pos, _ := w.Cursor("s"); pos != last {
+		t.Fatalf("cursor %d %v after sends succeed again, want %d", pos, d, last)
+	}
+}
+
+// deliveredOnce fails unless every record from 1 to last was accepted once.
+func (s *testSink) deliveredOnce(t *testing.T, last uint64) {
+	t.Helper()
+	got, _, _ := s.snapshot()
+	for seq := uint64(1); seq <= last; seq++ {
+		if got[seq] != 1 {
+			t.Fatalf("record %d delivered %d times", seq, got[seq])
 		}
 	}
 }
