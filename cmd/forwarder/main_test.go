@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/logfwd/forwarder/wal"
 )
 
 // testVersion is linked into the binary the tests run.
@@ -189,6 +191,19 @@ func (s *service) signal(sig os.Signal) {
 }
 
 // wait waits for the service to exit and returns its exit status.
+// startStop runs the service of configPath until it has started, stops it with sig, and
+// returns its log; it fails unless the service exits 0 within timeout.
+func startStop(t *testing.T, configPath, dataDir string, sig os.Signal, timeout time.Duration) string {
+	t.Helper()
+	s := startService(t, configPath)
+	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+	s.signal(sig)
+	if code := s.wait(timeout); code != exitOK {
+		t.Fatalf("exit status %d after %v, want 0; stderr:\n%s", code, sig, s.stderr.String())
+	}
+	return s.stderr.String()
+}
+
 func (s *service) wait(timeout time.Duration) int {
 	s.t.Helper()
 	select {

@@ -24,13 +24,7 @@ func TestRunStopsOnSignal(t *testing.T) {
 		t.Run(sig.String(), func(t *testing.T) {
 			t.Parallel()
 			path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML)
-			s := startService(t, path)
-			s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
-			s.signal(sig)
-			if code := s.wait(5 * time.Second); code != exitOK {
-				t.Fatalf("exit status %d after %v, want 0; stderr:\n%s", code, sig, s.stderr.String())
-			}
-			log := s.stderr.String()
+			log := startStop(t, path, dataDir, sig, 5*time.Second)
 			for _, want := range []string{
 				"level=INFO msg=\"wal opened\" path=" + filepath.Join(dataDir, wal.FileName) + " records=0 bytes=0",
 				"level=INFO msg=\"shutting down\" signal=" + sig.String(),
@@ -64,13 +58,7 @@ func TestRunJSONLog(t *testing.T) {
 func TestRunSyncIntervalWarns(t *testing.T) {
 	t.Parallel()
 	path, dataDir := writeConfig(t, "wal: {sync: interval}\n", shortShutdownYAML, inputsYAML, adminYAML, sinkYAML)
-	s := startService(t, path)
-	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
-	s.signal(syscall.SIGTERM)
-	if code := s.wait(5 * time.Second); code != exitOK {
-		t.Fatalf("exit status %d, want 0; stderr:\n%s", code, s.stderr.String())
-	}
-	log := s.stderr.String()
+	log := startStop(t, path, dataDir, syscall.SIGTERM, 5*time.Second)
 	want := "level=WARN msg=\"wal.sync is interval: records are acknowledged before they are fsynced, so a crash or a power loss can lose acknowledged records (up to about one second of them)"
 	if n := strings.Count(log, want); n != 1 {
 		t.Errorf("the loss warning appears %d times, want once:\n%s", n, log)
@@ -81,13 +69,7 @@ func TestRunWarnsAboutUnconfiguredCursor(t *testing.T) {
 	t.Parallel()
 	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML, sinkYAML)
 	fillWAL(t, dataDir, "archive", "old")
-	s := startService(t, path)
-	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
-	s.signal(syscall.SIGTERM)
-	if code := s.wait(5 * time.Second); code != exitOK {
-		t.Fatalf("exit status %d, want 0; stderr:\n%s", code, s.stderr.String())
-	}
-	log := s.stderr.String()
+	log := startStop(t, path, dataDir, syscall.SIGTERM, 5*time.Second)
 	for _, want := range []string{
 		"msg=\"wal opened\" path=" + filepath.Join(dataDir, wal.FileName) + " records=3",
 		"first_seq=1 next_seq=4 cursors=2",
@@ -359,13 +341,7 @@ func TestRunWarnsAboutOpenInputs(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			path, dataDir := writeConfig(t, shortShutdownYAML, c.inputs, c.admin)
-			s := startService(t, path)
-			s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
-			s.signal(syscall.SIGTERM)
-			if code := s.wait(10 * time.Second); code != exitOK {
-				t.Fatalf("exit status %d; stderr:\n%s", code, s.stderr.String())
-			}
-			log := s.stderr.String()
+			log := startStop(t, path, dataDir, syscall.SIGTERM, 10*time.Second)
 			for _, w := range []string{forwardWarn, httpWarn} {
 				if got := strings.Contains(log, w); got != c.warned {
 					t.Errorf("warning %q logged: %v, want %v:\n%s", w, got, c.warned, log)
