@@ -138,14 +138,7 @@ func BenchmarkDrainToS3(b *testing.B) {
 	const records = 200_000 // about 50 MB of bodies
 	for _, partitions := range []int{1, 50} {
 		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
-			recs := logRecords(records, partitions)
-			input := 0
-			for _, r := range recs {
-				input += len(r.Body)
-			}
-			cfg := testConfig("")
-			cfg.Key = "bench/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"
-			cfg.MaxObjectBytes = 4 * config.MiB
+			recs, input, cfg := benchInput(records, partitions)
 			cfg.MaxObjectAge = config.Duration(50 * time.Millisecond)
 			b.SetBytes(int64(input))
 			var cpu time.Duration
@@ -239,14 +232,8 @@ func BenchmarkSinkSend(b *testing.B) {
 	const records = 200_000
 	for _, partitions := range []int{1, 50} {
 		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
-			recs := sinkRecs(logRecords(records, partitions)...)
-			input := 0
-			for _, r := range recs {
-				input += len(r.Body)
-			}
-			cfg := testConfig("")
-			cfg.Key = "bench/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"
-			cfg.MaxObjectBytes = 4 * config.MiB
+			walRecs, input, cfg := benchInput(records, partitions)
+			recs := sinkRecs(walRecs...)
 			b.SetBytes(int64(input))
 			keys := make([]string, len(recs))
 			sizes := make([]int, len(recs))
@@ -320,6 +307,21 @@ func BenchmarkSinkSend(b *testing.B) {
 			b.ReportMetric(float64(lines)*float64(b.N)/cpu.Seconds()/1e6, "lines-MB/cpu-s")
 		})
 	}
+}
+
+// benchInput is what the drain benchmarks send: records of partitions tags,
+// the bytes of their bodies, and a sink configuration of 4 MiB objects keyed
+// by tag and hour.
+func benchInput(records, partitions int) ([]wal.Record, int, config.S3) {
+	recs := logRecords(records, partitions)
+	input := 0
+	for _, r := range recs {
+		input += len(r.Body)
+	}
+	cfg := testConfig("")
+	cfg.Key = "bench/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"
+	cfg.MaxObjectBytes = 4 * config.MiB
+	return recs, input, cfg
 }
 
 // stopCounting stops the emulator process and fails unless its objects hold
