@@ -40,7 +40,7 @@ func TestStateScanAllowsNestedWALCalls(t *testing.T) {
 		for i := 0; i < 100; i++ {
 			st.Scan([]byte("intent/"), func(k, v []byte) error {
 				time.Sleep(2 * time.Millisecond)
-				if _, err := st.ReadRange(1, 10); err != nil {
+				if _, err := st.ReadRange(1, 10, nil); err != nil {
 					return err
 				}
 				return st.Delivered(ctx, "p", 0, nil)

@@ -82,18 +82,57 @@ func (s *sinkState) Delete(ctx context.Context, key []byte) error {
 	return s.w.Commit(ctx, &b)
 }
 
-func (s *sinkState) ReadRange(first, last uint64) ([]sinks.Record, error) {
-	recs, err := s.w.ReadRange(first, last)
-	if err != nil {
-		return nil, err
-	}
-	kept := recs[:0]
-	for _, r := range recs {
-		if s.match == nil || s.match(r.Tag) {
-			kept = append(kept, r)
+// ReadRange decodes at most rangeReadRecords records and about
+// rangeReadBytes of bodies at a time.
+const (
+	rangeReadRecords = 10_000
+	rangeReadBytes   = 4 << 20
+)
+
+func (s *sinkState) ReadRange(first, last uint64, keep func(*sinks.Record) bool) ([]sinks.Record, error) {
+	var (
+		out  []sinks.Record
+		kept []int // records of the piece that are kept
+	)
+	buf := readBuffers.Get().(*wal.ReadBuffer)
+	defer readBuffers.Put(buf)
+	for next := first; next <= last; {
+		recs, err := s.w.ReadInto(next, rangeReadRecords, rangeReadBytes, buf)
+		if err != nil {
+			return nil, err
+		}
+		if len(recs) == 0 {
+			break
+		}
+		kept = kept[:0]
+		need := 0
+		for i := range recs {
+			r := &recs[i]
+			if r.Seq > last {
+				next = last + 1
+				break
+			}
+			next = r.Seq + 1
+			if s.match != nil && !s.match(r.Tag) {
+				continue
+			}
+			rec := sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
+			if keep == nil || keep(&rec) {
+				kept = append(kept, i)
+				need += len(r.Body)
+			}
+		}
+		// The bodies kept go into one buffer of their own: the read buffer
+		// is read into again.
+		arena := make([]byte, 0, need)
+		for _, i := range kept {
+			r := &recs[i]
+			start := len(arena)
+			arena = append(arena, r.Body...)
+			out = append(out, sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: arena[start:len(arena):len(arena)]})
 		}
 	}
-	return toSinkRecords(kept), nil
+	return out, nil
 }
 
 func (s *sinkState) Delivered(ctx context.Context, partition string, last uint64, deleteKeys [][]byte) error {
@@ -103,12 +142,4 @@ func (s *sinkState) Delivered(ctx context.Context, partition string, last uint64
 		b.Delete(s.name, stateKey(k))
 	}
 	return s.w.Commit(ctx, &b)
-}
-
-func toSinkRecords(recs []wal.Record) []sinks.Record {
-	out := make([]sinks.Record, len(recs))
-	for i, r := range recs {
-		out[i] = sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
-	}
-	return out
 }

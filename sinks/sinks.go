@@ -88,10 +88,13 @@ type State interface {
 	Put(ctx context.Context, key, value []byte) error
 	Delete(ctx context.Context, key []byte) error
 	// ReadRange returns the records from first to last inclusive that are
-	// still in the WAL and that this sink takes (its match globs), of every
-	// partition: a sink rebuilding a batch after a restart keeps those its
-	// Partition puts in the batch's partition.
-	ReadRange(first, last uint64) ([]Record, error)
+	// still in the WAL, that this sink takes (its match globs) and that
+	// keep accepts (nil: all): a sink rebuilding a batch after a restart
+	// keeps those its Partition puts in the batch's partition. The range is
+	// read a piece at a time, so that only the records kept are held: a
+	// batch of a quiet partition can span much of the WAL. The record keep
+	// sees is valid only during the call.
+	ReadRange(first, last uint64, keep func(*Record) bool) ([]Record, error)
 	// Delivered records, durably, that partition has delivered every record
 	// up to last, and deletes keys of the sink's state in the same
 	// transaction. Recover uses it for work a crash left half done.

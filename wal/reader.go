@@ -18,8 +18,14 @@ func (w *WAL) Read(from uint64, maxRecords, maxBytes int) ([]Record, error) {
 	return w.read(from, maxRecords, maxBytes, nil)
 }
 
+// ReadInto is Read decoding into buf's memory (nil: new memory). The
+// records, their bodies included, are valid until buf is read into again.
+func (w *WAL) ReadInto(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Record, error) {
+	return w.read(from, maxRecords, maxBytes, buf)
+}
+
 // A ReadBuffer is memory that reads decode into again and again (see
-// Reader.NextInto): the records of one read and their bytes.
+// Reader.NextInto and ReadInto): the records of one read and their bytes.
 type ReadBuffer struct {
 	recs []Record
 	raw  []byte

@@ -76,11 +76,13 @@
 // which reuses it (the same key, the same ${uuid}) after aborting its
 // multipart upload. Recover, which the drainer calls at start before it
 // reads a record, takes every intent left by a crash or a shutdown: it
-// reads first..last back from the WAL (State.ReadRange), keeps the records
-// whose partition (rendered with the intent's template and host name) is
-// the intent's, rebuilds the object with the intent's encoding, checks the
-// lines against lines_bytes and lines_crc32c (a mismatch is an error naming
-// the intent: the WAL and the intent disagree, and nothing is uploaded),
+// reads first..last back from the WAL a piece at a time (State.ReadRange),
+// keeping only the records whose partition (rendered with the intent's
+// template and host name) is the intent's: the object of a quiet partition
+// can span much of the WAL, which is never held in memory whole. It
+// rebuilds the object with the intent's encoding, checks the lines against
+// lines_bytes and lines_crc32c (a mismatch is an error naming the intent:
+// the WAL and the intent disagree, and nothing is uploaded),
 // aborts the recorded multipart upload and any other in progress for that
 // key, uploads again under the same key, and records the delivery and
 // deletes the intent in one transaction (State.Delivered). While S3 fails,

@@ -398,10 +398,10 @@ func (m *memState) Delete(_ context.Context, key []byte) error {
 	return nil
 }
 
-func (m *memState) ReadRange(first, last uint64) ([]sinks.Record, error) {
+func (m *memState) ReadRange(first, last uint64, keep func(*sinks.Record) bool) ([]sinks.Record, error) {
 	var out []sinks.Record
 	for _, r := range m.recs {
-		if r.Seq >= first && r.Seq <= last {
+		if r.Seq >= first && r.Seq <= last && (keep == nil || keep(&r)) {
 			out = append(out, r)
 		}
 	}

@@ -98,15 +98,12 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 			return fatal("intent %q: %w", ik, err)
 		}
 	}
-	recs, err := st.ReadRange(in.First, in.Last)
+	kept, err := st.ReadRange(in.First, in.Last, func(r *sinks.Record) bool {
+		p, _ := keys.partition(r)
+		return p == in.Partition
+	})
 	if err != nil {
 		return fatal("read records %d to %d for intent %q: %w", in.First, in.Last, ik, err)
-	}
-	kept := recs[:0]
-	for i := range recs {
-		if p, _ := keys.partition(&recs[i]); p == in.Partition {
-			kept = append(kept, recs[i])
-		}
 	}
 	if len(kept) < in.Records {
 		// The WAL dropped records of the batch before it was delivered
