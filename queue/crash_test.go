@@ -19,20 +19,31 @@ import (
 )
 
 const (
-	crashChildEnv = "QUEUE_TEST_CRASH_CHILD"
-	crashRunEnv   = "QUEUE_TEST_CRASH_RUN"
-	crashMaxRecs  = 30
-	crashConc     = 4
+	crashChildEnv  = "QUEUE_TEST_CRASH_CHILD"
+	crashRunEnv    = "QUEUE_TEST_CRASH_RUN"
+	crashCarryEnv  = "QUEUE_TEST_CRASH_CARRY"
+	crashMaxRecs   = 30
+	crashCarryRecs = 100 // records a carrying fileSink delivers at once, at most
+	crashConc      = 4
+	crashBody      = `{"x":1}`
 )
 
 // fileSink is a destination that survives the process: it appends
 // "run partition seq" lines for every accepted record and fsyncs before
-// saying yes. One send in ten fails.
+// saying yes. One send in ten fails. With carry, it takes batches in
+// without delivering them (sinks.Outcome.Carry) until crashCarryRecs
+// records or a final batch: then it delivers them all at once.
 type fileSink struct {
-	f   *os.File
-	run int
-	rng *rand.Rand
+	f     *os.File
+	run   int
+	carry bool
 }
+
+// seqCarry is what a carrying fileSink hands back: the records it took in.
+type seqCarry struct{ seqs []uint64 }
+
+func (c *seqCarry) Mem() int  { return 8 * len(c.seqs) }
+func (c *seqCarry) Room() int { return len(crashBody) * (crashCarryRecs - len(c.seqs)) }
 
 func (s *fileSink) Limits() sinks.Limits {
 	return sinks.Limits{MaxRecords: crashMaxRecs, MaxBytes: 1 << 20, MaxAge: 5 * time.Millisecond, Concurrency: crashConc}
@@ -40,12 +51,25 @@ func (s *fileSink) Limits() sinks.Limits {
 func (s *fileSink) Partition(r *sinks.Record) string { return r.Tag }
 func (s *fileSink) Size(r *sinks.Record) int         { return len(r.Body) }
 func (s *fileSink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {
+	var seqs []uint64
+	if c, ok := b.Carry.(*seqCarry); ok {
+		seqs = c.seqs[:len(c.seqs):len(c.seqs)]
+	}
+	for _, r := range b.Records {
+		seqs = append(seqs, r.Seq)
+	}
+	if s.carry && !b.Final && len(seqs) < crashCarryRecs {
+		return sinks.Outcome{Carry: &seqCarry{seqs}}, nil
+	}
+	if len(seqs) > crashCarryRecs {
+		return sinks.Outcome{}, sinks.NewRetryable("too_many", fmt.Errorf("%d records at once: the drainer cut past the carry's room", len(seqs)))
+	}
 	if rand.Intn(10) == 0 {
 		return sinks.Outcome{}, sinks.NewRetryable("flaky", nil)
 	}
 	var sb strings.Builder
-	for _, r := range b.Records {
-		fmt.Fprintf(&sb, "%d %s %d\n", s.run, b.Partition, r.Seq)
+	for _, seq := range seqs {
+		fmt.Fprintf(&sb, "%d %s %d %d\n", s.run, b.Partition, seq, len(seqs))
 	}
 	if _, err := s.f.WriteString(sb.String()); err != nil {
 		return sinks.Outcome{}, sinks.NewRetryable("write", err)
@@ -72,7 +96,7 @@ func crashChild(dir string) {
 		for i := 0; ; i++ {
 			var recs []wal.Record
 			for j := 0; j < 40; j++ {
-				recs = append(recs, wal.Record{Time: time.Now().UnixNano(), Tag: fmt.Sprintf("p%d", (i+j)%10), Body: []byte(`{"x":1}`)})
+				recs = append(recs, wal.Record{Time: time.Now().UnixNano(), Tag: fmt.Sprintf("p%d", (i+j)%10), Body: []byte(crashBody)})
 			}
 			if _, err := w.Append(context.Background(), recs, wal.AppendOptions{}); err != nil {
 				fmt.Println("APPEND", err)
@@ -81,7 +105,7 @@ func crashChild(dir string) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	d := New(w, "file", &fileSink{f: f, run: run}, Options{RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond})
+	d := New(w, "file", &fileSink{f: f, run: run, carry: os.Getenv(crashCarryEnv) != ""}, Options{RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond})
 	if err := d.Run(context.Background()); err != nil {
 		fmt.Println("RUN", err)
 		os.Exit(5)
@@ -91,6 +115,7 @@ func crashChild(dir string) {
 type delivery struct {
 	run       int
 	partition string
+	size      int // records delivered at once with this one
 }
 
 func readDelivered(t *testing.T, path string) map[uint64][]delivery {
@@ -105,7 +130,7 @@ func readDelivered(t *testing.T, path string) map[uint64][]delivery {
 	for sc.Scan() {
 		var d delivery
 		var seq uint64
-		if _, err := fmt.Sscanf(sc.Text(), "%d %s %d", &d.run, &d.partition, &seq); err != nil {
+		if _, err := fmt.Sscanf(sc.Text(), "%d %s %d %d", &d.run, &d.partition, &seq, &d.size); err != nil {
 			t.Fatalf("delivered line %q: %v", sc.Text(), err)
 		}
 		out[seq] = append(out[seq], d)
@@ -120,6 +145,18 @@ func readDelivered(t *testing.T, path string) map[uint64][]delivery {
 // batch that was in flight at a kill: at most one batch per partition per
 // kill. QUEUE_CRASH_RUNS sets the number of kills (make crash: 100).
 func TestCrashRestartDeliversAndDuplicatesOnlyInFlight(t *testing.T) {
+	crashLoop(t, false, crashMaxRecs)
+}
+
+// TestCrashRestartWithCarries is the same with a sink that carries batches
+// (sinks.Outcome.Carry): the cursor stays before records carried and not
+// delivered, and what a kill re-sends is at most one delivery of a carry
+// and its batch per partition.
+func TestCrashRestartWithCarries(t *testing.T) {
+	crashLoop(t, true, crashCarryRecs)
+}
+
+func crashLoop(t *testing.T, carry bool, maxDelivery int) {
 	runs := 10
 	if v := os.Getenv("QUEUE_CRASH_RUNS"); v != "" {
 		runs, _ = strconv.Atoi(v)
@@ -129,6 +166,9 @@ func TestCrashRestartDeliversAndDuplicatesOnlyInFlight(t *testing.T) {
 	for run := 0; run < runs; run++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, crashRunEnv+"="+strconv.Itoa(run))
+		if carry {
+			cmd.Env = append(cmd.Env, crashCarryEnv+"=1")
+		}
 		out := &strings.Builder{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
@@ -166,32 +206,40 @@ func TestCrashRestartDeliversAndDuplicatesOnlyInFlight(t *testing.T) {
 	}
 	defer f.Close()
 	last := w.Stats().NextSeq - 1
-	r := start(w, "file", &reliableFileSink{fileSink{f: f, run: runs}}, Options{})
+	r := start(w, "file", &reliableFileSink{fileSink{f: f, run: runs, carry: carry}}, Options{})
 	waitCursor(t, w, "file", last, 30*time.Second)
 	r.stop(t)
 
 	got := readDelivered(t, filepath.Join(dir, "delivered"))
-	dups := map[delivery]int{} // by the run that sent again, and partition
-	total := 0
+	type runPart struct {
+		run       int
+		partition string
+	}
+	dups := map[runPart]int{} // by the run that sent again, and partition
+	total, largest := 0, 0
 	for seq := uint64(1); seq <= last; seq++ {
 		ds := got[seq]
 		if len(ds) == 0 {
 			t.Fatalf("record %d of %d never delivered", seq, last)
 		}
+		largest = max(largest, ds[0].size)
 		for _, d := range ds[1:] {
 			if d.run == ds[0].run {
 				t.Fatalf("record %d delivered twice within run %d: not a restart's re-send", seq, d.run)
 			}
-			dups[d]++
+			dups[runPart{d.run, d.partition}]++
 			total++
 		}
 	}
+	if carry && largest <= crashMaxRecs {
+		t.Fatalf("no delivery held more than a batch (%d records): nothing was carried", largest)
+	}
 	for d, n := range dups {
-		if n > crashMaxRecs {
-			t.Fatalf("run %d re-sent %d records of partition %s: more than the one batch (%d) that can be in flight", d.run, n, d.partition, crashMaxRecs)
+		if n > maxDelivery {
+			t.Fatalf("run %d re-sent %d records of partition %s: more than the one delivery (%d) that can be in flight", d.run, n, d.partition, maxDelivery)
 		}
 	}
-	t.Logf("%d kills, %d records, %d re-sent after restarts (bound %d)", runs, last, total, runs*10*crashMaxRecs)
+	t.Logf("%d kills, %d records, %d re-sent after restarts (bound %d)", runs, last, total, runs*10*maxDelivery)
 	if last < uint64(runs)*100 {
 		t.Fatalf("only %d records in %d runs: the child hardly ran", last, runs)
 	}
@@ -200,9 +248,19 @@ func TestCrashRestartDeliversAndDuplicatesOnlyInFlight(t *testing.T) {
 type reliableFileSink struct{ fileSink }
 
 func (s *reliableFileSink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {
-	var sb strings.Builder
+	var seqs []uint64
+	if c, ok := b.Carry.(*seqCarry); ok {
+		seqs = c.seqs[:len(c.seqs):len(c.seqs)]
+	}
 	for _, r := range b.Records {
-		fmt.Fprintf(&sb, "%d %s %d\n", s.run, b.Partition, r.Seq)
+		seqs = append(seqs, r.Seq)
+	}
+	if s.carry && !b.Final && len(seqs) < crashCarryRecs {
+		return sinks.Outcome{Carry: &seqCarry{seqs}}, nil
+	}
+	var sb strings.Builder
+	for _, seq := range seqs {
+		fmt.Fprintf(&sb, "%d %s %d %d\n", s.run, b.Partition, seq, len(seqs))
 	}
 	if _, err := s.f.WriteString(sb.String()); err != nil {
 		return sinks.Outcome{}, err

@@ -270,9 +270,10 @@ type loop struct {
 	marks    map[string]uint64 // delivered marks committed ahead of the cursor
 	route    []routed          // ingest's scratch
 	probeRec sinks.Record      // ingest's record for Partition (a local would escape: one allocation per record)
-	buffered int               // recordMem of every record held: queued and in batches
+	buffered int               // recordMem of every record held (queued and in batches) and the sink's carries
 	batched  int               // the part of buffered in batches
-	open     int               // partitions with queued records
+	carried  int               // the part of buffered in carries (sinks.Carry.Mem)
+	open     int               // partitions with queued or carried records
 	// idlePending: a cursor move of advanceIdle is queued for commit (at
 	// most one, so that the commit queue's room for deliveries holds).
 	idlePending bool
@@ -369,9 +370,14 @@ func (l *loop) run(ctx context.Context) error {
 		}
 		in := l.in
 		if !stopping && l.buffered-l.batched >= d.opts.MaxBufferedBytes/2 {
-			// Half the memory is queued: send the largest partition now,
-			// so that the next batch can gather while this one is sent.
+			// Half the memory is queued or carried: send the largest
+			// partition now, so that the next batch can gather while this
+			// one is sent.
 			l.cutLargest(now)
+		}
+		if !stopping && l.lim.MaxOpen > 0 && l.open > l.lim.MaxOpen {
+			// More objects are open than the sink may have: close the oldest.
+			l.cutOldest(now)
 		}
 		if l.buffered >= d.opts.MaxBufferedBytes {
 			// Free what partitions waiting out a retry have queued, so that
@@ -555,15 +561,24 @@ func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 	mem := recordMem(&rec)
 	p.mem += mem
 	l.buffered += mem
-	if !p.busy && len(p.batch) == 0 {
+	if !p.busy && !p.hasBatch() {
 		l.scheduleQueue(p, now)
 	}
-	if len(p.queue) == 1 {
-		l.open++
-		if l.lim.MaxOpen > 0 && l.open > l.lim.MaxOpen {
-			l.cutOldest(now)
-		}
+	if !p.counted {
+		l.recount(p)
 	}
+}
+
+// recount keeps p counted in l.open while it has queued or carried records.
+func (l *loop) recount(p *partition) {
+	open := len(p.queue) > 0 || p.carry != nil
+	switch {
+	case open && !p.counted:
+		l.open++
+	case !open && p.counted:
+		l.open--
+	}
+	p.counted = open
 }
 
 // recordMem is what holding r costs: its bytes, its place in a queue and
@@ -574,47 +589,71 @@ func recordMem(r *sinks.Record) int {
 }
 
 // cutLargest makes the partition holding the most memory due now, when
-// much of memory is queued: otherwise reading would wait for batches that
-// wait for more records.
+// much of memory is queued or carried: otherwise reading would wait for
+// batches that wait for more records. Until twice as much is carried as
+// queued, that is the largest queue: the sink may carry it on, in less
+// memory. Then it is the largest carry, whose batch is final.
 func (l *loop) cutLargest(now time.Time) {
+	carries := l.carried > 2*(l.buffered-l.batched-l.carried)
 	var largest *partition
+	size := func(p *partition) int {
+		if carries {
+			return p.carryMem
+		}
+		return p.mem
+	}
 	for _, p := range l.parts {
-		if len(p.queue) > 0 && !p.busy && len(p.batch) == 0 && (largest == nil || p.mem > largest.mem) {
+		if !p.busy && !p.hasBatch() && size(p) > 0 && (largest == nil || size(p) > size(largest)) {
 			largest = p
 		}
 	}
 	if largest != nil && largest.dueAt.After(now) {
+		if carries {
+			largest.finalize = true
+		}
 		l.due.schedule(largest, now)
 		l.d.earlyCuts.Inc()
 	}
 }
 
-// cutOldest makes the partition whose queued records waited longest due
-// now, to keep the open partitions within Limits.MaxOpen.
+// cutOldest makes the open partition whose records waited longest due now,
+// with a final batch, while more partitions are open than Limits.MaxOpen
+// and than those already closing (a final batch due or being sent).
 func (l *loop) cutOldest(now time.Time) {
+	closing := 0
 	var oldest *partition
 	for _, p := range l.parts {
-		if len(p.queue) > 0 && !p.busy && len(p.batch) == 0 && p.dueAt.After(now) && (oldest == nil || p.since.Before(oldest.since)) {
+		switch {
+		case !p.counted:
+		case p.finalize || p.busy && p.final:
+			closing++
+		case !p.busy && !p.hasBatch() && (oldest == nil || p.objectSince().Before(oldest.objectSince())):
 			oldest = p
 		}
 	}
-	if oldest != nil {
+	if oldest != nil && l.open-closing > l.lim.MaxOpen {
+		oldest.finalize = true
 		l.due.schedule(oldest, now)
 		l.d.earlyCuts.Inc()
 	}
 }
 
-// scheduleQueue makes p due when its queue holds a full batch, or when
-// the oldest queued record has waited MaxAge.
+// scheduleQueue makes p due when its queue holds a full batch, when the
+// oldest record it queues or carries has waited MaxAge, or at once when
+// its carry is to be delivered.
 func (l *loop) scheduleQueue(p *partition, now time.Time) {
 	if len(p.queue) == 0 {
 		if p.spillFrom != 0 && !p.refilling {
+			l.due.remove(p) // scheduled again when the refill is in
 			l.startRefill(p)
+			return
 		}
-		return
+		if p.carry == nil || p.refilling {
+			return
+		}
 	}
-	t := p.since.Add(l.lim.MaxAge)
-	if l.full(p) {
+	t := p.objectSince().Add(l.lim.MaxAge)
+	if p.finalize || len(p.queue) > 0 && l.full(p) {
 		t = now
 	}
 	if p.heapIdx < 0 || t.Before(p.dueAt) {
@@ -623,20 +662,33 @@ func (l *loop) scheduleQueue(p *partition, now time.Time) {
 }
 
 func (l *loop) full(p *partition) bool {
-	if len(p.queue) >= l.lim.MaxRecords || p.size >= l.lim.MaxBytes {
+	if len(p.queue) >= l.lim.MaxRecords || p.size >= l.maxBytes(p) {
 		return true
 	}
 	return l.lim.MaxSpan > 0 && time.Duration(p.hi-p.lo) > l.lim.MaxSpan
 }
 
-// cut takes the next batch from p's queue within the sink's limits.
+// maxBytes is the most a batch of p may hold: Limits.MaxBytes, or less
+// when it goes with a carry that has less room.
+func (l *loop) maxBytes(p *partition) int {
+	if p.carry != nil {
+		return min(l.lim.MaxBytes, p.room)
+	}
+	return l.lim.MaxBytes
+}
+
+// cut takes the next batch from p's queue within the sink's limits; none
+// when p's carry has no room for the first queued record.
 func (l *loop) cut(p *partition) []sinks.Record {
 	n, size := 0, 0
 	lo, hi := p.queue[0].Time, p.queue[0].Time
+	limit := l.maxBytes(p)
 	for n < len(p.queue) && n < l.lim.MaxRecords {
 		r := &p.queue[n]
 		s := int(p.sizes[n])
-		if n > 0 && size+s > l.lim.MaxBytes {
+		// A batch holds at least one record, however large, unless it
+		// goes with a carry that has no room for it.
+		if (n > 0 || p.carry != nil) && size+s > limit {
 			break
 		}
 		if l.lim.MaxSpan > 0 && n > 0 && time.Duration(max(hi, r.Time)-min(lo, r.Time)) > l.lim.MaxSpan {
@@ -646,13 +698,17 @@ func (l *loop) cut(p *partition) []sinks.Record {
 		size += s
 		n++
 	}
+	if n == 0 {
+		return nil
+	}
 	// The batch keeps its records where they are: the queue goes on after
 	// them in the same array, and deliver clears them, so that the bodies go
 	// with the batch.
 	batch := p.queue[:n:n]
+	p.batchSince = p.since
 	p.queue, p.sizes = p.queue[n:], p.sizes[n:]
 	if len(p.queue) == 0 {
-		l.open--
+		l.recount(p)
 	} else if l.lim.MaxSpan > 0 {
 		p.resetSpan()
 	}
@@ -669,7 +725,7 @@ func (l *loop) cut(p *partition) []sinks.Record {
 
 // dispatch starts sends for due partitions while the sink has room.
 func (l *loop) dispatch(now time.Time, ctx context.Context) {
-	l.dropForced()
+	l.dropForced(now)
 	for len(l.due) > 0 && !l.due[0].dueAt.After(now) && l.inflight < l.limit {
 		if now.Before(l.throttleUntil) || now.Before(l.retryUntil) {
 			return
@@ -679,8 +735,11 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 		}
 		p := l.due[0]
 		l.due.remove(p)
-		if len(p.batch) == 0 {
-			if len(p.queue) == 0 {
+		if p.refilling {
+			continue // scheduled again when the refill is in
+		}
+		if !p.hasBatch() {
+			if len(p.queue) == 0 && p.carry == nil {
 				if p.idle() {
 					delete(l.parts, p.key)
 				} else {
@@ -688,7 +747,14 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 				}
 				continue
 			}
-			p.batch = l.cut(p)
+			aged := !now.Before(p.objectSince().Add(l.lim.MaxAge))
+			if len(p.queue) > 0 {
+				p.batch = l.cut(p)
+			}
+			// The carry alone: when it is due, or has no room for more.
+			p.flush = len(p.batch) == 0
+			p.final = p.flush || p.finalize || p.noCarry || aged
+			p.finalize = false
 		}
 		if l.paused != nil {
 			l.pauseRetryAt = now.Add(l.d.opts.PauseRetry)
@@ -698,7 +764,7 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 		if l.retrying() {
 			l.probe = p
 		}
-		b := &sinks.Batch{Partition: p.key, Records: p.batch, State: l.d.st}
+		b := &sinks.Batch{Partition: p.key, Records: p.batch, State: l.d.st, Carry: p.carry, Final: p.final}
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
@@ -737,6 +803,11 @@ func (l *loop) backoff(attempts int) time.Duration {
 // onResult decides what a finished send means for its partition.
 func (l *loop) onResult(r sendResult, now time.Time) {
 	d, p := l.d, r.p
+	if r.err == nil && r.out.Carry != nil {
+		// Taken in, not delivered: the destination was not asked anything.
+		l.takeCarry(p, r.out.Carry, now)
+		return
+	}
 	if r.err == nil {
 		l.endStreak()
 		if l.paused != nil {
@@ -751,12 +822,17 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 	l.lastErr, l.lastErrAt = e.Error(), now
 	l.failures[e.Class.String()+"/"+e.Reason]++
 	if e.Class == sinks.RecordPermanent {
-		l.endStreak()                         // the destination answered
+		l.endStreak() // the destination answered
+		if p.carry != nil {
+			l.uncarry(p, now)
+			return
+		}
 		l.deliver(p, nil, nil, e.Reason, now) // the whole batch is dead-lettered
 		return
 	}
 	p.busy = false
 	l.inflight--
+	l.dropPart(p, l.cursor, now) // what the WAL dropped while it was sent
 	switch e.Class {
 	case sinks.Throttled:
 		d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
@@ -806,13 +882,19 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][]byte, deadReason string, now time.Time) {
 	d := l.d
 	batch := p.batch
-	p.batch = nil
-	l.buffered -= p.batchMem
+	last := p.carryLast
+	if len(batch) > 0 {
+		last = batch[len(batch)-1].Seq
+	}
+	req := &commitReq{p: p, records: len(batch) + p.carryRecs}
+	l.buffered -= p.batchMem + p.carryMem
 	l.batched -= p.batchMem
-	p.batchMem = 0
+	l.carried -= p.carryMem
+	p.batch, p.batchMem, p.flush = nil, 0, false
+	p.carry, p.carryMem, p.carryRecs = nil, 0, 0
+	l.recount(p)
 	p.attempts = 0
 	l.throttles = 0
-	req := &commitReq{p: p, records: len(batch)}
 	at := time.Now()
 	dead := func(r *sinks.Record, reason string) {
 		req.ops.Put(d.name, deadKey(r.Seq), encodeDeadLetter(r, reason, at))
@@ -838,7 +920,6 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 		req.ops.Delete(d.name, stateKey(k))
 	}
 	low := l.lowWatermark()
-	last := batch[len(batch)-1].Seq
 	if last > low {
 		req.ops.Put(d.name, markKey(p.key), u64(last))
 		l.marks[p.key] = last
@@ -860,11 +941,69 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 	l.commits <- req
 }
 
+// takeCarry records that the sink took p's batch in without delivering it
+// (sinks.Outcome.Carry): the batch's memory goes, the carry's comes, and
+// the cursor stays before the carried records until a later batch
+// delivers them.
+func (l *loop) takeCarry(p *partition, c sinks.Carry, now time.Time) {
+	p.busy = false
+	l.inflight--
+	if p.carry == nil {
+		p.carryFirst, p.carrySince = p.batch[0].Seq, p.batchSince
+	}
+	if n := len(p.batch); n > 0 {
+		p.carryLast = p.batch[n-1].Seq
+		p.carryRecs += n
+	}
+	mem := c.Mem()
+	p.room = c.Room()
+	l.buffered += mem - p.carryMem - p.batchMem
+	l.carried += mem - p.carryMem
+	l.batched -= p.batchMem
+	clear(p.batch) // its array may hold the partition's queue too: let these bodies go
+	p.batch, p.batchMem, p.flush, p.attempts = nil, 0, false, 0
+	p.carry, p.carryMem = c, mem
+	l.recount(p)
+	if p.carryFirst <= l.cursor {
+		l.dropPart(p, l.cursor, now) // the WAL dropped some while it was sent
+		return
+	}
+	l.scheduleQueue(p, now)
+}
+
+// uncarry gives up what the sink carries for p, with p's batch and queue,
+// when the sink refused to deliver them for their content: they are read
+// again from the WAL and sent in final batches, never carried, so that the
+// refusal dead-letters the records of one batch, which the drainer holds.
+func (l *loop) uncarry(p *partition, now time.Time) {
+	l.d.log.Warn("the sink refused a batch with records it had carried; reading them again to send them in batches of their own",
+		"partition_records", p.carryRecs+len(p.batch)+len(p.queue))
+	p.busy = false
+	l.inflight--
+	p.noCarry = true
+	l.release(p, p.carryFirst, now)
+}
+
+// release forgets what p carries, its batch and its queue, and reads its
+// records from `from` on again from the WAL. p is not busy.
+func (l *loop) release(p *partition, from uint64, now time.Time) {
+	l.buffered -= p.carryMem + p.batchMem + p.mem
+	l.batched -= p.batchMem
+	l.carried -= p.carryMem
+	clear(p.batch)
+	clear(p.queue)
+	p.batch, p.batchMem, p.flush, p.attempts = nil, 0, false, 0
+	p.carry, p.carryMem, p.carryRecs = nil, 0, 0
+	p.queue, p.sizes, p.size, p.mem = nil, nil, 0, 0
+	p.spillFrom = from
+	l.recount(p)
+	l.scheduleQueue(p, now)
+}
+
 // dropForced forgets records that the WAL dropped for this sink
 // (wal.when_full: drop_oldest moves a lagging cursor past them and counts
 // them), so that what is counted as dropped is not delivered after all.
-// Batches already in flight are the exception: they finish.
-func (l *loop) dropForced() {
+func (l *loop) dropForced(now time.Time) {
 	pos, ok := l.d.w.Cursor(l.d.name)
 	if !ok || pos <= l.cursor {
 		return
@@ -872,41 +1011,50 @@ func (l *loop) dropForced() {
 	l.cursor = pos
 	l.readPos = max(l.readPos, pos+1)
 	for _, p := range l.parts {
-		if !p.busy {
-			if n := len(p.batch); n > 0 {
-				p.batch = dropUpTo(p.batch, pos)
-				if len(p.batch) != n {
-					p.batchMem = 0
-					for i := range p.batch {
-						p.batchMem += recordMem(&p.batch[i])
-					}
-				}
-			}
+		l.dropPart(p, pos, now)
+	}
+}
+
+// dropPart forgets p's records up to pos, which the WAL dropped. A batch
+// or carry in flight is the exception: it finishes, and what it leaves is
+// looked at again when it fails or is carried. A carry that holds dropped
+// records is given up, and the partition's records after them are read
+// again (unless a refill of the partition is under way: then the carry is
+// delivered like a batch in flight).
+func (l *loop) dropPart(p *partition, pos uint64, now time.Time) {
+	if p.carry != nil && p.carryFirst <= pos {
+		if !p.busy && !p.refilling {
+			l.release(p, pos+1, now)
 		}
-		n := len(p.queue)
+		return
+	}
+	if n := len(p.batch); n > 0 && !p.busy && p.batch[0].Seq <= pos {
+		p.batch = dropUpTo(p.batch, pos)
+		mem := 0
+		for i := range p.batch {
+			mem += recordMem(&p.batch[i])
+		}
+		l.buffered += mem - p.batchMem
+		l.batched += mem - p.batchMem
+		p.batchMem = mem
+	}
+	if n := len(p.queue); n > 0 && p.queue[0].Seq <= pos {
 		p.queue = dropUpTo(p.queue, pos)
 		p.sizes = p.sizes[n-len(p.queue):]
-		if n > 0 && len(p.queue) == 0 {
-			l.open--
+		size, mem := 0, 0
+		for i := range p.queue {
+			size += int(p.sizes[i])
+			mem += recordMem(&p.queue[i])
 		}
-		if len(p.queue) != n {
-			p.size, p.mem = 0, 0
-			for i := range p.queue {
-				p.size += int(p.sizes[i])
-				p.mem += recordMem(&p.queue[i])
-			}
-			if len(p.queue) > 0 {
-				p.resetSpan()
-			}
+		l.buffered += mem - p.mem
+		p.size, p.mem = size, mem
+		if len(p.queue) > 0 {
+			p.resetSpan()
 		}
-		if p.spillFrom != 0 && p.spillFrom <= pos {
-			p.spillFrom = pos + 1
-		}
+		l.recount(p)
 	}
-	l.buffered, l.batched = 0, 0
-	for _, p := range l.parts {
-		l.buffered += p.mem + p.batchMem
-		l.batched += p.batchMem
+	if p.spillFrom != 0 && p.spillFrom <= pos {
+		p.spillFrom = pos + 1
 	}
 }
 
@@ -983,12 +1131,13 @@ func (l *loop) onCommitted(c *commitReq, now time.Time) {
 	l.scheduleQueue(p, now)
 }
 
-// waitingBatches is the memory of batches waiting for a retry (not in flight).
+// waitingBatches is the memory of batches waiting for a retry (not in
+// flight), with the carries they are to deliver.
 func (l *loop) waitingBatches() int {
 	n := 0
 	for _, p := range l.parts {
-		if !p.busy {
-			n += p.batchMem
+		if !p.busy && p.hasBatch() {
+			n += p.batchMem + p.carryMem
 		}
 	}
 	return n
@@ -1020,7 +1169,7 @@ func (l *loop) spill(now time.Time) {
 		if l.buffered < l.d.opts.MaxBufferedBytes {
 			break
 		}
-		stuck := len(p.batch) > 0 && !p.busy && p.dueAt.After(now)
+		stuck := p.hasBatch() && !p.busy && p.dueAt.After(now)
 		if !stuck || len(p.queue) == 0 || l.paused != nil {
 			continue
 		}
@@ -1030,7 +1179,7 @@ func (l *loop) spill(now time.Time) {
 		p.batch = detach(p.batch)
 		clear(p.queue)
 		p.queue, p.sizes, p.size, p.mem = nil, nil, 0, 0
-		l.open--
+		l.recount(p)
 	}
 }
 
@@ -1093,7 +1242,9 @@ func (l *loop) onRefill(f refill, now time.Time) {
 	p.refilling = false
 	l.inflight--
 	for _, r := range f.recs {
-		l.enqueue(p, r, now)
+		if r.Seq > l.cursor { // else the WAL dropped it while the refill ran
+			l.enqueue(p, r, now)
+		}
 	}
 	switch {
 	case f.next < f.upTo:
@@ -1108,7 +1259,7 @@ func (l *loop) onRefill(f refill, now time.Time) {
 		delete(l.parts, p.key)
 		return
 	}
-	if len(p.batch) == 0 && !p.busy {
+	if !p.hasBatch() && !p.busy {
 		l.scheduleQueue(p, now)
 	}
 }

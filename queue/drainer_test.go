@@ -388,13 +388,25 @@ func TestStalledSinkDoesNotSlowOtherOrAppends(t *testing.T) {
 }
 
 // TestDropOldestDropsExactlyWhatItCounts fills a small WAL while one sink is
-// paused: what that sink never receives is exactly what the WAL counted.
+// paused: what that sink never receives is exactly what the WAL counted,
+// also when the sink carries records (a carry holding dropped ones is
+// given up and the rest read again).
 func TestDropOldestDropsExactlyWhatItCounts(t *testing.T) {
+	for _, carry := range []int{0, 1 << 20} {
+		t.Run(fmt.Sprintf("carry %d", carry), func(t *testing.T) { dropOldest(t, carry) })
+	}
+}
+
+func dropOldest(t *testing.T, carry int) {
 	synctest.Test(t, func(t *testing.T) {
 		w := openWAL(t, wal.Options{MaxBytes: 256 << 10, WhenFull: wal.DropOldest})
 		defer w.Close()
 		fast := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
 		paused := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+		paused.carryBytes = carry
+		if carry > 0 {
+			paused.lim.MaxAge = time.Minute // batches are cut full and carried for a while
+		}
 		paused.setFail(func(*sinks.Batch) error { return sinks.NewSinkPermanent("AccessDenied", nil) })
 		rf := start(w, "fast", fast, Options{})
 		rp := start(w, "paused", paused, Options{})
@@ -431,6 +443,10 @@ func TestDropOldestDropsExactlyWhatItCounts(t *testing.T) {
 		if fg, _, _ := fast.snapshot(); uint64(len(fg)) != last || w.Stats().Dropped["fast"] != 0 {
 			t.Fatalf("the sink that kept up received %d of %d (dropped %d)", len(fg), last, w.Stats().Dropped["fast"])
 		}
+		if carry > 0 && paused.carried == 0 {
+			t.Fatal("the paused sink carried nothing")
+		}
+		paused.check(t)
 	})
 }
 

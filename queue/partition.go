@@ -26,6 +26,24 @@ type partition struct {
 	batchMem int            // memory held by batch
 	busy     bool           // batch is sending or its delivery committing
 	attempts int            // failed sends of batch
+	final    bool           // batch is sent with Batch.Final (its retries too)
+	// flush: the batch is the carry alone (batch is empty): it is sent, or
+	// waits to be sent again, to deliver what the sink carries.
+	flush bool
+
+	// carry is what the sink took in of this partition's records without
+	// delivering them yet (sinks.Outcome.Carry): carryRecs records from
+	// carryFirst to carryLast, the first of them read at carrySince. They
+	// precede batch and queue. carryMem is carry.Mem().
+	carry                 sinks.Carry
+	carryFirst, carryLast uint64
+	carryRecs, carryMem   int
+	room                  int // carry.Room()
+	carrySince            time.Time
+	batchSince            time.Time // since, when batch was cut
+	finalize              bool      // the next batch is final: memory or MaxOpen wants the carry delivered
+	noCarry               bool      // every batch is final: a carried delivery was refused (see uncarry)
+	counted               bool      // counted in loop.open: it has queued or carried records
 
 	// spillFrom, when not 0, is the first record of this partition that is
 	// not held in memory: the partition was stuck while memory ran short.
@@ -41,6 +59,8 @@ type partition struct {
 // delivered, or 0 if none.
 func (p *partition) firstPending() uint64 {
 	switch {
+	case p.carry != nil:
+		return p.carryFirst
 	case len(p.batch) > 0:
 		return p.batch[0].Seq
 	case len(p.queue) > 0:
@@ -59,7 +79,19 @@ func (p *partition) resetSpan() {
 }
 
 func (p *partition) idle() bool {
-	return len(p.batch) == 0 && len(p.queue) == 0 && p.spillFrom == 0 && !p.busy && !p.refilling
+	return !p.hasBatch() && len(p.queue) == 0 && p.carry == nil && p.spillFrom == 0 && !p.busy && !p.refilling
+}
+
+// hasBatch: a batch is being sent or waits to be sent again.
+func (p *partition) hasBatch() bool { return len(p.batch) > 0 || p.flush }
+
+// objectSince is when the oldest record p holds, carried or queued, was
+// read: what Limits.MaxAge counts from.
+func (p *partition) objectSince() time.Time {
+	if p.carry != nil {
+		return p.carrySince
+	}
+	return p.since
 }
 
 // dueHeap orders partitions that wait to send by the time they may.

@@ -33,10 +33,28 @@ type testSink struct {
 	// bodies: check that each record's body is the one appendN wrote for
 	// it into a fresh WAL (`{"i":seq-1,...`) when the batch is sent.
 	bodies bool
+	// carryBytes, when not 0, makes the sink carry what it takes in
+	// (sinks.Outcome.Carry) until a final batch or until it holds
+	// carryBytes of bodies (its Room is what is left); a carry's Mem is
+	// its bodies' bytes over carryRatio (1 when 0).
+	carryBytes, carryRatio int
+	carries                map[string]*testCarry // partition → the carry last handed back
+	carried, finals        int                   // sends answered with a carry; final batches
+	flushes                int                   // final batches of a carry alone
 }
 
+// testCarry is what a carrying testSink hands back: the records it took in.
+type testCarry struct {
+	recs       []sinks.Record // bodies copied
+	bytes, mem int
+	room       int
+}
+
+func (c *testCarry) Mem() int  { return c.mem }
+func (c *testCarry) Room() int { return c.room }
+
 func newTestSink(lim sinks.Limits) *testSink {
-	return &testSink{lim: lim, got: map[uint64]int{}, order: map[string][]uint64{}, inflight: map[string]bool{}}
+	return &testSink{lim: lim, got: map[uint64]int{}, order: map[string][]uint64{}, inflight: map[string]bool{}, carries: map[string]*testCarry{}}
 }
 
 func (s *testSink) Limits() sinks.Limits             { return s.lim }
@@ -78,6 +96,54 @@ func (s *testSink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, err
 			return sinks.Outcome{}, sinks.NewRetryable("cancelled", ctx.Err())
 		}
 	}
+	recs := b.Records
+	if s.carryBytes > 0 || b.Carry != nil {
+		var c *testCarry
+		if b.Carry != nil {
+			c = b.Carry.(*testCarry)
+		}
+		s.mu.Lock()
+		// The drainer may give a carry up (and read its records again),
+		// but never sends an older one.
+		if c != nil && c != s.carries[b.Partition] {
+			s.violation = "a batch of " + b.Partition + " with another carry than the one handed back last"
+		}
+		if b.Final {
+			s.finals++
+			if len(b.Records) == 0 {
+				s.flushes++
+			}
+		}
+		s.mu.Unlock()
+		if c == nil && len(b.Records) == 0 {
+			s.setViolation("an empty batch without a carry")
+		}
+		if c != nil && len(b.Records) > 0 && b.Records[0].Seq <= c.recs[len(c.recs)-1].Seq {
+			s.setViolation(fmt.Sprintf("batch from %d after a carry up to %d", b.Records[0].Seq, c.recs[len(c.recs)-1].Seq))
+		}
+		n := &testCarry{}
+		if c != nil {
+			n.recs, n.bytes = c.recs[:len(c.recs):len(c.recs)], c.bytes
+		}
+		for _, r := range b.Records {
+			n.bytes += len(r.Body)
+			r.Body = bytes.Clone(r.Body)
+			n.recs = append(n.recs, r)
+		}
+		if c != nil && n.bytes > s.carryBytes && len(b.Records) > 0 {
+			s.setViolation(fmt.Sprintf("a batch of %d bytes with a carry that had room for %d", n.bytes-c.bytes, c.room))
+		}
+		if !b.Final && n.bytes < s.carryBytes {
+			n.room = s.carryBytes - n.bytes
+			n.mem = n.bytes / max(s.carryRatio, 1)
+			s.mu.Lock()
+			s.carries[b.Partition] = n
+			s.carried++
+			s.mu.Unlock()
+			return sinks.Outcome{Carry: n}, nil
+		}
+		recs = n.recs
+	}
 	var out sinks.Outcome
 	if fail != nil {
 		if err := fail(b); err != nil {
@@ -86,6 +152,11 @@ func (s *testSink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, err
 				// Accept all but the rejections carried in e.Err.
 				out.Rejected = e.Err.(rejections)
 			} else {
+				if sinks.Classify(err).Class == sinks.RecordPermanent {
+					s.mu.Lock()
+					delete(s.carries, b.Partition) // the drainer gives it up
+					s.mu.Unlock()
+				}
 				return sinks.Outcome{}, err
 			}
 		}
@@ -95,12 +166,13 @@ func (s *testSink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, err
 		rejected[rj.Seq] = true
 	}
 	s.mu.Lock()
-	for _, r := range b.Records {
+	for _, r := range recs {
 		if !rejected[r.Seq] {
 			s.got[r.Seq]++
 			s.order[b.Partition] = append(s.order[b.Partition], r.Seq)
 		}
 	}
+	delete(s.carries, b.Partition)
 	s.mu.Unlock()
 	return out, nil
 }

@@ -47,20 +47,36 @@ type Sink interface {
 	// Size is what a record counts against Limits.MaxBytes.
 	Size(r *Record) int
 	// Send delivers one batch. A nil error means every record was accepted
-	// except those listed in Outcome.Rejected, which are dead-lettered. An
-	// error must be an *Error (see Retryable and the others) or it is
-	// treated as retryable; the whole batch is then sent again later.
+	// except those listed in Outcome.Rejected, which are dead-lettered, or,
+	// with Outcome.Carry, that the sink took the records in without
+	// delivering them yet. An error must be an *Error (see Retryable and the
+	// others) or it is treated as retryable; the whole batch is then sent
+	// again later.
 	Send(ctx context.Context, b *Batch) (Outcome, error)
 }
 
 // Batch is what Send delivers: records of one partition in sequence order.
 type Batch struct {
 	Partition string
-	Records   []Record
-	State     State // the sink's own state, kept in the WAL
+	// Records are the batch's records. It is empty only when Carry is set
+	// and Final: the carried records alone are to be delivered.
+	Records []Record
+	State   State // the sink's own state, kept in the WAL
+	// Carry is what the previous send of the partition handed back in its
+	// Outcome: records taken in before these ones and not delivered yet.
+	// Delivering the batch delivers them too. Nil when there are none: the
+	// drainer may also give a carry up and read its records again (when
+	// the WAL dropped some of them, or a delivery was refused), so a sink
+	// keeps nothing of a carry but in the carry itself.
+	Carry Carry
+	// Final asks the sink to deliver now whatever it would otherwise carry
+	// on: the partition's oldest record has waited Limits.MaxAge, memory
+	// or Limits.MaxOpen calls for it, or the partition must not carry.
+	Final bool
 }
 
-// First and Last are the batch's first and last sequence numbers.
+// First and Last are the sequence numbers of the first and last of
+// Records, which is not empty.
 func (b *Batch) First() uint64 { return b.Records[0].Seq }
 func (b *Batch) Last() uint64  { return b.Records[len(b.Records)-1].Seq }
 
@@ -72,6 +88,23 @@ type Outcome struct {
 	// DeleteState are keys of the sink's state to delete in the same
 	// transaction that records the batch as delivered (an S3 intent).
 	DeleteState [][]byte
+	// Carry, when not nil, means nothing was delivered: the sink took the
+	// batch's records (and those of Batch.Carry) into what it hands back,
+	// to be delivered with a later batch of the partition. The drainer
+	// keeps it, counts its memory, and holds the cursor before its records.
+	// Rejected and DeleteState must be empty then.
+	Carry Carry
+}
+
+// Carry is what a sink keeps of a partition's records between sends: the
+// S3 sink's object being built, its records already compressed, so that a
+// partition's object can outgrow the memory its records would take.
+type Carry interface {
+	Mem() int // bytes it holds
+	// Room is how much (in Size) the next batch may hold: the drainer cuts
+	// it within Room and Limits.MaxBytes, and when the next record alone
+	// does not fit, it sends the carry alone, as a final batch.
+	Room() int
 }
 
 // Rejection is one record refused for good.

@@ -1,0 +1,178 @@
+package queue
+
+import (
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// A sink that carries what it takes in (sinks.Outcome.Carry) holds the
+// cursor before the carried records until a later batch delivers them: at
+// MaxAge of the oldest, or when the carry has no room for the next record.
+// Batches are cut within the carry's room, and retries go with the carry
+// they were first sent with.
+func TestCarryHoldsTheCursorUntilDelivered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 20, MaxBytes: 1 << 20, MaxAge: time.Minute, Concurrency: 3})
+		s.carryBytes = 5000
+		r := start(w, "s", s, Options{RetryMin: time.Second})
+		first := appendN(t, w, 45, func(int) string { return "a" }, 100)
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		got, _, _ := s.snapshot()
+		if pos, _ := w.Cursor("s"); pos != 0 || len(got) != 0 || s.carried == 0 {
+			t.Fatalf("before MaxAge: cursor %d, %d delivered, %d carried; want the records carried and the cursor before them", pos, len(got), s.carried)
+		}
+		if st := r.d.Status(); st.Buffered == 0 {
+			t.Fatalf("status %+v: the carry is not counted", st)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != first {
+			t.Fatalf("after MaxAge: cursor %d, want %d", pos, first)
+		}
+		s.deliveredOnce(t, first)
+
+		// Many more: deliveries fill the carry's room. Every third delivery
+		// fails twice first; its retries must bring the same carry.
+		fails := map[uint64]int{}
+		s.setFail(func(b *sinks.Batch) error {
+			var k uint64
+			if c, ok := b.Carry.(*testCarry); ok {
+				k = c.recs[0].Seq
+			} else {
+				k = b.Records[0].Seq
+			}
+			if k%3 == 0 && fails[k] < 2 {
+				fails[k]++
+				return sinks.NewRetryable("http_500", fmt.Errorf("internal error"))
+			}
+			return nil
+		})
+		last := appendN(t, w, 1000, func(i int) string { return fmt.Sprintf("p%d", i%4) }, 130)
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d, want %d", pos, last)
+		}
+		r.stop(t)
+		s.check(t)
+		s.deliveredOnce(t, last)
+		retried := 0
+		for _, n := range fails {
+			retried += n
+		}
+		if s.flushes == 0 || retried == 0 {
+			t.Fatalf("%d deliveries of a carry alone (its room too small for the next record), %d retried sends: want some of each", s.flushes, retried)
+		}
+		t.Logf("%d sends carried, %d final, %d of a carry alone, %d retried", s.carried, s.finals, s.flushes, retried)
+	})
+}
+
+// When a delivery with a carry is refused for its content, the drainer
+// reads the carried records again from the WAL and sends every batch of the
+// partition final, so that the refusal dead-letters them batch by batch:
+// nothing is lost and the cursor moves on.
+func TestCarryRefusedIsDeadLettered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})
+		s.carryBytes = 1 << 20
+		finalsOfBad, carriesSeen := 0, 0
+		s.setFail(func(b *sinks.Batch) error {
+			if b.Partition != "bad" {
+				return nil
+			}
+			finalsOfBad++
+			if b.Carry != nil {
+				carriesSeen++
+			}
+			return sinks.NewRecordPermanent("EntityTooLarge", fmt.Errorf("refused"))
+		})
+		last := appendN(t, w, 200, func(i int) string { return []string{"bad", "good"}[i%2] }, 50)
+		r := start(w, "s", s, Options{})
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d, want %d", pos, last)
+		}
+		r.stop(t)
+		s.check(t)
+		got, _, _ := s.snapshot()
+		dead := map[uint64]string{}
+		if err := DeadLetters(w, "s", func(d DeadLetter) error { dead[d.Seq] = d.Reason; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		for seq := uint64(1); seq <= last; seq++ {
+			if seq%2 == 1 && (dead[seq] != "EntityTooLarge" || got[seq] != 0) || seq%2 == 0 && (dead[seq] != "" || got[seq] != 1) {
+				t.Fatalf("record %d: dead %q, delivered %d", seq, dead[seq], got[seq])
+			}
+		}
+		if carriesSeen == 0 || finalsOfBad <= carriesSeen {
+			t.Fatalf("%d refused deliveries, %d of them with a carry: want a carried one refused, then batches of their own", finalsOfBad, carriesSeen)
+		}
+	})
+}
+
+// Carries count against MaxBufferedBytes: when they fill half of it, the
+// largest is delivered early; with Limits.MaxOpen, the oldest open one is
+// when another partition opens. A sink whose carries never fill and never
+// age still delivers everything but what the bound lets it hold.
+func TestCarriesWithinMemoryAndMaxOpen(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		maxOpen int
+		mem     int
+	}{
+		{"memory", 0, 64 << 10},
+		{"max open", 3, 64 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := openWAL(t, wal.Options{})
+				defer w.Close()
+				s := newTestSink(sinks.Limits{MaxRecords: 20, MaxBytes: 1 << 20, MaxAge: time.Hour, Concurrency: 4, MaxOpen: c.maxOpen})
+				s.carryBytes = 1 << 30
+				r := start(w, "s", s, Options{MaxBufferedBytes: c.mem, ReadBatch: 100})
+				last := appendN(t, w, 3000, func(i int) string { return fmt.Sprintf("p%d", i%10) }, 100)
+				time.Sleep(time.Minute)
+				synctest.Wait()
+				got, _, _ := s.snapshot()
+				held := map[string]int{} // undelivered records by partition
+				for seq := uint64(1); seq <= last; seq++ {
+					if got[seq] == 0 {
+						held[fmt.Sprintf("p%d", (seq-1)%10)]++
+					}
+				}
+				n := 0
+				for _, k := range held {
+					n += k
+				}
+				st := r.d.Status()
+				// A record of 100 bytes costs 228 in a queue (recordMem) and
+				// its 100 bytes in a carry.
+				if c.maxOpen > 0 && len(held) > c.maxOpen || c.maxOpen == 0 && n*100 > c.mem {
+					t.Fatalf("after a minute %d records of %d partitions are not delivered (status %+v): more than the bound holds", n, len(held), st)
+				}
+				if s.carried == 0 {
+					t.Fatal("nothing was carried")
+				}
+				time.Sleep(time.Hour)
+				synctest.Wait()
+				if pos, _ := w.Cursor("s"); pos != last {
+					t.Fatalf("cursor %d, want %d", pos, last)
+				}
+				r.stop(t)
+				s.check(t)
+				s.deliveredOnce(t, last)
+			})
+		})
+	}
+}
