@@ -272,8 +272,9 @@ func TestRunNotifiesSystemd(t *testing.T) {
 }
 
 // memory_limit sets the runtime's soft limit (seen in /metrics) and sizes the sinks'
-// shares; an S3 sink whose share cannot hold max_object_bytes twice says so at start,
-// with the memory_limit that would.
+// shares; an S3 sink whose share likely cannot hold an object of max_object_bytes
+// (compressed fourfold, or not at all with compression: none) says so at start, with
+// the memory_limit that would.
 func TestRunMemoryLimit(t *testing.T) {
 	t.Parallel()
 	cwYAML := `  - name: logs
@@ -283,17 +284,19 @@ func TestRunMemoryLimit(t *testing.T) {
     log_group: g
     log_stream: s
 `
-	notice := "msg=\"objects are cut at about half of the sink's memory share, before max_object_bytes; raise memory_limit for larger ones\" sink=archive"
+	notice := "msg=\"objects are held compressed until uploaded and the largest is finished early once half the sink's memory share is held: objects may stay below max_object_bytes; raise memory_limit for larger ones\" sink=archive"
 	for _, c := range []struct {
 		memory string
+		sink   string // added to the S3 sink
 		limit  string // go_gc_gomemlimit_bytes
 		logged string // "": no notice
 	}{
-		{"", "1.34217728e+08", notice + " memory_share=32MiB object_bytes=16MiB max_object_bytes=64MiB memory_limit_for_max_object_bytes=512MiB"},
-		{"memory_limit: 512MiB\n", "5.36870912e+08", ""},
+		{"", "", "1.34217728e+08", ""},
+		{"memory_limit: 64MiB\n", "", "6.7108864e+07", notice + " memory_share=16MiB compression=gzip max_object_bytes=64MiB memory_limit_for_max_object_bytes=128MiB"},
+		{"", "    compression: none\n", "1.34217728e+08", notice + " memory_share=32MiB compression=none max_object_bytes=64MiB memory_limit_for_max_object_bytes=512MiB"},
 	} {
 		adminAddr := freePort(t)
-		path, dataDir := writeConfig(t, c.memory, shortShutdownYAML, inputsYAML, fmt.Sprintf("admin: {listen: %q}\n", adminAddr), sinkYAML, cwYAML)
+		path, dataDir := writeConfig(t, c.memory, shortShutdownYAML, inputsYAML, fmt.Sprintf("admin: {listen: %q}\n", adminAddr), sinkYAML+c.sink, cwYAML)
 		s := startService(t, path, "AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_EC2_METADATA_DISABLED=true")
 		s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
 		res, err := http.Get("http://" + adminAddr + "/metrics")

@@ -273,7 +273,7 @@ func BenchmarkSinkSend(b *testing.B) {
 						parts[keys[j]] = o
 					}
 					if len(o.recs) > 0 && (o.size+sizes[j] > lim.MaxBytes || len(o.recs) >= lim.MaxRecords) {
-						batches = append(batches, sinks.Batch{Partition: keys[j], Records: o.recs, State: st})
+						batches = append(batches, sinks.Batch{Partition: keys[j], Records: o.recs, State: st, Final: true})
 						o.recs, o.size = nil, 0
 					}
 					o.recs = append(o.recs, recs[j])
@@ -282,7 +282,7 @@ func BenchmarkSinkSend(b *testing.B) {
 				}
 				for key, o := range parts {
 					if len(o.recs) > 0 {
-						batches = append(batches, sinks.Batch{Partition: key, Records: o.recs, State: st})
+						batches = append(batches, sinks.Batch{Partition: key, Records: o.recs, State: st, Final: true})
 					}
 				}
 				runtime.GC()

@@ -5,8 +5,8 @@
 //
 // # Objects
 //
-// An object is one batch of the drainer: records of one partition in
-// sequence order, one line each, every line ending in "\n". A line is the
+// An object holds records of one partition in sequence order, one line
+// each, every line ending in "\n". A line is the
 // record's body as stored in the WAL, byte for byte, with up to two members
 // added right after its opening brace, in this order:
 //
@@ -15,15 +15,23 @@
 //     digits, always 30 characters: "2025-06-15T15:06:40.123456789Z";
 //   - tag_key (default empty: off), likewise: the record's tag.
 //
-// A body that is not a JSON object is written as it is. Then the lines are
-// compressed, and the result depends on nothing else:
+// A body that is not a JSON object is written as it is.
+//
+// An object is built member by member: each batch the drainer hands the
+// sink (at most an eighth of max_object_bytes of lines, and 8 MiB) is
+// compressed on its own, and the object is its members one after the
+// other, which gzip and zstd readers (gzip -d, zcat, Go's compress/gzip,
+// zstd -d) read as one stream. Between batches the members are carried
+// (sinks.Outcome.Carry): the drainer holds them, counted against the
+// sink's memory share, and keeps the cursor before their records. Each
+// member depends on its lines and nothing else:
 //
 //   - gzip (github.com/klauspost/compress/gzip) at compression_level 1-9:
-//     one member, its header with no name, no modification time, OS 255;
+//     a member, its header with no name, no modification time, OS 255;
 //   - zstd (github.com/klauspost/compress/zstd) at compression_level 1-4
-//     (fastest to best): one frame from a single encoder goroutine, with a
+//     (fastest to best): a frame from a single encoder goroutine, with a
 //     content checksum;
-//   - none.
+//   - none: the lines.
 //
 // The compressor is fed in chunks cut at the first line end after each
 // 256 KiB, a function of the lines alone. Objects carry Content-Type
@@ -49,21 +57,29 @@
 // and ${uuid} = a random UUID kept in the intent. A key over 1,024 bytes is
 // refused and its batch dead-lettered (reason key_too_long).
 //
-// Objects are cut by the drainer within Limits: max_object_bytes of lines
-// before compression (Size counts each line with its newline),
-// max_object_age after the first record was read, at most
-// max_open_objects partitions filling at once (the one that waited longest
-// is cut early), 16 uploads in flight, one per partition.
+// An object is finished (uploaded) when it holds max_object_bytes of lines
+// before compression (Size counts each line with its newline; the drainer
+// cuts each batch within the room the carry has left, Carry.Room, and
+// finishes an object whose room is too small for the next record),
+// max_object_age after its first record was read, or early when the drainer
+// asks for it with a final batch: at most max_open_objects partitions
+// filling at once (the one that waited longest is finished), or the
+// largest once half the sink's memory share is held. 16 sends in flight,
+// one per partition. A stop loses the carried members, not their records:
+// the cursor is before them, and they are read and built again at the next
+// start.
 //
 // # The intent protocol
 //
-// Send, for a batch of records first..last of partition P:
+// Send, for an object of records first..last of partition P (its carried
+// members and the batch's):
 //
-//  1. builds the object's bytes and key;
+//  1. builds the object's bytes (the members joined) and key;
 //  2. commits, durably, the intent: sink-state key "intent/<object key>" →
 //     JSON {v, key, partition, first, last, records, bytes, sha256 (hex, of
 //     the object), lines_bytes, lines_crc32c (of the lines before
-//     compression), uuid, upload_id, key_template, hostname, encoding
+//     compression), members (the records of each member, when there are
+//     more than one), uuid, upload_id, key_template, hostname, encoding
 //     {compression, level, time_key, tag_key}};
 //  3. uploads: PutObject, or CreateMultipartUpload, a second commit of the
 //     intent with its upload_id, the parts, CompleteMultipartUpload (on a
@@ -80,9 +96,9 @@
 // keeping only the records whose partition (rendered with the intent's
 // template and host name) is the intent's: the object of a quiet partition
 // can span much of the WAL, which is never held in memory whole. It
-// rebuilds the object with the intent's encoding, checks the lines against
-// lines_bytes and lines_crc32c (a mismatch is an error naming the intent:
-// the WAL and the intent disagree, and nothing is uploaded),
+// rebuilds the object with the intent's encoding and members, checks the
+// lines against lines_bytes and lines_crc32c (a mismatch is an error naming
+// the intent: the WAL and the intent disagree, and nothing is uploaded),
 // aborts the recorded multipart upload and any other in progress for that
 // key, uploads again under the same key, and records the delivery and
 // deletes the intent in one transaction (State.Delivered). While S3 fails,

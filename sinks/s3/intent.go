@@ -30,8 +30,11 @@ type intent struct {
 	// The JSON lines before compression: their length and CRC-32C tell a
 	// WAL that disagrees with the intent from a compressor whose output
 	// changed (an upgrade between the crash and the restart).
-	LinesBytes  int64    `json:"lines_bytes"`
-	LinesCRC32C uint32   `json:"lines_crc32c"`
+	LinesBytes  int64  `json:"lines_bytes"`
+	LinesCRC32C uint32 `json:"lines_crc32c"`
+	// Members are the records of each compressed member when the object
+	// was built member by member (an object of one member leaves it out).
+	Members     []int    `json:"members,omitempty"`
 	UUID        string   `json:"uuid,omitempty"`      // what ${uuid} rendered
 	UploadID    string   `json:"upload_id,omitempty"` // the multipart upload in progress
 	KeyTemplate string   `json:"key_template"`

@@ -86,8 +86,9 @@ func TestUUIDKeys(t *testing.T) {
 	st := newMemState(nil)
 	b := &sinks.Batch{Records: sinkRecs(rec("a", "1", time.Now(), 1)), State: st}
 	b.Partition = s.Partition(&b.Records[0])
-	in1 := s.intentFor(t.Context(), b)
-	in2 := s.intentFor(t.Context(), b) // the same batch again: the same key
+	intentFor := func() *intent { return s.intentFor(t.Context(), st, b.Partition, b.First(), b.Last(), len(b.Records)) }
+	in1 := intentFor()
+	in2 := intentFor() // the same batch again: the same key
 	if in1.Key != in2.Key || !regexp.MustCompile(`^logs/a/[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\.json\.gz$`).MatchString(in1.Key) {
 		t.Errorf("keys %q, %q", in1.Key, in2.Key)
 	}
@@ -95,7 +96,7 @@ func TestUUIDKeys(t *testing.T) {
 		t.Errorf("intent uuid %q, key %q", in1.UUID, in1.Key)
 	}
 	s.forget(b.Partition)
-	if in3 := s.intentFor(t.Context(), b); in3.Key == in1.Key {
+	if in3 := intentFor(); in3.Key == in1.Key {
 		t.Error("a new intent reused the uuid")
 	}
 }

@@ -80,9 +80,78 @@ func (e *encoder) contentEncoding() string {
 // size is what r adds to an object before compression: its line and newline.
 func (e *encoder) size(r *sinks.Record) int { return e.liner.lineLen(r) + 1 }
 
-// build encodes recs as one object: a JSON line per record, compressed.
-// The bytes are a pure function of the records and the encoding.
+// member is one compressed stream of an object's lines (a gzip member, a
+// zstd frame, or the lines themselves): an object is its members one
+// after the other, which gzip and zstd readers read as one stream.
+type member struct {
+	body    []byte
+	records int
+	lines   int64  // uncompressed bytes
+	crc     uint32 // CRC-32C of the object's lines up to the end of this member
+}
+
+// build encodes recs as one object of one member. The bytes are a pure
+// function of the records and the encoding.
 func (e *encoder) build(recs []sinks.Record) (*object, error) {
+	m, err := e.compress(recs, 0)
+	if err != nil {
+		return nil, err
+	}
+	return join([]member{m}), nil
+}
+
+// buildSplit encodes recs as an object of members of counts[i] records
+// each (one member when counts is empty): what an intent of an object
+// built member by member (see openObject) is rebuilt from.
+func (e *encoder) buildSplit(recs []sinks.Record, counts []int) (*object, error) {
+	if len(counts) == 0 {
+		return e.build(recs)
+	}
+	ms := make([]member, 0, len(counts))
+	var crc uint32
+	for _, n := range counts {
+		if n <= 0 || n > len(recs) {
+			return nil, fmt.Errorf("member of %d records where %d are left", n, len(recs))
+		}
+		m, err := e.compress(recs[:n], crc)
+		if err != nil {
+			return nil, err
+		}
+		ms, crc, recs = append(ms, m), m.crc, recs[n:]
+	}
+	if len(recs) > 0 {
+		return nil, fmt.Errorf("%d records left after the members", len(recs))
+	}
+	return join(ms), nil
+}
+
+// join makes an object of members.
+func join(ms []member) *object {
+	o := &object{}
+	if len(ms) == 1 {
+		o.body = ms[0].body
+	} else {
+		n := 0
+		for _, m := range ms {
+			n += len(m.body)
+		}
+		o.body = make([]byte, 0, n)
+		for _, m := range ms {
+			o.body = append(o.body, m.body...)
+		}
+	}
+	for _, m := range ms {
+		o.lines += m.lines
+		o.linesCRC32 = m.crc
+	}
+	sum := sha256.Sum256(o.body)
+	o.sha256 = hex.EncodeToString(sum[:])
+	return o
+}
+
+// compress encodes recs as one member: a JSON line per record, compressed.
+// crc is the CRC-32C of the object's lines before these.
+func (e *encoder) compress(recs []sinks.Record, crc uint32) (member, error) {
 	var out bytes.Buffer
 	// Room for the whole object at once: growing a buffer of megabytes by
 	// doubling copies and clears it over and over.
@@ -102,7 +171,7 @@ func (e *encoder) build(recs []sinks.Record) (*object, error) {
 		if gw == nil {
 			var err error
 			if gw, err = gzip.NewWriterLevel(&out, e.enc.Level); err != nil {
-				return nil, err
+				return member{}, err
 			}
 		} else {
 			gw.Reset(&out)
@@ -118,7 +187,7 @@ func (e *encoder) build(recs []sinks.Record) (*object, error) {
 				zstd.WithEncoderConcurrency(1), // one goroutine: blocks and frames do not depend on scheduling
 				zstd.WithEncoderCRC(true))
 			if err != nil {
-				return nil, err
+				return member{}, err
 			}
 		} else {
 			zw.Reset(&out)
@@ -137,7 +206,6 @@ func (e *encoder) build(recs []sinks.Record) (*object, error) {
 	defer func() { *bp = buf[:0]; e.bufs.Put(bp) }()
 	var (
 		lines int64
-		crc   uint32
 		err   error
 	)
 	flush := func() {
@@ -164,10 +232,9 @@ func (e *encoder) build(recs []sinks.Record) (*object, error) {
 		err = ferr
 	}
 	if err != nil {
-		return nil, fmt.Errorf("compress object: %w", err)
+		return member{}, fmt.Errorf("compress object: %w", err)
 	}
-	sum := sha256.Sum256(out.Bytes())
-	return &object{body: out.Bytes(), sha256: hex.EncodeToString(sum[:]), lines: lines, linesCRC32: crc}, nil
+	return member{body: out.Bytes(), records: len(recs), lines: lines, crc: crc}, nil
 }
 
 // touchAhead is how many records touchBodies brings into the cache at once.

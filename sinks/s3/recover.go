@@ -119,13 +119,17 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 		}
 		return nil
 	}
-	obj, err := enc.build(kept)
+	if len(kept) != in.Records {
+		return fatal("the WAL and intent %q disagree: the intent has %d records from seq %d to %d, the WAL %d; not uploading %q",
+			ik, in.Records, in.First, in.Last, len(kept), in.Key)
+	}
+	obj, err := enc.buildSplit(kept, in.Members)
 	if err != nil {
 		return fatal("rebuild object of intent %q: %w", ik, err)
 	}
-	if len(kept) != in.Records || obj.lines != in.LinesBytes || obj.linesCRC32 != in.LinesCRC32C {
-		return fatal("the WAL and intent %q disagree: the intent has %d records from seq %d to %d, %d bytes of lines with CRC-32C %08x; the WAL gives %d records, %d bytes with CRC-32C %08x; not uploading %q",
-			ik, in.Records, in.First, in.Last, in.LinesBytes, in.LinesCRC32C, len(kept), obj.lines, obj.linesCRC32, in.Key)
+	if obj.lines != in.LinesBytes || obj.linesCRC32 != in.LinesCRC32C {
+		return fatal("the WAL and intent %q disagree: the intent has %d records from seq %d to %d, %d bytes of lines with CRC-32C %08x; the WAL gives %d bytes with CRC-32C %08x; not uploading %q",
+			ik, in.Records, in.First, in.Last, in.LinesBytes, in.LinesCRC32C, obj.lines, obj.linesCRC32, in.Key)
 	}
 	if obj.sha256 != in.SHA256 {
 		// Same lines, other compressed bytes: the compressor changed.

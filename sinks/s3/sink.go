@@ -68,9 +68,10 @@ type Sink struct {
 	log      *slog.Logger
 	m        *metrics
 
-	maxBytes  int
-	threshold int64
-	partSize  int64 // smallest part of a multipart upload
+	maxBytes    int
+	memberBytes int // the largest batch: a member of an object (see openObject)
+	threshold   int64
+	partSize    int64 // smallest part of a multipart upload
 
 	mu sync.Mutex
 	// open holds the intent of each partition's batch whose send has begun
@@ -95,6 +96,11 @@ const (
 	minPartSize               = 5 << 20 // S3's smallest part but the last
 	maxParts                  = 10000   // S3's largest part number
 	uploadConcurrency         = 16
+	// An object is built of about membersPerObject members, each of at most
+	// maxMemberBytes of lines: the drainer holds a member's records until
+	// they are compressed, then only the compressed bytes.
+	membersPerObject = 8
+	maxMemberBytes   = 8 << 20
 )
 
 // New returns the S3 sink called name (its name in the configuration, for
@@ -149,6 +155,7 @@ func New(ctx context.Context, name string, cfg config.S3, opts Options) (*Sink, 
 		log: opts.Logger, m: m, open: map[string]*intent{},
 		maxBytes: int(min(int64(cfg.MaxObjectBytes), 1<<40)), threshold: int64(cfg.MultipartThreshold), partSize: minPartSize,
 	}
+	s.memberBytes = min(max(s.maxBytes/membersPerObject, 1), maxMemberBytes)
 	if opts.Client != nil {
 		s.api = opts.Client
 		return s, nil
@@ -220,12 +227,15 @@ func (s *Sink) Close() {
 	}
 }
 
-// Limits: an object is a batch; max_object_bytes of lines before
-// compression, max_object_age, max_open_objects.
+// Limits: a batch is a member of an object (an eighth of
+// max_object_bytes of lines before compression, at most 8 MiB); an object
+// is carried from batch to batch until it holds max_object_bytes, until
+// max_object_age, or until the drainer asks for it (memory,
+// max_open_objects).
 func (s *Sink) Limits() sinks.Limits {
 	return sinks.Limits{
 		MaxRecords:  1_000_000,
-		MaxBytes:    s.maxBytes,
+		MaxBytes:    s.memberBytes,
 		MaxAge:      time.Duration(s.cfg.MaxObjectAge),
 		Concurrency: uploadConcurrency,
 		MaxOpen:     s.cfg.MaxOpenObjects,
@@ -246,23 +256,66 @@ func (s *Sink) Partition(r *sinks.Record) string {
 // compression.
 func (s *Sink) Size(r *sinks.Record) int { return s.enc.size(r) }
 
-// Send uploads one batch as one object: it builds the bytes, commits the
-// intent, uploads, and hands the intent back for the drainer to delete with
-// the batch's delivery.
+// Send compresses a batch as a member of its partition's object. Unless
+// the batch is final or the object is full (max_object_bytes), it hands
+// the object back to be carried (sinks.Outcome.Carry). Otherwise
+// it builds the object's bytes, commits the intent, uploads, and hands the
+// intent back for the drainer to delete with the object's delivery.
 func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {
 	if strings.HasPrefix(b.Partition, tooLong) {
 		return sinks.Outcome{}, sinks.NewRecordPermanent("key_too_long",
 			fmt.Errorf("the key template renders a key over S3's %d bytes for these records", maxKeyLen))
 	}
-	in := s.intentFor(ctx, b)
-	if len(in.Key) > maxKeyLen {
+	open, ok := b.Carry.(*openObject)
+	if b.Carry != nil && !ok {
+		return sinks.Outcome{}, fmt.Errorf("s3 sink %s: carry of type %T", s.name, b.Carry)
+	}
+	var first, last uint64
+	switch {
+	case open != nil:
+		first, last = open.first, open.last
+	case len(b.Records) == 0:
+		return sinks.Outcome{}, nil // nothing to deliver
+	default:
+		first = b.First()
+	}
+	if n := len(objectKey(b.Partition, first, uuidLike)); n > maxKeyLen {
 		s.forget(b.Partition)
 		return sinks.Outcome{}, sinks.NewRecordPermanent("key_too_long",
-			fmt.Errorf("object key of %d bytes is over S3's %d: %.100q...", len(in.Key), maxKeyLen, in.Key))
+			fmt.Errorf("object key of %d bytes is over S3's %d: %.100q...", n, maxKeyLen, objectKey(b.Partition, first, "")))
 	}
-	obj, err := s.enc.build(b.Records)
-	if err != nil {
-		return sinks.Outcome{}, sinks.NewRetryable("encode", err)
+	members := []member(nil)
+	records := 0
+	if open != nil {
+		members, records = open.members, open.records
+	}
+	if len(b.Records) > 0 {
+		var crc uint32
+		if open != nil {
+			crc = open.crc
+		}
+		m, err := s.enc.compress(b.Records, crc)
+		if err != nil {
+			return sinks.Outcome{}, sinks.NewRetryable("encode", err)
+		}
+		last = b.Last()
+		lines := m.lines
+		if open != nil {
+			lines += open.lines
+		}
+		if !b.Final && lines < int64(s.maxBytes) {
+			return sinks.Outcome{Carry: open.with(m, first, last, s.maxBytes)}, nil
+		}
+		members = append(members[:len(members):len(members)], m)
+		records += m.records
+	}
+	obj := join(members)
+	in := s.intentFor(ctx, b.State, b.Partition, first, last, records)
+	if len(members) > 1 {
+		in.Members = make([]int, len(members))
+		for i, m := range members {
+			in.Members[i] = m.records
+		}
 	}
 	in.setObject(obj)
 	ik := intentKey(in.Key)
@@ -272,7 +325,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	if err := s.upload(ctx, b.State, ik, in, obj.body); err != nil {
 		err = s.classify(err)
 		if sinks.Classify(err).Class == sinks.RecordPermanent {
-			// S3 stored nothing and the drainer dead-letters the batch.
+			// S3 stored nothing and the drainer dead-letters the records.
 			s.forget(b.Partition)
 			_ = b.State.Delete(ctx, ik) // a left-over intent only costs Recover one more refusal
 		}
@@ -282,6 +335,10 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	s.m.uncompressed.Add(float64(obj.lines))
 	return sinks.Outcome{DeleteState: [][]byte{ik}}, nil
 }
+
+// uuidLike is as long as what ${uuid} renders, to measure keys before
+// one is drawn.
+const uuidLike = "00000000-0000-4000-8000-000000000000"
 
 // forget drops the begun intent of a partition whose batch is done with.
 func (s *Sink) forget(partition string) {
@@ -294,25 +351,24 @@ func (s *Sink) forget(partition string) {
 // the same batch began (same records, same ${uuid}), or a new one. A begun
 // intent of another batch of the partition is stale: its multipart upload
 // is aborted and it is deleted.
-func (s *Sink) intentFor(ctx context.Context, b *sinks.Batch) *intent {
-	first, last := b.First(), b.Last()
+func (s *Sink) intentFor(ctx context.Context, st sinks.State, partition string, first, last uint64, records int) *intent {
 	s.mu.Lock()
-	prev := s.open[b.Partition]
+	prev := s.open[partition]
 	s.mu.Unlock()
 	if prev != nil && prev.First == first && prev.Last == last {
 		return prev
 	}
 	if prev != nil {
-		s.abandon(ctx, b.State, prev)
+		s.abandon(ctx, st, prev)
 	}
-	in := &intent{Version: intentVersion, Partition: b.Partition, First: first, Last: last, Records: len(b.Records),
+	in := &intent{Version: intentVersion, Partition: partition, First: first, Last: last, Records: records,
 		KeyTemplate: s.cfg.Key, Hostname: s.hostname, Encoding: s.enc.enc}
 	if s.keys.uuid {
 		in.UUID = newUUID()
 	}
-	in.Key = objectKey(b.Partition, first, in.UUID)
+	in.Key = objectKey(partition, first, in.UUID)
 	s.mu.Lock()
-	s.open[b.Partition] = in
+	s.open[partition] = in
 	s.mu.Unlock()
 	return in
 }

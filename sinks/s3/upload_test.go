@@ -61,7 +61,7 @@ func TestPutObjectSignsTheObjectsHash(t *testing.T) {
 	}
 	batch := sinkRecs(recs...)
 	st := newMemState(batch)
-	out, err := s.Send(context.Background(), &sinks.Batch{Partition: s.Partition(&batch[0]), Records: batch, State: st})
+	out, err := s.Send(context.Background(), &sinks.Batch{Partition: s.Partition(&batch[0]), Records: batch, State: st, Final: true})
 	if err != nil {
 		t.Fatal(err)
 	}

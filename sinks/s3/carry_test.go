@@ -1,0 +1,171 @@
+package s3sink
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// An object built batch by batch: each batch is compressed as a member and
+// carried (no upload, no intent) until a final batch or a full object; the
+// object is then the members one after the other, which gzip and zstd read
+// as one stream, and its intent names the members, so that a restart
+// rebuilds the same bytes.
+func TestObjectOfMembers(t *testing.T) {
+	srv, url := startEmu(t)
+	for _, c := range []struct {
+		compression string
+		level       int
+		flush       bool // the final batch is the carry alone
+	}{
+		{config.CompressionGzip, 1, false},
+		{config.CompressionZstd, 1, true},
+		{config.CompressionNone, 0, false},
+	} {
+		t.Run(c.compression, func(t *testing.T) {
+			cfg := testConfig(url)
+			cfg.Key = "members/" + c.compression + "/${tag}/${seq}"
+			cfg.Compression, cfg.CompressionLevel = c.compression, c.level
+			cfg.MaxObjectBytes = config.MiB
+			s := newTestSink(t, cfg)
+			recs := batchRecs("a", 400)
+			st := newMemState(recs)
+			p := s.Partition(&recs[0])
+			puts := srv.Calls()["PutObject"]
+			var carry sinks.Carry
+			room := s.maxBytes
+			for i := 0; i < 400; i += 100 {
+				final := i == 300 && !c.flush
+				size := 0
+				for j := range recs[i : i+100] {
+					size += s.Size(&recs[i+j])
+				}
+				if size > room {
+					t.Fatalf("batch of %d bytes, room %d", size, room)
+				}
+				out, err := s.Send(context.Background(), &sinks.Batch{Partition: p, Records: recs[i : i+100], State: st, Carry: carry, Final: final})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if final {
+					if out.Carry != nil || len(out.DeleteState) != 1 {
+						t.Fatalf("final batch: outcome %+v", out)
+					}
+					break
+				}
+				if out.Carry == nil || len(out.DeleteState) != 0 || len(st.intents()) != 0 || srv.Calls()["PutObject"] != puts {
+					t.Fatalf("batch %d: outcome %+v, intents %v, %d uploads: want it carried", i/100, out, st.intents(), srv.Calls()["PutObject"]-puts)
+				}
+				if out.Carry.Mem() <= 0 || out.Carry.Room() != room-size {
+					t.Fatalf("carry: mem %d, room %d, want room %d", out.Carry.Mem(), out.Carry.Room(), room-size)
+				}
+				carry, room = out.Carry, out.Carry.Room()
+			}
+			if c.flush {
+				if _, err := s.Send(context.Background(), &sinks.Batch{Partition: p, State: st, Carry: carry, Final: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := srv.Calls()["PutObject"] - puts; n != 1 {
+				t.Fatalf("%d uploads, want 1", n)
+			}
+			keys := st.intents()
+			if len(keys) != 1 {
+				t.Fatalf("intents %v", keys)
+			}
+			raw, _ := st.Get([]byte(keys[0]))
+			var in intent
+			if err := json.Unmarshal(raw, &in); err != nil {
+				t.Fatal(err)
+			}
+			if want := []int{100, 100, 100, 100}; c.flush {
+				if !equalInts(in.Members, want) {
+					t.Errorf("intent members %v, want %v", in.Members, want)
+				}
+			} else if !equalInts(in.Members, want) || in.Records != 400 || in.First != recs[0].Seq || in.Last != recs[399].Seq {
+				t.Errorf("intent %s", raw)
+			}
+			key := strings.TrimPrefix(keys[0], intentPrefix)
+			objs := readObjects(t, newReader(t, url), key)
+			if len(objs) != 1 || len(objs[0].Lines) != 400 {
+				t.Fatalf("%d objects under %s", len(objs), key)
+			}
+			whole, err := s.enc.build(recs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := strings.Join(objs[0].Lines, "\n")+"\n", string(decompress(t, objs[0].ContentEncoding, whole.body)); got != want {
+				t.Fatal("the object's lines are not those of its records")
+			}
+			if c.compression == config.CompressionGzip {
+				// An independent reader: gzip(1) reads the members as one stream.
+				cmd := exec.Command("gzip", "-dc")
+				cmd.Stdin = bytes.NewReader(objs[0].Body)
+				out, err := cmd.Output()
+				if err != nil {
+					t.Fatalf("gzip -dc: %v", err)
+				}
+				if bytes.Count(out, []byte("\n")) != 400 || !bytes.HasPrefix(out, []byte(objs[0].Lines[0])) {
+					t.Fatalf("gzip -dc gave %d lines", bytes.Count(out, []byte("\n")))
+				}
+				if bytes.Equal(objs[0].Body, whole.body) {
+					t.Fatal("the object is one gzip member: nothing was built member by member")
+				}
+			}
+			// A crash after the upload: the restart rebuilds the same bytes.
+			body := objs[0].Body
+			deleteObject(t, url, key)
+			if err := newTestSink(t, cfg).Recover(context.Background(), st); err != nil {
+				t.Fatal(err)
+			}
+			again := readObjects(t, newReader(t, url), key)
+			if len(again) != 1 || !bytes.Equal(again[0].Body, body) {
+				t.Fatal("the rebuilt object differs from the one first uploaded")
+			}
+			if st.delivered[p] != recs[399].Seq || len(st.intents()) != 0 {
+				t.Errorf("delivered %v, intents left %v", st.delivered, st.intents())
+			}
+		})
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// A rebuild whose members do not add up to the intent's records is refused,
+// not uploaded.
+func TestBuildSplitChecksTheMembers(t *testing.T) {
+	e, err := newEncoder(encoding{Compression: config.CompressionGzip, Level: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := batchRecs("a", 10)
+	for _, counts := range [][]int{{5, 6}, {5, 4}, {0, 10}} {
+		if _, err := e.buildSplit(recs, counts); err == nil {
+			t.Errorf("members %v of 10 records: no error", counts)
+		}
+	}
+	one, _ := e.build(recs)
+	two, err := e.buildSplit(recs, []int{4, 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.lines != two.lines || one.linesCRC32 != two.linesCRC32 || one.sha256 == two.sha256 {
+		t.Errorf("one member: %d bytes of lines, crc %08x; two: %d, %08x; sha256 equal: %v", one.lines, one.linesCRC32, two.lines, two.linesCRC32, one.sha256 == two.sha256)
+	}
+}
