@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,7 +41,7 @@ func crashConfig(url string) config.S3 {
 	cfg := testConfig(url)
 	cfg.Key = "crash/${tag}/%Y/%m/%d/%H/%M/${hostname}-${seq}.json.gz"
 	cfg.MaxObjectBytes = 2 * config.KiB
-	cfg.MaxObjectAge = config.Duration(20 * time.Millisecond)
+	cfg.MaxObjectAge = config.Duration(100 * time.Millisecond)
 	return cfg
 }
 
@@ -98,22 +99,26 @@ func crashChild() int {
 
 // emuIDs counts the record ids of every object under prefix, read straight
 // from the emulator, and the objects.
-func emuIDs(t *testing.T, srv *s3emu.Server, prefix string) (map[string]int, int) {
+func emuIDs(t *testing.T, srv *s3emu.Server, prefix string) (seen map[string]int, objects, multi int) {
 	t.Helper()
 	objs, err := srv.Objects(bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[string]int{}
-	n := 0
+	seen = map[string]int{}
 	for _, o := range objs {
 		if !strings.HasPrefix(o.Key, prefix) {
 			continue
 		}
-		n++
+		objects++
 		body, err := srv.Get(bucket, o.Key)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if m, err := gzipMembers(body); err != nil {
+			t.Fatalf("%s: %v", o.Key, err)
+		} else if m > 1 {
+			multi++
 		}
 		zr, err := gzip.NewReader(bytes.NewReader(body))
 		if err != nil {
@@ -133,7 +138,31 @@ func emuIDs(t *testing.T, srv *s3emu.Server, prefix string) (map[string]int, int
 			seen[v.ID]++
 		}
 	}
-	return seen, n
+	return seen, objects, multi
+}
+
+// severalMembers matches a restart's line about an interrupted upload of
+// an object built of more than one member.
+var severalMembers = regexp.MustCompile(`finished an interrupted upload.* members=([2-9]|[1-9][0-9]+) `)
+
+// gzipMembers counts the gzip members of body.
+func gzipMembers(body []byte) (int, error) {
+	br := bytes.NewReader(body) // an io.ByteReader: the gzip reader reads no further than a member
+	zr, err := gzip.NewReader(br)
+	if err != nil {
+		return 0, err
+	}
+	for n := 1; ; n++ {
+		zr.Multistream(false)
+		if _, err := io.Copy(io.Discard, zr); err != nil {
+			return n, err
+		}
+		if err := zr.Reset(br); err == io.EOF {
+			return n, nil
+		} else if err != nil {
+			return n, err
+		}
+	}
 }
 
 // TestCrashExactlyOnce kills, with SIGKILL at random moments, a child that
@@ -153,11 +182,11 @@ func TestCrashExactlyOnce(t *testing.T) {
 	srv, url := startEmu(t)
 	dir := t.TempDir()
 	acked := map[string]bool{}
-	recovered := 0
+	recovered, recoveredMulti := 0, 0
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 
 	checkAtMostOnce := func(when string) map[string]int {
-		seen, _ := emuIDs(t, srv, "crash/")
+		seen, _, _ := emuIDs(t, srv, "crash/")
 		for id, n := range seen {
 			if n > 1 {
 				t.Errorf("%s: record %s stored %d times, in %v", when, id, n, objectsWith(t, srv, id))
@@ -254,6 +283,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 			t.Fatalf("run %d: the child ended by itself (%v):\n%s", run, err, stderr.String())
 		}
 		recovered += strings.Count(stderr.String(), "finished an interrupted upload")
+		recoveredMulti += len(severalMembers.FindAllString(stderr.String(), -1))
 		if strings.Contains(stderr.String(), "level=ERROR") {
 			t.Errorf("run %d: the child logged errors:\n%s", run, stderr.String())
 		}
@@ -265,14 +295,17 @@ func TestCrashExactlyOnce(t *testing.T) {
 		}
 	}
 	drain("at the end")
-	seen, objects := emuIDs(t, srv, "crash/")
+	seen, objects, multi := emuIDs(t, srv, "crash/")
 	for id := range acked {
 		if seen[id] != 1 {
 			t.Errorf("acknowledged record %s stored %d times", id, seen[id])
 		}
 	}
-	t.Logf("%d kills; %d records acknowledged, %d stored (the rest were durable when the child died before saying so); %d objects; %d interrupted uploads finished by a restart",
-		runs, len(acked), len(seen), objects, recovered)
+	t.Logf("%d kills; %d records acknowledged, %d stored (the rest were durable when the child died before saying so); %d objects, %d of several members; %d interrupted uploads finished by a restart, %d of several members",
+		runs, len(acked), len(seen), objects, multi, recovered, recoveredMulti)
+	if multi == 0 {
+		t.Error("no object was built of several members: the crashes never met a carried object")
+	}
 }
 
 // objectsWith names the objects that hold record id, with their first and

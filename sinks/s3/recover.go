@@ -149,6 +149,6 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 	}
 	s.m.recovered.Inc()
 	s.m.uncompressed.Add(float64(obj.lines))
-	s.log.Info("finished an interrupted upload", "key", in.Key, "records", in.Records, "bytes", len(obj.body))
+	s.log.Info("finished an interrupted upload", "key", in.Key, "records", in.Records, "members", max(len(in.Members), 1), "bytes", len(obj.body))
 	return nil
 }
