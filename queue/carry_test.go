@@ -176,3 +176,31 @@ func TestCarriesWithinMemoryAndMaxOpen(t *testing.T) {
 		})
 	}
 }
+
+// MaxAge counts from when each record was read: records left in a queue
+// after a full batch was cut from it wait for their own age, not for that
+// of the records cut before them (a carry of the S3 sink would otherwise
+// end its object as soon as it began, in a steady flow).
+func TestAgeCountsFromEachRecordsRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Minute, Concurrency: 1})
+		r := start(w, "s", s, Options{})
+		appendN(t, w, 5, func(int) string { return "a" }, 50)
+		time.Sleep(50 * time.Second)
+		last := appendN(t, w, 10, func(int) string { return "a" }, 50)
+		time.Sleep(20 * time.Second) // 70s after the first five, 20s after the others
+		synctest.Wait()
+		if got, _, _ := s.snapshot(); len(got) != 10 {
+			t.Fatalf("%d records delivered 20s after the second read, want the full batch of 10 only", len(got))
+		}
+		time.Sleep(45 * time.Second)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d a minute after the second read, want %d", pos, last)
+		}
+		r.stop(t)
+		s.deliveredOnce(t, last)
+	})
+}

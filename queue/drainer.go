@@ -549,11 +549,11 @@ type routed struct {
 
 func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 	if len(p.queue) == 0 {
-		p.since = now
 		p.lo, p.hi = rec.Time, rec.Time
 	} else {
 		p.lo, p.hi = min(p.lo, rec.Time), max(p.hi, rec.Time)
 	}
+	p.arrived(now)
 	p.queue = append(p.queue, rec)
 	size := l.d.sink.Size(&p.queue[len(p.queue)-1]) // rec itself would escape
 	p.sizes = append(p.sizes, int32(size))
@@ -662,16 +662,23 @@ func (l *loop) scheduleQueue(p *partition, now time.Time) {
 }
 
 func (l *loop) full(p *partition) bool {
-	if len(p.queue) >= l.lim.MaxRecords || p.size >= l.maxBytes(p) {
+	if len(p.queue) >= l.lim.MaxRecords || p.size >= l.maxBytes(p, false) {
 		return true
 	}
 	return l.lim.MaxSpan > 0 && time.Duration(p.hi-p.lo) > l.lim.MaxSpan
 }
 
 // maxBytes is the most a batch of p may hold: Limits.MaxBytes, or less
-// when it goes with a carry that has less room.
-func (l *loop) maxBytes(p *partition) int {
-	if p.carry != nil {
+// when it goes with a carry that has less room. A final batch may hold
+// what the carry has room for, or Limits.MaxFinalBytes without one: it
+// ends what the sink builds, which may as well be as large as it can.
+func (l *loop) maxBytes(p *partition, final bool) int {
+	switch {
+	case final && p.carry != nil:
+		return p.room
+	case final && l.lim.MaxFinalBytes > 0:
+		return l.lim.MaxFinalBytes
+	case p.carry != nil:
 		return min(l.lim.MaxBytes, p.room)
 	}
 	return l.lim.MaxBytes
@@ -679,10 +686,10 @@ func (l *loop) maxBytes(p *partition) int {
 
 // cut takes the next batch from p's queue within the sink's limits; none
 // when p's carry has no room for the first queued record.
-func (l *loop) cut(p *partition) []sinks.Record {
+func (l *loop) cut(p *partition, final bool) []sinks.Record {
 	n, size := 0, 0
 	lo, hi := p.queue[0].Time, p.queue[0].Time
-	limit := l.maxBytes(p)
+	limit := l.maxBytes(p, final)
 	for n < len(p.queue) && n < l.lim.MaxRecords {
 		r := &p.queue[n]
 		s := int(p.sizes[n])
@@ -707,6 +714,7 @@ func (l *loop) cut(p *partition) []sinks.Record {
 	batch := p.queue[:n:n]
 	p.batchSince = p.since
 	p.queue, p.sizes = p.queue[n:], p.sizes[n:]
+	p.taken(n)
 	if len(p.queue) == 0 {
 		l.recount(p)
 	} else if l.lim.MaxSpan > 0 {
@@ -748,13 +756,14 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 				continue
 			}
 			aged := !now.Before(p.objectSince().Add(l.lim.MaxAge))
+			p.final = p.finalize || p.noCarry || aged
+			p.finalize = false
 			if len(p.queue) > 0 {
-				p.batch = l.cut(p)
+				p.batch = l.cut(p, p.final)
 			}
 			// The carry alone: when it is due, or has no room for more.
 			p.flush = len(p.batch) == 0
-			p.final = p.flush || p.finalize || p.noCarry || aged
-			p.finalize = false
+			p.final = p.final || p.flush
 		}
 		if l.paused != nil {
 			l.pauseRetryAt = now.Add(l.d.opts.PauseRetry)
@@ -995,6 +1004,7 @@ func (l *loop) release(p *partition, from uint64, now time.Time) {
 	p.batch, p.batchMem, p.flush, p.attempts = nil, 0, false, 0
 	p.carry, p.carryMem, p.carryRecs = nil, 0, 0
 	p.queue, p.sizes, p.size, p.mem = nil, nil, 0, 0
+	p.arrivals = nil
 	p.spillFrom = from
 	l.recount(p)
 	l.scheduleQueue(p, now)
@@ -1041,6 +1051,7 @@ func (l *loop) dropPart(p *partition, pos uint64, now time.Time) {
 	if n := len(p.queue); n > 0 && p.queue[0].Seq <= pos {
 		p.queue = dropUpTo(p.queue, pos)
 		p.sizes = p.sizes[n-len(p.queue):]
+		p.taken(n - len(p.queue))
 		size, mem := 0, 0
 		for i := range p.queue {
 			size += int(p.sizes[i])
@@ -1179,6 +1190,7 @@ func (l *loop) spill(now time.Time) {
 		p.batch = detach(p.batch)
 		clear(p.queue)
 		p.queue, p.sizes, p.size, p.mem = nil, nil, 0, 0
+		p.arrivals = nil
 		l.recount(p)
 	}
 }

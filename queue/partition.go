@@ -17,7 +17,11 @@ type partition struct {
 	lo    int64          // earliest event time in queue (when not empty)
 	hi    int64          // latest event time in queue
 	mem   int            // memory held by queue
-	since time.Time      // when the oldest queued record was read
+	since time.Time      // when the oldest queued record was read (arrivals[0].at)
+	// arrivals are when the queued records were read, in order: runs of
+	// records read at the same time (one read), so that since stays right
+	// when a batch is cut from the front.
+	arrivals []arrival
 
 	arena []byte // ingest: where this read's bodies of the partition are copied
 	need  int    // ingest: bytes of this read's bodies still to copy
@@ -53,6 +57,42 @@ type partition struct {
 
 	dueAt   time.Time // when it may send next
 	heapIdx int       // position in the due heap; -1 when not in it
+}
+
+type arrival struct {
+	n  int
+	at time.Time
+}
+
+// arrived notes a record queued at now.
+func (p *partition) arrived(now time.Time) {
+	if k := len(p.arrivals); k > 0 && p.arrivals[k-1].at.Equal(now) {
+		p.arrivals[k-1].n++
+		return
+	}
+	if len(p.arrivals) == 0 {
+		p.since = now
+	}
+	p.arrivals = append(p.arrivals, arrival{1, now})
+}
+
+// taken notes that the first n queued records left the queue.
+func (p *partition) taken(n int) {
+	i := 0
+	for n > 0 && i < len(p.arrivals) {
+		if p.arrivals[i].n > n {
+			p.arrivals[i].n -= n
+			break
+		}
+		n -= p.arrivals[i].n
+		i++
+	}
+	p.arrivals = p.arrivals[i:]
+	if len(p.arrivals) > 0 {
+		p.since = p.arrivals[0].at
+	} else {
+		p.arrivals = nil
+	}
 }
 
 // firstPending is the lowest sequence number this partition has not

@@ -33,6 +33,10 @@ type Limits struct {
 	// open objects): beyond it, the partition that waited longest is sent
 	// early. 0: no bound.
 	MaxOpen int
+	// MaxFinalBytes, for a sink that carries (see Outcome.Carry), is the
+	// most a final batch without a carry may hold (S3: max_object_bytes);
+	// with a carry it may hold what the carry has room for. 0: MaxBytes.
+	MaxFinalBytes int
 }
 
 // Sink is a destination. Its methods must be safe for concurrent use; the
