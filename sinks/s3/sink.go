@@ -234,11 +234,12 @@ func (s *Sink) Close() {
 // max_open_objects).
 func (s *Sink) Limits() sinks.Limits {
 	return sinks.Limits{
-		MaxRecords:  1_000_000,
-		MaxBytes:    s.memberBytes,
-		MaxAge:      time.Duration(s.cfg.MaxObjectAge),
-		Concurrency: uploadConcurrency,
-		MaxOpen:     s.cfg.MaxOpenObjects,
+		MaxRecords:    1_000_000,
+		MaxBytes:      s.memberBytes,
+		MaxFinalBytes: s.maxBytes,
+		MaxAge:        time.Duration(s.cfg.MaxObjectAge),
+		Concurrency:   uploadConcurrency,
+		MaxOpen:       s.cfg.MaxOpenObjects,
 	}
 }
 
