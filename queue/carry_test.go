@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 	"testing/synctest"
@@ -64,6 +65,9 @@ func TestCarryHoldsTheCursorUntilDelivered(t *testing.T) {
 		r.stop(t)
 		s.check(t)
 		s.deliveredOnce(t, last)
+		if st := r.d.Status(); st.Buffered != 0 {
+			t.Fatalf("%d bytes still counted as held once everything is delivered", st.Buffered)
+		}
 		retried := 0
 		for _, n := range fails {
 			retried += n
@@ -114,6 +118,9 @@ func TestCarryRefusedIsDeadLettered(t *testing.T) {
 			if seq%2 == 1 && (dead[seq] != "EntityTooLarge" || got[seq] != 0) || seq%2 == 0 && (dead[seq] != "" || got[seq] != 1) {
 				t.Fatalf("record %d: dead %q, delivered %d", seq, dead[seq], got[seq])
 			}
+		}
+		if st := r.d.Status(); st.Buffered != 0 {
+			t.Fatalf("%d bytes still counted as held once everything is delivered", st.Buffered)
 		}
 		if carriesSeen == 0 || finalsOfBad <= carriesSeen {
 			t.Fatalf("%d refused deliveries, %d of them with a carry: want a carried one refused, then batches of their own", finalsOfBad, carriesSeen)
@@ -172,9 +179,67 @@ func TestCarriesWithinMemoryAndMaxOpen(t *testing.T) {
 				r.stop(t)
 				s.check(t)
 				s.deliveredOnce(t, last)
+				if st := r.d.Status(); st.Buffered != 0 {
+					t.Fatalf("%d bytes still counted as held once everything is delivered", st.Buffered)
+				}
 			})
 		})
 	}
+}
+
+// A sink may reject carried records when it delivers them: they are read
+// back from the WAL and dead-lettered like the batch's own.
+func TestCarryRejectionsOfCarriedRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Minute, Concurrency: 2})
+		s.carryBytes = 3000
+		s.setFail(func(b *sinks.Batch) error {
+			var rj []sinks.Rejection
+			if c, ok := b.Carry.(*testCarry); ok {
+				for _, r := range c.recs {
+					if r.Seq%2 == 0 {
+						rj = append(rj, sinks.Rejection{Seq: r.Seq, Reason: "too_old"})
+					}
+				}
+			}
+			for _, r := range b.Records {
+				if r.Seq%2 == 0 {
+					rj = append(rj, sinks.Rejection{Seq: r.Seq, Reason: "too_old"})
+				}
+			}
+			return partial(rj)
+		})
+		r := start(w, "s", s, Options{})
+		last := appendN(t, w, 300, func(i int) string { return fmt.Sprintf("p%d", i%3) }, 100)
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d, want %d", pos, last)
+		}
+		r.stop(t)
+		s.check(t)
+		got, _, _ := s.snapshot()
+		dead := map[uint64]string{}
+		if err := DeadLetters(w, "s", func(d DeadLetter) error {
+			dead[d.Seq] = d.Reason
+			if !bytes.Contains(d.Body, fmt.Appendf(nil, `"i":%d,`, d.Seq-1)) {
+				t.Errorf("dead letter %d holds another record: %.40s", d.Seq, d.Body)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for seq := uint64(1); seq <= last; seq++ {
+			if seq%2 == 0 && (dead[seq] != "too_old" || got[seq] != 0) || seq%2 == 1 && (dead[seq] != "" || got[seq] != 1) {
+				t.Fatalf("record %d: dead %q, delivered %d", seq, dead[seq], got[seq])
+			}
+		}
+		if s.carried == 0 {
+			t.Fatal("nothing was carried")
+		}
+	})
 }
 
 // MaxAge counts from when each record was read: records left in a queue

@@ -62,7 +62,10 @@ func (s *fileSink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, err
 		return sinks.Outcome{Carry: &seqCarry{seqs}}, nil
 	}
 	if len(seqs) > crashCarryRecs {
-		return sinks.Outcome{}, sinks.NewRetryable("too_many", fmt.Errorf("%d records at once: the drainer cut past the carry's room", len(seqs)))
+		// The drainer cut past the carry's room: a line the test refuses.
+		fmt.Fprintf(s.f, "violation: %d records at once, more than the carry's room\n", len(seqs))
+		_ = s.f.Sync()
+		return sinks.Outcome{}, sinks.NewRetryable("too_many", nil)
 	}
 	if rand.Intn(10) == 0 {
 		return sinks.Outcome{}, sinks.NewRetryable("flaky", nil)
@@ -257,6 +260,9 @@ func (s *reliableFileSink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outc
 	}
 	if s.carry && !b.Final && len(seqs) < crashCarryRecs {
 		return sinks.Outcome{Carry: &seqCarry{seqs}}, nil
+	}
+	if len(seqs) > crashCarryRecs {
+		fmt.Fprintf(s.f, "violation: %d records at once, more than the carry's room\n", len(seqs))
 	}
 	var sb strings.Builder
 	for _, seq := range seqs {

@@ -607,10 +607,14 @@ func (l *loop) cutLargest(now time.Time) {
 			largest = p
 		}
 	}
-	if largest != nil && largest.dueAt.After(now) {
-		if carries {
-			largest.finalize = true
-		}
+	switch {
+	case largest == nil:
+	case carries && !largest.finalize:
+		// Already due or not, its next batch is final.
+		largest.finalize = true
+		l.due.schedule(largest, now)
+		l.d.earlyCuts.Inc()
+	case !carries && largest.dueAt.After(now):
 		l.due.schedule(largest, now)
 		l.d.earlyCuts.Inc()
 	}
@@ -756,7 +760,9 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 				continue
 			}
 			aged := !now.Before(p.objectSince().Add(l.lim.MaxAge))
-			p.final = p.finalize || p.noCarry || aged
+			// While the sink is paused or retrying, a send is a probe of the
+			// destination: it must not be one the sink only carries.
+			p.final = p.finalize || p.noCarry || aged || l.paused != nil || l.retrying()
 			p.finalize = false
 			if len(p.queue) > 0 {
 				p.batch = l.cut(p, p.final)
@@ -896,6 +902,10 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 		last = batch[len(batch)-1].Seq
 	}
 	req := &commitReq{p: p, records: len(batch) + p.carryRecs}
+	carried := [2]uint64{p.carryFirst, p.carryLast}
+	if p.carry == nil {
+		carried = [2]uint64{}
+	}
 	l.buffered -= p.batchMem + p.carryMem
 	l.batched -= p.batchMem
 	l.carried -= p.carryMem
@@ -922,6 +932,8 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 		for _, rj := range rejected {
 			if r, ok := bySeq[rj.Seq]; ok {
 				dead(r, rj.Reason)
+			} else if r, ok := l.carriedRecord(p, rj.Seq, carried); ok {
+				dead(&r, rj.Reason)
 			}
 		}
 	}
@@ -948,6 +960,29 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 	}
 	clear(batch) // its array may hold the partition's queue too: let these bodies go
 	l.commits <- req
+}
+
+// carriedRecord reads back a record of p's carry (first and last of
+// carried) that the sink rejected, to dead-letter it: the drainer does not
+// hold carried records. A record the WAL no longer has was dropped and
+// counted already.
+func (l *loop) carriedRecord(p *partition, seq uint64, carried [2]uint64) (sinks.Record, bool) {
+	if seq < carried[0] || seq > carried[1] {
+		l.d.log.Error("the sink rejected a record that was not in the batch", "seq", seq)
+		return sinks.Record{}, false
+	}
+	recs, err := l.d.w.Read(seq, 1, 0)
+	if err != nil || len(recs) == 0 || recs[0].Seq != seq {
+		l.d.log.Warn("a rejected record is no longer in the WAL to be dead-lettered", "seq", seq, "error", err)
+		return sinks.Record{}, false
+	}
+	r := recs[0]
+	rec := sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
+	if l.d.sink.Partition(&rec) != p.key {
+		l.d.log.Error("the sink rejected a record of another partition", "seq", seq)
+		return sinks.Record{}, false
+	}
+	return rec, true
 }
 
 // takeCarry records that the sink took p's batch in without delivering it
@@ -1032,10 +1067,8 @@ func (l *loop) dropForced(now time.Time) {
 // again (unless a refill of the partition is under way: then the carry is
 // delivered like a batch in flight).
 func (l *loop) dropPart(p *partition, pos uint64, now time.Time) {
-	if p.carry != nil && p.carryFirst <= pos {
-		if !p.busy && !p.refilling {
-			l.release(p, pos+1, now)
-		}
+	if p.carry != nil && p.carryFirst <= pos && !p.busy && !p.refilling {
+		l.release(p, pos+1, now)
 		return
 	}
 	if n := len(p.batch); n > 0 && !p.busy && p.batch[0].Seq <= pos {

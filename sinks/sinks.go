@@ -88,6 +88,8 @@ func (b *Batch) Last() uint64  { return b.Records[len(b.Records)-1].Seq }
 type Outcome struct {
 	// Rejected are records the destination refused for their content or
 	// age; they are dead-lettered with the reason and never sent again.
+	// They may be records of Batch.Carry: the drainer reads those back from
+	// the WAL to dead-letter them.
 	Rejected []Rejection
 	// DeleteState are keys of the sink's state to delete in the same
 	// transaction that records the batch as delivered (an S3 intent).
