@@ -358,3 +358,62 @@ func reportDrain(b *testing.B, input, records int, cpu time.Duration, objects in
 	b.ReportMetric(float64(records)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 	b.ReportMetric(float64(objects), "objects")
 }
+
+// BenchmarkObjectSizes measures how large the objects are that a sink
+// finishes in a steady flow within the default memory share of an S3 sink
+// (32 MiB beside one CloudWatch sink), with the default max_object_bytes
+// (64 MiB) and an age that never ends one: a backlog of 1,000,000 records
+// (286 MB of lines) drains until half of them are delivered; the objects
+// finished by then were ended by size or by memory. MB/object is their
+// mean size in lines (uncompressed).
+func BenchmarkObjectSizes(b *testing.B) {
+	const records = 1_000_000
+	for _, partitions := range []int{1, 50} {
+		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
+			recs, _, cfg := benchInput(records, partitions)
+			cfg.MaxObjectBytes = 64 * config.MiB
+			cfg.MaxObjectAge = config.Duration(time.Hour)
+			var perObject float64
+			for i := range b.N {
+				emu := startEmuProcess(b)
+				cfg.Endpoint = emu.URL
+				w := openWAL(b, b.TempDir())
+				for off := 0; off < len(recs); off += 10000 {
+					appendRecs(b, w, recs[off:min(off+10000, len(recs))])
+				}
+				s, err := New(context.Background(), fmt.Sprintf("sizes%d", i), cfg, Options{Hostname: "bench", AWS: &aws.Config{Credentials: testCreds}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				lines := 0
+				for _, r := range sinkRecs(recs...) {
+					lines += s.Size(&r)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				d := queue.New(w, "archive", s, queue.Options{MaxBufferedBytes: 32 << 20})
+				done := make(chan error, 1)
+				go func() { done <- d.Run(ctx) }()
+				deadline := time.Now().Add(5 * time.Minute)
+				for d.Status().Delivered < records/2 {
+					if time.Now().After(deadline) {
+						b.Fatalf("%d records delivered after 5 minutes", d.Status().Delivered)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				cancel()
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+				delivered := d.Status().Delivered
+				s.Close()
+				w.Close()
+				objects, stored := emu.stop(b)
+				if uint64(stored) != delivered || objects == 0 {
+					b.Fatalf("%d objects of %d lines, %d records delivered", objects, stored, delivered)
+				}
+				perObject = float64(lines) * float64(stored) / float64(records) / float64(objects) / 1e6
+			}
+			b.ReportMetric(perObject, "MB/object")
+		})
+	}
+}

@@ -169,3 +169,101 @@ func TestBuildSplitChecksTheMembers(t *testing.T) {
 		t.Errorf("one member: %d bytes of lines, crc %08x; two: %d, %08x; sha256 equal: %v", one.lines, one.linesCRC32, two.lines, two.linesCRC32, one.sha256 == two.sha256)
 	}
 }
+
+// The sink ends an object by itself, without a final batch, once it holds
+// max_object_bytes of lines; an object carried as a single member and then
+// delivered alone is an object of one member (its intent names none), and
+// a restart rebuilds either.
+func TestObjectEndsWhenFull(t *testing.T) {
+	_, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.Key = "full/${tag}/${seq}"
+	cfg.MaxObjectBytes = 8 * config.KiB
+	s := newTestSink(t, cfg)
+	recs := batchRecs("a", 400)
+	st := newMemState(recs)
+	p := s.Partition(&recs[0])
+	lim := s.Limits()
+	if lim.MaxBytes != 1024 || lim.MaxFinalBytes != 8192 {
+		t.Fatalf("limits %+v", lim)
+	}
+	// Batches as the drainer cuts them: within the carry's room and
+	// MaxBytes, until the room is too small for the next record.
+	var carry sinks.Carry
+	ended, i := 0, 0
+	for i < len(recs) && ended < 2 {
+		room := lim.MaxBytes
+		if carry != nil {
+			room = min(room, carry.Room())
+		}
+		j, size := i, 0
+		for j < len(recs) && size+s.Size(&recs[j]) <= room {
+			size += s.Size(&recs[j])
+			j++
+		}
+		b := &sinks.Batch{Partition: p, Records: recs[i:j], State: st, Carry: carry}
+		if j == i {
+			b.Records, b.Final = nil, true // no room: the carry alone
+		}
+		out, err := s.Send(context.Background(), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i, carry = j, out.Carry
+		if carry == nil {
+			ended++
+			if len(out.DeleteState) != 1 {
+				t.Fatalf("ended object: outcome %+v", out)
+			}
+		}
+	}
+	if ended != 2 {
+		t.Fatalf("%d objects ended", ended)
+	}
+	objs := readObjects(t, newReader(t, url), "full/")
+	for _, o := range objs {
+		size := 0
+		for _, l := range o.Lines {
+			size += len(l) + 1
+		}
+		if size > 8192 || size < 8192-200 {
+			t.Errorf("object %s holds %d bytes of lines, want a full 8 KiB", o.Key, size)
+		}
+	}
+
+	// One member carried, then delivered alone.
+	out, err := s.Send(context.Background(), &sinks.Batch{Partition: p, Records: recs[i : i+3], State: st})
+	if err != nil || out.Carry == nil {
+		t.Fatalf("outcome %+v, %v: want a carry", out, err)
+	}
+	before := len(st.intents())
+	if _, err := s.Send(context.Background(), &sinks.Batch{Partition: p, State: st, Carry: out.Carry, Final: true}); err != nil {
+		t.Fatal(err)
+	}
+	keys := st.intents()
+	if len(keys) != before+1 {
+		t.Fatalf("intents %v", keys)
+	}
+	raw, _ := st.Get([]byte(intentPrefix + objectKey(p, recs[i].Seq, "")))
+	var in intent
+	if err := json.Unmarshal(raw, &in); err != nil || in.Members != nil || in.Records != 3 {
+		t.Fatalf("intent of one member: %s (%v)", raw, err)
+	}
+	// A restart rebuilds all three objects with the same bytes.
+	want := readObjects(t, newReader(t, url), "full/")
+	for _, o := range want {
+		deleteObject(t, url, o.Key)
+	}
+	if err := newTestSink(t, cfg).Recover(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	got := readObjects(t, newReader(t, url), "full/")
+	if len(got) != 3 || len(want) != 3 {
+		t.Fatalf("%d objects rebuilt, %d first", len(got), len(want))
+	}
+	for k := range got {
+		if got[k].Key != want[k].Key || !bytes.Equal(got[k].Body, want[k].Body) {
+			t.Errorf("object %s rebuilt with other bytes", want[k].Key)
+		}
+	}
+}
