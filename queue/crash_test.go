@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand"
@@ -90,7 +89,7 @@ func crashChild(dir string) {
 		fmt.Println("OPEN", err)
 		os.Exit(3)
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "delivered"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	f, err := openDelivered(filepath.Join(dir, "delivered"))
 	if err != nil {
 		fmt.Println("OPEN", err)
 		os.Exit(3)
@@ -121,20 +120,43 @@ type delivery struct {
 	size      int // records delivered at once with this one
 }
 
+// openDelivered opens the file of delivered records for appending. A kill
+// can cut a write short (Linux stops copying a write at a fatal signal),
+// leaving a partial last line: it is ended and marked "torn" on a line of
+// its own, so that the next run's lines are not glued to it.
+func openDelivered(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		last := make([]byte, 1)
+		if _, err := f.ReadAt(last, st.Size()-1); err == nil && last[0] != '\n' {
+			if _, err := f.WriteString("\ntorn\n"); err != nil {
+				f.Close()
+				return nil, err
+			}
+		}
+	}
+	return f, nil
+}
+
 func readDelivered(t *testing.T, path string) map[uint64][]delivery {
 	t.Helper()
-	f, err := os.Open(path)
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	lines := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
 	out := map[uint64][]delivery{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	for i, l := range lines {
+		if l == "torn" || i+1 < len(lines) && lines[i+1] == "torn" || i == len(lines)-1 && !strings.HasSuffix(string(raw), "\n") {
+			continue // a write a kill cut short: its batch was not committed
+		}
 		var d delivery
 		var seq uint64
-		if _, err := fmt.Sscanf(sc.Text(), "%d %s %d %d", &d.run, &d.partition, &seq, &d.size); err != nil {
-			t.Fatalf("delivered line %q: %v", sc.Text(), err)
+		if _, err := fmt.Sscanf(l, "%d %s %d %d", &d.run, &d.partition, &seq, &d.size); err != nil {
+			t.Fatalf("delivered line %q: %v", l, err)
 		}
 		out[seq] = append(out[seq], d)
 	}
@@ -203,7 +225,7 @@ func crashLoop(t *testing.T, carry bool, maxDelivery int) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	f, err := os.OpenFile(filepath.Join(dir, "delivered"), os.O_APPEND|os.O_WRONLY, 0)
+	f, err := openDelivered(filepath.Join(dir, "delivered"))
 	if err != nil {
 		t.Fatal(err)
 	}
