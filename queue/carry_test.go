@@ -57,17 +57,8 @@ func TestCarryHoldsTheCursorUntilDelivered(t *testing.T) {
 			return nil
 		})
 		last := appendN(t, w, 1000, func(i int) string { return fmt.Sprintf("p%d", i%4) }, 130)
-		time.Sleep(5 * time.Minute)
-		synctest.Wait()
-		if pos, _ := w.Cursor("s"); pos != last {
-			t.Fatalf("cursor %d, want %d", pos, last)
-		}
-		r.stop(t)
-		s.check(t)
+		drainedAfter(t, w, r, s, last, 5*time.Minute)
 		s.deliveredOnce(t, last)
-		if st := r.d.Status(); st.Buffered != 0 {
-			t.Fatalf("%d bytes still counted as held once everything is delivered", st.Buffered)
-		}
 		retried := 0
 		for _, n := range fails {
 			retried += n
@@ -102,13 +93,7 @@ func TestCarryRefusedIsDeadLettered(t *testing.T) {
 		})
 		last := appendN(t, w, 200, func(i int) string { return []string{"bad", "good"}[i%2] }, 50)
 		r := start(w, "s", s, Options{})
-		time.Sleep(time.Minute)
-		synctest.Wait()
-		if pos, _ := w.Cursor("s"); pos != last {
-			t.Fatalf("cursor %d, want %d", pos, last)
-		}
-		r.stop(t)
-		s.check(t)
+		drainedAfter(t, w, r, s, last, time.Minute)
 		got, _, _ := s.snapshot()
 		dead := map[uint64]string{}
 		if err := DeadLetters(w, "s", func(d DeadLetter) error { dead[d.Seq] = d.Reason; return nil }); err != nil {
@@ -118,9 +103,6 @@ func TestCarryRefusedIsDeadLettered(t *testing.T) {
 			if seq%2 == 1 && (dead[seq] != "EntityTooLarge" || got[seq] != 0) || seq%2 == 0 && (dead[seq] != "" || got[seq] != 1) {
 				t.Fatalf("record %d: dead %q, delivered %d", seq, dead[seq], got[seq])
 			}
-		}
-		if st := r.d.Status(); st.Buffered != 0 {
-			t.Fatalf("%d bytes still counted as held once everything is delivered", st.Buffered)
 		}
 		if carriesSeen == 0 || finalsOfBad <= carriesSeen {
 			t.Fatalf("%d refused deliveries, %d of them with a carry: want a carried one refused, then batches of their own", finalsOfBad, carriesSeen)
@@ -171,17 +153,8 @@ func TestCarriesWithinMemoryAndMaxOpen(t *testing.T) {
 				if s.carried == 0 {
 					t.Fatal("nothing was carried")
 				}
-				time.Sleep(time.Hour)
-				synctest.Wait()
-				if pos, _ := w.Cursor("s"); pos != last {
-					t.Fatalf("cursor %d, want %d", pos, last)
-				}
-				r.stop(t)
-				s.check(t)
+				drainedAfter(t, w, r, s, last, time.Hour)
 				s.deliveredOnce(t, last)
-				if st := r.d.Status(); st.Buffered != 0 {
-					t.Fatalf("%d bytes still counted as held once everything is delivered", st.Buffered)
-				}
 			})
 		})
 	}
@@ -213,13 +186,7 @@ func TestCarryRejectionsOfCarriedRecords(t *testing.T) {
 		})
 		r := start(w, "s", s, Options{})
 		last := appendN(t, w, 300, func(i int) string { return fmt.Sprintf("p%d", i%3) }, 100)
-		time.Sleep(5 * time.Minute)
-		synctest.Wait()
-		if pos, _ := w.Cursor("s"); pos != last {
-			t.Fatalf("cursor %d, want %d", pos, last)
-		}
-		r.stop(t)
-		s.check(t)
+		drainedAfter(t, w, r, s, last, 5*time.Minute)
 		got, _, _ := s.snapshot()
 		dead := map[uint64]string{}
 		if err := DeadLetters(w, "s", func(d DeadLetter) error {
@@ -268,4 +235,21 @@ func TestAgeCountsFromEachRecordsRead(t *testing.T) {
 		r.stop(t)
 		s.deliveredOnce(t, last)
 	})
+}
+
+// drainedAfter waits d in the test's bubble; by then the cursor must be at
+// last. It stops the drainer, checks the sink's rules and that the memory
+// counted as held went back to 0.
+func drainedAfter(t *testing.T, w *wal.WAL, r *running, s *testSink, last uint64, d time.Duration) {
+	t.Helper()
+	time.Sleep(d)
+	synctest.Wait()
+	if pos, _ := w.Cursor("s"); pos != last {
+		t.Fatalf("cursor %d after %v, want %d", pos, d, last)
+	}
+	r.stop(t)
+	s.check(t)
+	if st := r.d.Status(); st.Buffered != 0 {
+		t.Fatalf("%d bytes still counted as held once everything is delivered", st.Buffered)
+	}
 }
