@@ -46,7 +46,13 @@ func (c *seqCarry) Mem() int  { return 8 * len(c.seqs) }
 func (c *seqCarry) Room() int { return len(crashBody) * (crashCarryRecs - len(c.seqs)) }
 
 func (s *fileSink) Limits() sinks.Limits {
-	return sinks.Limits{MaxRecords: crashMaxRecs, MaxBytes: 1 << 20, MaxAge: 5 * time.Millisecond, Concurrency: crashConc}
+	lim := sinks.Limits{MaxRecords: crashMaxRecs, MaxBytes: 1 << 20, MaxAge: 5 * time.Millisecond, Concurrency: crashConc}
+	if s.carry {
+		// Long enough that batches are carried before their records age,
+		// however slow the run (a race build, a busy machine).
+		lim.MaxAge = 100 * time.Millisecond
+	}
+	return lim
 }
 func (s *fileSink) Partition(r *sinks.Record) string { return r.Tag }
 func (s *fileSink) Size(r *sinks.Record) int         { return len(r.Body) }
