@@ -679,11 +679,11 @@ func (l *loop) full(p *partition) bool {
 func (l *loop) maxBytes(p *partition, final bool) int {
 	switch {
 	case final && p.carry != nil:
-		return p.room
+		return p.carry.Room()
 	case final && l.lim.MaxFinalBytes > 0:
 		return l.lim.MaxFinalBytes
 	case p.carry != nil:
-		return min(l.lim.MaxBytes, p.room)
+		return min(l.lim.MaxBytes, p.carry.Room())
 	}
 	return l.lim.MaxBytes
 }
@@ -716,7 +716,7 @@ func (l *loop) cut(p *partition, final bool) []sinks.Record {
 	// them in the same array, and deliver clears them, so that the bodies go
 	// with the batch.
 	batch := p.queue[:n:n]
-	p.batchSince = p.since
+	p.batchSince = p.since()
 	p.queue, p.sizes = p.queue[n:], p.sizes[n:]
 	p.taken(n)
 	if len(p.queue) == 0 {
@@ -897,22 +897,12 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][]byte, deadReason string, now time.Time) {
 	d := l.d
 	batch := p.batch
-	last := p.carryLast
+	carryFirst, last := p.carryFirst, p.carryLast // 0, 0 without a carry
 	if len(batch) > 0 {
 		last = batch[len(batch)-1].Seq
 	}
 	req := &commitReq{p: p, records: len(batch) + p.carryRecs}
-	carried := [2]uint64{p.carryFirst, p.carryLast}
-	if p.carry == nil {
-		carried = [2]uint64{}
-	}
-	l.buffered -= p.batchMem + p.carryMem
-	l.batched -= p.batchMem
-	l.carried -= p.carryMem
-	p.batch, p.batchMem, p.flush = nil, 0, false
-	p.carry, p.carryMem, p.carryRecs = nil, 0, 0
-	l.recount(p)
-	p.attempts = 0
+	l.unhold(p)
 	l.throttles = 0
 	at := time.Now()
 	dead := func(r *sinks.Record, reason string) {
@@ -932,7 +922,7 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 		for _, rj := range rejected {
 			if r, ok := bySeq[rj.Seq]; ok {
 				dead(r, rj.Reason)
-			} else if r, ok := l.carriedRecord(p, rj.Seq, carried); ok {
+			} else if r, ok := l.carriedRecord(p, rj.Seq, carryFirst, last); ok {
 				dead(&r, rj.Reason)
 			}
 		}
@@ -962,12 +952,12 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 	l.commits <- req
 }
 
-// carriedRecord reads back a record of p's carry (first and last of
-// carried) that the sink rejected, to dead-letter it: the drainer does not
-// hold carried records. A record the WAL no longer has was dropped and
-// counted already.
-func (l *loop) carriedRecord(p *partition, seq uint64, carried [2]uint64) (sinks.Record, bool) {
-	if seq < carried[0] || seq > carried[1] {
+// carriedRecord reads back a record of p's carry, which held the records
+// from first (0: no carry) up to the batch, that the sink rejected, to
+// dead-letter it: the drainer does not hold carried records. A record the
+// WAL no longer has was dropped and counted already.
+func (l *loop) carriedRecord(p *partition, seq, first, last uint64) (sinks.Record, bool) {
+	if first == 0 || seq < first || seq > last {
 		l.d.log.Error("the sink rejected a record that was not in the batch", "seq", seq)
 		return sinks.Record{}, false
 	}
@@ -1000,7 +990,6 @@ func (l *loop) takeCarry(p *partition, c sinks.Carry, now time.Time) {
 		p.carryRecs += n
 	}
 	mem := c.Mem()
-	p.room = c.Room()
 	l.buffered += mem - p.carryMem - p.batchMem
 	l.carried += mem - p.carryMem
 	l.batched -= p.batchMem
@@ -1031,18 +1020,30 @@ func (l *loop) uncarry(p *partition, now time.Time) {
 // release forgets what p carries, its batch and its queue, and reads its
 // records from `from` on again from the WAL. p is not busy.
 func (l *loop) release(p *partition, from uint64, now time.Time) {
-	l.buffered -= p.carryMem + p.batchMem + p.mem
+	clear(p.batch)
+	l.unhold(p)
+	l.dropQueue(p)
+	p.spillFrom = from
+	l.scheduleQueue(p, now)
+}
+
+// unhold stops holding p's batch and carry: their memory leaves the loop's
+// counts. The caller clears the batch's records when it is done with them.
+func (l *loop) unhold(p *partition) {
+	l.buffered -= p.batchMem + p.carryMem
 	l.batched -= p.batchMem
 	l.carried -= p.carryMem
-	clear(p.batch)
-	clear(p.queue)
 	p.batch, p.batchMem, p.flush, p.attempts = nil, 0, false, 0
-	p.carry, p.carryMem, p.carryRecs = nil, 0, 0
-	p.queue, p.sizes, p.size, p.mem = nil, nil, 0, 0
-	p.arrivals = nil
-	p.spillFrom = from
+	p.carry, p.carryMem, p.carryRecs, p.carryFirst, p.carryLast = nil, 0, 0, 0, 0
 	l.recount(p)
-	l.scheduleQueue(p, now)
+}
+
+// dropQueue lets go of p's queued records (read again from the WAL later).
+func (l *loop) dropQueue(p *partition) {
+	l.buffered -= p.mem
+	clear(p.queue)
+	p.queue, p.sizes, p.size, p.mem, p.arrivals = nil, nil, 0, 0, nil
+	l.recount(p)
 }
 
 // dropForced forgets records that the WAL dropped for this sink
@@ -1219,12 +1220,8 @@ func (l *loop) spill(now time.Time) {
 		}
 		p.spillFrom = p.queue[0].Seq
 		l.d.spills.Inc()
-		l.buffered -= p.mem
 		p.batch = detach(p.batch)
-		clear(p.queue)
-		p.queue, p.sizes, p.size, p.mem = nil, nil, 0, 0
-		p.arrivals = nil
-		l.recount(p)
+		l.dropQueue(p)
 	}
 }
 

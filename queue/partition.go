@@ -17,10 +17,9 @@ type partition struct {
 	lo    int64          // earliest event time in queue (when not empty)
 	hi    int64          // latest event time in queue
 	mem   int            // memory held by queue
-	since time.Time      // when the oldest queued record was read (arrivals[0].at)
 	// arrivals are when the queued records were read, in order: runs of
-	// records read at the same time (one read), so that since stays right
-	// when a batch is cut from the front.
+	// records read at the same time (one read), so that what MaxAge counts
+	// from stays right when a batch is cut from the front.
 	arrivals []arrival
 
 	arena []byte // ingest: where this read's bodies of the partition are copied
@@ -42,9 +41,8 @@ type partition struct {
 	carry                 sinks.Carry
 	carryFirst, carryLast uint64
 	carryRecs, carryMem   int
-	room                  int // carry.Room()
 	carrySince            time.Time
-	batchSince            time.Time // since, when batch was cut
+	batchSince            time.Time // when the batch's first record was read
 	finalize              bool      // the next batch is final: memory or MaxOpen wants the carry delivered
 	noCarry               bool      // every batch is final: a carried delivery was refused (see uncarry)
 	counted               bool      // counted in loop.open: it has queued or carried records
@@ -70,9 +68,6 @@ func (p *partition) arrived(now time.Time) {
 		p.arrivals[k-1].n++
 		return
 	}
-	if len(p.arrivals) == 0 {
-		p.since = now
-	}
 	p.arrivals = append(p.arrivals, arrival{1, now})
 }
 
@@ -88,11 +83,17 @@ func (p *partition) taken(n int) {
 		i++
 	}
 	p.arrivals = p.arrivals[i:]
-	if len(p.arrivals) > 0 {
-		p.since = p.arrivals[0].at
-	} else {
+	if len(p.arrivals) == 0 {
 		p.arrivals = nil
 	}
+}
+
+// since is when the oldest queued record was read; zero when none is.
+func (p *partition) since() time.Time {
+	if len(p.arrivals) == 0 {
+		return time.Time{}
+	}
+	return p.arrivals[0].at
 }
 
 // firstPending is the lowest sequence number this partition has not
@@ -131,7 +132,7 @@ func (p *partition) objectSince() time.Time {
 	if p.carry != nil {
 		return p.carrySince
 	}
-	return p.since
+	return p.since()
 }
 
 // dueHeap orders partitions that wait to send by the time they may.
