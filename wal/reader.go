@@ -118,7 +118,9 @@ func readCap(c *bolt.Cursor, k []byte, from uint64, maxRecords, maxBytes int) in
 }
 
 // ReadRange returns the records from first to last inclusive that are
-// still stored; sinks use it to rebuild a batch after a restart.
+// still stored, all at once: for ranges known to be small. A range that
+// may be large is read a piece at a time with ReadInto (as the drainer's
+// state store does for a sink rebuilding a batch after a restart).
 func (w *WAL) ReadRange(first, last uint64) ([]Record, error) {
 	if last < first {
 		return nil, nil
