@@ -45,7 +45,9 @@ func (o *openObject) with(m member, first, last uint64, maxBytes int) *openObjec
 	}
 	return &openObject{
 		first: o.first, last: last, records: o.records + m.records,
-		members: append(o.members[:len(o.members):len(o.members)], m),
+		// Appending may write into o's array past its length: o never
+		// sees it, and only the newest carry of a partition is sent on.
+		members: append(o.members, m),
 		lines:   o.lines + m.lines, max: o.max, crc: m.crc,
 		mem: o.mem + cap(m.body) + memberOverhead,
 	}
