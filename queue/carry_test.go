@@ -245,7 +245,7 @@ func drainedAfter(t *testing.T, w *wal.WAL, r *running, s *testSink, last uint64
 	time.Sleep(d)
 	synctest.Wait()
 	if pos, _ := w.Cursor("s"); pos != last {
-		t.Fatalf("cursor %d after %v, want %d", pos, d, last)
+		t.Fatalf("cursor %d after %v, want %d; status %+v", pos, d, last, r.d.Status())
 	}
 	r.stop(t)
 	s.check(t)

@@ -87,7 +87,7 @@ type Drainer struct {
 	st   *sinkState
 
 	delivered, batches, skipped, evicted prometheus.Counter
-	earlyCuts, spills                    prometheus.Counter
+	earlyCuts, spills, reread            prometheus.Counter
 	lagRecords, lagSeconds, inflight     prometheus.Gauge
 	paused, buffered                     prometheus.Gauge
 	sendDuration                         prometheus.Observer
@@ -104,8 +104,9 @@ type Status struct {
 	LagRecords   uint64    `json:"lag_records"`
 	LagSeconds   float64   `json:"lag_seconds"`
 	InFlight     int       `json:"inflight_partitions"`
-	Concurrency  int       `json:"concurrency"` // partitions allowed in flight now (lowered while throttled)
-	Partitions   int       `json:"partitions"`  // partitions with records pending
+	Concurrency  int       `json:"concurrency"`            // partitions allowed in flight now (lowered while throttled)
+	Partitions   int       `json:"partitions"`             // partitions with records pending
+	CatchingUp   int       `json:"catching_up_partitions"` // spilled partitions being read again from the WAL
 	Buffered     int       `json:"buffered_bytes"`
 	Delivered    uint64    `json:"delivered_records"`
 	DeadLettered uint64    `json:"dead_lettered_records"`
@@ -141,6 +142,7 @@ func New(w *wal.WAL, name string, sink sinks.Sink, opts Options) *Drainer {
 		evicted:      m.Evicted.WithLabelValues(name),
 		earlyCuts:    m.EarlyCuts.WithLabelValues(name),
 		spills:       m.Spills.WithLabelValues(name),
+		reread:       m.Reread.WithLabelValues(name),
 		lagRecords:   m.LagRecords.WithLabelValues(name),
 		lagSeconds:   m.LagSeconds.WithLabelValues(name),
 		inflight:     m.InFlight.WithLabelValues(name),
@@ -309,7 +311,14 @@ type loop struct {
 	results   chan sendResult
 	commits   chan *commitReq
 	committed chan *commitReq
-	refills   chan refill
+
+	// The catch-up reader reads the WAL again for the partitions that were
+	// spilled, all of them in one pass (see catchup.go).
+	backIn   chan read
+	backPos  uint64             // the next record it hands over; 0: not running
+	backGen  uint64             // reads of an earlier catch-up reader are dropped
+	stopBack context.CancelFunc // nil: not running
+	joined   map[*partition]struct{}
 }
 
 func newLoop(d *Drainer, cursor uint64) (*loop, error) {
@@ -321,7 +330,8 @@ func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 		// Each busy partition has at most one delivery waiting to commit, at
 		// most Concurrency partitions are busy, and advanceIdle queues at most
 		// one more: deliver never blocks.
-		commits: make(chan *commitReq, d.lim.Concurrency+1), committed: make(chan *commitReq), refills: make(chan refill),
+		commits: make(chan *commitReq, d.lim.Concurrency+1), committed: make(chan *commitReq),
+		backIn: make(chan read), joined: map[*partition]struct{}{},
 	}
 	if err := d.w.ScanState(d.name, []byte(prefixMark), func(k, v []byte) error {
 		if len(v) == 8 {
@@ -347,8 +357,9 @@ func (l *loop) run(ctx context.Context) error {
 	defer cancelSends()
 	commitCtx, stopCommitter := context.WithCancel(context.Background())
 	defer stopCommitter()
+	defer l.stopCatchUp()
 	l.wg.Add(2)
-	go func() { defer l.wg.Done(); l.read(readCtx) }()
+	go func() { defer l.wg.Done(); l.read(readCtx, l.readPos, l.in, 0) }()
 	go func() { defer l.wg.Done(); l.commitLoop(commitCtx) }()
 
 	d.setState(func(s *Status) { s.State = "running"; s.Cursor = l.cursor })
@@ -390,10 +401,20 @@ func (l *loop) run(ctx context.Context) error {
 		if stopping || l.buffered >= d.opts.MaxBufferedBytes && l.buffered-l.waitingBatches() >= d.opts.MaxBufferedBytes {
 			in = nil // push back on the reader
 		}
+		backIn := l.backIn
+		if in == nil {
+			backIn = nil // and on the catch-up reader
+		}
 		resetTimer(timer, l.nextWake(now))
 		select {
 		case rd := <-in:
-			l.ingest(rd.recs, now) // copies what it keeps
+			l.ingest(rd.recs, now, false) // copies what it keeps
+			readBuffers.Put(rd.buf)
+		case rd := <-backIn:
+			if rd.gen == l.backGen {
+				d.reread.Add(float64(len(rd.recs)))
+				l.ingest(rd.recs, now, true)
+			}
 			readBuffers.Put(rd.buf)
 		case r := <-l.results:
 			l.onResult(r, time.Now())
@@ -402,11 +423,6 @@ func (l *loop) run(ctx context.Context) error {
 				return fmt.Errorf("commit delivery of sink %q: %w", d.name, c.err)
 			}
 			l.onCommitted(c, time.Now())
-		case f := <-l.refills:
-			if f.err != nil {
-				return fmt.Errorf("refill partition of sink %q: %w", d.name, f.err)
-			}
-			l.onRefill(f, time.Now())
 		case err := <-l.readErr:
 			return fmt.Errorf("read wal for sink %q: %w", d.name, err)
 		case <-timer.C:
@@ -417,6 +433,7 @@ func (l *loop) run(ctx context.Context) error {
 		case <-done:
 			done, stopping = nil, true
 			stopReading()
+			l.stopCatchUp()
 			hardStop = time.After(d.opts.ShutdownTimeout)
 			if l.inflight > 0 {
 				d.log.Info("stopping: waiting for in-flight batches", "inflight", l.inflight, "timeout", d.opts.ShutdownTimeout)
@@ -456,10 +473,11 @@ func (l *loop) nextWake(now time.Time) time.Duration {
 	return max(wake, time.Millisecond)
 }
 
-// read is records the reader hands the loop, and the buffer holding them.
+// read is records a reader hands the loop, and the buffer holding them.
 type read struct {
 	recs []wal.Record
 	buf  *wal.ReadBuffer
+	gen  uint64 // the catch-up reader's generation; 0 for the head reader
 }
 
 // readBuffers are buffers ingest is done with, for readers to decode into
@@ -467,30 +485,36 @@ type read struct {
 // collections.
 var readBuffers = sync.Pool{New: func() any { return new(wal.ReadBuffer) }}
 
-// read feeds the loop from the WAL, waiting for appends when caught up.
-// It decodes into buffers ingest has given back (ingest copies the bodies
-// it keeps), so that reading does not allocate the records again and again.
-func (l *loop) read(ctx context.Context) {
-	rd := l.d.w.NewReader(l.readPos)
+// read feeds the loop from the WAL from record from on, waiting for
+// appends when caught up. It decodes into buffers ingest has given back
+// (ingest copies the bodies it keeps), so that reading does not allocate
+// the records again and again.
+func (l *loop) read(ctx context.Context, from uint64, out chan<- read, gen uint64) {
+	rd := l.d.w.NewReader(from)
 	for {
 		buf := readBuffers.Get().(*wal.ReadBuffer)
 		recs, err := rd.NextInto(ctx, l.d.opts.ReadBatch, 4<<20, buf)
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, wal.ErrClosed) {
-				l.readErr <- err
+				select {
+				case l.readErr <- err:
+				case <-ctx.Done():
+				}
 			}
 			return
 		}
 		select {
-		case l.in <- read{recs, buf}:
+		case out <- read{recs, buf, gen}:
 		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-// ingest routes records to their partitions.
-func (l *loop) ingest(recs []wal.Record, now time.Time) {
+// ingest routes records to their partitions: records of the head reader
+// to partitions that are not spilled, records of the catch-up reader (back)
+// to the partitions it serves, up to where the head reader took over.
+func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) {
 	d := l.d
 	// First route every record, counting the bytes each partition takes
 	// from this read; then copy each partition's bodies into one buffer of
@@ -500,25 +524,41 @@ func (l *loop) ingest(recs []wal.Record, now time.Time) {
 	// allocation per partition, not one per record. A partition's records
 	// are delivered in order, so its buffer is not held much past them.
 	route := l.route[:0]
+	caughtUp := false
 	for i := range recs {
 		r := &recs[i]
-		l.readPos = r.Seq + 1
+		if back {
+			if r.Seq >= l.readPos {
+				caughtUp = true
+				break
+			}
+			l.backPos = r.Seq + 1
+		} else {
+			l.readPos = r.Seq + 1
+		}
 		if r.Seq <= l.cursor || d.opts.Match != nil && !d.opts.Match(r.Tag) {
 			continue
 		}
 		l.probeRec = sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
 		key := d.sink.Partition(&l.probeRec)
 		if m, ok := l.marks[key]; ok && r.Seq <= m {
-			d.skipped.Inc()
+			if !back {
+				d.skipped.Inc()
+			}
 			continue
 		}
 		p := l.parts[key]
-		if p == nil {
+		switch {
+		case back:
+			if p == nil || !p.catchingUp || r.Seq < p.spillFrom {
+				continue
+			}
+			p.spillFrom = r.Seq + 1
+		case p == nil:
 			p = &partition{key: key, heapIdx: -1}
 			l.parts[key] = p
-		}
-		if p.spillFrom != 0 {
-			continue // read again by the partition's refill
+		case p.spillFrom != 0:
+			continue // the catch-up reader reads it again
 		}
 		p.need += len(r.Body)
 		route = append(route, routed{p: p, i: i})
@@ -539,6 +579,9 @@ func (l *loop) ingest(recs []wal.Record, now time.Time) {
 	l.probeRec = sinks.Record{}
 	clear(route)
 	l.route = route[:0]
+	if back {
+		l.caughtUp(caughtUp, now)
+	}
 }
 
 // routed is a record of the read being ingested and its partition.
@@ -647,12 +690,10 @@ func (l *loop) cutOldest(now time.Time) {
 // its carry is to be delivered.
 func (l *loop) scheduleQueue(p *partition, now time.Time) {
 	if len(p.queue) == 0 {
-		if p.spillFrom != 0 && !p.refilling {
-			l.due.remove(p) // scheduled again when the refill is in
-			l.startRefill(p)
-			return
+		if p.spillFrom != 0 && !p.catchingUp && !p.hasBatch() && !p.busy {
+			l.join(p)
 		}
-		if p.carry == nil || p.refilling {
+		if p.carry == nil {
 			return
 		}
 	}
@@ -747,9 +788,6 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 		}
 		p := l.due[0]
 		l.due.remove(p)
-		if p.refilling {
-			continue // scheduled again when the refill is in
-		}
 		if !p.hasBatch() {
 			if len(p.queue) == 0 && p.carry == nil {
 				if p.idle() {
@@ -809,6 +847,17 @@ func (l *loop) endStreak() {
 	clear(l.failParts)
 }
 
+// retryNow makes every partition that waits to send a batch again due now:
+// the destination, down or refusing until now, answered a probe. Their
+// waits grew while it was down; waiting them out would leave the sink idle.
+func (l *loop) retryNow(now time.Time) {
+	for _, p := range l.parts {
+		if p.hasBatch() && !p.busy && p.dueAt.After(now) {
+			l.due.schedule(p, now)
+		}
+	}
+}
+
 func (l *loop) backoff(attempts int) time.Duration {
 	d := l.d.opts.RetryMin << min(attempts-1, 20)
 	d = min(d, l.d.opts.RetryMax)
@@ -824,6 +873,9 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		return
 	}
 	if r.err == nil {
+		if l.retrying() || l.paused != nil {
+			l.retryNow(now)
+		}
 		l.endStreak()
 		if l.paused != nil {
 			d.log.Info("sink recovered: deliveries resumed", "was", l.paused.Reason)
@@ -1023,6 +1075,7 @@ func (l *loop) release(p *partition, from uint64, now time.Time) {
 	clear(p.batch)
 	l.unhold(p)
 	l.dropQueue(p)
+	l.unjoin(p)
 	p.spillFrom = from
 	l.scheduleQueue(p, now)
 }
@@ -1065,10 +1118,9 @@ func (l *loop) dropForced(now time.Time) {
 // or carry in flight is the exception: it finishes, and what it leaves is
 // looked at again when it fails or is carried. A carry that holds dropped
 // records is given up, and the partition's records after them are read
-// again (unless a refill of the partition is under way: then the carry is
-// delivered like a batch in flight).
+// again.
 func (l *loop) dropPart(p *partition, pos uint64, now time.Time) {
-	if p.carry != nil && p.carryFirst <= pos && !p.busy && !p.refilling {
+	if p.carry != nil && p.carryFirst <= pos && !p.busy {
 		l.release(p, pos+1, now)
 		return
 	}
@@ -1188,124 +1240,6 @@ func (l *loop) waitingBatches() int {
 	return n
 }
 
-// detach gives a batch records and bodies of its own, so that the queue's
-// array and the read buffers it shared can go.
-func detach(batch []sinks.Record) []sinks.Record {
-	size := 0
-	for i := range batch {
-		size += len(batch[i].Body)
-	}
-	out := make([]sinks.Record, len(batch))
-	buf := make([]byte, 0, size)
-	for i, r := range batch {
-		start := len(buf)
-		buf = append(buf, r.Body...)
-		r.Body = buf[start:len(buf):len(buf)]
-		out[i] = r
-	}
-	clear(batch)
-	return out
-}
-
-// spill frees memory held by partitions that are waiting out a retry: the
-// records they hold are read again from the WAL when they can send.
-func (l *loop) spill(now time.Time) {
-	for _, p := range l.parts {
-		if l.buffered < l.d.opts.MaxBufferedBytes {
-			break
-		}
-		stuck := p.hasBatch() && !p.busy && p.dueAt.After(now)
-		if !stuck || len(p.queue) == 0 || l.paused != nil {
-			continue
-		}
-		p.spillFrom = p.queue[0].Seq
-		l.d.spills.Inc()
-		p.batch = detach(p.batch)
-		l.dropQueue(p)
-	}
-}
-
-type refill struct {
-	p    *partition
-	recs []sinks.Record
-	next uint64 // first sequence number not examined
-	upTo uint64 // the read position when the refill started
-	err  error
-}
-
-// startRefill reads a spilled partition's records back from the WAL, in
-// its own goroutine, up to about a batch's worth of memory.
-func (l *loop) startRefill(p *partition) {
-	p.refilling = true
-	l.inflight++ // a refill holds the partition like a send does
-	from, upTo := p.spillFrom, l.readPos
-	mark := l.marks[p.key]
-	budget := max(l.d.opts.MaxBufferedBytes/8, 1<<20)
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		f := refill{p: p, next: from, upTo: upTo}
-		mem := 0
-		for f.next < upTo && mem < budget {
-			recs, err := l.d.w.Read(f.next, l.d.opts.ReadBatch, 0)
-			if err != nil {
-				f.err = err
-				break
-			}
-			if len(recs) == 0 {
-				f.next = upTo
-				break
-			}
-			for _, r := range recs {
-				if r.Seq >= upTo || mem >= budget {
-					break
-				}
-				f.next = r.Seq + 1
-				if l.d.opts.Match != nil && !l.d.opts.Match(r.Tag) {
-					continue
-				}
-				rec := sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: append([]byte(nil), r.Body...)}
-				if r.Seq <= mark || l.d.sink.Partition(&rec) != p.key {
-					continue
-				}
-				f.recs = append(f.recs, rec)
-				mem += recordMem(&rec)
-			}
-		}
-		select {
-		case l.refills <- f:
-		case <-l.quit:
-		}
-	}()
-}
-
-func (l *loop) onRefill(f refill, now time.Time) {
-	p := f.p
-	p.refilling = false
-	l.inflight--
-	for _, r := range f.recs {
-		if r.Seq > l.cursor { // else the WAL dropped it while the refill ran
-			l.enqueue(p, r, now)
-		}
-	}
-	switch {
-	case f.next < f.upTo:
-		p.spillFrom = f.next // more to read back after this
-	case l.readPos == f.upTo:
-		p.spillFrom = 0 // caught up with the reader
-	default:
-		p.spillFrom = f.upTo // the reader went on while this partition was spilled
-	}
-	if p.idle() {
-		l.due.remove(p)
-		delete(l.parts, p.key)
-		return
-	}
-	if !p.hasBatch() && !p.busy {
-		l.scheduleQueue(p, now)
-	}
-}
-
 // checkFingerprint drops the delivered marks when the sink now partitions
 // records differently: a mark says "this partition delivered up to here",
 // which means nothing for a partition that now holds other records. It
@@ -1403,6 +1337,7 @@ func (l *loop) updateStatus() {
 	d.setState(func(s *Status) {
 		s.State, s.Cursor, s.LagRecords, s.LagSeconds = state, l.cursor, lag, lagSec
 		s.InFlight, s.Concurrency, s.Partitions, s.Buffered = l.inflight, l.limit, len(l.parts), l.buffered
+		s.CatchingUp = len(l.joined)
 		s.Delivered, s.DeadLettered = l.delivered, l.deadLettered
 		if l.lastErr != "" {
 			s.LastError, s.LastErrorAt = l.lastErr, l.lastErrAt

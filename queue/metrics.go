@@ -13,6 +13,7 @@ type Metrics struct {
 	Skipped      *prometheus.CounterVec   // records skipped after a restart: their partition had delivered them
 	EarlyCuts    *prometheus.CounterVec   // batches sent before they were full or old, to keep open partitions within the sink's bound
 	Spills       *prometheus.CounterVec   // times a partition's queued records were released from memory while it waited out a retry
+	Reread       *prometheus.CounterVec   // records the catch-up reader read again for spilled partitions
 	LagRecords   *prometheus.GaugeVec     // records in the WAL the sink has not passed
 	LagSeconds   *prometheus.GaugeVec     // age (event time) of the oldest record the sink has not passed
 	InFlight     *prometheus.GaugeVec     // partitions with a batch in flight
@@ -41,6 +42,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Batches (S3 objects) sent before they were full or old, to keep the open ones within the sink's bound (max_open_objects)."}, sink),
 		Spills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_spills_total",
 			Help: "Times a partition's queued records were released from memory while it waited out a retry and the sink's memory share was full; they stay in the WAL and are read again once it can send (not lost)."}, sink),
+		Reread: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_reread_records_total",
+			Help: "Records read again from the WAL for partitions that were spilled, in one pass for all of them (the catch-up after an outage)."}, sink),
 		LagRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_lag_records",
 			Help: "Records in the WAL that the sink has not passed yet."}, sink),
 		LagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_lag_seconds",
@@ -55,7 +58,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Duration of one batch send, failed or not.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, sink),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Delivered, m.Batches, m.Retries, m.DeadLetters, m.Evicted, m.Skipped, m.EarlyCuts, m.Spills, m.LagRecords,
+		reg.MustRegister(m.Delivered, m.Batches, m.Retries, m.DeadLetters, m.Evicted, m.Skipped, m.EarlyCuts, m.Spills, m.Reread, m.LagRecords,
 			m.LagSeconds, m.InFlight, m.Paused, m.Buffered, m.SendDuration)
 	}
 	return m

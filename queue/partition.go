@@ -49,9 +49,11 @@ type partition struct {
 
 	// spillFrom, when not 0, is the first record of this partition that is
 	// not held in memory: the partition was stuck while memory ran short.
-	// Records from there on are read again from the WAL (a refill).
-	spillFrom uint64
-	refilling bool
+	// The head reader passes its records by; once it can send again, it
+	// catches up: the catch-up reader reads them again from the WAL (see
+	// catchup.go), and spillFrom follows what it hands over.
+	spillFrom  uint64
+	catchingUp bool
 
 	dueAt   time.Time // when it may send next
 	heapIdx int       // position in the due heap; -1 when not in it
@@ -120,7 +122,7 @@ func (p *partition) resetSpan() {
 }
 
 func (p *partition) idle() bool {
-	return !p.hasBatch() && len(p.queue) == 0 && p.carry == nil && p.spillFrom == 0 && !p.busy && !p.refilling
+	return !p.hasBatch() && len(p.queue) == 0 && p.carry == nil && p.spillFrom == 0 && !p.busy && !p.catchingUp
 }
 
 // hasBatch: a batch is being sent or waits to be sent again.

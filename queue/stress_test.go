@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -87,8 +89,9 @@ func TestWatermarkUnderFailuresSpillsAndRestarts(t *testing.T) {
 	if v := os.Getenv("QUEUE_STRESS_ROUNDS"); v != "" {
 		rounds, _ = strconv.Atoi(v)
 	}
+	m := NewMetrics(nil)
 	for round := 0; round < rounds; round++ {
-		r := start(w, "s", s, Options{MaxBufferedBytes: 16 << 10, ReadBatch: 200, RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond, Match: match})
+		r := start(w, "s", s, Options{MaxBufferedBytes: 16 << 10, ReadBatch: 200, RetryMin: time.Millisecond, RetryMax: 5 * time.Millisecond, Match: match, Metrics: m})
 		time.Sleep(time.Duration(50+rand.IntN(150)) * time.Millisecond)
 		r.stop(t)
 		check(round)
@@ -102,5 +105,9 @@ func TestWatermarkUnderFailuresSpillsAndRestarts(t *testing.T) {
 	r.stop(t)
 	check(99)
 	s.check(t)
-	t.Logf("records %d", last)
+	spills := testutil.ToFloat64(m.Spills.WithLabelValues("s"))
+	t.Logf("records %d, spills %v", last, spills)
+	if spills == 0 {
+		t.Fatal("no partition was spilled: the test does not reach the catch-up reader")
+	}
 }

@@ -1,0 +1,131 @@
+package queue
+
+import (
+	"context"
+	"time"
+
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// Spilling and catching up.
+//
+// A partition that cannot send (its batch waits out a retry) while memory
+// runs short is spilled: its queued records are let go and the head reader
+// passes its records by from then on (partition.spillFrom). Once it can
+// send again it joins the catch-up: one reader, started at the lowest
+// spillFrom of the partitions it serves, reads the WAL again for all of
+// them at once, at the speed of the sink, as a restarted process would,
+// until it reaches the head reader's position; from there on the head
+// reader serves them again. After an outage every partition of a sink is
+// spilled: a second pass over the WAL, not one pass per partition, brings
+// them back, and each partition's batches fill as fast as records are read
+// instead of waiting out Limits.MaxAge piece by piece.
+
+// spill frees memory held by partitions that are waiting out a retry: the
+// records they hold are read again from the WAL when they can send.
+func (l *loop) spill(now time.Time) {
+	for _, p := range l.parts {
+		if l.buffered < l.d.opts.MaxBufferedBytes {
+			break
+		}
+		stuck := p.hasBatch() && !p.busy && p.dueAt.After(now)
+		if !stuck || len(p.queue) == 0 || l.paused != nil {
+			continue
+		}
+		l.unjoin(p)
+		p.spillFrom = p.queue[0].Seq
+		l.d.spills.Inc()
+		p.batch = detach(p.batch)
+		l.dropQueue(p)
+	}
+}
+
+// detach gives a batch records and bodies of its own, so that the queue's
+// array and the read buffers it shared can go.
+func detach(batch []sinks.Record) []sinks.Record {
+	size := 0
+	for i := range batch {
+		size += len(batch[i].Body)
+	}
+	out := make([]sinks.Record, len(batch))
+	buf := make([]byte, 0, size)
+	for i, r := range batch {
+		start := len(buf)
+		buf = append(buf, r.Body...)
+		r.Body = buf[start:len(buf):len(buf)]
+		out[i] = r
+	}
+	clear(batch)
+	return out
+}
+
+// join lets the catch-up reader serve spilled partition p, which can send
+// again: from p.spillFrom on, p takes the records it reads. A reader
+// already past that point starts again there; the partitions it serves
+// skip what they have.
+func (l *loop) join(p *partition) {
+	if p.spillFrom >= l.readPos {
+		p.spillFrom = 0 // nothing of it was passed by
+		return
+	}
+	p.catchingUp = true
+	l.joined[p] = struct{}{}
+	if l.stopBack == nil || p.spillFrom < l.backPos {
+		l.startCatchUp(p.spillFrom)
+	}
+}
+
+// unjoin takes p out of the catch-up: it is spilled again or given up.
+func (l *loop) unjoin(p *partition) {
+	if !p.catchingUp {
+		return
+	}
+	p.catchingUp = false
+	delete(l.joined, p)
+	if len(l.joined) == 0 {
+		l.stopCatchUp()
+	}
+}
+
+func (l *loop) startCatchUp(from uint64) {
+	l.stopCatchUp()
+	ctx, cancel := context.WithCancel(context.Background())
+	l.stopBack, l.backPos = cancel, from
+	l.backGen++
+	gen := l.backGen
+	l.wg.Add(1)
+	go func() { defer l.wg.Done(); l.read(ctx, from, l.backIn, gen) }()
+}
+
+func (l *loop) stopCatchUp() {
+	if l.stopBack == nil {
+		return
+	}
+	l.stopBack()
+	l.stopBack, l.backPos = nil, 0
+	l.backGen++ // a read it has made is dropped
+}
+
+// caughtUp follows a read of the catch-up reader: the partitions it serves
+// have every record before backPos. When it reached the head reader's
+// position (done), they are served by the head reader again.
+func (l *loop) caughtUp(done bool, now time.Time) {
+	if !done && l.backPos < l.readPos {
+		for p := range l.joined {
+			p.spillFrom = max(p.spillFrom, l.backPos)
+		}
+		return
+	}
+	l.stopCatchUp()
+	for p := range l.joined {
+		delete(l.joined, p)
+		p.catchingUp, p.spillFrom = false, 0
+		switch {
+		case p.idle():
+			l.due.remove(p)
+			delete(l.parts, p.key)
+		case !p.hasBatch() && !p.busy:
+			l.scheduleQueue(p, now)
+		}
+	}
+}
