@@ -22,6 +22,7 @@ type forwardGen struct {
 	ack   bool
 	mode  string
 	tag   string
+	tags  int
 }
 
 func (g *forwardGen) register(f *flag.FlagSet) {
@@ -30,6 +31,7 @@ func (g *forwardGen) register(f *flag.FlagSet) {
 	f.BoolVar(&g.ack, "ack", true, "ask for an ack of each message (option.chunk) and wait for it")
 	f.StringVar(&g.mode, "mode", "packed", "packed (PackedForward), forward (Forward) or message (Message: one record a message; a batch's messages are written together, then their acks read)")
 	f.StringVar(&g.tag, "tag", "pod.shop", "the messages' tag")
+	f.IntVar(&g.tags, "tags", 1, "spread the messages over this many tags, TAG.0 to TAG.<n-1> (1: TAG alone)")
 }
 
 func (g *forwardGen) check(o *options) error {
@@ -40,6 +42,8 @@ func (g *forwardGen) check(o *options) error {
 		return fmt.Errorf("-mode %q: want packed, forward or message", g.mode)
 	case g.tag == "":
 		return errors.New("-tag must not be empty")
+	case g.tags < 1:
+		return errors.New("-tags must be at least 1")
 	case o.idsPath != "" && !g.ack:
 		return errors.New("-ids needs -ack: without acks nothing is known to be stored")
 	}
@@ -64,6 +68,7 @@ type fwdConn struct {
 	rd    *msgp.Reader
 	next  uint64 // number of the next record (its id's last part)
 	chunk uint64 // number of the next chunk id
+	built uint64 // messages built, for the choice of their tags
 
 	msg    []byte   // the message(s) to send
 	chunks []string // their chunk ids, in order
@@ -97,6 +102,19 @@ func (g *forwardGen) work(c int, o *options, st *stats, stop <-chan struct{}, id
 }
 
 // build makes the next message (in Message mode, a batch of them).
+// appendTag appends the next message's tag: -tag, or with -tags n the
+// connection's messages go to TAG.0 ... TAG.<n-1> in turn, each connection
+// starting at another one.
+func (fc *fwdConn) appendTag(b []byte) []byte {
+	g := fc.g
+	if g.tags <= 1 {
+		return msgp.AppendString(b, g.tag)
+	}
+	i := (fc.built + uint64(fc.c)) % uint64(g.tags)
+	fc.built++
+	return msgp.AppendString(b, g.tag+"."+strconv.FormatUint(i, 10))
+}
+
 func (fc *fwdConn) build(now time.Time) {
 	g, o := fc.g, fc.o
 	fc.msg, fc.chunks, fc.jsonN = fc.msg[:0], fc.chunks[:0], 0
@@ -118,7 +136,7 @@ func (fc *fwdConn) build(now time.Time) {
 				n = 4
 			}
 			fc.msg = msgp.AppendArrayHeader(fc.msg, n)
-			fc.msg = msgp.AppendString(fc.msg, g.tag)
+			fc.msg = fc.appendTag(fc.msg)
 			fc.msg = record(fc.msg, i)
 			if g.ack {
 				fc.msg = fc.option(fc.msg, 1)
@@ -131,7 +149,7 @@ func (fc *fwdConn) build(now time.Time) {
 		n = 3
 	}
 	fc.msg = msgp.AppendArrayHeader(fc.msg, n)
-	fc.msg = msgp.AppendString(fc.msg, g.tag)
+	fc.msg = fc.appendTag(fc.msg)
 	var lenAt int
 	if g.mode == "packed" {
 		// bin32 with its length filled in below.

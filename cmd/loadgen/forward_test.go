@@ -545,3 +545,19 @@ func TestPoolRecords(t *testing.T) {
 		t.Fatalf("%d namespaces, %d pods", len(nss), len(pods))
 	}
 }
+
+// -tags spreads each connection's messages over the tags in turn.
+func TestForwardTags(t *testing.T) {
+	s := newFwdServer(t)
+	code, _, stderr := runLoadgen(t, "forward", "-addr", s.addr(), "-conns", "2", "-batch", "5", "-messages", "6", "-duration", "0", "-tag", "pod.x", "-tags", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	tags := map[string]int{}
+	for _, m := range s.messages() {
+		tags[m.tag]++
+	}
+	if len(tags) != 3 || tags["pod.x.0"] != 4 || tags["pod.x.1"] != 4 || tags["pod.x.2"] != 4 {
+		t.Fatalf("messages by tag %v, want 4 each of pod.x.0, pod.x.1, pod.x.2", tags)
+	}
+}

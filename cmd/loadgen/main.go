@@ -4,6 +4,7 @@
 //	loadgen forward -addr 127.0.0.1:24224 -conns 8 -batch 1000 -size 250 -duration 20s [-ack=true] [-mode packed|forward|message]
 //	loadgen http -url http://127.0.0.1:8080/v1/logs/pod.shop -clients 8 -batch 1000 -size 250 -duration 20s
 //	loadgen backlog -data DIR -bytes 5GiB
+//	loadgen standin -listen 127.0.0.1:4599
 //
 // Every record carries an "id" field, "<run>-<conn>-<n>", unique to the
 // run, the connection (or HTTP client) and the record; -ids FILE appends
@@ -32,6 +33,7 @@ const usage = `Usage:
   loadgen forward [flags]   PackedForward (or Forward, Message) messages over TCP, acks per message
   loadgen http [flags]      NDJSON bodies POSTed to the HTTP input; only 200 answers count
   loadgen backlog [flags]   fill a stopped forwarder's WAL directly, for a start or a drain with a backlog
+  loadgen standin [flags]   an S3 and CloudWatch Logs endpoint that accepts everything at once and keeps nothing
 
 Run "loadgen forward -h" or "loadgen http -h" for the flags.
 Exit status: 0 success; 1 a connection or request failed (unless -tolerate-errors); 2 usage error.
@@ -112,8 +114,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	if args[0] == "backlog" {
+	switch args[0] {
+	case "backlog":
 		return cmdBacklog(ctx, args[1:], stdout, stderr)
+	case "standin":
+		return cmdStandin(ctx, args[1:], stdout, stderr)
 	}
 	var g generator
 	switch args[0] {

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const standinUsage = `Usage: loadgen standin -listen 127.0.0.1:4599
+
+Answer the S3 and CloudWatch Logs requests of the forwarder's sinks at once, as a
+destination that accepts everything and keeps nothing would: PutObject, multipart
+uploads and PutLogEvents succeed, log groups and streams are created. Requests with
+an X-Amz-Target header are CloudWatch Logs; the others are S3 with path-style
+addressing (path_style: true). GET /_standin/stats answers what arrived, as JSON:
+requests, events (PutLogEvents), objects and bytes (S3). Point both sinks' endpoint
+at it to measure the forwarder without an emulator's own cost.
+`
+
+// standin is the stand-in destination's counters.
+type standin struct {
+	logCalls, events, objects, parts, bodyBytes atomic.Uint64
+	uploads                                     atomic.Uint64 // multipart upload ids handed out
+	mu                                          sync.Mutex
+	first, last                                 time.Time // of the first and last accepted delivery
+}
+
+func cmdStandin(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f := flag.NewFlagSet("loadgen standin", flag.ContinueOnError)
+	f.SetOutput(stderr)
+	f.Usage = func() { fmt.Fprint(stderr, standinUsage); f.PrintDefaults() }
+	addr := f.String("listen", "127.0.0.1:4599", "address to listen on")
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "loadgen standin: %v\n", err)
+		return 1
+	}
+	s := &standin{}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	fmt.Fprintf(stdout, "standin listening on %s\n", ln.Addr())
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintf(stderr, "loadgen standin: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// standinStats is what GET /_standin/stats answers.
+type standinStats struct {
+	LogCalls  uint64    `json:"put_log_events"`
+	Events    uint64    `json:"events"`
+	Objects   uint64    `json:"objects"`
+	Parts     uint64    `json:"parts"`
+	BodyBytes uint64    `json:"body_bytes"`
+	First     time.Time `json:"first,omitzero"`
+	Last      time.Time `json:"last,omitzero"`
+}
+
+func (s *standin) stats() standinStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return standinStats{LogCalls: s.logCalls.Load(), Events: s.events.Load(), Objects: s.objects.Load(),
+		Parts: s.parts.Load(), BodyBytes: s.bodyBytes.Load(), First: s.first, Last: s.last}
+}
+
+func (s *standin) delivered() {
+	now := time.Now()
+	s.mu.Lock()
+	if s.first.IsZero() {
+		s.first = now
+	}
+	s.last = now
+	s.mu.Unlock()
+}
+
+var eventKey = []byte(`"timestamp"`)
+
+func (s *standin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/_standin/stats" {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(s.stats())
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	s.bodyBytes.Add(uint64(len(body)))
+	if target := r.Header.Get("X-Amz-Target"); target != "" {
+		s.logs(w, target, body)
+		return
+	}
+	s.s3(w, r)
+}
+
+// logs answers a CloudWatch Logs call (awsJson1.1).
+func (s *standin) logs(w http.ResponseWriter, target string, body []byte) {
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	op := target[strings.LastIndexByte(target, '.')+1:]
+	switch op {
+	case "PutLogEvents":
+		s.logCalls.Add(1)
+		s.events.Add(uint64(bytes.Count(body, eventKey)))
+		s.delivered()
+		io.WriteString(w, `{"nextSequenceToken":"1"}`)
+	case "GetLogEvents":
+		io.WriteString(w, `{"events":[],"nextForwardToken":"f/0","nextBackwardToken":"b/0"}`)
+	default: // CreateLogGroup, CreateLogStream, PutRetentionPolicy, TagResource...
+		io.WriteString(w, `{}`)
+	}
+}
+
+// s3 answers an S3 call, path-style.
+func (s *standin) s3(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	_, hasUploads := q["uploads"]
+	uploadID := q.Get("uploadId")
+	switch {
+	case r.Method == http.MethodPut && uploadID != "":
+		s.parts.Add(1)
+		w.Header().Set("ETag", `"part"`)
+	case r.Method == http.MethodPut:
+		s.objects.Add(1)
+		s.delivered()
+		w.Header().Set("ETag", `"object"`)
+	case r.Method == http.MethodPost && hasUploads:
+		id := s.uploads.Add(1)
+		w.Header().Set("Content-Type", "application/xml")
+		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><UploadId>u%d</UploadId></InitiateMultipartUploadResult>`, id)
+	case r.Method == http.MethodPost && uploadID != "":
+		s.objects.Add(1)
+		s.delivered()
+		w.Header().Set("Content-Type", "application/xml")
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><ETag>"object"</ETag></CompleteMultipartUploadResult>`)
+	case r.Method == http.MethodDelete:
+		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodGet && hasUploads:
+		w.Header().Set("Content-Type", "application/xml")
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><ListMultipartUploadsResult><Bucket>b</Bucket><IsTruncated>false</IsTruncated></ListMultipartUploadsResult>`)
+	default: // GET or HEAD of an object: it keeps nothing
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusNotFound)
+		if r.Method != http.MethodHead {
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message></Error>`)
+		}
+	}
+}
