@@ -174,6 +174,7 @@ func (c *conn) next() ([]byte, error) {
 	c.consumed = 0
 	deadline := time.Now().Add(idleTimeout)
 	started := false
+	empty := 0 // reads in a row that returned nothing and no error
 	for {
 		if pending := c.buf[c.start:]; len(pending) > 0 {
 			if !started {
@@ -208,22 +209,54 @@ func (c *conn) next() ([]byte, error) {
 			}
 			return nil, err
 		}
+		if n > 0 {
+			empty = 0
+		} else if empty++; empty >= maxEmptyReads {
+			return nil, io.ErrNoProgress
+		}
 	}
 }
 
-// makeRoom makes space to read into: it moves the pending bytes to the
-// front when the consumed ones take half the buffer, and grows it, up to
-// a little more than the largest message, when it is nearly full.
-func (c *conn) makeRoom(max int) {
+// Buffer sizes. A connection's buffer grows as messages need it, up to
+// the largest message and bufSlack more, so that the start of the next
+// message can arrive behind a message at the limit.
+const (
+	minRoom  = 16 << 10 // the least room a read is given
+	bufSlack = 64 << 10
+	// maxEmptyReads ends a connection whose reads return neither bytes nor
+	// an error (a net.Conn should never do that), as bufio does.
+	maxEmptyReads = 100
+)
+
+// makeRoom makes at least minRoom bytes of room after the pending ones. It
+// moves the pending bytes to the front when the consumed ones take half
+// the buffer; when that leaves too little room, it grows the buffer, up to
+// the largest message and bufSlack more, or, once the buffer is that
+// large, moves the pending bytes to the front anyway. The pending bytes
+// are never more than the largest message (next refuses more), so there
+// is always room, whatever the messages before them were.
+func (c *conn) makeRoom(largest int) {
 	if c.start > 0 && c.start >= cap(c.buf)/2 {
-		c.buf = c.buf[:copy(c.buf, c.buf[c.start:])]
-		c.start = 0
+		c.compact()
 	}
-	if cap(c.buf)-len(c.buf) < 16<<10 {
-		grown := make([]byte, len(c.buf), min(max+64<<10, 2*cap(c.buf)+64<<10))
-		copy(grown, c.buf)
-		c.buf = grown
+	if cap(c.buf)-len(c.buf) >= minRoom {
+		return
 	}
+	pending := len(c.buf) - c.start
+	size := max(min(largest+bufSlack, 2*cap(c.buf)+bufSlack), pending+minRoom)
+	if size <= cap(c.buf) {
+		c.compact() // cap(c.buf) >= pending+minRoom: room enough at the front
+		return
+	}
+	grown := make([]byte, pending, size)
+	copy(grown, c.buf[c.start:])
+	c.buf, c.start = grown, 0
+}
+
+// compact moves the pending bytes to the front of the buffer.
+func (c *conn) compact() {
+	c.buf = c.buf[:copy(c.buf, c.buf[c.start:])]
+	c.start = 0
 }
 
 func isTimeout(err error) bool {
