@@ -87,6 +87,7 @@ type Metrics struct {
 	Unrouted     *prometheus.CounterVec // records no sink matches: acknowledged, not stored
 	InvalidUTF8  *prometheus.CounterVec // records whose invalid UTF-8 was replaced
 	Connections  *prometheus.GaugeVec   // open connections
+	AcceptErrors *prometheus.CounterVec // accepts that failed and were retried (see RetryAccept)
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: none).
@@ -107,9 +108,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Records with invalid UTF-8, stored with U+FFFD in its place."}, in),
 		Connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_input_connections",
 			Help: "Open client connections."}, in),
+		AcceptErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_accept_errors_total",
+			Help: "Accepts of a client connection that failed for a reason that passes (no file descriptor left, a connection aborted) and were retried."}, in),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Records, m.Bytes, m.Rejected, m.Deduplicated, m.Unrouted, m.InvalidUTF8, m.Connections)
+		reg.MustRegister(m.Records, m.Bytes, m.Rejected, m.Deduplicated, m.Unrouted, m.InvalidUTF8, m.Connections, m.AcceptErrors)
 	}
 	return m
 }

@@ -141,9 +141,17 @@ type service struct {
 
 func startService(t *testing.T, configPath string, env ...string) *service {
 	t.Helper()
-	s := &service{t: t, cmd: exec.Command(bin, "run", "-c", configPath), done: make(chan struct{})}
+	cmd := exec.Command(bin, "run", "-c", configPath)
+	cmd.Env = append(os.Environ(), env...)
+	return startCommand(t, cmd)
+}
+
+// startCommand starts cmd, which runs the service (perhaps through another command that
+// execs it), as a service.
+func startCommand(t *testing.T, cmd *exec.Cmd) *service {
+	t.Helper()
+	s := &service{t: t, cmd: cmd, done: make(chan struct{})}
 	s.cmd.Stderr = &s.stderr
-	s.cmd.Env = append(os.Environ(), env...)
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

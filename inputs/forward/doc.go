@@ -27,5 +27,8 @@
 // with one log line (remote address, what was wrong, where) and a count
 // in forwarder_input_rejected_total; nothing of that message is stored and
 // other connections are not affected. Connections idle for ten minutes are
-// closed. UDP heartbeats are not answered (answering is optional).
+// closed, connections beyond max_connections at once. An accept that fails
+// for a reason that passes (no file descriptor left) is retried with a
+// pause and counted (inputs.RetryAccept), never fatal. UDP heartbeats are
+// not answered (answering is optional).
 package forward

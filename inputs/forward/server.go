@@ -39,6 +39,9 @@ type Server struct {
 	// tune, when set, adjusts each accepted connection (tests shrink its
 	// buffers to play a slow network).
 	tune func(net.Conn)
+	// listen binds the address (a variable so that tests can put faults
+	// under the listener).
+	listen func(network, address string) (net.Listener, error)
 
 	rejects rateLog
 
@@ -57,7 +60,7 @@ func New(cfg config.Forward, p *inputs.Pipeline, log *slog.Logger) *Server {
 		cfg.MaxMessageBytes = 16 << 20
 	}
 	return &Server{cfg: cfg, p: p, log: log.With("input", "forward"), hostname: host,
-		slots: make(chan struct{}, cfg.MaxConnections), conns: map[*conn]struct{}{}}
+		slots: make(chan struct{}, cfg.MaxConnections), conns: map[*conn]struct{}{}, listen: net.Listen}
 }
 
 // Start binds the listener.
@@ -69,11 +72,13 @@ func (s *Server) Start() error {
 		}
 		s.tls = cfg
 	}
-	ln, err := net.Listen("tcp", s.cfg.Listen)
+	ln, err := s.listen("tcp", s.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("forward input: listen on %s: %w", s.cfg.Listen, err)
 	}
-	s.ln = ln
+	// Accept errors that pass by themselves (no file descriptor left, a
+	// connection aborted) are waited out and counted, never fatal.
+	s.ln = inputs.RetryAccept(ln, "forward", s.p.Metrics, s.log)
 	return nil
 }
 

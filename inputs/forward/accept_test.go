@@ -1,0 +1,64 @@
+package forward
+
+import (
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/logfwd/forwarder/wal"
+)
+
+// faultListener fails its first accepts with errs, then accepts for real.
+type faultListener struct {
+	net.Listener
+	mu   sync.Mutex
+	errs []error
+}
+
+func (f *faultListener) Accept() (net.Conn, error) {
+	f.mu.Lock()
+	if len(f.errs) > 0 {
+		err := f.errs[0]
+		f.errs = f.errs[1:]
+		f.mu.Unlock()
+		return nil, err
+	}
+	f.mu.Unlock()
+	return f.Listener.Accept()
+}
+
+func acceptError(errno syscall.Errno) error {
+	return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", errno)}
+}
+
+// Accept errors that pass by themselves (no file descriptor left, no
+// buffer space, a connection aborted) are waited out, counted and logged
+// once: the input goes on serving and its Serve does not fail.
+func TestAcceptErrorsAreRetried(t *testing.T) {
+	errs := []error{acceptError(syscall.EMFILE), acceptError(syscall.EMFILE), acceptError(syscall.ENFILE),
+		acceptError(syscall.ENOBUFS), acceptError(syscall.ECONNABORTED)}
+	f := start(t, defaultCfg(), wal.Options{}, func(s *Server) {
+		s.listen = func(network, address string) (net.Listener, error) {
+			ln, err := net.Listen(network, address)
+			return &faultListener{Listener: ln, errs: errs}, err
+		}
+	})
+	c := f.dial()
+	c.Write(messageMode("t", eventTime(time.Now()), record("a", 1), options("after-emfile")))
+	if id := readAck(t, c); id != "after-emfile" {
+		t.Fatalf("ack %q", id)
+	}
+	if n := testutil.ToFloat64(f.metrics.AcceptErrors.WithLabelValues("forward")); n != 5 {
+		t.Fatalf("accept errors counted %v, want 5", n)
+	}
+	if n := strings.Count(f.logs.String(), "cannot accept a connection: the process has no file descriptor left"); n != 1 {
+		t.Fatalf("logged %d times, want once:\n%s", n, f.logs.String())
+	}
+	f.stop() // fails the test if Serve returned an error
+}
