@@ -71,11 +71,13 @@ func (t TLS) Enabled() bool { return t.CertFile != "" }
 
 // HTTP configures the HTTP input (NDJSON or JSON bodies).
 type HTTP struct {
-	Listen       string  `yaml:"listen"`         // host:port
-	Token        string  `yaml:"token"`          // bearer token clients must send; empty: no auth
-	TLS          HTTPTLS `yaml:"tls"`            // server TLS
-	MaxBodyBytes Size    `yaml:"max_body_bytes"` // largest request body accepted
-	TimeField    string  `yaml:"time_field"`     // field holding the event time; empty: the receive time
+	Listen            string   `yaml:"listen"`              // host:port
+	Token             string   `yaml:"token"`               // bearer token clients must send; empty: no auth
+	TLS               HTTPTLS  `yaml:"tls"`                 // server TLS
+	MaxBodyBytes      Size     `yaml:"max_body_bytes"`      // largest request body accepted
+	TimeField         string   `yaml:"time_field"`          // field holding the event time; empty: the receive time
+	MaxConnections    int      `yaml:"max_connections"`     // concurrent client connections
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"` // for a request's headers, from its first byte or the connection's start
 }
 
 // HTTPTLS is the HTTP input's TLS: a certificate and key. Both empty: plain HTTP.

@@ -77,7 +77,7 @@ var (
 		},
 		Inputs: Inputs{
 			Forward: &Forward{Listen: "127.0.0.1:24224", MaxMessageBytes: 16 << 20, MaxConnections: 1024},
-			HTTP:    &HTTP{Listen: "127.0.0.1:8080", MaxBodyBytes: 16 << 20, TimeField: "time"},
+			HTTP:    &HTTP{Listen: "127.0.0.1:8080", MaxBodyBytes: 16 << 20, TimeField: "time", MaxConnections: 1024, ReadHeaderTimeout: Duration(10 * time.Second)},
 		},
 		Admin: Admin{Listen: "127.0.0.1:9880"},
 	}
@@ -169,17 +169,19 @@ func TestFullConfig(t *testing.T) {
 				MaxConnections:  10,
 			},
 			HTTP: &HTTP{
-				Listen:       "[::1]:8081",
-				Token:        "t0ken",
-				TLS:          HTTPTLS{"/etc/forwarder/http.crt", "/etc/forwarder/http.key"},
-				MaxBodyBytes: 1000000,
-				TimeField:    "ts",
+				Listen:            "[::1]:8081",
+				Token:             "t0ken",
+				TLS:               HTTPTLS{"/etc/forwarder/http.crt", "/etc/forwarder/http.key"},
+				MaxBodyBytes:      1000000,
+				TimeField:         "ts",
+				MaxConnections:    100,
+				ReadHeaderTimeout: Duration(3 * time.Second),
 			},
 		},
 		Admin: Admin{Listen: "127.0.0.1:9881", Pprof: true},
 		Sinks: []Sink{
 			{
-				Name: "archive", Type: "s3", Match: []string{"app.**"}, Line: 37,
+				Name: "archive", Type: "s3", Match: []string{"app.**"}, Line: 39,
 				S3: &S3{
 					Bucket:             "my-logs",
 					Region:             "eu-west-1",
@@ -202,7 +204,7 @@ func TestFullConfig(t *testing.T) {
 				},
 			},
 			{
-				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 58,
+				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 60,
 				CloudWatch: &CloudWatch{
 					Region:               "eu-west-1",
 					Endpoint:             "http://127.0.0.1:4567",
@@ -432,6 +434,10 @@ var badConfigs = []struct {
 		`5: inputs.forward.users[0].password is required`,
 		`7: inputs.forward.tls: cert_file needs key_file`,
 		`9: inputs.http.listen: port "70000" is not a number from 0 to 65535`,
+	}},
+	{"http_limits.yaml", []string{
+		`3: inputs.http.max_connections: must be at least 1, not 0`,
+		`4: inputs.http.read_header_timeout: must be greater than 0, not 0s`,
 	}},
 	{"same_port.yaml", []string{`6: admin.listen: 0.0.0.0:24224 is also inputs.forward.listen`}},
 	{"duplicate_sink_names.yaml", []string{`5: duplicate sink name "archive" (first at line 2)`}},

@@ -31,9 +31,11 @@ func defaultForward() *Forward {
 
 func defaultHTTP() *HTTP {
 	return &HTTP{
-		Listen:       "127.0.0.1:8080",
-		MaxBodyBytes: 16 * MiB,
-		TimeField:    "time",
+		Listen:            "127.0.0.1:8080",
+		MaxBodyBytes:      16 * MiB,
+		TimeField:         "time",
+		MaxConnections:    1024,
+		ReadHeaderTimeout: Duration(10 * time.Second),
 	}
 }
 

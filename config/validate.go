@@ -75,6 +75,8 @@ func (h *HTTP) validate(s section) {
 	s.listen("listen", h.Listen)
 	s.child("tls").certAndKey(h.TLS.CertFile, h.TLS.KeyFile)
 	atLeast(s, "max_body_bytes", h.MaxBodyBytes, 1)
+	atLeast(s, "max_connections", h.MaxConnections, 1)
+	s.positive("read_header_timeout", h.ReadHeaderTimeout)
 }
 
 func (a *Admin) validate(s section) {

@@ -48,4 +48,10 @@
 // Bad input is answered and counted (forwarder_input_rejected_total, by
 // reason) and logged at debug level only; it never stops the server or
 // another client.
+//
+// Connections beyond max_connections are closed at once, before any
+// answer (reason too_many_connections); a connection that has not sent a
+// request's headers within read_header_timeout is closed. An accept that
+// fails for a reason that passes (no file descriptor left) is retried with
+// a pause and counted (inputs.RetryAccept), never fatal.
 package httpin

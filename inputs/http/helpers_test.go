@@ -69,6 +69,7 @@ type setup struct {
 	stopTimeout  time.Duration  // Serve's grace for requests in flight
 	certPool     *x509.CertPool // the client trusts it; set with TLS
 	log          *slog.Logger
+	listen       func(net.Listener) net.Listener // wraps the bound listener; nil: none
 }
 
 type option func(*setup)
@@ -80,6 +81,9 @@ func withStoreTimeout(d time.Duration) option    { return func(s *setup) { s.sto
 func withShutdownTimeout(d time.Duration) option { return func(s *setup) { s.stopTimeout = d } }
 func withCertPool(p *x509.CertPool) option       { return func(s *setup) { s.certPool = p } }
 func withLogger(l *slog.Logger) option           { return func(s *setup) { s.log = l } }
+func withListener(f func(net.Listener) net.Listener) option {
+	return func(s *setup) { s.listen = f }
+}
 func withAppender(f func(*wal.WAL) inputs.Appender) option {
 	return func(s *setup) { s.appender = f }
 }
@@ -105,6 +109,15 @@ func newEnv(t testing.TB, opts ...option) *env {
 	}
 	if st.stopTimeout > 0 {
 		s.shutdownTimeout = st.stopTimeout
+	}
+	if st.listen != nil {
+		s.listen = func(network, address string) (net.Listener, error) {
+			ln, err := net.Listen(network, address)
+			if err != nil {
+				return nil, err
+			}
+			return st.listen(ln), nil
+		}
 	}
 	if err := s.Start(); err != nil {
 		w.Close()

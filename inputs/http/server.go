@@ -21,11 +21,12 @@ const input = "http"
 
 // Server limits and timeouts.
 const (
-	defaultMaxBody    = 16 << 20
-	readHeaderTimeout = 10 * time.Second
-	readTimeout       = 60 * time.Second
-	idleTimeout       = 120 * time.Second
-	maxHeaderBytes    = 64 << 10
+	defaultMaxBody           = 16 << 20
+	defaultMaxConnections    = 1024
+	defaultReadHeaderTimeout = 10 * time.Second
+	readTimeout              = 60 * time.Second
+	idleTimeout              = 120 * time.Second
+	maxHeaderBytes           = 64 << 10
 
 	// storeTimeout is how long a request waits for room in a full WAL
 	// before the client is told 503 and to retry.
@@ -45,6 +46,9 @@ type Server struct {
 
 	storeTimeout    time.Duration
 	shutdownTimeout time.Duration
+	// listen binds the address (a variable so that tests can put faults
+	// under the listener).
+	listen func(network, address string) (net.Listener, error)
 
 	srv        *http.Server
 	baseCtx    context.Context // every request's context derives from it
@@ -63,6 +67,12 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = defaultMaxBody
 	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = defaultMaxConnections
+	}
+	if cfg.ReadHeaderTimeout <= 0 {
+		cfg.ReadHeaderTimeout = config.Duration(defaultReadHeaderTimeout)
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -77,6 +87,7 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 		log:             log,
 		storeTimeout:    storeTimeout,
 		shutdownTimeout: shutdownTimeout,
+		listen:          net.Listen,
 	}
 	if cfg.Token != "" {
 		s.auth = newBearer(cfg.Token)
@@ -84,7 +95,7 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 	s.baseCtx, s.cancelBase = context.WithCancel(context.Background())
 	s.srv = &http.Server{
 		Handler:           s.tracked(s.routes()),
-		ReadHeaderTimeout: readHeaderTimeout,
+		ReadHeaderTimeout: time.Duration(cfg.ReadHeaderTimeout),
 		ReadTimeout:       readTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
@@ -141,11 +152,15 @@ func (s *Server) Start() error {
 		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 		s.srv.TLSConfig = s.tls
 	}
-	ln, err := net.Listen("tcp", s.cfg.Listen)
+	ln, err := s.listen("tcp", s.cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.cfg.Listen, listenCause(err))
 	}
-	s.ln = ln
+	// Accept errors that pass by themselves are waited out here, and
+	// counted, before the server sees them; connections beyond
+	// max_connections are closed.
+	log := s.log.With("input", input)
+	s.ln = newLimitListener(inputs.RetryAccept(ln, input, s.p.Metrics, log), s.cfg.MaxConnections, s.p.Metrics, log)
 	return nil
 }
 
