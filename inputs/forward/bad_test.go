@@ -4,6 +4,7 @@ import (
 	"crypto/sha512"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"math/rand"
 	"net"
 	"strings"
@@ -33,6 +34,12 @@ func TestBadInput(t *testing.T) {
 		{"entry is not a pair", forwardMode("t", [][]byte{msgp.AppendArrayHeader(msgp.AppendArrayHeader(nil, 1), 0)}, nil), "malformed", false},
 		{"time is an unknown extension", messageMode("t", []byte{0xd7, 0x05, 0, 0, 0, 0, 0, 0, 0, 0}, record("a", 1), nil), "malformed", false},
 		{"time is a string", messageMode("t", msgp.AppendString(nil, "now"), record("a", 1), nil), "malformed", false},
+		// Seconds whose nanoseconds do not fit in an int64 (beyond the years 1677 to 2262).
+		{"integer time too large", messageMode("t", msgp.AppendInt64(nil, 1e11), record("a", 1), nil), "malformed", false},
+		{"integer time too small", messageMode("t", msgp.AppendInt64(nil, -1e11), record("a", 1), nil), "malformed", false},
+		{"integer time just too large", messageMode("t", msgp.AppendInt64(nil, math.MaxInt64/int64(time.Second)+1), record("a", 1), nil), "malformed", false},
+		{"integer time just too small", messageMode("t", msgp.AppendInt64(nil, math.MinInt64/int64(time.Second)-1), record("a", 1), nil), "malformed", false},
+		{"unsigned time too large", messageMode("t", msgp.AppendUint64(nil, 1e11), record("a", 1), nil), "malformed", false},
 		{"byte 0xc1", []byte{0x93, 0xa1, 't', 0xc1}, "malformed", false},
 		{"bad gzip", packedMode("t", []byte("not gzip at all"), false, options("", "compressed", "gzip")), "bad_gzip", false},
 		{"unsupported compression", packedMode("t", []byte("x"), false, options("", "compressed", "lz4")), "malformed", false},

@@ -251,6 +251,10 @@ func (d *decoder) time(b []byte) (int64, []byte, error) {
 		if err != nil {
 			return 0, b, fmt.Errorf("time: %w", err)
 		}
+		// Nanoseconds must fit in an int64: the years 1677 to 2262.
+		if s > math.MaxInt64/int64(time.Second) || s < math.MinInt64/int64(time.Second) {
+			return 0, b, fmt.Errorf("time: integer %d out of range", s)
+		}
 		t, b = s*1e9, rest
 	case msgp.UintType:
 		s, rest, err := msgp.ReadUint64Bytes(b)

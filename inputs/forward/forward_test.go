@@ -202,3 +202,42 @@ func TestFluentLoggerGolang(t *testing.T) {
 		}
 	}
 }
+
+// Integer seconds are taken as far as their nanoseconds fit in an int64,
+// and refused beyond, never wrapped around into another century.
+func TestIntegerTimeRange(t *testing.T) {
+	maxS, minS := int64(math.MaxInt64/int64(time.Second)), int64(math.MinInt64/int64(time.Second))
+	tests := []struct {
+		time []byte
+		want int64 // 0: refused
+	}{
+		{msgp.AppendInt64(nil, -1), -1e9},
+		{msgp.AppendInt64(nil, 1764489601), 1764489601e9},
+		{msgp.AppendInt64(nil, maxS), maxS * 1e9},
+		{msgp.AppendInt64(nil, minS), minS * 1e9},
+		{msgp.AppendUint64(nil, uint64(maxS)), maxS * 1e9},
+		{msgp.AppendInt64(nil, maxS+1), 0},
+		{msgp.AppendInt64(nil, minS-1), 0},
+		{msgp.AppendInt64(nil, 1e11), 0},
+		{msgp.AppendInt64(nil, -1e11), 0},
+		{msgp.AppendInt64(nil, math.MaxInt64), 0},
+		{msgp.AppendInt64(nil, math.MinInt64), 0},
+		{msgp.AppendUint64(nil, uint64(maxS)+1), 0},
+	}
+	for _, tt := range tests {
+		d := decoder{maxUnpacked: 1 << 20, now: time.Now}
+		m, err := d.decode(messageMode("t", tt.time, record("a", 1), nil))
+		switch {
+		case tt.want == 0 && err == nil:
+			t.Errorf("time % x: stored as %v, want refused", tt.time, time.Unix(0, m.records[0].Time).UTC())
+		case tt.want == 0:
+			if !strings.Contains(err.Error(), "out of range") {
+				t.Errorf("time % x: %v, want out of range", tt.time, err)
+			}
+		case err != nil:
+			t.Errorf("time % x: %v", tt.time, err)
+		case m.records[0].Time != tt.want:
+			t.Errorf("time % x: %d, want %d", tt.time, m.records[0].Time, tt.want)
+		}
+	}
+}
