@@ -850,11 +850,22 @@ func (l *loop) endStreak() {
 // retryNow makes every partition that waits to send a batch again due now:
 // the destination, down or refusing until now, answered a probe. Their
 // waits grew while it was down; waiting them out would leave the sink idle.
+// The partitions spilled meanwhile join the catch-up at once, batch or not,
+// so that one pass over the WAL brings them all back (see catchup.go).
 func (l *loop) retryNow(now time.Time) {
+	var spilled []*partition
 	for _, p := range l.parts {
 		if p.hasBatch() && !p.busy && p.dueAt.After(now) {
 			l.due.schedule(p, now)
 		}
+		if p.spillFrom != 0 && !p.catchingUp {
+			spilled = append(spilled, p)
+		}
+	}
+	// Lowest first: the catch-up reader starts once, where the first needs it.
+	sort.Slice(spilled, func(i, j int) bool { return spilled[i].spillFrom < spilled[j].spillFrom })
+	for _, p := range spilled {
+		l.join(p)
 	}
 }
 
