@@ -8,7 +8,7 @@ BIN      := bin/forwarder
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench bench-go bench-e2e crash clean e2e soak
+.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-tools crash clean e2e soak
 
 # Fuzz targets: package, target name, and the number of inputs make test tries
 # (about 10 seconds each on 2 cores).
@@ -72,11 +72,20 @@ bench-go: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s -timeout 30m ./...
 
 # The real binary driven by cmd/loadgen: ingest, a backlog (BENCH_BACKLOG, default 1GiB),
-# a drain to both sinks; see scripts/bench-e2e.sh and BENCHMARKS.md.
-bench-e2e: deps
+# a drain to both sinks, then the catch-up after an outage; see scripts/bench-e2e.sh,
+# scripts/bench-catchup.sh and BENCHMARKS.md.
+bench-e2e: bench-tools
+	scripts/bench-e2e.sh
+	scripts/bench-catchup.sh
+
+# Catch-up after an outage alone: per sink, 1 and 100 partitions, against a restart
+# on the same backlog (BENCH_RECORDS, default 1,000,000; BENCH_SINKS, BENCH_TAGS).
+bench-catchup: bench-tools
+	scripts/bench-catchup.sh
+
+bench-tools: deps
 	@command -v curl >/dev/null 2>&1 && command -v ss >/dev/null 2>&1 || \
 		{ apt-get install -y curl iproute2 || { apt-get update && apt-get install -y curl iproute2; }; }
-	scripts/bench-e2e.sh
 
 # Long crash loops: SIGKILL an appending process 200 times and check every
 # acknowledged record each time; SIGKILL an appending and draining process

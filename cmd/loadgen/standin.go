@@ -23,7 +23,8 @@ destination that accepts everything and keeps nothing would: PutObject, multipar
 uploads and PutLogEvents succeed, log groups and streams are created. Requests with
 an X-Amz-Target header are CloudWatch Logs; the others are S3 with path-style
 addressing (path_style: true). GET /_standin/stats answers what arrived, as JSON:
-requests, events (PutLogEvents), objects and bytes (S3). Point both sinks' endpoint
+requests, events (PutLogEvents), objects and bytes (S3), the first and last
+delivery, and the longest time between two PutLogEvents and between two objects. Point both sinks' endpoint
 at it to measure the forwarder without an emulator's own cost.
 `
 
@@ -33,7 +34,20 @@ type standin struct {
 	uploads                                     atomic.Uint64 // multipart upload ids handed out
 	mu                                          sync.Mutex
 	first, last                                 time.Time // of the first and last accepted delivery
+	kinds                                       [2]kindTimes
 }
+
+// kindTimes follow the deliveries of one kind: PutLogEvents or objects.
+type kindTimes struct {
+	last   time.Time
+	maxGap time.Duration // longest time between two deliveries of the kind
+	gapEnd time.Time     // when it ended
+}
+
+const (
+	kindLogs = iota
+	kindObjects
+)
 
 func cmdStandin(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f := flag.NewFlagSet("loadgen standin", flag.ContinueOnError)
@@ -74,22 +88,35 @@ type standinStats struct {
 	BodyBytes uint64    `json:"body_bytes"`
 	First     time.Time `json:"first,omitzero"`
 	Last      time.Time `json:"last,omitzero"`
+	// The longest time between two PutLogEvents and between two objects.
+	MaxGapLogsMs    float64   `json:"max_gap_logs_ms"`
+	MaxGapObjectsMs float64   `json:"max_gap_objects_ms"`
+	GapLogsEnd      time.Time `json:"gap_logs_end,omitzero"`
+	GapObjectsEnd   time.Time `json:"gap_objects_end,omitzero"`
 }
 
 func (s *standin) stats() standinStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return standinStats{LogCalls: s.logCalls.Load(), Events: s.events.Load(), Objects: s.objects.Load(),
-		Parts: s.parts.Load(), BodyBytes: s.bodyBytes.Load(), First: s.first, Last: s.last}
+		Parts: s.parts.Load(), BodyBytes: s.bodyBytes.Load(), First: s.first, Last: s.last,
+		MaxGapLogsMs:    float64(s.kinds[kindLogs].maxGap) / float64(time.Millisecond),
+		MaxGapObjectsMs: float64(s.kinds[kindObjects].maxGap) / float64(time.Millisecond),
+		GapLogsEnd:      s.kinds[kindLogs].gapEnd, GapObjectsEnd: s.kinds[kindObjects].gapEnd}
 }
 
-func (s *standin) delivered() {
+func (s *standin) delivered(kind int) {
 	now := time.Now()
 	s.mu.Lock()
 	if s.first.IsZero() {
 		s.first = now
 	}
 	s.last = now
+	k := &s.kinds[kind]
+	if !k.last.IsZero() && now.Sub(k.last) > k.maxGap {
+		k.maxGap, k.gapEnd = now.Sub(k.last), now
+	}
+	k.last = now
 	s.mu.Unlock()
 }
 
@@ -122,7 +149,7 @@ func (s *standin) logs(w http.ResponseWriter, target string, body []byte) {
 	case "PutLogEvents":
 		s.logCalls.Add(1)
 		s.events.Add(uint64(bytes.Count(body, eventKey)))
-		s.delivered()
+		s.delivered(kindLogs)
 		io.WriteString(w, `{"nextSequenceToken":"1"}`)
 	case "GetLogEvents":
 		io.WriteString(w, `{"events":[],"nextForwardToken":"f/0","nextBackwardToken":"b/0"}`)
@@ -142,7 +169,7 @@ func (s *standin) s3(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("ETag", `"part"`)
 	case r.Method == http.MethodPut:
 		s.objects.Add(1)
-		s.delivered()
+		s.delivered(kindObjects)
 		w.Header().Set("ETag", `"object"`)
 	case r.Method == http.MethodPost && hasUploads:
 		id := s.uploads.Add(1)
@@ -150,7 +177,7 @@ func (s *standin) s3(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><UploadId>u%d</UploadId></InitiateMultipartUploadResult>`, id)
 	case r.Method == http.MethodPost && uploadID != "":
 		s.objects.Add(1)
-		s.delivered()
+		s.delivered(kindObjects)
 		w.Header().Set("Content-Type", "application/xml")
 		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><ETag>"object"</ETag></CompleteMultipartUploadResult>`)
 	case r.Method == http.MethodDelete:
