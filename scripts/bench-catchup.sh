@@ -29,7 +29,7 @@ for port in 4599 25224 18080 19880; do
 	fi
 done
 (cd "$root" && go build -o "$dir/forwarder" ./cmd/forwarder && go build -o "$dir/loadgen" ./cmd/loadgen)
-fwd=$dir/forwarder
+fwd=${BENCH_FORWARDER:-$dir/forwarder} # another build of the forwarder, to compare
 loadgen=$dir/loadgen
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_EC2_METADATA_DISABLED=true
 endpoint=http://127.0.0.1:4599
