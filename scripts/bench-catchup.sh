@@ -108,13 +108,14 @@ watch_rss() {
 cpu() { awk '{print ($14+$15)/100}' "/proc/$1/stat"; }
 
 # measure T0_NS: waits until the sink has delivered every record or the stand-in has
-# taken nothing for 5 s; prints "delivered first_s last_s": the records the forwarder
+# taken nothing for BENCH_QUIET seconds (default 5); prints "delivered first_s last_s": the records the forwarder
 # counts delivered, and the stand-in's first and last delivery (seconds after T0_NS).
 measure() {
-	python3 - "$1" "$records" <<'PY'
+	python3 - "$1" "$records" "${BENCH_QUIET:-5}" <<'PY'
 import datetime, json, sys, time, urllib.request
 t0 = int(sys.argv[1]) / 1e9
 want = int(sys.argv[2])
+quiet = float(sys.argv[3])
 def get(url):
     return json.load(urllib.request.urlopen(url, timeout=5))
 def ts(s):
@@ -128,7 +129,7 @@ while True:
     st = get("http://127.0.0.1:4599/_standin/stats")
     now = time.time()
     last = ts(st["last"]) if st.get("last") else None
-    if n >= want or (last is not None and now - last > 5) or (last is None and now - t0 > 120):
+    if n >= want or (last is not None and now - last > quiet) or (last is None and now - t0 > 120):
         break
     time.sleep(0.1)
 time.sleep(1.2)  # the forwarder's status is updated every second
