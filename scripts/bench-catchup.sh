@@ -152,8 +152,8 @@ PY
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 conns=4
 msgs=$((records / conns / 1000))
-for sink in ${BENCH_SINKS:-s3 cloudwatch}; do
-	for tags in ${BENCH_TAGS:-1 100}; do
+for sink in ${BENCH_SINKS-s3 cloudwatch}; do
+	for tags in ${BENCH_TAGS-1 100}; do
 		for mode in catch-up restart; do
 			data=$dir/data-$sink-$tags-$mode
 			rm -rf "$data"
