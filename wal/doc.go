@@ -15,6 +15,12 @@
 //     because the file system is full (ENOSPC while writing pages, before
 //     any fsync or meta write) is not: that group gets ErrNoSpace and the
 //     WAL goes on.
+//   - Appends do not fill the disk: an append waits, unacknowledged (Full
+//     and DiskFull report it so that inputs push back), while storing it
+//     would leave less than MinFreeBytes free both on the file system and
+//     in free pages inside the file. Cursor and sink state commits, and
+//     retention, are never held for room: a sink that is behind can always
+//     move its cursor, so that retention frees room and appends resume.
 //   - With SyncInterval, Append returns once the writer has taken the
 //     records and commits about once a second. THIS CAN LOSE ACKNOWLEDGED
 //     RECORDS: a crash of the process or of the machine loses what was
@@ -72,6 +78,19 @@
 // so the file stays at its high-water mark. Open compacts the file (bbolt
 // Compact into a new file, fsync, rename, fsync the directory) when live
 // entries take less than a quarter of a file of at least 64 MiB.
+//
+// MinFreeBytes (default 64 MiB) bounds the file from the other side: the
+// room a commit that is not an append may need, kept free on the file
+// system or inside the file. Such a commit copies the pages it touches
+// (copy-on-write: the leaves and branches of the cursor, of the sink's
+// state and, for retention, of the entries it deletes) and writes bbolt's
+// freelist whole, in one run of pages, 8 bytes for each free page. Free
+// pages inside the file count: after a backlog drains, bbolt reuses them
+// without growing the file, so appends go on although the file system
+// stays full. An append is counted at twice its stored bytes plus a page
+// (leaves filled in key order split half full). Once held, appends resume
+// when an eighth more than MinFreeBytes is free, so that they do not flap
+// at every page retention frees.
 //
 // # Usage
 //

@@ -251,6 +251,12 @@ type Stats struct {
 	Cursors   map[string]uint64
 	Dropped   map[string]uint64 // records each cursor lost to drop_oldest
 	Commits   uint64            // transactions committed since Open
+	// DiskFreeBytes is the free space of the file system holding the file
+	// (what an unprivileged process may take; -1 when it cannot tell), and
+	// FileFreeBytes the pages free inside the file. Appends wait while
+	// neither has MinFreeBytes to spare (see DiskFull).
+	DiskFreeBytes int64
+	FileFreeBytes int64
 }
 
 // Stats returns the committed state; it does not touch the disk but for the file size.
@@ -262,6 +268,11 @@ func (w *WAL) Stats() Stats {
 		s.FileBytes = tx.Size()
 		return nil
 	})
+	disk, file, ok := w.space()
+	if !ok {
+		disk = -1
+	}
+	s.DiskFreeBytes, s.FileFreeBytes = disk, file
 	return s
 }
 

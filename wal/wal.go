@@ -65,6 +65,13 @@ const (
 	DropOldest
 )
 
+// DefaultMinFreeBytes is the default Options.MinFreeBytes. A commit that
+// frees entries needs new pages for the branches it rewrites and for the
+// freelist, which bbolt writes whole on every commit (8 bytes a free page,
+// in one run of pages): 64 MiB holds that for a file of up to 32 GiB with
+// every page free, and the rewritten branches besides.
+const DefaultMinFreeBytes = 64 << 20
+
 // Options configure Open. The zero value is usable: no size limit,
 // SyncAlways, a ten-minute dedup window.
 type Options struct {
@@ -76,6 +83,13 @@ type Options struct {
 	ReadOnly     bool          // for inspection: no writer, no changes, shared lock
 	LockTimeout  time.Duration // how long Open waits for the file lock; default 100ms
 	Logger       *slog.Logger
+
+	// MinFreeBytes is the room kept on the file system for the commits
+	// that are not appends: cursors, sink state, retention. Appends wait
+	// (see Full and DiskFull) while they would leave less than this free,
+	// counting the free space of the file system and the free pages inside
+	// the file. Default DefaultMinFreeBytes.
+	MinFreeBytes int64
 
 	// Compaction at Open: when the file is at least CompactMinFileBytes and
 	// live entries take less than CompactRatio of it, the file is rewritten
@@ -97,6 +111,9 @@ func (o *Options) setDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.MinFreeBytes <= 0 {
+		o.MinFreeBytes = DefaultMinFreeBytes
+	}
 	if o.CompactMinFileBytes <= 0 {
 		o.CompactMinFileBytes = 64 << 20
 	}
@@ -107,10 +124,11 @@ func (o *Options) setDefaults() {
 
 // WAL is the write-ahead log. All methods are safe for concurrent use.
 type WAL struct {
-	path string
-	db   *bolt.DB
-	opts Options
-	log  *slog.Logger
+	path     string
+	db       *bolt.DB
+	pageSize int64 // the file's page size, read at open (Info races with the writer)
+	opts     Options
+	log      *slog.Logger
 
 	appendCh chan *appendReq
 	commitCh chan *commitReq
@@ -121,8 +139,9 @@ type WAL struct {
 	closeMu  sync.Mutex
 	closed   bool
 
-	commits atomic.Uint64 // transactions committed since Open
-	full    atomic.Bool   // appends are waiting for room (WhenFull: Block)
+	commits  atomic.Uint64 // transactions committed since Open
+	full     atomic.Bool   // appends are waiting for room under max_bytes
+	diskFull atomic.Bool   // appends are waiting for room on the disk (MinFreeBytes)
 
 	mu       sync.Mutex
 	st       state         // committed state, published by the writer
@@ -233,6 +252,7 @@ func (w *WAL) openDB() error {
 		return fmt.Errorf("open %s: %w", w.path, err)
 	}
 	w.db = db
+	w.pageSize = int64(db.Info().PageSize)
 	return nil
 }
 
@@ -384,9 +404,29 @@ func (w *WAL) Path() string { return w.path }
 // durability (a failed fsync or write). The process should exit non-zero.
 func (w *WAL) Fatal() <-chan struct{} { return w.fatal }
 
-// Full reports whether appends are waiting for room under MaxBytes right
-// now (WhenFull: Block). Inputs use it to push back on clients early.
-func (w *WAL) Full() bool { return w.full.Load() }
+// Full reports whether appends are waiting for room right now: under
+// MaxBytes (WhenFull: Block) or on the disk (see DiskFull). Inputs use it
+// to push back on clients early.
+func (w *WAL) Full() bool { return w.full.Load() || w.diskFull.Load() }
+
+// DiskFull reports whether appends are waiting because storing them would
+// leave less than MinFreeBytes free (whatever WhenFull says). Commits that
+// are not appends go on, so that sinks can move their cursors and
+// retention can free room.
+func (w *WAL) DiskFull() bool { return w.diskFull.Load() }
+
+// MinFreeBytes is the room kept free for commits that are not appends.
+func (w *WAL) MinFreeBytes() int64 { return w.opts.MinFreeBytes }
+
+// space is the room the WAL has for new pages: disk, the space the file
+// system gives an unprivileged writer (what the file grows into), and
+// file, the pages free inside the file (bbolt reuses them first). ok is
+// false when the file system cannot say.
+func (w *WAL) space() (disk, file int64, ok bool) {
+	disk, ok = fsFreeBytes(filepath.Dir(w.path))
+	st := w.db.Stats()
+	return disk, int64(st.FreePageN+st.PendingPageN) * w.pageSize, ok
+}
 
 // Err returns the fatal error, if any.
 func (w *WAL) Err() error {

@@ -510,44 +510,78 @@ func TestNoSpaceIsNotFatal(t *testing.T) {
 	}
 }
 
-// TestRealFullDisk fills a small tmpfs: Append fails with ErrNoSpace,
-// acknowledged records stay, and appends work again once space returns.
-func TestRealFullDisk(t *testing.T) {
-	mnt := t.TempDir()
-	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=4m"); err != nil {
-		t.Skipf("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN; README: Tests that skip): %v", err)
-	}
-	defer syscall.Unmount(mnt, 0)
-	w := openT(t, mnt, Options{})
+// TestDiskFilledByAnotherProcess: another process takes the last free
+// byte of the WAL's file system. Appends wait (not acknowledged, the WAL
+// does not fail), a sink's cursor still commits, and once the space is
+// given back the waiting append is stored without any other request to
+// wake the WAL.
+func TestDiskFilledByAnotherProcess(t *testing.T) {
+	mnt := mountTmpfs(t, "4m")
+	// Far more than the few pages free inside the file: the append
+	// cannot be stored there either.
+	w := openT(t, mnt, Options{MinFreeBytes: 1 << 20})
 	defer w.Close()
+	ctx := context.Background()
+	if _, err := w.RegisterCursor(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
 	r := rand.New(rand.NewSource(8))
 	var acked []Result
-	var err error
-	for i := 0; i < 1000 && err == nil; i++ {
-		var res Result
-		res, err = w.Append(context.Background(), makeRecords(r, fmt.Sprint(i), 50, 2000), AppendOptions{})
-		if err == nil {
-			acked = append(acked, res)
+	for i := 0; i < 10; i++ {
+		acked = append(acked, appendT(t, w, makeRecords(r, fmt.Sprint(i), 50, 2000), ""))
+	}
+	// The other process: a file that takes every free block.
+	ballast := filepath.Join(mnt, "ballast")
+	f, err := os.Create(ballast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for buf := make([]byte, 64<<10); ; {
+		if _, err := f.Write(buf); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
 		}
 	}
-	if !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("filling the disk ended with %v, want ErrNoSpace", err)
+	f.Close()
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Append(ctx, makeRecords(r, "held", 50, 2000), AppendOptions{})
+		done <- err
+	}()
+	waitUntil(t, 5*time.Second, "DiskFull with the file system full", w.DiskFull)
+	select {
+	case err := <-done:
+		t.Fatalf("append on a full file system returned %v, want it held", err)
+	case <-time.After(200 * time.Millisecond):
 	}
-	if w.Err() != nil {
-		t.Fatalf("a full disk made the WAL fail: %v", w.Err())
+	if !w.Full() || w.Err() != nil {
+		t.Fatalf("Full() %v, Err() %v on a full file system", w.Full(), w.Err())
 	}
 	last := acked[len(acked)-1].Last
 	if n := uint64(len(readAll(t, w, 1))); n != last {
 		t.Fatalf("%d records readable, %d acknowledged", n, last)
 	}
-	// Space returns: the sink passes everything and retention frees pages.
-	ctx := context.Background()
-	w.RegisterCursor(ctx, "s")
 	b := &Batch{}
-	b.SetCursor("s", last)
+	b.SetCursor("s", acked[3].Last)
+	b.Put("s", []byte("intent"), []byte("next object"))
 	commitT(t, w, b)
-	if _, err := w.Append(ctx, makeRecords(r, "after", 50, 2000), AppendOptions{}); err != nil {
-		t.Fatalf("append after space returned: %v", err)
+
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("held append once space returned: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("held append not stored within 5s of space returning")
+	}
+	if w.DiskFull() || w.Full() {
+		t.Fatalf("DiskFull() %v, Full() %v once space returned", w.DiskFull(), w.Full())
 	}
 }
 

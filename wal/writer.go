@@ -38,6 +38,13 @@ type commitResult struct {
 	err error
 }
 
+// pendingCommit is a commit applied to the open transaction, answered when
+// the transaction commits.
+type pendingCommit struct {
+	req *commitReq
+	seq uint64
+}
+
 const (
 	maxGroupRequests     = 4096     // requests in one transaction
 	maxGroupBytes        = 64 << 20 // stored bytes in one transaction
@@ -46,6 +53,7 @@ const (
 	dropLogInterval      = 10 * time.Second
 	chunkExpiryInterval  = 10 * time.Second
 	noSpaceRetryInterval = time.Second
+	diskLogInterval      = time.Minute
 )
 
 // writer is the one goroutine that changes the file. It gathers whatever
@@ -58,10 +66,18 @@ type writer struct {
 	tx       *bolt.Tx // open transaction (held across steps only in SyncInterval)
 	txStart  time.Time
 	txBytes  int64
-	dirty    bool          // the open transaction changes something: worth a commit
-	replies  []func(error) // answers due when tx commits
-	waiting  []*appendReq  // appends held back by max_bytes (Block), FIFO
-	moreWork bool          // retention or chunk expiry stopped at its per-tx limit
+	dirty    bool            // the open transaction changes something: worth a commit
+	replies  []func(error)   // answers to appends due when tx commits
+	commits  []pendingCommit // commits in tx, answered when it commits
+	waiting  []*appendReq    // appends held back by max_bytes (Block) or the disk, FIFO
+	moreWork bool            // retention or chunk expiry stopped at its per-tx limit
+
+	diskHeld      bool      // the waiting appends wait for room on the disk
+	diskHeldSince time.Time // when the current hold began
+	diskLogged    bool      // the current hold was logged: log its end
+	lastDiskLog   time.Time
+	diskHolds     int  // holds not logged since lastDiskLog
+	noStatfs      bool // the file system cannot tell its free space (logged once)
 
 	droppedSince map[string]uint64 // DropOldest losses not yet logged
 	lastDropLog  time.Time
@@ -140,7 +156,17 @@ func (wr *writer) run() {
 
 // step applies one group of requests to the open transaction.
 func (wr *writer) step(appends []*appendReq, commits []*commitReq) {
-	wr.waiting = nil
+	wr.waiting, wr.diskHeld = nil, false
+	if room, ok := wr.applyGroup(appends, commits); ok {
+		wr.w.full.Store(len(wr.waiting) > 0 && !wr.diskHeld)
+		wr.checkDisk(room)
+	}
+}
+
+// applyGroup applies appends and commits to the open transaction, which it
+// begins if there is none. When it fails, the WAL has failed and it has
+// answered every request.
+func (wr *writer) applyGroup(appends []*appendReq, commits []*commitReq) (room *diskRoom, ok bool) {
 	if wr.failed == nil && wr.tx == nil {
 		tx, err := wr.w.db.Begin(true)
 		if err != nil {
@@ -154,14 +180,14 @@ func (wr *writer) step(appends []*appendReq, commits []*commitReq) {
 		// committed state in place.
 		before := wr.st
 		wr.st = wr.st.clone()
-		now, later, err := wr.apply(wr.tx, appends, commits)
+		now, later, applied, room, err := wr.apply(wr.tx, appends, commits)
 		if err == nil {
 			for _, reply := range now {
 				reply()
 			}
 			wr.replies = append(wr.replies, later...)
-			wr.w.full.Store(len(wr.waiting) > 0)
-			return
+			wr.commits = append(wr.commits, applied...)
+			return room, true
 		}
 		wr.st = before
 		wr.waiting = nil
@@ -173,12 +199,15 @@ func (wr *writer) step(appends []*appendReq, commits []*commitReq) {
 	for _, c := range commits {
 		c.done <- commitResult{err: wr.failed}
 	}
+	return nil, false
 }
 
 // apply writes one group into tx. It answers nothing itself: it returns
-// the answers due now and those due when tx commits, so that a failure can
-// answer every request exactly once.
-func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq) (now []func(), later []func(error), err error) {
+// the answers due now, those due when tx commits (appends) and the commits
+// applied, so that a failure can answer every request exactly once. room
+// is the room on the disk that the appends left, when apply measured it
+// (nil: not measured).
+func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq) (now []func(), later []func(error), applied []pendingCommit, room *diskRoom, err error) {
 	cursorsMoved := false
 	for _, c := range commits {
 		seq, moved, err := wr.applyOps(tx, c.ops)
@@ -187,23 +216,23 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 			continue
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, room, err
 		}
 		cursorsMoved = cursorsMoved || moved
 		wr.dirty = true
-		later = append(later, func(err error) { c.done <- commitResult{seq: seq, err: err} })
+		applied = append(applied, pendingCommit{req: c, seq: seq})
 	}
 	expire := wr.moreWork || time.Since(wr.lastExpire) >= chunkExpiryInterval
 	if cursorsMoved || wr.moreWork {
 		wr.moreWork = false
 		if err := wr.retain(tx); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, room, err
 		}
 	}
 	if expire {
 		wr.lastExpire = time.Now()
 		if err := wr.expireChunks(tx); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, room, err
 		}
 	}
 
@@ -233,24 +262,36 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 				continue
 			}
 		}
-		if max := wr.w.opts.MaxBytes; max > 0 && wr.st.liveBytes+r.bytes > max {
-			if r.bytes > max {
-				err := fmt.Errorf("%w: %d bytes stored, max_bytes is %d", ErrTooLarge, r.bytes, max)
-				now = append(now, func() { r.done <- appendResult{err: err} })
-				continue
-			}
+		max := wr.w.opts.MaxBytes
+		if max > 0 && r.bytes > max {
+			err := fmt.Errorf("%w: %d bytes stored, max_bytes is %d", ErrTooLarge, r.bytes, max)
+			now = append(now, func() { r.done <- appendResult{err: err} })
+			continue
+		}
+		// Room on the disk first, whatever WhenFull says: dropping the
+		// oldest entries frees their pages only once this transaction
+		// commits, too late for this append.
+		if room == nil {
+			room = wr.room()
+		}
+		if !room.take(storeCost(r.bytes), wr.floor()) {
+			wr.waiting = append(wr.waiting, appends[i:]...)
+			wr.diskHeld = true
+			break
+		}
+		if max > 0 && wr.st.liveBytes+r.bytes > max {
 			if wr.w.opts.WhenFull == Block {
 				wr.waiting = append(wr.waiting, appends[i:]...)
 				break
 			}
 			if err := wr.dropOldest(tx, wr.st.liveBytes+r.bytes-max); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, room, err
 			}
 		}
 		wr.dirty = true
 		res, err := wr.put(tx, r, t)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, room, err
 		}
 		if r.chunk != "" {
 			seen[r.chunk] = res
@@ -264,12 +305,120 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 	}
 	meta := tx.Bucket(bucketMeta)
 	if err := meta.Put(keyNextSeq, u64(wr.st.nextSeq)); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, room, err
 	}
 	if err := meta.Put(keyBytes, u64(uint64(wr.st.liveBytes))); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, room, err
 	}
-	return now, later, nil
+	return now, later, applied, room, nil
+}
+
+// storeCost is the most an append of stored bytes may take of the disk:
+// bbolt splits a leaf it fills in key order into halves, so small entries
+// can take twice their size in pages (an entry over a page takes whole
+// pages of its own, up to a page more than its size), plus a page for a
+// new branch.
+func storeCost(stored int64) int64 { return 2*stored + 4096 }
+
+// diskRoom is the room for appends, as a step measured it.
+type diskRoom struct {
+	disk, file int64 // see WAL.space
+	known      bool  // false: the file system cannot tell; appends are not held
+}
+
+// take reports whether an append that may take cost bytes leaves floor
+// free, and if so counts it as taken. It must leave floor free either on
+// the disk (then whatever a later commit needs, the file can grow into)
+// or in free pages inside the file, the case of a file that stays at the
+// high-water mark of a backlog its sinks have since drained: bbolt reuses
+// those pages before it grows the file. An append may take its pages from
+// either, so it is counted against both.
+func (r *diskRoom) take(cost, floor int64) bool {
+	if !r.known {
+		return true
+	}
+	if r.disk-cost < floor && r.file-cost < floor {
+		return false
+	}
+	r.disk -= cost
+	r.file -= cost
+	return true
+}
+
+// enough reports whether floor is free on the disk or in the file.
+func (r *diskRoom) enough(floor int64) bool {
+	return !r.known || r.disk >= floor || r.file >= floor
+}
+
+// room measures the room for this transaction's appends, less what the
+// open transaction already stored and has not written (SyncInterval holds
+// it across steps).
+func (wr *writer) room() *diskRoom {
+	disk, file, ok := wr.w.space()
+	if !ok && !wr.noStatfs {
+		wr.noStatfs = true
+		wr.w.log.Warn("wal: cannot read the free space of the data directory's file system: appends are not held back to keep wal.min_free_bytes free", "path", wr.w.path)
+	}
+	pending := 2 * wr.txBytes
+	return &diskRoom{disk: disk - pending, file: file - pending, known: ok}
+}
+
+// floor is the room an append must leave: MinFreeBytes, and an eighth
+// more while appends are held for room, so that they resume with some
+// room to spare instead of at every page retention frees.
+func (wr *writer) floor() int64 {
+	f := wr.w.opts.MinFreeBytes
+	if wr.w.diskFull.Load() {
+		f += f / 8
+	}
+	return f
+}
+
+// checkDisk updates DiskFull after a step. room is what apply left of the
+// room on the disk (nil: it stored nothing and did not measure). While
+// appends are held for room, the writer looks again every second, and
+// after each commit, since retention or another process may have freed
+// some.
+func (wr *writer) checkDisk(room *diskRoom) {
+	switch full := wr.w.diskFull.Load(); {
+	case wr.diskHeld && !full:
+		wr.setDiskFull(true)
+	case !wr.diskHeld && full:
+		if room == nil {
+			room = wr.room()
+		}
+		if room.enough(wr.floor()) {
+			wr.setDiskFull(false)
+		}
+	}
+	if wr.w.diskFull.Load() && wr.noSpaceRetry == nil {
+		wr.noSpaceRetry = time.After(noSpaceRetryInterval)
+	}
+}
+
+// setDiskFull records a hold for room on the disk or its end, with a log
+// line for each (holds at most once a minute; the end of a logged hold
+// always).
+func (wr *writer) setDiskFull(full bool) {
+	wr.w.diskFull.Store(full)
+	now := time.Now()
+	disk, file, _ := wr.w.space()
+	if !full {
+		if wr.diskLogged {
+			wr.diskLogged = false
+			wr.w.log.Info("wal: room on the disk again: appends resume", "path", wr.w.path, "disk_free_bytes", disk,
+				"file_free_bytes", file, "min_free_bytes", wr.w.opts.MinFreeBytes, "held_for", now.Sub(wr.diskHeldSince).Round(time.Millisecond))
+		}
+		return
+	}
+	wr.diskHeldSince = now
+	if now.Sub(wr.lastDiskLog) < diskLogInterval {
+		wr.diskHolds++
+		return
+	}
+	wr.w.log.Warn("wal: the disk is nearly full: appends wait and the inputs push back on clients, while sinks go on delivering and committing; appends resume once retention or the operator frees room",
+		"path", wr.w.path, "disk_free_bytes", disk, "file_free_bytes", file, "min_free_bytes", wr.w.opts.MinFreeBytes, "holds_not_logged", wr.diskHolds)
+	wr.lastDiskLog, wr.diskLogged, wr.diskHolds = now, true, 0
 }
 
 func (wr *writer) put(tx *bolt.Tx, r *appendReq, now time.Time) (Result, error) {
@@ -479,41 +628,45 @@ func (wr *writer) flush() {
 	if wr.tx == nil {
 		return
 	}
-	tx, replies := wr.tx, wr.replies
-	wr.tx, wr.replies = nil, nil
+	tx, replies, commits := wr.tx, wr.replies, wr.commits
+	wr.tx, wr.replies, wr.commits = nil, nil, nil
+	answer := func(err error) {
+		for _, reply := range replies {
+			reply(err)
+		}
+		for _, c := range commits {
+			c.req.done <- commitResult{seq: c.seq, err: err}
+		}
+	}
 	if !wr.dirty {
 		// Nothing changed (a kick, an append still waiting for room):
 		// no commit, no fsync.
 		tx.Rollback()
-		for _, reply := range replies {
-			reply(nil)
-		}
+		answer(nil)
 		return
 	}
 	wr.dirty = false
 	err := commitTx(tx)
-	if err != nil {
-		if wr.w.opts.Sync == SyncAlways && isNoSpace(err) {
-			// Nothing of this transaction reached the file and bbolt rolled
-			// it back: refuse this group, keep going.
-			err = fmt.Errorf("%w: %v", ErrNoSpace, err)
-			wr.st = wr.w.snapshot()
-			// Try again in a while, not at once: the disk stays full for a time.
-			wr.noSpaceRetry = time.After(noSpaceRetryInterval)
-		} else {
-			wr.fail(fmt.Errorf("commit: %w", err))
-			err = wr.failed
-		}
-		for _, reply := range replies {
-			reply(err)
+	if err == nil {
+		wr.w.commits.Add(1)
+		wr.w.publish(wr.st)
+		answer(nil)
+		if wr.w.diskFull.Load() {
+			wr.moreWork = true // see whether the held appends fit now
 		}
 		return
 	}
-	wr.w.commits.Add(1)
-	wr.w.publish(wr.st)
-	for _, reply := range replies {
-		reply(nil)
+	if wr.w.opts.Sync != SyncAlways || !isNoSpace(err) {
+		wr.fail(fmt.Errorf("commit: %w", err))
+		answer(wr.failed)
+		return
 	}
+	// Nothing of this transaction reached the file and bbolt rolled it
+	// back: refuse this group, keep going.
+	wr.st = wr.w.snapshot()
+	// Try again in a while, not at once: the disk stays full for a time.
+	wr.noSpaceRetry = time.After(noSpaceRetryInterval)
+	answer(fmt.Errorf("%w: %v", ErrNoSpace, err))
 }
 
 // commitHook, when set, replaces tx.Commit: tests inject failures with it.
@@ -551,7 +704,10 @@ func (wr *writer) fail(err error) {
 	for _, reply := range wr.replies {
 		reply(wr.failed)
 	}
-	wr.replies = nil
+	for _, c := range wr.commits {
+		c.req.done <- commitResult{err: wr.failed}
+	}
+	wr.replies, wr.commits = nil, nil
 	wr.w.mu.Lock()
 	wr.w.fatalErr = wr.failed
 	wr.w.mu.Unlock()

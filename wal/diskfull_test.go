@@ -1,0 +1,236 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// mountTmpfs mounts a tmpfs of size (mount's syntax: "8m") on a new
+// directory and unmounts it when the test ends. Without root (or
+// CAP_SYS_ADMIN) the test skips.
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	mnt := t.TempDir()
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size="+size); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN; README: Tests that skip): %v", err)
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(mnt, 0); err != nil {
+			t.Errorf("unmount %s: %v", mnt, err)
+			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+	})
+	return mnt
+}
+
+func fsFree(t *testing.T, path string) int64 {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Bavail) * st.Bsize
+}
+
+// TestFullDiskDoesNotWedgeCursors fills a real file system while one sink
+// is behind and another keeps up, with clients that keep sending: appends
+// must be refused or held (never acknowledged without being stored), every
+// cursor, intent and delivered-mark commit must go through, and once the
+// slow sink drains, retention frees room and appends are acknowledged
+// again, without a restart and although the file never shrinks.
+func TestFullDiskDoesNotWedgeCursors(t *testing.T) {
+	mnt := mountTmpfs(t, "8m")
+	w := openT(t, mnt, Options{MinFreeBytes: 1 << 20})
+	defer w.Close()
+	ctx := context.Background()
+	for _, name := range []string{"slow", "fast"} {
+		if _, err := w.RegisterCursor(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Clients: each appends 50 records of about 1 KB, gives up on one
+	// after 300ms (pushed back) and sends the next.
+	var (
+		mu       sync.Mutex
+		acked    []Result
+		refused  int
+		otherErr []error
+	)
+	stop := make(chan struct{})
+	var clients sync.WaitGroup
+	for c := 0; c < 4; c++ {
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			r := rand.New(rand.NewSource(int64(c)))
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				res, err := w.Append(actx, makeRecords(r, fmt.Sprintf("c%d-%d", c, i), 50, 1000), AppendOptions{})
+				cancel()
+				mu.Lock()
+				switch {
+				case err == nil:
+					acked = append(acked, res)
+				case errors.Is(err, ErrNoSpace), errors.Is(err, context.DeadlineExceeded):
+					refused++
+				default:
+					otherErr = append(otherErr, err)
+				}
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		clients.Wait()
+	}()
+	counts := func() (int, int, uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		var last uint64
+		for _, r := range acked {
+			last = max(last, r.Last)
+		}
+		return len(acked), refused, last
+	}
+
+	// The fast sink keeps up while the disk fills: each of its commits
+	// (cursor, intent, delivered mark) must go through.
+	fastErrs := 0
+	fastCommit := func(to uint64, n int) {
+		var b Batch
+		b.Put("fast", []byte("intent"), []byte(fmt.Sprintf("object up to %d", to)))
+		if err := w.Commit(ctx, &b); err != nil {
+			fastErrs++
+			t.Errorf("fast sink: intent commit %d on a full disk: %v", n, err)
+			return
+		}
+		b = Batch{}
+		b.SetCursor("fast", to)
+		b.Delete("fast", []byte("intent"))
+		b.Put("fast", []byte("delivered"), u64(to))
+		if err := w.Commit(ctx, &b); err != nil {
+			fastErrs++
+			t.Errorf("fast sink: cursor commit %d on a full disk: %v", n, err)
+		}
+	}
+	start := time.Now()
+	deadline := start.Add(60 * time.Second)
+	for n := 0; ; n++ {
+		_, ref, _ := counts()
+		if ref >= 40 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no append refused within 60s on an 8 MiB file system (free %d bytes)", fsFree(t, mnt))
+		}
+		if fastErrs < 5 {
+			fastCommit(w.Stats().NextSeq-1, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	nAcked, nRefused, lastAcked := counts()
+	st := w.Stats()
+	t.Logf("full after %v: %d appends acknowledged (up to record %d), %d refused; free %d bytes on the file system, %d in the file; WAL %d bytes live, file %d bytes",
+		time.Since(start).Round(time.Millisecond), nAcked, lastAcked, nRefused, st.DiskFreeBytes, st.FileFreeBytes, st.Bytes, st.FileBytes)
+	if err := w.Err(); err != nil {
+		t.Fatalf("a full disk made the WAL fail: %v", err)
+	}
+	if !w.DiskFull() || !w.Full() {
+		t.Errorf("DiskFull() %v, Full() %v while appends are refused for room", w.DiskFull(), w.Full())
+	}
+	mu.Lock()
+	for _, err := range otherErr {
+		t.Errorf("append failed with %v, want ErrNoSpace or the client's deadline", err)
+	}
+	mu.Unlock()
+
+	// Nothing acknowledged is missing: the slow sink reads every record.
+	slow, _ := w.Cursor("slow")
+	if got := uint64(len(readAll(t, w, slow+1))); slow+got < lastAcked {
+		t.Fatalf("records %d-%d readable, %d acknowledged", slow+1, slow+got, lastAcked)
+	}
+
+	// The slow sink comes back and drains, in batches of 2,000 records,
+	// while the clients keep sending: an intent before each upload, then
+	// the cursor with the delivered mark.
+	target := w.Stats().NextSeq - 1
+	bytesBefore := w.Stats().Bytes
+	drainStart := time.Now()
+	for pos := slow; pos < target; {
+		to := min(pos+2000, target)
+		var b Batch
+		b.Put("slow", []byte("intent"), []byte(fmt.Sprintf("object %d-%d", pos+1, to)))
+		if err := w.Commit(ctx, &b); err != nil {
+			t.Fatalf("slow sink: intent commit for records %d-%d on a full disk: %v (WAL %d bytes live, file system free %d bytes)",
+				pos+1, to, err, w.Stats().Bytes, fsFree(t, mnt))
+		}
+		b = Batch{}
+		b.SetCursor("slow", to)
+		b.Delete("slow", []byte("intent"))
+		b.Put("slow", []byte("delivered"), u64(to))
+		if err := w.Commit(ctx, &b); err != nil {
+			t.Fatalf("slow sink: cursor commit to %d on a full disk: %v (WAL %d bytes live, file system free %d bytes)",
+				to, err, w.Stats().Bytes, fsFree(t, mnt))
+		}
+		fastCommit(to, -1)
+		pos = to
+	}
+	drained := time.Since(drainStart)
+	if after := w.Stats().Bytes; after >= bytesBefore {
+		t.Fatalf("the drain freed nothing: %d live bytes before, %d after", bytesBefore, after)
+	}
+
+	// Appends are acknowledged again.
+	n0, _, _ := counts()
+	resumed := false
+	for until := time.Now().Add(10 * time.Second); time.Now().Before(until); time.Sleep(20 * time.Millisecond) {
+		if n, _, _ := counts(); n >= n0+10 {
+			resumed = true
+			break
+		}
+	}
+	resumeAfter := time.Since(drainStart)
+	close(stop)
+	clients.Wait()
+	if !resumed {
+		t.Fatalf("appends not acknowledged again within 10s of the drain (WAL %d bytes live, file system free %d bytes)", w.Stats().Bytes, fsFree(t, mnt))
+	}
+	if w.DiskFull() {
+		t.Errorf("DiskFull() still true once appends are acknowledged again")
+	}
+	st = w.Stats()
+	t.Logf("drained %d records in %v; appends acknowledged again %v after the drain began; WAL %d bytes live (was %d), file %d bytes, file system free %d bytes",
+		target-slow, drained.Round(time.Millisecond), resumeAfter.Round(time.Millisecond), st.Bytes, bytesBefore, st.FileBytes, fsFree(t, mnt))
+	if err := w.Err(); err != nil {
+		t.Fatalf("the WAL failed: %v", err)
+	}
+}
+
+// waitUntil polls cond until it holds, or fails the test after d.
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("not %s within %v", what, d)
+		}
+	}
+}
