@@ -42,7 +42,7 @@ func (wr *writer) expireChunks(tx *bolt.Tx) error {
 	var keys [][]byte
 	c := times.Cursor()
 	for k, _ := c.First(); k != nil && len(k) >= 8 && binary.BigEndian.Uint64(k[:8]) < cutoff; k, _ = c.Next() {
-		if len(keys) == maxDeletesPerTx {
+		if len(keys) == wr.deleteLimit {
 			wr.moreWork = true
 			break
 		}
@@ -50,6 +50,7 @@ func (wr *writer) expireChunks(tx *bolt.Tx) error {
 	}
 	if len(keys) > 0 {
 		wr.dirty = true
+		wr.txDeleted += len(keys)
 	}
 	for _, k := range keys {
 		id := k[8:]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -232,5 +233,101 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 		if time.Now().After(end) {
 			t.Fatalf("not %s within %v", what, d)
 		}
+	}
+}
+
+// TestFullDiskCyclesNeverRefuseCommits fills and drains a small file
+// system fifteen times, with appends of mixed sizes (so that the free
+// pages inside the file end up scattered) and a floor of only 64 KiB,
+// while a fast sink commits every 10ms and a slow one drains a random part
+// of its backlog in random steps at each fill. No cursor or state commit
+// may ever be refused, even when no free run of pages is left for the
+// leaves that retention rewrites: retention then runs in smaller steps,
+// after the cursor commit, not in it.
+func TestFullDiskCyclesNeverRefuseCommits(t *testing.T) {
+	mnt := mountTmpfs(t, "8m")
+	w := openT(t, mnt, Options{MinFreeBytes: 64 << 10})
+	defer w.Close()
+	ctx := context.Background()
+	for _, name := range []string{"slow", "fast"} {
+		if _, err := w.RegisterCursor(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var acked, held atomic.Int64
+	for c := 0; c < 4; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewSource(int64(c)))
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				actx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				_, err := w.Append(actx, makeRecords(r, fmt.Sprint(c, i), 1+r.Intn(100), 100+r.Intn(2000)), AppendOptions{})
+				cancel()
+				switch {
+				case err == nil:
+					acked.Add(1)
+				case errors.Is(err, ErrNoSpace), errors.Is(err, context.DeadlineExceeded):
+					held.Add(1)
+					time.Sleep(5 * time.Millisecond)
+				default:
+					t.Errorf("append: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	var refused atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			var b Batch
+			b.SetCursor("fast", w.Stats().NextSeq-1)
+			b.Put("fast", []byte(fmt.Sprintf("mark/%d", k%50)), make([]byte, 200))
+			if err := w.Commit(ctx, &b); err != nil {
+				refused.Add(1)
+				t.Errorf("fast sink commit: %v", err)
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	r := rand.New(rand.NewSource(99))
+	const fills = 15
+	for cycle := 0; cycle < fills && refused.Load() == 0; cycle++ {
+		waitUntil(t, 30*time.Second, fmt.Sprintf("full at cycle %d", cycle), w.DiskFull)
+		st := w.Stats()
+		slow := st.Cursors["slow"]
+		to := slow + uint64(r.Int63n(int64(st.NextSeq-1-slow)+1))
+		for pos := slow; pos < to; {
+			next := min(to, pos+uint64(1+r.Intn(3000)))
+			var b Batch
+			b.SetCursor("slow", next)
+			b.Put("slow", []byte("intent"), make([]byte, 300))
+			if err := w.Commit(ctx, &b); err != nil {
+				t.Fatalf("cycle %d: slow sink commit to %d: %v (file system free %d bytes)", cycle, next, err, fsFree(t, mnt))
+			}
+			pos = next
+		}
+	}
+	t.Logf("%d fills: %d appends acknowledged, %d held past their client's 100ms; file %d bytes, file system free %d bytes",
+		fills, acked.Load(), held.Load(), w.Stats().FileBytes, fsFree(t, mnt))
+	if err := w.Err(); err != nil {
+		t.Fatal(err)
 	}
 }

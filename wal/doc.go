@@ -21,6 +21,11 @@
 //     in free pages inside the file. Cursor and sink state commits, and
 //     retention, are never held for room: a sink that is behind can always
 //     move its cursor, so that retention frees room and appends resume.
+//     Should a full file system refuse a commit anyway (another process
+//     took the room, or no free run of pages was long enough for a leaf
+//     that retention rewrites), the appends and deletes that shared its
+//     transaction are left out and the commit is made alone at once; the
+//     deletes follow in transactions of half as many until one fits.
 //   - With SyncInterval, Append returns once the writer has taken the
 //     records and commits about once a second. THIS CAN LOSE ACKNOWLEDGED
 //     RECORDS: a crash of the process or of the machine loses what was

@@ -63,14 +63,24 @@ type writer struct {
 	w  *WAL
 	st state // working state: what the open transaction will make true
 
-	tx       *bolt.Tx // open transaction (held across steps only in SyncInterval)
-	txStart  time.Time
-	txBytes  int64
-	dirty    bool            // the open transaction changes something: worth a commit
-	replies  []func(error)   // answers to appends due when tx commits
-	commits  []pendingCommit // commits in tx, answered when it commits
-	waiting  []*appendReq    // appends held back by max_bytes (Block) or the disk, FIFO
-	moreWork bool            // retention or chunk expiry stopped at its per-tx limit
+	tx        *bolt.Tx // open transaction (held across steps only in SyncInterval)
+	txStart   time.Time
+	txBytes   int64
+	txAppends int             // appends stored in the open transaction
+	txDeleted int             // keys retention and chunk expiry deleted in it
+	dirty     bool            // the open transaction changes something: worth a commit
+	replies   []func(error)   // answers to appends due when tx commits
+	commits   []pendingCommit // commits in tx, answered when it commits
+	waiting   []*appendReq    // appends held back by max_bytes (Block) or the disk, FIFO
+	moreWork  bool            // retention or chunk expiry stopped at its per-tx limit
+
+	// deleteLimit bounds retention and chunk expiry deletes per
+	// transaction: maxDeletesPerTx, halved after each transaction that
+	// deleted and found no room (fewer deletes rewrite fewer pages),
+	// doubled back after each that committed. noHousekeeping leaves them
+	// out, for a commit retried alone after a full disk refused it.
+	deleteLimit    int
+	noHousekeeping bool
 
 	diskHeld      bool      // the waiting appends wait for room on the disk
 	diskHeldSince time.Time // when the current hold began
@@ -87,7 +97,7 @@ type writer struct {
 }
 
 func newWriter(w *WAL, st state) *writer {
-	return &writer{w: w, st: st.clone(), droppedSince: map[string]uint64{}, moreWork: true}
+	return &writer{w: w, st: st.clone(), droppedSince: map[string]uint64{}, moreWork: true, deleteLimit: maxDeletesPerTx}
 }
 
 func (wr *writer) run() {
@@ -172,7 +182,7 @@ func (wr *writer) applyGroup(appends []*appendReq, commits []*commitReq) (room *
 		if err != nil {
 			wr.fail(fmt.Errorf("begin transaction: %w", err))
 		} else {
-			wr.tx, wr.txStart, wr.txBytes = tx, time.Now(), 0
+			wr.tx, wr.txStart, wr.txBytes, wr.txAppends, wr.txDeleted = tx, time.Now(), 0, 0, 0
 		}
 	}
 	if wr.failed == nil {
@@ -222,17 +232,22 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 		wr.dirty = true
 		applied = append(applied, pendingCommit{req: c, seq: seq})
 	}
-	expire := wr.moreWork || time.Since(wr.lastExpire) >= chunkExpiryInterval
-	if cursorsMoved || wr.moreWork {
-		wr.moreWork = false
-		if err := wr.retain(tx); err != nil {
-			return nil, nil, nil, room, err
+	if wr.noHousekeeping {
+		// Retention and expiry wait for the next transaction.
+		wr.moreWork = wr.moreWork || cursorsMoved
+	} else {
+		expire := wr.moreWork || time.Since(wr.lastExpire) >= chunkExpiryInterval
+		if cursorsMoved || wr.moreWork {
+			wr.moreWork = false
+			if err := wr.retain(tx); err != nil {
+				return nil, nil, nil, room, err
+			}
 		}
-	}
-	if expire {
-		wr.lastExpire = time.Now()
-		if err := wr.expireChunks(tx); err != nil {
-			return nil, nil, nil, room, err
+		if expire {
+			wr.lastExpire = time.Now()
+			if err := wr.expireChunks(tx); err != nil {
+				return nil, nil, nil, room, err
+			}
 		}
 	}
 
@@ -433,6 +448,7 @@ func (wr *writer) put(tx *bolt.Tx, r *appendReq, now time.Time) (Result, error) 
 	}
 	wr.st.liveBytes += r.bytes
 	wr.txBytes += r.bytes
+	wr.txAppends++
 	if r.chunk != "" {
 		if err := storeChunk(tx, r.chunk, now, res); err != nil {
 			return res, err
@@ -537,7 +553,7 @@ func (wr *writer) retain(tx *bolt.Tx) error {
 		if !ok || last > min {
 			break // a damaged header is kept for Verify to report
 		}
-		if len(keys) == maxDeletesPerTx {
+		if len(keys) == wr.deleteLimit {
 			wr.moreWork = true
 			break
 		}
@@ -547,6 +563,7 @@ func (wr *writer) retain(tx *bolt.Tx) error {
 	}
 	if len(keys) > 0 {
 		wr.dirty = true
+		wr.txDeleted += len(keys)
 	}
 	for _, k := range keys {
 		if err := b.Delete(k); err != nil {
@@ -629,7 +646,8 @@ func (wr *writer) flush() {
 		return
 	}
 	tx, replies, commits := wr.tx, wr.replies, wr.commits
-	wr.tx, wr.replies, wr.commits = nil, nil, nil
+	appended, deleted := wr.txAppends, wr.txDeleted
+	wr.tx, wr.replies, wr.commits, wr.txAppends, wr.txDeleted = nil, nil, nil, 0, 0
 	answer := func(err error) {
 		for _, reply := range replies {
 			reply(err)
@@ -651,6 +669,9 @@ func (wr *writer) flush() {
 		wr.w.commits.Add(1)
 		wr.w.publish(wr.st)
 		answer(nil)
+		if deleted > 0 {
+			wr.deleteLimit = min(2*wr.deleteLimit, maxDeletesPerTx)
+		}
 		if wr.w.diskFull.Load() {
 			wr.moreWork = true // see whether the held appends fit now
 		}
@@ -663,10 +684,48 @@ func (wr *writer) flush() {
 	}
 	// Nothing of this transaction reached the file and bbolt rolled it
 	// back: refuse this group, keep going.
+	err = fmt.Errorf("%w: %v", ErrNoSpace, err)
 	wr.st = wr.w.snapshot()
-	// Try again in a while, not at once: the disk stays full for a time.
-	wr.noSpaceRetry = time.After(noSpaceRetryInterval)
-	answer(fmt.Errorf("%w: %v", ErrNoSpace, err))
+	if deleted > 1 {
+		// Deleting fewer keys rewrites fewer pages (a leaf that keeps
+		// some of its entries is rewritten whole, in one run of pages):
+		// try again at once with half as many.
+		wr.deleteLimit = max(1, deleted/2)
+		wr.moreWork = true
+	} else {
+		// Try again in a while, not at once: the disk stays full for a time.
+		wr.noSpaceRetry = time.After(noSpaceRetryInterval)
+	}
+	if len(commits) == 0 || (appended == 0 && deleted == 0) {
+		answer(err)
+		return
+	}
+	// Appends, retention or expiry shared the transaction: refuse the
+	// appends and commit the rest alone, which takes a few pages where the
+	// others took many. A cursor that frees entries must not wait on
+	// appends that need the room it frees, nor on the deletes it allows.
+	for _, reply := range replies {
+		reply(err)
+	}
+	reqs := make([]*commitReq, len(commits))
+	for i, c := range commits {
+		reqs[i] = c.req
+	}
+	// The retry stores no append and deletes nothing, so a refusal of it
+	// is answered below, one level down, not retried again.
+	held := wr.waiting // not part of this group: kept for the next step
+	wr.waiting = nil
+	wr.noHousekeeping = true
+	_, ok := wr.applyGroup(nil, reqs)
+	wr.noHousekeeping = false
+	if !ok {
+		for _, r := range held {
+			r.done <- appendResult{err: wr.failed}
+		}
+		return
+	}
+	wr.waiting = held
+	wr.flush()
 }
 
 // commitHook, when set, replaces tx.Commit: tests inject failures with it.
