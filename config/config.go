@@ -34,6 +34,10 @@ type WAL struct {
 	Sync string `yaml:"sync"`
 	// DedupWindow is how long forward chunk ids and HTTP idempotency keys are remembered.
 	DedupWindow Duration `yaml:"dedup_window"`
+	// MinFreeBytes is the room kept on the WAL's disk for cursor and sink state commits:
+	// appends wait (the inputs push back) while storing them would leave less free, on
+	// the file system or in free pages inside the WAL file.
+	MinFreeBytes Size `yaml:"min_free_bytes"`
 }
 
 // Inputs holds the inputs that are enabled; a nil input is disabled.

@@ -70,10 +70,11 @@ var (
 		ShutdownTimeout: Duration(30 * time.Second),
 		MemoryLimit:     128 << 20,
 		WAL: WAL{
-			MaxBytes:    10 << 30,
-			WhenFull:    "block",
-			Sync:        "always",
-			DedupWindow: Duration(10 * time.Minute),
+			MaxBytes:     10 << 30,
+			WhenFull:     "block",
+			Sync:         "always",
+			DedupWindow:  Duration(10 * time.Minute),
+			MinFreeBytes: 64 << 20,
 		},
 		Inputs: Inputs{
 			Forward: &Forward{Listen: "127.0.0.1:24224", MaxMessageBytes: 16 << 20, MaxConnections: 1024},
@@ -158,7 +159,7 @@ func TestFullConfig(t *testing.T) {
 		Log:             Log{Level: "debug", Format: "json"},
 		ShutdownTimeout: Duration(time.Minute),
 		MemoryLimit:     512 * MiB,
-		WAL:             WAL{MaxBytes: 2 * GiB, WhenFull: "drop_oldest", Sync: "interval", DedupWindow: Duration(90 * time.Minute)},
+		WAL:             WAL{MaxBytes: 2 * GiB, WhenFull: "drop_oldest", Sync: "interval", DedupWindow: Duration(90 * time.Minute), MinFreeBytes: 256 * MiB},
 		Inputs: Inputs{
 			Forward: &Forward{
 				Listen:          "0.0.0.0:24225",
@@ -181,7 +182,7 @@ func TestFullConfig(t *testing.T) {
 		Admin: Admin{Listen: "127.0.0.1:9881", Pprof: true},
 		Sinks: []Sink{
 			{
-				Name: "archive", Type: "s3", Match: []string{"app.**"}, Line: 39,
+				Name: "archive", Type: "s3", Match: []string{"app.**"}, Line: 40,
 				S3: &S3{
 					Bucket:             "my-logs",
 					Region:             "eu-west-1",
@@ -204,7 +205,7 @@ func TestFullConfig(t *testing.T) {
 				},
 			},
 			{
-				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 60,
+				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 61,
 				CloudWatch: &CloudWatch{
 					Region:               "eu-west-1",
 					Endpoint:             "http://127.0.0.1:4567",
@@ -474,6 +475,7 @@ var badConfigs = []struct {
 		`8: sink "archive": compression: "lz4" is not one of gzip, zstd, none`,
 	}},
 	{"memory_limit.yaml", []string{`2: memory_limit: must be at least 32MiB, not 16MiB`}},
+	{"min_free_bytes.yaml", []string{`4: wal.min_free_bytes: must be at least 1MiB, not 64KiB`}},
 	{"bad_syntax.yaml", []string{`4: invalid yaml: did not find expected key`}},
 	{"bad_syntax_first_line.yaml", []string{`1: invalid yaml: mapping values are not allowed in this context`}},
 	{"bad_syntax_tab.yaml", []string{`3: invalid yaml: found a tab character that violates indentation`}},

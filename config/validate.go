@@ -39,6 +39,7 @@ func (l *Log) validate(s section) {
 
 func (w *WAL) validate(s section) {
 	atLeast(s, "max_bytes", w.MaxBytes, MiB)
+	atLeast(s, "min_free_bytes", w.MinFreeBytes, MiB)
 	s.oneOf("when_full", w.WhenFull, WhenFullBlock, WhenFullDropOldest)
 	s.oneOf("sync", w.Sync, SyncAlways, SyncInterval)
 }

@@ -145,11 +145,12 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 // walOptions maps the wal section of the configuration to the WAL's options.
 func walOptions(c config.WAL, log *slog.Logger) wal.Options {
 	o := wal.Options{
-		MaxBytes:    int64(c.MaxBytes),
-		WhenFull:    wal.Block,
-		Sync:        wal.SyncAlways,
-		DedupWindow: time.Duration(c.DedupWindow),
-		Logger:      log,
+		MaxBytes:     int64(c.MaxBytes),
+		WhenFull:     wal.Block,
+		Sync:         wal.SyncAlways,
+		DedupWindow:  time.Duration(c.DedupWindow),
+		MinFreeBytes: int64(c.MinFreeBytes),
+		Logger:       log,
 	}
 	if c.WhenFull == config.WhenFullDropOldest {
 		o.WhenFull = wal.DropOldest
@@ -181,7 +182,11 @@ func logOpenError(log *slog.Logger, cfg *config.Config, err error) {
 func logWALState(log *slog.Logger, st wal.Stats, cfg *config.Config, configPath string) {
 	log.Info("wal opened", "path", st.Path, "records", st.Records, "bytes", st.Bytes,
 		"max_bytes", cfg.WAL.MaxBytes, "first_seq", st.FirstSeq, "next_seq", st.NextSeq,
-		"cursors", len(st.Cursors))
+		"cursors", len(st.Cursors), "disk_free_bytes", st.DiskFreeBytes, "file_free_bytes", st.FileFreeBytes)
+	if min := int64(cfg.WAL.MinFreeBytes); st.DiskFreeBytes >= 0 && st.DiskFreeBytes < min && st.FileFreeBytes < min {
+		log.Warn("the WAL's disk has less free than wal.min_free_bytes: appends will wait, and the inputs push back on clients, until the sinks deliver what the WAL holds or space is freed on the file system",
+			"path", st.Path, "disk_free_bytes", st.DiskFreeBytes, "file_free_bytes", st.FileFreeBytes, "min_free_bytes", cfg.WAL.MinFreeBytes)
+	}
 	for _, name := range slices.Sorted(maps.Keys(st.Cursors)) {
 		if isSink(cfg, name) {
 			continue
