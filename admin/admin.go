@@ -110,7 +110,12 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if err := s.src.WAL.Err(); err != nil {
 		problems = append(problems, "wal: "+err.Error())
 	}
-	if s.src.WAL.Full() {
+	switch w := s.src.WAL; {
+	case w.DiskFull():
+		st := w.Stats()
+		problems = append(problems, fmt.Sprintf("wal: disk nearly full (%d bytes free on the file system, %d in the WAL file, wal.min_free_bytes is %d); inputs are pushing back on clients until the sinks deliver or space is freed",
+			st.DiskFreeBytes, st.FileFreeBytes, w.MinFreeBytes()))
+	case w.Full():
 		problems = append(problems, "wal: full (wal.max_bytes reached); inputs are pushing back on clients")
 	}
 	if s.src.Listening != nil && !s.src.Listening() {
@@ -141,16 +146,22 @@ type Status struct {
 
 // WALStatus is the WAL part of /status.
 type WALStatus struct {
-	Path      string            `json:"path"`
-	Bytes     int64             `json:"bytes"`
-	MaxBytes  int64             `json:"max_bytes"`
-	FileBytes int64             `json:"file_bytes"`
-	Records   uint64            `json:"records"`
-	FirstSeq  uint64            `json:"first_seq"`
-	NextSeq   uint64            `json:"next_seq"`
-	Full      bool              `json:"full"`
-	Dropped   map[string]uint64 `json:"dropped_records,omitempty"`
-	Error     string            `json:"error,omitempty"`
+	Path      string `json:"path"`
+	Bytes     int64  `json:"bytes"`
+	MaxBytes  int64  `json:"max_bytes"`
+	FileBytes int64  `json:"file_bytes"`
+	Records   uint64 `json:"records"`
+	FirstSeq  uint64 `json:"first_seq"`
+	NextSeq   uint64 `json:"next_seq"`
+	Full      bool   `json:"full"`
+	// DiskFull: appends wait because the disk has less than MinFreeBytes free,
+	// on the file system (DiskFreeBytes; -1: unknown) and in the file (FileFreeBytes).
+	DiskFull      bool              `json:"disk_full"`
+	DiskFreeBytes int64             `json:"disk_free_bytes"`
+	FileFreeBytes int64             `json:"file_free_bytes"`
+	MinFreeBytes  int64             `json:"min_free_bytes"`
+	Dropped       map[string]uint64 `json:"dropped_records,omitempty"`
+	Error         string            `json:"error,omitempty"`
 }
 
 // Cursor is a cursor of a sink that is not configured: it pins retention.
@@ -169,7 +180,8 @@ func (s *Server) Snapshot() Status {
 	st := s.src.WAL.Stats()
 	out := Status{Version: s.src.Version, Uptime: time.Since(s.start).Round(time.Second).String(),
 		WAL: WALStatus{Path: st.Path, Bytes: st.Bytes, MaxBytes: s.src.MaxBytes, FileBytes: st.FileBytes, Records: st.Records,
-			FirstSeq: st.FirstSeq, NextSeq: st.NextSeq, Full: s.src.WAL.Full(), Dropped: st.Dropped}}
+			FirstSeq: st.FirstSeq, NextSeq: st.NextSeq, Full: s.src.WAL.Full(), Dropped: st.Dropped,
+			DiskFull: s.src.WAL.DiskFull(), DiskFreeBytes: st.DiskFreeBytes, FileFreeBytes: st.FileFreeBytes, MinFreeBytes: s.src.WAL.MinFreeBytes()}}
 	if err := s.src.WAL.Err(); err != nil {
 		out.WAL.Error = err.Error()
 	}

@@ -158,3 +158,56 @@ func TestPprof(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskFullEndpoints: with appends held for room on the disk (here a
+// floor above any disk), /readyz names the disk, /status and /metrics show
+// it, and /healthz stays 200: a full disk is not a failed WAL.
+func TestDiskFullEndpoints(t *testing.T) {
+	w, err := wal.Open(t.TempDir(), wal.Options{MinFreeBytes: 1 << 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewWALCollector(w, 1<<30))
+	s := New("127.0.0.1:0", Sources{WAL: w, MaxBytes: 1 << 30, Gatherer: reg}, slog.New(slog.DiscardHandler))
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	base := "http://" + s.Addr().String()
+
+	actx, acancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = w.Append(actx, []wal.Record{{Tag: "t", Body: []byte(`{}`)}}, wal.AppendOptions{})
+	acancel()
+	if err == nil || !w.DiskFull() {
+		t.Fatalf("append under the floor: %v, DiskFull() %v", err, w.DiskFull())
+	}
+	if code, body := get(t, base, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "disk nearly full") {
+		t.Errorf("/readyz with the disk full: %d %s", code, body)
+	}
+	if code, body := get(t, base, "/healthz"); code != 200 {
+		t.Errorf("/healthz with the disk full: %d %s", code, body)
+	}
+	_, body := get(t, base, "/status")
+	var st Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !st.WAL.DiskFull || !st.WAL.Full || st.WAL.MinFreeBytes != 1<<60 || st.WAL.DiskFreeBytes <= 0 {
+		t.Errorf("/status with the disk full: %s", body)
+	}
+	_, metrics := get(t, base, "/metrics")
+	for _, want := range []string{"forwarder_wal_disk_full 1", "forwarder_wal_full 1", "forwarder_wal_min_free_bytes 1.152921504606847e+18"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -12,24 +12,29 @@ type WALCollector struct {
 	maxBytes int64
 
 	bytes, maxB, file, records, full, failed, commits, dropped *prometheus.Desc
+	diskFull, diskFree, fileFree, minFree                      *prometheus.Desc
 }
 
 // NewWALCollector returns a collector for w.
 func NewWALCollector(w *wal.WAL, maxBytes int64) *WALCollector {
 	return &WALCollector{w: w, maxBytes: maxBytes,
-		bytes:   prometheus.NewDesc("forwarder_wal_bytes", "Live records in the WAL, bytes as stored (what wal.max_bytes bounds).", nil, nil),
-		maxB:    prometheus.NewDesc("forwarder_wal_max_bytes", "wal.max_bytes.", nil, nil),
-		file:    prometheus.NewDesc("forwarder_wal_file_bytes", "Size of the WAL file (its high-water mark).", nil, nil),
-		records: prometheus.NewDesc("forwarder_wal_records", "Live records in the WAL.", nil, nil),
-		full:    prometheus.NewDesc("forwarder_wal_full", "1 while appends wait for room (wal.when_full: block).", nil, nil),
-		failed:  prometheus.NewDesc("forwarder_wal_failed", "1 after a commit failed in a way that leaves durability unknown; the service stops.", nil, nil),
-		commits: prometheus.NewDesc("forwarder_wal_commits_total", "WAL transactions committed (each one fsync in sync: always).", nil, nil),
-		dropped: prometheus.NewDesc("forwarder_wal_dropped_records_total", "Records wal.when_full: drop_oldest deleted before the sink passed them.", []string{"sink"}, nil),
+		bytes:    prometheus.NewDesc("forwarder_wal_bytes", "Live records in the WAL, bytes as stored (what wal.max_bytes bounds).", nil, nil),
+		maxB:     prometheus.NewDesc("forwarder_wal_max_bytes", "wal.max_bytes.", nil, nil),
+		file:     prometheus.NewDesc("forwarder_wal_file_bytes", "Size of the WAL file (its high-water mark).", nil, nil),
+		records:  prometheus.NewDesc("forwarder_wal_records", "Live records in the WAL.", nil, nil),
+		full:     prometheus.NewDesc("forwarder_wal_full", "1 while appends wait for room: under wal.max_bytes (wal.when_full: block) or on the disk (see forwarder_wal_disk_full).", nil, nil),
+		failed:   prometheus.NewDesc("forwarder_wal_failed", "1 after a commit failed in a way that leaves durability unknown; the service stops.", nil, nil),
+		commits:  prometheus.NewDesc("forwarder_wal_commits_total", "WAL transactions committed (each one fsync in sync: always).", nil, nil),
+		dropped:  prometheus.NewDesc("forwarder_wal_dropped_records_total", "Records wal.when_full: drop_oldest deleted before the sink passed them.", []string{"sink"}, nil),
+		diskFull: prometheus.NewDesc("forwarder_wal_disk_full", "1 while appends wait because storing them would leave less than wal.min_free_bytes free, on the file system and in the WAL file; cursor commits go on.", nil, nil),
+		diskFree: prometheus.NewDesc("forwarder_wal_disk_free_bytes", "Free space on the WAL's file system, for an unprivileged process (-1: unknown).", nil, nil),
+		fileFree: prometheus.NewDesc("forwarder_wal_file_free_bytes", "Free pages inside the WAL file, reused before the file grows.", nil, nil),
+		minFree:  prometheus.NewDesc("forwarder_wal_min_free_bytes", "wal.min_free_bytes.", nil, nil),
 	}
 }
 
 func (c *WALCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.bytes, c.maxB, c.file, c.records, c.full, c.failed, c.commits, c.dropped} {
+	for _, d := range []*prometheus.Desc{c.bytes, c.maxB, c.file, c.records, c.full, c.failed, c.commits, c.dropped, c.diskFull, c.diskFree, c.fileFree, c.minFree} {
 		ch <- d
 	}
 }
@@ -49,6 +54,10 @@ func (c *WALCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.full, prometheus.GaugeValue, b2f(c.w.Full()))
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.GaugeValue, b2f(c.w.Err() != nil))
 	ch <- prometheus.MustNewConstMetric(c.commits, prometheus.CounterValue, float64(st.Commits))
+	ch <- prometheus.MustNewConstMetric(c.diskFull, prometheus.GaugeValue, b2f(c.w.DiskFull()))
+	ch <- prometheus.MustNewConstMetric(c.diskFree, prometheus.GaugeValue, float64(st.DiskFreeBytes))
+	ch <- prometheus.MustNewConstMetric(c.fileFree, prometheus.GaugeValue, float64(st.FileFreeBytes))
+	ch <- prometheus.MustNewConstMetric(c.minFree, prometheus.GaugeValue, float64(c.w.MinFreeBytes()))
 	for name, n := range st.Dropped {
 		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(n), name)
 	}

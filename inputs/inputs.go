@@ -18,8 +18,10 @@ import (
 // records are durable, and only then may the input acknowledge them.
 type Appender interface {
 	Append(ctx context.Context, recs []wal.Record, opts wal.AppendOptions) (wal.Result, error)
-	// Full reports that appends are waiting for room (wal.when_full: block).
+	// Full reports that appends are waiting for room (wal.when_full: block, or
+	// wal.min_free_bytes); DiskFull, that they wait for room on the disk.
 	Full() bool
+	DiskFull() bool
 }
 
 var _ Appender = (*wal.WAL)(nil)

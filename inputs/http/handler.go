@@ -162,6 +162,10 @@ func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, err error) 
 
 func (s *Server) walFull(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Retry-After", "1")
+	if s.p.WAL.DiskFull() {
+		s.reject(w, r, http.StatusServiceUnavailable, reasonWALFull, "no space left on the WAL's disk (below wal.min_free_bytes): retry later")
+		return
+	}
 	s.reject(w, r, http.StatusServiceUnavailable, reasonWALFull, "the WAL is full: retry later")
 }
 

@@ -407,7 +407,8 @@ type failingWAL struct{ err error }
 func (f failingWAL) Append(context.Context, []wal.Record, wal.AppendOptions) (wal.Result, error) {
 	return wal.Result{}, f.err
 }
-func (f failingWAL) Full() bool { return false }
+func (f failingWAL) Full() bool     { return false }
+func (f failingWAL) DiskFull() bool { return false }
 
 func TestAppendErrors(t *testing.T) {
 	tests := []struct {
@@ -438,5 +439,24 @@ func TestAppendErrors(t *testing.T) {
 				t.Errorf("rejected{reason=%q} = %v, want 1", tc.reason, n)
 			}
 		})
+	}
+}
+
+// diskFullWAL is a WAL whose appends wait for room on the disk.
+type diskFullWAL struct{ failingWAL }
+
+func (diskFullWAL) Full() bool     { return true }
+func (diskFullWAL) DiskFull() bool { return true }
+
+// A WAL holding appends for room on its disk is answered at once with a
+// 503 that names the disk, before the body is read.
+func TestDiskFullPushesBack(t *testing.T) {
+	e := newEnv(t, withAppender(func(*wal.WAL) inputs.Appender { return diskFullWAL{failingWAL{errors.New("not called")}} }))
+	got := e.post("/v1/logs/app", []byte(`{"a":1}`))
+	if got.status != 503 || !strings.Contains(got.body, "no space left on the WAL's disk") || got.header.Get("Retry-After") != "1" {
+		t.Errorf("answer %d %s (Retry-After %q), want 503 naming the disk, Retry-After 1", got.status, got.body, got.header.Get("Retry-After"))
+	}
+	if n := e.rejected("wal_full"); n != 1 {
+		t.Errorf("rejected{reason=wal_full} = %v, want 1", n)
 	}
 }
