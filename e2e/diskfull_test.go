@@ -12,11 +12,17 @@ import (
 )
 
 // TestDiskFull runs the forwarder on an 8 MiB tmpfs, partly taken by a
-// ballast file, while S3 fails every request so that nothing leaves the WAL:
-// the inputs fill the disk until the forwarder answers 503 (and stops
-// acknowledging forward chunks), and the process goes on (/healthz 200: a
-// full disk is not fatal). Deleting the ballast gives space back: the inputs
-// are acknowledged again, and everything acknowledged arrives.
+// ballast file, with wal.min_free_bytes at 1MiB, while S3 fails every
+// request so that the archive sink falls behind: the inputs fill the disk
+// until the WAL holds appends (HTTP 503 naming the disk, forward chunks not
+// acknowledged), and the process goes on (/healthz 200, /readyz 503 naming
+// the disk, disk_full in /status and /metrics). Deleting the ballast gives
+// space back: the inputs are acknowledged again, until the disk is full
+// once more. Then S3 comes back while the disk is full and the clients keep
+// sending: the archive sink must commit its intents and cursor and drain,
+// retention must free room and the inputs must be acknowledged again (a
+// sink whose cursor commits needed the room only its cursor could free
+// stayed wedged here). Everything acknowledged arrives.
 //
 // Mounting needs root (or CAP_SYS_ADMIN); without it the test skips.
 func TestDiskFull(t *testing.T) {
@@ -38,25 +44,38 @@ func TestDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e := newEnv(t, func(c *fwdConfig) { c.DataDir = filepath.Join(mnt, "data") })
+	e := newEnv(t, func(c *fwdConfig) {
+		c.DataDir = filepath.Join(mnt, "data")
+		c.WALMinFreeBytes = "1MiB"
+	})
 	e.s3.SetFailures(1)
 	e.f.start()
 	ld := startLoad(e.f.cfg, e.led, 1, 2, clientOpts{Prefix: "s", Batch: 100, LogBytes: 400, AckTimeout: 3 * time.Minute})
+	diskFull := func() bool {
+		st, err := e.f.status()
+		return err == nil && st.WAL.DiskFull
+	}
+	acked := func() int { _, a := e.led.counts(); return a }
+
+	// 1. The disk fills while the archive sink is behind.
 	full := waitFor(90*time.Second, func() bool {
 		_, h := ld.stats()
-		return h.Status[http.StatusServiceUnavailable] > 0
+		return h.Status[http.StatusServiceUnavailable] > 0 && diskFull()
 	})
 	_, httpFull := ld.stats()
 	if !full {
-		t.Fatalf("no 503 within 90s of filling an 8 MiB disk: %v; free %d bytes\n%s", httpFull, freeBytes(t, mnt), e.f.tail(20))
+		t.Fatalf("no 503 and disk_full within 90s of filling an 8 MiB disk: %v; free %d bytes\n%s", httpFull, freeBytes(t, mnt), e.f.tail(20))
 	}
-	_, ackedFull := e.led.counts()
+	ackedFull := acked()
 	time.Sleep(2 * time.Second)
-	_, ackedHeld := e.led.counts()
+	ackedHeld := acked()
 	free := freeBytes(t, mnt)
 	healthz, healthBody, err := e.f.adminGet("/healthz")
 	if err != nil || healthz != http.StatusOK {
 		t.Errorf("/healthz with a full disk: %d %s %v", healthz, healthBody, err)
+	}
+	if readyz, body, err := e.f.adminGet("/readyz"); err != nil || readyz != http.StatusServiceUnavailable || !strings.Contains(string(body), "disk nearly full") {
+		t.Errorf("/readyz with a full disk: %d %s %v, want 503 naming the disk", readyz, body, err)
 	}
 	if !e.f.running() {
 		t.Fatalf("the forwarder exited on a full disk:\n%s", e.f.tail(30))
@@ -65,21 +84,42 @@ func TestDiskFull(t *testing.T) {
 	if m["forwarder_wal_failed"] != 0 {
 		t.Errorf("forwarder_wal_failed is %v on a full disk, want 0 (a full disk is not a failed WAL)", m["forwarder_wal_failed"])
 	}
+	if m["forwarder_wal_disk_full"] != 1 {
+		t.Errorf("forwarder_wal_disk_full is %v on a full disk, want 1", m["forwarder_wal_disk_full"])
+	}
 	body503 := httpFull.LastBody[http.StatusServiceUnavailable]
 	if !strings.Contains(body503, "no space") {
 		t.Errorf("the 503 says %q, want it to name the full disk", body503)
 	}
+	if e.f.logCount("the disk is nearly full") == 0 {
+		t.Errorf("no log line says that the disk is nearly full: %s", e.f.logSummary())
+	}
 
+	// 2. The operator frees space: acknowledged again, until the disk is full once more.
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
 	}
 	freed := time.Now()
-	resumed := waitFor(60*time.Second, func() bool { _, a := e.led.counts(); return a >= ackedHeld+500 })
+	resumed := waitFor(60*time.Second, func() bool { return acked() >= ackedHeld+500 })
 	resumeAfter := time.Since(freed)
 	if !resumed {
-		t.Errorf("the inputs were not acknowledged again within 60s of freeing space\n%s", e.f.tail(20))
+		t.Fatalf("the inputs were not acknowledged again within 60s of freeing space\n%s", e.f.tail(20))
 	}
+	if !waitFor(90*time.Second, diskFull) {
+		t.Fatalf("the disk did not fill again within 90s of freeing 3 MiB (free %d bytes)\n%s", freeBytes(t, mnt), e.f.tail(20))
+	}
+
+	// 3. S3 comes back while the disk is full and the clients keep sending.
+	ackedRefull := acked()
+	st0, _ := e.f.status()
 	e.s3.SetFailures(0)
+	back := time.Now()
+	drained := waitFor(60*time.Second, func() bool { return acked() >= ackedRefull+500 })
+	drainAfter := time.Since(back)
+	st1, _ := e.f.status()
+	if !drained {
+		t.Fatalf("with S3 back on a full disk, the inputs were not acknowledged again within 60s: the archive sink is wedged?\nbefore: %+v\nafter:  %+v\n%s", st0.Sinks, st1.Sinks, e.f.tail(30))
+	}
 	time.Sleep(500 * time.Millisecond)
 	ld.halt()
 	fwd, httpSt := ld.stats()
@@ -87,7 +127,8 @@ func TestDiskFull(t *testing.T) {
 	tl := e.account(dead)
 	t.Logf("disk full after %d acknowledged records (free %d bytes); %d more acknowledged in the 2s held; /healthz %d; HTTP 503 %q",
 		ackedFull, free, ackedHeld-ackedFull, healthz, body503)
-	t.Logf("ballast removed: acknowledged again %v later", resumeAfter.Round(100*time.Millisecond))
+	t.Logf("ballast removed: acknowledged again %v later; full again at %d acknowledged", resumeAfter.Round(100*time.Millisecond), ackedRefull)
+	t.Logf("S3 back on the full disk: 500 more records acknowledged %v later", drainAfter.Round(100*time.Millisecond))
 	t.Logf("%v", tl)
 	t.Logf("forward: %v; http: %v", fwd, httpSt)
 	t.Logf("forwarder log: %s", e.f.logSummary())

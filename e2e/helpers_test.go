@@ -52,6 +52,7 @@ type fwdConfig struct {
 	DataDir                  string
 	Forward, HTTP, Admin     string
 	WALMaxBytes, WALWhenFull string // "" for the defaults
+	WALMinFreeBytes          string
 	Sinks                    []string
 }
 
@@ -59,13 +60,16 @@ func (c fwdConfig) yaml() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "data_dir: %q\n", c.DataDir)
 	b.WriteString("log: {level: info, format: text}\nshutdown_timeout: 10s\n")
-	if c.WALMaxBytes != "" || c.WALWhenFull != "" {
+	if c.WALMaxBytes != "" || c.WALWhenFull != "" || c.WALMinFreeBytes != "" {
 		b.WriteString("wal:\n")
 		if c.WALMaxBytes != "" {
 			fmt.Fprintf(&b, "  max_bytes: %s\n", c.WALMaxBytes)
 		}
 		if c.WALWhenFull != "" {
 			fmt.Fprintf(&b, "  when_full: %s\n", c.WALWhenFull)
+		}
+		if c.WALMinFreeBytes != "" {
+			fmt.Fprintf(&b, "  min_free_bytes: %s\n", c.WALMinFreeBytes)
 		}
 	}
 	fmt.Fprintf(&b, "inputs:\n  forward: {listen: %q}\n  http: {listen: %q}\n", c.Forward, c.HTTP)
@@ -395,6 +399,9 @@ type status struct {
 		NextSeq  uint64            `json:"next_seq"`
 		Full     bool              `json:"full"`
 		Dropped  map[string]uint64 `json:"dropped_records"`
+		DiskFull bool              `json:"disk_full"`
+		DiskFree int64             `json:"disk_free_bytes"`
+		FileFree int64             `json:"file_free_bytes"`
 	} `json:"wal"`
 	Sinks []sinkStatus `json:"sinks"`
 }
