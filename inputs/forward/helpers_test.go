@@ -150,7 +150,9 @@ func readAck(t testing.TB, c net.Conn) string {
 }
 
 func readAckErr(c net.Conn) (string, error) {
-	r := msgp.NewReader(c)
+	// One byte a read: a buffered reader would take the next ack too, and
+	// the next call would never see it.
+	r := msgp.NewReader(byteReader{c})
 	n, err := r.ReadMapHeader()
 	if err != nil || n != 1 {
 		return "", fmt.Errorf("ack: %v (%d keys)", err, n)
@@ -159,6 +161,16 @@ func readAckErr(c net.Conn) (string, error) {
 		return "", fmt.Errorf("ack key %q: %v", k, err)
 	}
 	return r.ReadString()
+}
+
+// byteReader reads at most one byte at a time.
+type byteReader struct{ r io.Reader }
+
+func (b byteReader) Read(p []byte) (int, error) {
+	if len(p) > 1 {
+		p = p[:1]
+	}
+	return b.r.Read(p)
 }
 
 // expectClosed checks that the server closes c.
