@@ -47,6 +47,13 @@ func TestBadInput(t *testing.T) {
 		{"oversize", messageMode("t", eventTime(time.Now()), record("big", strings.Repeat("x", 2<<20)), nil), "too_large", false},
 		{"truncated", good[:len(good)-3], "truncated", true},
 		{"chunk id too long", messageMode("t", eventTime(time.Now()), record("a", 1), options(strings.Repeat("k", 2000))), "malformed", false},
+		// One tag rule for both inputs (inputs.CheckTag).
+		{"empty tag", messageMode("", eventTime(time.Now()), record("a", 1), options("c")), "bad_tag", false},
+		{"tag of 1 MB", messageMode(strings.Repeat("t", 1_000_000), eventTime(time.Now()), record("a", 1), options("c")), "bad_tag", false},
+		{"tag over 1024 bytes", forwardMode(strings.Repeat("t", 1025), [][]byte{entry(eventTime(time.Now()), record("a", 1))}, options("c")), "bad_tag", false},
+		{"tag with a control character", messageMode("pod.a\nb", eventTime(time.Now()), record("a", 1), options("c")), "bad_tag", false},
+		{"tag with a NUL", packedMode("a\x00b", entry(eventTime(time.Now()), record("a", 1)), false, options("c")), "bad_tag", false},
+		{"tag not UTF-8", messageMode("t.\xff\xfe_x", eventTime(time.Now()), record("a", 1), options("c")), "bad_tag", false},
 		{"trailing garbage in packed entries", packedMode("t", append(entry(eventTime(time.Now()), record("a", 1)), 0x91), false, nil), "malformed", false},
 	}
 	for _, tt := range tests {

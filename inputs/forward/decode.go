@@ -12,6 +12,7 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
+	"github.com/logfwd/forwarder/inputs"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -119,8 +120,8 @@ func (d *decoder) decode(full []byte) (*message, error) {
 		return nil, bad("malformed", full, b, "read tag: %v", err)
 	}
 	m := &message{tag: string(tagB)}
-	if m.tag == "" {
-		return nil, bad("malformed", full, b, "tag is empty")
+	if msg := inputs.CheckTag(m.tag); msg != "" {
+		return nil, bad("bad_tag", full, b, "%s", msg)
 	}
 	// Record JSON is usually a little larger than its msgpack.
 	d.buf, d.invalid = pooledBuf(len(full)+len(full)/2+64), 0

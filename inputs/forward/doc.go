@@ -20,7 +20,9 @@
 // handshake (and checks users, if any). TLS, and client certificates
 // with client_ca_file, are configured in tls.
 //
-// Bad input — malformed or truncated msgpack, wrong types, a message over
+// Bad input — malformed or truncated msgpack, wrong types, a tag that breaks
+// the inputs' tag rule (inputs.CheckTag: empty, over 1,024 bytes, invalid
+// UTF-8, control characters; reason bad_tag), a message over
 // max_message_bytes or a compressed payload over four times that once
 // decompressed, bad gzip, a failed handshake, a message that does not
 // arrive whole within a minute of its first byte — closes that connection

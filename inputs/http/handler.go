@@ -8,9 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
+	"github.com/logfwd/forwarder/inputs"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -30,7 +29,6 @@ const (
 	reasonCanceled    = "canceled"             // the client went away before its records were stored
 	reasonBadMethod   = "bad_method"           // not POST
 	reasonNotFound    = "not_found"            // not /v1/logs
-	maxTagBytes       = 1024
 	maxIdempotencyKey = 1024
 )
 
@@ -178,22 +176,13 @@ func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
 	s.reject(w, r, http.StatusNotFound, reasonNotFound, "not found: POST records to /v1/logs/{tag}")
 }
 
-// checkTag returns why tag cannot be a routing tag, or "".
+// checkTag returns why tag cannot be a routing tag, or "": the inputs'
+// one rule (inputs.CheckTag), with where to put a missing one.
 func checkTag(tag string) string {
-	switch {
-	case tag == "":
+	if tag == "" {
 		return "missing tag: POST to /v1/logs/{tag} or /v1/logs?tag=..."
-	case len(tag) > maxTagBytes:
-		return fmt.Sprintf("tag longer than %d bytes", maxTagBytes)
-	case !utf8.ValidString(tag):
-		return "tag is not valid UTF-8"
 	}
-	for _, c := range tag {
-		if unicode.IsControl(c) {
-			return "tag contains control characters"
-		}
-	}
-	return ""
+	return inputs.CheckTag(tag)
 }
 
 // reject answers a refused request with status and msg, and counts it.
