@@ -12,11 +12,21 @@
 //	$$                     a literal $  (and %% a literal %)
 //
 // A missing field without a default, or a tag part that does not exist,
-// renders the caller's fallback and is reported, so that it can be counted.
+// renders the caller's fallback and is reported (Missing), so that it can
+// be counted.
+//
+// A value a record puts in a key or a name never changes its path: a "/"
+// inside a tag, a field, a default or the fallback renders as "_", and a
+// path segment ("/"-separated) that a value leaves empty, "." or ".."
+// renders with "_" in place of each missing part or dot (logs/${tag}/x with
+// the tag ".." renders logs/__/x). Either is reported (Sanitised), so that
+// it can be counted. The template's own text is rendered as written.
 package template
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +36,24 @@ import (
 type Options struct {
 	AllowSeq bool   // ${seq} and ${uuid} (S3 keys)
 	Hostname string // what ${hostname} renders
+	// Unsanitised renders values as they are, "/", "." and ".." included,
+	// as renderings did before values were sanitised. Only for rendering
+	// again a key that was rendered then (an S3 upload interrupted across
+	// an upgrade); never for a new key or name.
+	Unsanitised bool
 }
+
+// Notes say what a rendering did besides substituting values.
+type Notes uint8
+
+const (
+	// Missing: a field or tag part was missing, and the fallback was
+	// rendered in its place.
+	Missing Notes = 1 << iota
+	// Sanitised: a value held a "/", or left a path segment empty, "." or
+	// "..", and was rendered with "_" instead (see the package comment).
+	Sanitised
+)
 
 // Data is what a template renders from.
 type Data struct {
@@ -63,17 +90,18 @@ type part struct {
 
 // Template is a parsed template, safe for concurrent use.
 type Template struct {
-	src    string
-	parts  []part
-	finest time.Duration
-	seq    bool
-	uuid   bool
-	static bool
+	src         string
+	parts       []part
+	finest      time.Duration
+	seq         bool
+	uuid        bool
+	static      bool
+	unsanitised bool
 }
 
 // Parse parses s. Errors name the position and what is wrong.
 func Parse(s string, opts Options) (*Template, error) {
-	t := &Template{src: s, static: true}
+	t := &Template{src: s, static: true, unsanitised: opts.Unsanitised}
 	var lit strings.Builder
 	flush := func() {
 		if lit.Len() > 0 {
@@ -199,29 +227,39 @@ func (t *Template) Static() bool { return t.static }
 // %H), or 0 when it uses none: a time bucket closes after it.
 func (t *Template) Finest() time.Duration { return t.finest }
 
-// Render renders d. missing reports that a field or tag part was missing
-// and fallback was rendered in its place.
-func (t *Template) Render(d *Data, fallback string) (string, bool) {
-	b, missing := t.Append(make([]byte, 0, len(t.src)+32), d, fallback)
-	return string(b), missing
+// Render renders d. Its notes say whether a fallback was rendered for a
+// missing field or tag part, and whether a value was sanitised.
+func (t *Template) Render(d *Data, fallback string) (string, Notes) {
+	b, notes := t.Append(make([]byte, 0, len(t.src)+32), d, fallback)
+	return string(b), notes
 }
 
+// span is where a substituted value was rendered: dst[start:end].
+type span struct{ start, end int }
+
 // Append renders d to dst.
-func (t *Template) Append(dst []byte, d *Data, fallback string) ([]byte, bool) {
-	missing := false
+func (t *Template) Append(dst []byte, d *Data, fallback string) ([]byte, Notes) {
+	var notes Notes
+	base := len(dst)
+	// Values that are empty or all dots: with the text around them they may
+	// make a segment "", "." or "..", which is looked at once rendered.
+	var oddBuf [4]span
+	odd := oddBuf[:0]
 	var clock dateClock // the event time's fields, worked out at the first % verb
 	for i := range t.parts {
 		p := &t.parts[i]
+		start := len(dst)
 		switch p.kind {
 		case literal:
 			dst = append(dst, p.text...)
+			continue
 		case tagAll:
 			dst = append(dst, d.Tag...)
 		case tagPart:
 			if s, ok := tagN(d.Tag, p.n); ok {
 				dst = append(dst, s...)
 			} else {
-				dst, missing = append(dst, fallback...), true
+				dst, notes = append(dst, fallback...), notes|Missing
 			}
 		case field:
 			v, ok := Lookup(d.Body, p.path)
@@ -231,7 +269,7 @@ func (t *Template) Append(dst []byte, d *Data, fallback string) ([]byte, bool) {
 			case p.hasDf:
 				dst = append(dst, p.text...)
 			default:
-				dst, missing = append(dst, fallback...), true
+				dst, notes = append(dst, fallback...), notes|Missing
 			}
 		case seq:
 			if d.SeqText != "" {
@@ -239,16 +277,72 @@ func (t *Template) Append(dst []byte, d *Data, fallback string) ([]byte, bool) {
 			} else {
 				dst = appendSeq(dst, d.Seq)
 			}
+			continue
 		case uuid:
 			dst = append(dst, d.UUID...)
+			continue
 		case timeFmt:
 			if !clock.ok {
 				clock = newDateClock(d.Time)
 			}
 			dst = clock.append(dst, p.verb)
+			continue
+		}
+		// A value: the tag, a tag part, a field, a default, the fallback.
+		if t.unsanitised {
+			continue
+		}
+		v := dst[start:]
+		if bytes.IndexByte(v, '/') >= 0 {
+			for j, c := range v {
+				if c == '/' {
+					v[j] = '_'
+				}
+			}
+			notes |= Sanitised
+		}
+		if len(bytes.Trim(v, ".")) == 0 {
+			odd = append(odd, span{start, len(dst)})
 		}
 	}
-	return dst, missing
+	if len(odd) > 0 {
+		var fixed bool
+		if dst, fixed = fixSegments(dst, base, odd); fixed {
+			notes |= Sanitised
+		}
+	}
+	return dst, notes
+}
+
+// fixSegments renders "_" for each dot, or one "_" for nothing, in each
+// segment of dst[base:] that holds a value of odd and is "", "." or "..".
+// A value holds no "/" by now, so it lies within one segment.
+func fixSegments(dst []byte, base int, odd []span) ([]byte, bool) {
+	rendered := dst[base:]
+	touched := make([]int, 0, len(odd)) // segment numbers, from 0
+	for _, v := range odd {
+		touched = append(touched, bytes.Count(rendered[:v.start-base], []byte("/")))
+	}
+	out := make([]byte, base, len(dst)+len(odd))
+	copy(out, dst[:base])
+	fixed := false
+	for i, seg := range bytes.Split(rendered, []byte("/")) {
+		if i > 0 {
+			out = append(out, '/')
+		}
+		if slices.Contains(touched, i) {
+			switch string(seg) {
+			case "", ".":
+				out, fixed = append(out, '_'), true
+				continue
+			case "..":
+				out, fixed = append(out, "__"...), true
+				continue
+			}
+		}
+		out = append(out, seg...)
+	}
+	return out, fixed
 }
 
 func tagN(tag string, n int) (string, bool) {

@@ -34,9 +34,65 @@ func TestRender(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parse %q: %v", tt.tmpl, err)
 		}
-		got, missing := tp.Render(d, "FB")
-		if got != tt.want || missing != tt.missing {
+		got, notes := tp.Render(d, "FB")
+		if missing := notes&Missing != 0; got != tt.want || missing != tt.missing || notes&Sanitised != 0 {
 			t.Errorf("%q: got %q (missing %v), want %q (missing %v)", tt.tmpl, got, missing, tt.want, tt.missing)
+		}
+	}
+}
+
+// A value from a record never adds, removes or climbs a path segment: a
+// "/" inside it renders "_", and a segment it leaves empty, "." or ".."
+// renders with "_" in place of what is missing. The template's own text is
+// kept as written.
+func TestValuesNeverChangeThePath(t *testing.T) {
+	tests := []struct {
+		tmpl, tag, body, want string
+		sanitised             bool
+	}{
+		{"logs/${tag}/%Y/${seq}", "pod.a/../../b", `{}`, "logs/pod.a_.._.._b/2026/00000000000000000042", true},
+		{"logs/${tag}/x", "../../etc/passwd", `{}`, "logs/.._.._etc_passwd/x", true},
+		{"logs/${tag}/x", "..", `{}`, "logs/__/x", true},
+		{"logs/${tag}/x", ".", `{}`, "logs/_/x", true},
+		{"logs/${tag}/x", "", `{}`, "logs/_/x", true},
+		{"${tag}/x", "", `{}`, "_/x", true},
+		{"logs/${tag}", "", `{}`, "logs/_", true},
+		{"logs/.${tag}/x", ".", `{}`, "logs/__/x", true},           // the value makes ".." with the text before it
+		{"logs/${tag}${record.d|}/x", ".", `{}`, "logs/_/x", true}, // two values in one segment
+		{"logs/${record.a|}/${record.b|}/x", "t", `{}`, "logs/_/_/x", true},
+		{"logs/${record.ns}/x", "t", `{"ns":"a/b"}`, "logs/a_b/x", true},
+		{"logs/${record.ns}/x", "t", `{"ns":".."}`, "logs/__/x", true},
+		{"logs/${record.ns|../up}/x", "t", `{}`, "logs/.._up/x", true},
+		{"logs/${tag[1]}/x", "a./.b", `{}`, "logs/_/x", true},
+		// Dots that make no "." or ".." segment, and text as written, are kept.
+		{"logs/${tag}/x", "...", `{}`, "logs/.../x", false},
+		{"logs/${tag}/x", "..a", `{}`, "logs/..a/x", false},
+		{"logs/${tag}.d/x", ".", `{}`, "logs/..d/x", false},
+		{"logs/${tag}/x", "pod.shop.web", `{}`, "logs/pod.shop.web/x", false},
+		{"/eks/${record.ns}", "t", `{"ns":"shop"}`, "/eks/shop", false},
+		{"a//../${tag}", "t", `{}`, "a//../t", false},
+		{"logs/${record.ns}/x", "t", `{"ns":"a.b"}`, "logs/a.b/x", false},
+	}
+	for _, tt := range tests {
+		tp, err := Parse(tt.tmpl, Options{AllowSeq: true})
+		if err != nil {
+			t.Fatalf("parse %q: %v", tt.tmpl, err)
+		}
+		d := &Data{Tag: tt.tag, Body: []byte(tt.body), Time: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Seq: 42}
+		got, notes := tp.Render(d, "FB")
+		if got != tt.want || (notes&Sanitised != 0) != tt.sanitised {
+			t.Errorf("%q with tag %q, body %s: got %q (notes %b), want %q (sanitised %v)", tt.tmpl, tt.tag, tt.body, got, notes, tt.want, tt.sanitised)
+		}
+		// Appending to a buffer that holds other text changes nothing before it.
+		pre := []byte("keep/../")
+		b, _ := tp.Append(pre, d, "FB")
+		if string(b) != "keep/../"+tt.want {
+			t.Errorf("%q with tag %q: appended %q, want %q", tt.tmpl, tt.tag, b, "keep/../"+tt.want)
+		}
+		// Unsanitised renders the values as they are.
+		raw, _ := Parse(tt.tmpl, Options{AllowSeq: true, Unsanitised: true})
+		if got, notes := raw.Render(d, "FB"); notes&Sanitised != 0 || strings.Contains(tt.tmpl, "${tag}") && !strings.Contains(got, tt.tag) {
+			t.Errorf("%q with tag %q, unsanitised: %q (notes %b)", tt.tmpl, tt.tag, got, notes)
 		}
 	}
 }

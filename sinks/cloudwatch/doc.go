@@ -45,6 +45,9 @@
 // "_aws/", at most 512 bytes; a stream loses ":" and "*" (each becomes
 // "_"), at most 512 bytes. A field missing from a record renders the
 // sink's fallback, counted in forwarder_cloudwatch_name_fallback_total.
+// Before that, a tag or field never changes a name's path (package
+// template): a "/" inside it becomes "_", and a segment it leaves empty,
+// "." or ".." gets "_", counted in forwarder_cloudwatch_name_sanitised_total.
 //
 // # Errors
 //

@@ -59,7 +59,7 @@ type Sink struct {
 }
 
 type metrics struct {
-	fallback, tokenRetries, created, puts, events prometheus.Counter
+	fallback, sanitised, tokenRetries, created, puts, events prometheus.Counter
 }
 
 // New builds the sink for sink configuration name/cfg.
@@ -110,6 +110,8 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 	label := prometheus.Labels{"sink": name}
 	s.m = metrics{
 		fallback: counter(opts.Registerer, "forwarder_cloudwatch_name_fallback_total", "Records whose group or stream name lacked a field and rendered the fallback.", label),
+		sanitised: counter(opts.Registerer, "forwarder_cloudwatch_name_sanitised_total",
+			"Records whose group or stream name had a value sanitised: a \"/\" in a tag or field rendered \"_\", or an empty, \".\" or \"..\" path segment rendered with \"_\".", label),
 		tokenRetries: counter(opts.Registerer, "forwarder_cloudwatch_sequence_token_retries_total",
 			"PutLogEvents sent again with the expectedSequenceToken of an InvalidSequenceTokenException (services that still use tokens).", label),
 		created: counter(opts.Registerer, "forwarder_cloudwatch_created_total", "Log groups and streams created.", label),
@@ -151,10 +153,13 @@ func (s *Sink) Limits() sinks.Limits {
 // Partition is the record's log group and stream.
 func (s *Sink) Partition(r *sinks.Record) string {
 	d := &template.Data{Tag: r.Tag, Body: r.Body, Time: time.Unix(0, r.Time)}
-	g, m1 := s.group.Render(d, s.cfg.Fallback)
-	st, m2 := s.stream.Render(d, s.cfg.Fallback)
-	if m1 || m2 {
+	g, n1 := s.group.Render(d, s.cfg.Fallback)
+	st, n2 := s.stream.Render(d, s.cfg.Fallback)
+	if (n1|n2)&template.Missing != 0 {
 		s.m.fallback.Inc()
+	}
+	if (n1|n2)&template.Sanitised != 0 {
+		s.m.sanitised.Inc()
 	}
 	return groupName(g, s.cfg.Fallback) + "\x00" + streamName(st, s.cfg.Fallback)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/logfwd/forwarder/emulator/cloudwatchlogs"
 	"github.com/logfwd/forwarder/internal/mototest"
 	"github.com/logfwd/forwarder/queue"
+	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -347,6 +348,26 @@ func TestNamesSanitised(t *testing.T) {
 		if got := streamName(in, "fb"); got != want {
 			t.Errorf("stream %q → %q, want %q", in, got, want)
 		}
+	}
+}
+
+// A tag or field never adds a segment to a group or stream name, nor makes
+// one "", "." or "..": its "/" renders "_". Each such record is counted.
+func TestNameValuesSanitised(t *testing.T) {
+	e := newEnv(t, nil) // /eks/${record.kubernetes.namespace_name}, ${record.kubernetes.pod_name|unknown}-${hostname}
+	for _, c := range []struct{ ns, pod, group, stream string }{
+		{"shop/../admin", "web/1", "/eks/shop_.._admin", "web_1-host1"},
+		{"..", "web-1", "/eks/__", "web-1-host1"},
+		{"shop", "web-1", "/eks/shop", "web-1-host1"},
+	} {
+		r := podRecord(c.ns, c.pod, time.Now(), "x")
+		p := e.sink.Partition(&sinks.Record{Tag: r.Tag, Body: r.Body, Time: r.Time})
+		if g, st := splitPartition(p); g != c.group || st != c.stream {
+			t.Errorf("namespace %q, pod %q: group %q stream %q, want %q %q", c.ns, c.pod, g, st, c.group, c.stream)
+		}
+	}
+	if n := testutil.ToFloat64(e.sink.m.sanitised); n != 2 {
+		t.Errorf("sanitised counted %v, want 2", n)
 	}
 }
 

@@ -202,7 +202,7 @@ func BenchmarkPartition(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if s.keys, err = newKeyRenderer(key, "bench"); err != nil {
+			if s.keys, err = newKeyRenderer(key, "bench", keyRulesSanitised); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()

@@ -52,7 +52,12 @@
 // so an object; each time bucket is its own partition. A missing field or
 // tag part without a default renders "unknown" and is counted in
 // forwarder_s3_key_fallback_total. Control characters that a tag or field
-// would put in a key become "_". An object's key is its partition with
+// would put in a key become "_". A tag or field never changes the key's
+// path (package template): a "/" inside it becomes "_", and a segment it
+// leaves empty, "." or ".." gets "_" in place of each missing part or dot,
+// counted in forwarder_s3_key_sanitised_total. Intents record the rules
+// their key was rendered with (key_rules), so that an upload interrupted
+// before these rules existed is finished under the key it was given. An object's key is its partition with
 // ${seq} = the sequence number of its first record, 20 digits zero-padded,
 // and ${uuid} = a random UUID kept in the intent. A key over 1,024 bytes is
 // refused and its batch dead-lettered (reason key_too_long).
@@ -145,7 +150,8 @@
 // Labelled by sink only: forwarder_s3_objects_uploaded_total,
 // forwarder_s3_uploaded_bytes_total (as stored),
 // forwarder_s3_uncompressed_bytes_total, forwarder_s3_recovered_intents_total,
-// forwarder_s3_multipart_uploads_total, forwarder_s3_key_fallback_total.
+// forwarder_s3_multipart_uploads_total, forwarder_s3_key_fallback_total,
+// forwarder_s3_key_sanitised_total.
 //
 // # Usage
 //

@@ -40,6 +40,10 @@ type intent struct {
 	KeyTemplate string   `json:"key_template"`
 	Hostname    string   `json:"hostname"`
 	Encoding    encoding `json:"encoding"`
+	// KeyRules are the rules the key was rendered with: keyRulesSanitised,
+	// or keyRulesVerbatim (0, absent) in intents written before values
+	// were sanitised.
+	KeyRules int `json:"key_rules,omitempty"`
 }
 
 func intentKey(objectKey string) []byte { return []byte(intentPrefix + objectKey) }

@@ -39,6 +39,15 @@ const (
 	tooLong = "\x00too-long\x00"
 )
 
+// Key rules, kept in each intent so that an interrupted upload is finished
+// under the key it was given: keyRulesVerbatim rendered values as they were
+// ("/", "." and ".." included); keyRulesSanitised renders them so that they
+// never change the key's path (see package template).
+const (
+	keyRulesVerbatim  = 0
+	keyRulesSanitised = 1
+)
+
 // keyRenderer renders the partitions and object keys of one key template.
 // Safe for concurrent use.
 type keyRenderer struct {
@@ -62,14 +71,16 @@ type partitionKey struct {
 
 type cachedPartition struct {
 	partition string
-	missing   bool
+	notes     template.Notes
 }
 
 // maxCachedPartitions bounds the cache; it starts afresh when full.
 const maxCachedPartitions = 4096
 
-func newKeyRenderer(key, hostname string) (*keyRenderer, error) {
-	t, err := template.Parse(key, template.Options{AllowSeq: true, Hostname: hostname})
+// newKeyRenderer parses key for rendering with rules (keyRulesSanitised
+// for every new key).
+func newKeyRenderer(key, hostname string, rules int) (*keyRenderer, error) {
+	t, err := template.Parse(key, template.Options{AllowSeq: true, Hostname: hostname, Unsanitised: rules == keyRulesVerbatim})
 	if err != nil {
 		return nil, fmt.Errorf("key %q: %w", key, err)
 	}
@@ -110,9 +121,10 @@ func countControls(b []byte) int {
 
 // partition renders r's partition: its object key with markers for ${seq}
 // and ${uuid}. Control characters that a field, the tag or the template
-// puts in the key become "_". missing reports a fallback rendered for a
-// missing field or tag part.
-func (k *keyRenderer) partition(r *sinks.Record) (string, bool) {
+// puts in the key become "_", and values never change its path (package
+// template). The notes report a fallback rendered for a missing field or
+// tag part, and a value sanitised.
+func (k *keyRenderer) partition(r *sinks.Record) (string, template.Notes) {
 	if k.bucket == 0 {
 		return k.render(r)
 	}
@@ -125,21 +137,21 @@ func (k *keyRenderer) partition(r *sinks.Record) (string, bool) {
 	c, ok := k.cache[pk]
 	k.mu.Unlock()
 	if ok {
-		return c.partition, c.missing
+		return c.partition, c.notes
 	}
-	p, missing := k.render(r)
+	p, notes := k.render(r)
 	k.mu.Lock()
 	if len(k.cache) >= maxCachedPartitions {
 		clear(k.cache)
 	}
-	k.cache[pk] = cachedPartition{p, missing}
+	k.cache[pk] = cachedPartition{p, notes}
 	k.mu.Unlock()
-	return p, missing
+	return p, notes
 }
 
-func (k *keyRenderer) render(r *sinks.Record) (string, bool) {
+func (k *keyRenderer) render(r *sinks.Record) (string, template.Notes) {
 	d := template.Data{Tag: r.Tag, Body: r.Body, Time: time.Unix(0, r.Time), SeqText: seqMarker, UUID: uuidMarker}
-	b, missing := k.tmpl.Append(make([]byte, 0, 128), &d, fallback)
+	b, notes := k.tmpl.Append(make([]byte, 0, 128), &d, fallback)
 	if !k.cleanLiterals || countControls(b) != k.markerControls {
 		d.SeqText, d.UUID = altSeqMarker, altUUIDMarker
 		alt, _ := k.tmpl.Append(make([]byte, 0, len(b)), &d, fallback)
@@ -151,9 +163,9 @@ func (k *keyRenderer) render(r *sinks.Record) (string, bool) {
 	}
 	if len(b) > maxKeyLen {
 		sum := sha256.Sum256(b)
-		return tooLong + hex.EncodeToString(sum[:]), missing
+		return tooLong + hex.EncodeToString(sum[:]), notes
 	}
-	return string(b), missing
+	return string(b), notes
 }
 
 // objectKey is the key of the object of partition that starts at first:

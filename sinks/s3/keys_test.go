@@ -67,6 +67,46 @@ func TestKeys(t *testing.T) {
 	}
 }
 
+// A tag or a field never gives a key a ".." or an empty segment, nor a
+// segment of its own: HTTP ?tag=../../etc/passwd and the tag pod.a/../../b
+// stay inside logs/ as one segment each. Each record sanitised is counted.
+func TestKeysKeepTheirPath(t *testing.T) {
+	at := time.Date(2025, 6, 15, 15, 6, 40, 0, time.UTC)
+	tests := []struct {
+		key, tag, body, want string
+		sanitised            bool
+	}{
+		{"logs/${tag}/%Y/${seq}", "pod.a/../../b", `{}`, "logs/pod.a_.._.._b/2025/00000000000000000042", true},
+		{"logs/${tag}/%Y/${seq}", "../../etc/passwd", `{}`, "logs/.._.._etc_passwd/2025/00000000000000000042", true},
+		{"logs/${tag}/%Y/${seq}", "..", `{}`, "logs/__/2025/00000000000000000042", true},
+		{"logs/${record.ns}/${seq}", "t", `{"ns":"../.."}`, "logs/.._../00000000000000000042", true},
+		{"logs/${record.ns|}/${seq}", "t", `{}`, "logs/_/00000000000000000042", true},
+		{"logs/${record.ns}/${seq}", "t", `{"ns":"."}`, "logs/_/00000000000000000042", true},
+		{"logs/${tag}/%Y/${seq}", "pod.shop", `{}`, "logs/pod.shop/2025/00000000000000000042", false},
+	}
+	for _, tc := range tests {
+		s := keySink(t, tc.key, prometheus.NewRegistry())
+		r := &sinks.Record{Tag: tc.tag, Body: []byte(tc.body), Time: at.UnixNano()}
+		key := objectKey(s.Partition(r), 42, "")
+		if key != tc.want {
+			t.Errorf("%s with tag %q, body %s: key %q, want %q", tc.key, tc.tag, tc.body, key, tc.want)
+		}
+		for _, seg := range strings.Split(key, "/") {
+			if seg == "" || seg == "." || seg == ".." {
+				t.Errorf("%s with tag %q: key %q has the segment %q", tc.key, tc.tag, key, seg)
+			}
+		}
+		s.Partition(r) // cached or not, counted again
+		want := 0.0
+		if tc.sanitised {
+			want = 2
+		}
+		if n := testutil.ToFloat64(s.m.sanitised); n != want {
+			t.Errorf("%s with tag %q: sanitised counted %v, want %v", tc.key, tc.tag, n, want)
+		}
+	}
+}
+
 func TestPartitionsByTimeBucket(t *testing.T) {
 	s := keySink(t, "logs/${tag}/%Y/%m/%d/%H/${seq}", nil)
 	at := time.Date(2025, 6, 15, 15, 0, 0, 0, time.UTC)

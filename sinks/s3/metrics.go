@@ -11,7 +11,7 @@ import (
 type metrics struct {
 	objects, bytes, uncompressed prometheus.Counter
 	recovered, multipart         prometheus.Counter
-	fallbacks                    prometheus.Counter
+	fallbacks, sanitised         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, sink string) (*metrics, error) {
@@ -43,6 +43,7 @@ func newMetrics(reg prometheus.Registerer, sink string) (*metrics, error) {
 		{&m.recovered, "forwarder_s3_recovered_intents_total", "Uploads a crash or shutdown interrupted, finished at the next start."},
 		{&m.multipart, "forwarder_s3_multipart_uploads_total", "Objects uploaded in parts (multipart_threshold)."},
 		{&m.fallbacks, "forwarder_s3_key_fallback_total", "Records whose key template named a missing field or tag part, rendered as \"unknown\"."},
+		{&m.sanitised, "forwarder_s3_key_sanitised_total", "Records whose key had a value sanitised: a \"/\" in a tag or field rendered \"_\", or an empty, \".\" or \"..\" path segment rendered with \"_\"."},
 	} {
 		v, err := vec(c.name, c.help)
 		if err != nil {

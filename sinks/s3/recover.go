@@ -86,9 +86,9 @@ func (s *Sink) recoverRetrying(ctx context.Context, st sinks.State, ik []byte, i
 // its batch as delivered.
 func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *intent) error {
 	keys, enc := s.keys, s.enc
-	if in.KeyTemplate != s.cfg.Key || in.Hostname != s.hostname {
+	if in.KeyTemplate != s.cfg.Key || in.Hostname != s.hostname || in.KeyRules != keyRulesSanitised {
 		var err error
-		if keys, err = newKeyRenderer(in.KeyTemplate, in.Hostname); err != nil {
+		if keys, err = newKeyRenderer(in.KeyTemplate, in.Hostname, in.KeyRules); err != nil {
 			return fatal("intent %q: %w", ik, err)
 		}
 	}

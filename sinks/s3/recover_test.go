@@ -119,6 +119,47 @@ func TestRecoverUsesTheIntentsSettings(t *testing.T) {
 	}
 }
 
+// An upload interrupted by a stop before an upgrade that sanitises values
+// is finished under the key it was given: its intent has no key rules, and
+// its records are found again by the partition those rules rendered.
+func TestRecoverAnIntentOfVerbatimKeys(t *testing.T) {
+	srv, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.Key = "logs/${tag}/${seq}"
+	recs := batchRecs("pod/a", 20)
+	st, key, body := sentBatch(t, cfg, func(k string) []byte { b, _ := srv.Get(bucket, k); return b }, recs)
+	deleteObject(t, url, key)
+	// The intent as the version before wrote it.
+	raw, _ := st.Get(intentKey(key))
+	var in intent
+	if err := json.Unmarshal(raw, &in); err != nil {
+		t.Fatal(err)
+	}
+	verbatim, err := newKeyRenderer(in.KeyTemplate, in.Hostname, keyRulesVerbatim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Partition, _ = verbatim.partition(&recs[0])
+	in.Key, in.KeyRules = objectKey(in.Partition, in.First, in.UUID), 0
+	if !strings.HasPrefix(in.Key, "logs/pod/a/") {
+		t.Fatalf("verbatim key %q", in.Key)
+	}
+	st.Delete(context.Background(), intentKey(key))
+	if err := putIntent(context.Background(), st, intentKey(in.Key), &in); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestSink(t, cfg)
+	if err := s.Recover(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := srv.Get(bucket, in.Key); err != nil || string(got) != string(body) {
+		t.Errorf("object %s: %d bytes (%v), want the %d bytes of the interrupted upload", in.Key, len(got), err, len(body))
+	}
+	if st.delivered[in.Partition] != recs[len(recs)-1].Seq || len(st.intents()) != 0 {
+		t.Errorf("delivered %v, intents left %v", st.delivered, st.intents())
+	}
+}
+
 func TestRecoverRefusesADisagreement(t *testing.T) {
 	srv, url := startEmu(t)
 	cfg := testConfig(url)
@@ -212,7 +253,7 @@ func TestIntentFormat(t *testing.T) {
 	if err := json.Unmarshal(raw, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"v", "key", "partition", "first", "last", "records", "bytes", "sha256", "lines_bytes", "lines_crc32c", "uuid", "key_template", "hostname", "encoding"} {
+	for _, k := range []string{"v", "key", "partition", "first", "last", "records", "bytes", "sha256", "lines_bytes", "lines_crc32c", "uuid", "key_template", "hostname", "encoding", "key_rules"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("intent %s has no %q", raw, k)
 		}

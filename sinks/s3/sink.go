@@ -22,6 +22,7 @@ import (
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/template"
 )
 
 // Options are what a Sink needs besides its configuration.
@@ -138,7 +139,7 @@ func New(ctx context.Context, name string, cfg config.S3, opts Options) (*Sink, 
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	keys, err := newKeyRenderer(cfg.Key, opts.Hostname)
+	keys, err := newKeyRenderer(cfg.Key, opts.Hostname, keyRulesSanitised)
 	if err != nil {
 		return nil, err
 	}
@@ -246,9 +247,12 @@ func (s *Sink) Limits() sinks.Limits {
 // Partition is r's object key with markers for ${seq} and ${uuid}: records
 // of one tag, time bucket (the key's %Y..%S) and rendered fields share it.
 func (s *Sink) Partition(r *sinks.Record) string {
-	p, missing := s.keys.partition(r)
-	if missing {
+	p, notes := s.keys.partition(r)
+	if notes&template.Missing != 0 {
 		s.m.fallbacks.Inc()
+	}
+	if notes&template.Sanitised != 0 {
+		s.m.sanitised.Inc()
 	}
 	return p
 }
@@ -363,7 +367,7 @@ func (s *Sink) intentFor(ctx context.Context, st sinks.State, partition string, 
 		s.abandon(ctx, st, prev)
 	}
 	in := &intent{Version: intentVersion, Partition: partition, First: first, Last: last, Records: records,
-		KeyTemplate: s.cfg.Key, Hostname: s.hostname, Encoding: s.enc.enc}
+		KeyTemplate: s.cfg.Key, Hostname: s.hostname, KeyRules: keyRulesSanitised, Encoding: s.enc.enc}
 	if s.keys.uuid {
 		in.UUID = newUUID()
 	}
