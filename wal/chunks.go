@@ -1,33 +1,63 @@
 package wal
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
 
 // Chunk ids make a client's re-send harmless. bucketChunks maps an id to
-// [8 unix nanos][8 first seq][8 last seq]; bucketChunkTimes indexes the same
-// ids by [8 unix nanos][id] so expiry reads them oldest first.
+// [8 unix nanos][8 first seq][8 last seq][digest, 0 to 32 bytes];
+// bucketChunkTimes indexes the same ids by [8 unix nanos][id] so expiry
+// reads them oldest first. Values written before digests were stored are
+// the first 24 bytes alone, which is a value without a digest.
 
-func lookupChunk(b *bolt.Bucket, id string, now time.Time, window time.Duration) (Result, bool) {
+// chunkHead is the length of a chunk value without its digest.
+const chunkHead = 24
+
+// storedChunk is what the WAL knows of a chunk id: where its records are,
+// and the digest of the request it was stored for (nil: none).
+type storedChunk struct {
+	Result
+	digest []byte
+}
+
+// answer is the answer to r, which has a chunk id already stored as c: a
+// duplicate, acknowledged as the first copy was, or, when both carry a
+// digest and they differ, ErrChunkConflict.
+func (c storedChunk) answer(r *appendReq) appendResult {
+	if len(c.digest) > 0 && len(r.digest) > 0 && !bytes.Equal(c.digest, r.digest) {
+		return appendResult{err: fmt.Errorf("%w: %q, within the dedup window", ErrChunkConflict, r.chunk)}
+	}
+	res := c.Result
+	res.Duplicate = true
+	return appendResult{Result: res}
+}
+
+func lookupChunk(b *bolt.Bucket, id string, now time.Time, window time.Duration) (storedChunk, bool) {
 	v := b.Get([]byte(id))
-	if len(v) != 24 {
-		return Result{}, false
+	if len(v) < chunkHead {
+		return storedChunk{}, false
 	}
 	at := int64(binary.BigEndian.Uint64(v[0:8]))
 	if now.UnixNano()-at > int64(window) {
-		return Result{}, false
+		return storedChunk{}, false
 	}
-	return Result{First: binary.BigEndian.Uint64(v[8:16]), Last: binary.BigEndian.Uint64(v[16:24])}, true
+	return storedChunk{
+		Result: Result{First: binary.BigEndian.Uint64(v[8:16]), Last: binary.BigEndian.Uint64(v[16:24])},
+		digest: bytes.Clone(v[chunkHead:]), // v is valid only in the transaction
+	}, true
 }
 
-func storeChunk(tx *bolt.Tx, id string, now time.Time, res Result) error {
-	v := make([]byte, 24)
+func storeChunk(tx *bolt.Tx, id string, digest []byte, now time.Time, res Result) error {
+	v := make([]byte, chunkHead, chunkHead+len(digest))
 	binary.BigEndian.PutUint64(v[0:8], uint64(now.UnixNano()))
 	binary.BigEndian.PutUint64(v[8:16], res.First)
 	binary.BigEndian.PutUint64(v[16:24], res.Last)
+	v = append(v, digest...)
 	if err := tx.Bucket(bucketChunks).Put([]byte(id), v); err != nil {
 		return err
 	}
@@ -55,7 +85,7 @@ func (wr *writer) expireChunks(tx *bolt.Tx) error {
 	for _, k := range keys {
 		id := k[8:]
 		// The id may have been stored again since; only forget this one.
-		if v := chunks.Get(id); len(v) == 24 && string(v[0:8]) == string(k[0:8]) {
+		if v := chunks.Get(id); len(v) >= chunkHead && string(v[0:8]) == string(k[0:8]) {
 			if err := chunks.Delete(id); err != nil {
 				return err
 			}

@@ -54,8 +54,15 @@
 //	cursors      sink name → uint64: every record up to it is done for that sink
 //	dropped      sink name → uint64: records drop_oldest deleted before the sink passed them
 //	state        sink name → bucket of the sink's own keys (S3 intents, multipart state)
-//	chunks       chunk id → [uint64 unix nanos][uint64 first seq][uint64 last seq]
+//	chunks       chunk id → [uint64 unix nanos][uint64 first seq][uint64 last seq][digest]
 //	chunk_times  [uint64 unix nanos][chunk id] → nil, to expire ids oldest first
+//
+// A chunk's digest (0 to 32 bytes, AppendOptions.ChunkDigest) names the
+// request its id was stored for; files written before digests were stored
+// hold the 24 bytes alone, which read as an id without a digest (it
+// matches any request). A version that predates digests reads a value with
+// one as no id at all: after a downgrade, an id stored with a digest does
+// not dedup, and its expiry leaves its key in chunks behind.
 //
 // An entry is a batch of consecutive records from one Append (a large
 // append is cut into entries of about 56 KiB uncompressed):

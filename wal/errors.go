@@ -25,8 +25,14 @@ var (
 	// under max_bytes, even with the WAL empty.
 	ErrTooLarge = errors.New("wal: append larger than max_bytes")
 
-	// ErrChunkID is returned by Append for a chunk id over MaxChunkID bytes.
+	// ErrChunkID is returned by Append for a chunk id over MaxChunkID bytes,
+	// or a digest over MaxChunkDigest bytes (or without an id).
 	ErrChunkID = errors.New("wal: chunk id too long")
+
+	// ErrChunkConflict is returned by Append for a chunk id seen within the
+	// dedup window with another digest: the id was reused for another
+	// request. Nothing of the append is stored.
+	ErrChunkConflict = errors.New("wal: chunk id already used for another request")
 
 	// ErrLocked is returned by Open when another process holds the file.
 	ErrLocked = errors.New("wal: file is locked by another process")

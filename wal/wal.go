@@ -441,8 +441,13 @@ func u64(v uint64) []byte {
 	return b
 }
 
-// MaxChunkID is the longest chunk id Append takes, in bytes.
-const MaxChunkID = 1024
+// MaxChunkID is the longest chunk id Append takes, in bytes: a client's id
+// of 1,024 bytes and room for the prefix an input puts before it to keep
+// its ids apart from another input's.
+const MaxChunkID = 1024 + 64
+
+// MaxChunkDigest is the longest digest Append takes, in bytes (SHA-256's).
+const MaxChunkDigest = 32
 
 // AppendOptions carry what an input knows about a request besides its records.
 type AppendOptions struct {
@@ -450,6 +455,12 @@ type AppendOptions struct {
 	// HTTP Idempotency-Key). It is stored in the same transaction as the
 	// records; an id seen within the dedup window is not stored again.
 	ChunkID string
+	// ChunkDigest, when set, is a digest of the request ChunkID names,
+	// stored with the id. The same id again within the dedup window with
+	// another digest is refused (ErrChunkConflict), and nothing is stored:
+	// the client reused an id for another request. An id stored without a
+	// digest matches any.
+	ChunkDigest []byte
 }
 
 // Result says where an Append's records are.
@@ -476,7 +487,11 @@ func (w *WAL) Append(ctx context.Context, recs []Record, opts AppendOptions) (Re
 	if len(opts.ChunkID) > MaxChunkID {
 		return Result{}, fmt.Errorf("%w: %d bytes, at most %d", ErrChunkID, len(opts.ChunkID), MaxChunkID)
 	}
-	req := &appendReq{ctx: ctx, entries: encodeEntries(recs), n: uint64(len(recs)), chunk: opts.ChunkID, done: make(chan appendResult, 1)}
+	if len(opts.ChunkDigest) > MaxChunkDigest || opts.ChunkID == "" && len(opts.ChunkDigest) > 0 {
+		return Result{}, fmt.Errorf("%w: a digest of %d bytes for chunk id %q, at most %d with an id", ErrChunkID, len(opts.ChunkDigest), opts.ChunkID, MaxChunkDigest)
+	}
+	req := &appendReq{ctx: ctx, entries: encodeEntries(recs), n: uint64(len(recs)), chunk: opts.ChunkID,
+		digest: opts.ChunkDigest, done: make(chan appendResult, 1)}
 	for _, e := range req.entries {
 		req.bytes += int64(len(e.value))
 	}

@@ -308,6 +308,91 @@ func TestChunkDedup(t *testing.T) {
 	}
 }
 
+// A chunk id stored with a digest of its request dedups the same request
+// and refuses another one (ErrChunkConflict), storing nothing of it; an id
+// stored without a digest, as every id was before digests were stored,
+// matches any request.
+func TestChunkDigest(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	recs := func() []Record { return []Record{{Tag: "t", Body: []byte(`{"a":1}`)}} }
+	a, b := bytes.Repeat([]byte{0xaa}, 32), bytes.Repeat([]byte{0xbb}, 32)
+	first, err := w.Append(context.Background(), recs(), AppendOptions{ChunkID: "k", ChunkDigest: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := w.Append(context.Background(), recs(), AppendOptions{ChunkID: "k", ChunkDigest: a})
+	if err != nil || !again.Duplicate || again.First != first.First {
+		t.Fatalf("same id, same digest: %+v %v", again, err)
+	}
+	if _, err := w.Append(context.Background(), recs(), AppendOptions{ChunkID: "k", ChunkDigest: b}); !errors.Is(err, ErrChunkConflict) {
+		t.Fatalf("same id, another digest: %v", err)
+	}
+	if res, err := w.Append(context.Background(), recs(), AppendOptions{ChunkID: "k"}); err != nil || !res.Duplicate {
+		t.Fatalf("same id, no digest: %+v %v", res, err)
+	}
+	// Stored without a digest: the 24 bytes of the format before digests.
+	appendT(t, w, recs(), "old")
+	w.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketChunks).Get([]byte("old")); len(v) != 24 {
+			t.Errorf("an id without a digest stored as %d bytes, want 24", len(v))
+		}
+		if v := tx.Bucket(bucketChunks).Get([]byte("k")); len(v) != 24+32 || !bytes.Equal(v[24:], a) {
+			t.Errorf("an id with a digest stored as %x", v)
+		}
+		return nil
+	})
+	if res, err := w.Append(context.Background(), recs(), AppendOptions{ChunkID: "old", ChunkDigest: b}); err != nil || !res.Duplicate {
+		t.Fatalf("an id stored without a digest, sent with one: %+v %v", res, err)
+	}
+	// In one group: the copies with the first one's digest are duplicates,
+	// the others conflicts, whichever comes first.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	stored, dups, conflicts := 0, 0, 0
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := a
+			if i%2 == 1 {
+				d = b
+			}
+			res, err := w.Append(context.Background(), recs(), AppendOptions{ChunkID: "g", ChunkDigest: d})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, ErrChunkConflict):
+				conflicts++
+			case err != nil:
+				t.Error(err)
+			case res.Duplicate:
+				dups++
+			default:
+				stored++
+			}
+		}()
+	}
+	wg.Wait()
+	if stored != 1 || dups != 3 || conflicts != 4 {
+		t.Fatalf("8 appends of one id, half with each digest: %d stored, %d duplicates, %d conflicts", stored, dups, conflicts)
+	}
+	if n := w.Stats().Records; n != 3 {
+		t.Fatalf("%d records stored, want 3", n)
+	}
+	w.Close()
+	w = openT(t, dir, Options{})
+	defer w.Close()
+	if _, err := w.Append(context.Background(), recs(), AppendOptions{ChunkID: "k", ChunkDigest: b}); !errors.Is(err, ErrChunkConflict) {
+		t.Fatalf("after a restart, same id, another digest: %v", err)
+	}
+	for _, o := range []AppendOptions{{ChunkID: "x", ChunkDigest: make([]byte, 33)}, {ChunkDigest: a}} {
+		if _, err := w.Append(context.Background(), recs(), o); !errors.Is(err, ErrChunkID) {
+			t.Errorf("digest of %d bytes for id %q: %v", len(o.ChunkDigest), o.ChunkID, err)
+		}
+	}
+}
+
 // A client's chunk id never reaches bbolt unchecked: a key over bbolt's
 // limit would fail the whole transaction.
 func TestLongChunkIDRefused(t *testing.T) {
@@ -328,6 +413,8 @@ func TestChunkExpiryForgetsOldIDs(t *testing.T) {
 	w := openT(t, dir, Options{DedupWindow: time.Millisecond})
 	for i := 0; i < 50; i++ {
 		appendT(t, w, []Record{{Body: []byte(`{}`)}}, fmt.Sprint("c", i))
+		// With a digest too: expiry reads both forms.
+		w.Append(context.Background(), []Record{{Body: []byte(`{}`)}}, AppendOptions{ChunkID: fmt.Sprint("d", i), ChunkDigest: []byte{byte(i)}})
 	}
 	w.Close()
 	time.Sleep(5 * time.Millisecond)

@@ -20,6 +20,7 @@ type appendReq struct {
 	n       uint64 // records
 	bytes   int64  // stored bytes of all entries
 	chunk   string
+	digest  []byte // of the request chunk names; nil: none given
 	done    chan appendResult
 }
 
@@ -251,7 +252,7 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 		}
 	}
 
-	seen := map[string]Result{} // chunk ids stored earlier in this group
+	seen := map[string]storedChunk{} // chunk ids stored earlier in this group
 	chunks := tx.Bucket(bucketChunks)
 	t := time.Now()
 	for i, r := range appends {
@@ -260,20 +261,25 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 			continue
 		}
 		if r.chunk != "" {
-			if res, ok := seen[r.chunk]; ok {
+			if c, ok := seen[r.chunk]; ok {
 				// The first copy is in this very transaction: the duplicate is
-				// acknowledged only when, and as, that copy commits.
-				res.Duplicate = true
+				// answered only when, and as, that copy commits.
+				ans := c.answer(r)
 				if wr.w.opts.Sync == SyncInterval {
-					now = append(now, func() { r.done <- appendResult{Result: res} })
+					now = append(now, func() { r.done <- ans })
 				} else {
-					later = append(later, func(err error) { r.done <- appendResult{Result: res, err: err} })
+					later = append(later, func(err error) {
+						if err != nil {
+							ans = appendResult{err: err}
+						}
+						r.done <- ans
+					})
 				}
 				continue
 			}
-			if res, ok := lookupChunk(chunks, r.chunk, t, wr.w.opts.DedupWindow); ok {
-				res.Duplicate = true // stored by a committed transaction
-				now = append(now, func() { r.done <- appendResult{Result: res} })
+			if c, ok := lookupChunk(chunks, r.chunk, t, wr.w.opts.DedupWindow); ok {
+				ans := c.answer(r) // stored by a committed transaction
+				now = append(now, func() { r.done <- ans })
 				continue
 			}
 		}
@@ -309,7 +315,7 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 			return nil, nil, nil, room, err
 		}
 		if r.chunk != "" {
-			seen[r.chunk] = res
+			seen[r.chunk] = storedChunk{Result: res, digest: r.digest}
 		}
 		if wr.w.opts.Sync == SyncInterval {
 			// Acknowledged before the commit: see SyncInterval.
@@ -450,7 +456,7 @@ func (wr *writer) put(tx *bolt.Tx, r *appendReq, now time.Time) (Result, error) 
 	wr.txBytes += r.bytes
 	wr.txAppends++
 	if r.chunk != "" {
-		if err := storeChunk(tx, r.chunk, now, res); err != nil {
+		if err := storeChunk(tx, r.chunk, r.digest, now, res); err != nil {
 			return res, err
 		}
 	}
