@@ -37,10 +37,12 @@ type Pipeline struct {
 }
 
 // Store routes records and appends the routed ones in one WAL transaction,
-// with chunk as their dedup id. It returns once they are durable. input
-// names the input in the metrics. Records that no sink wants are dropped
-// from recs before the append (recs is modified).
-func (p *Pipeline) Store(ctx context.Context, input string, recs []wal.Record, chunk string) (wal.Result, error) {
+// with id's chunk id (ForwardChunkID, HTTPChunkID) and digest. It returns
+// once they are durable; an id stored before with another digest is
+// wal.ErrChunkConflict, and nothing is stored. input names the input in the
+// metrics. Records that no sink wants are dropped from recs before the
+// append (recs is modified).
+func (p *Pipeline) Store(ctx context.Context, input string, recs []wal.Record, id wal.AppendOptions) (wal.Result, error) {
 	kept := recs[:0]
 	for _, r := range recs {
 		if p.Routed == nil || p.Routed(r.Tag) {
@@ -53,7 +55,7 @@ func (p *Pipeline) Store(ctx context.Context, input string, recs []wal.Record, c
 	if len(kept) == 0 {
 		return wal.Result{}, nil
 	}
-	res, err := p.WAL.Append(ctx, kept, wal.AppendOptions{ChunkID: chunk})
+	res, err := p.WAL.Append(ctx, kept, id)
 	if err != nil {
 		return res, err
 	}

@@ -232,7 +232,7 @@ func demoLogs(ctx context.Context, r *running, rate int) error {
 		body := fmt.Sprintf(`{"log":"%s %s","stream":"stdout","kubernetes":{"namespace_name":%q,"pod_name":%q}}`,
 			time.Now().UTC().Format(time.RFC3339Nano), msgs[rand.IntN(len(msgs))], nss[p], pods[p])
 		rec := []wal.Record{{Time: time.Now().UnixNano(), Tag: "pod." + nss[p], Body: []byte(body)}}
-		if _, err := r.pipeline.Store(ctx, "demo", rec, ""); err != nil && ctx.Err() == nil {
+		if _, err := r.pipeline.Store(ctx, "demo", rec, wal.AppendOptions{}); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("demo: %w", err)
 		}
 	}

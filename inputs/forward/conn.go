@@ -11,6 +11,7 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
+	"github.com/logfwd/forwarder/inputs"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -96,7 +97,11 @@ func (c *conn) serve(ctx context.Context) {
 		if m.invalid > 0 {
 			c.s.p.Metrics.InvalidUTF8.WithLabelValues("forward").Add(float64(m.invalid))
 		}
-		_, err = c.s.p.Store(ctx, "forward", m.records, m.chunk)
+		var id wal.AppendOptions
+		if m.chunk != "" {
+			id.ChunkID = inputs.ForwardChunkID(m.chunk)
+		}
+		_, err = c.s.p.Store(ctx, "forward", m.records, id)
 		tag, records := m.tag, len(m.records)
 		m.release() // stored or not, the WAL holds no reference to the records
 		if err != nil {

@@ -194,8 +194,8 @@ func (d *decoder) decode(full []byte) (*message, error) {
 		if m.chunk, b, err = d.options(b); err != nil {
 			return nil, bad("malformed", full, b, "option: %v", err)
 		}
-		if len(m.chunk) > wal.MaxChunkID {
-			return nil, bad("malformed", full, nil, "chunk id of %d bytes, at most %d", len(m.chunk), wal.MaxChunkID)
+		if len(m.chunk) > inputs.MaxClientChunkID {
+			return nil, bad("malformed", full, nil, "chunk id of %d bytes, at most %d", len(m.chunk), inputs.MaxClientChunkID)
 		}
 	}
 	if len(b) != 0 {

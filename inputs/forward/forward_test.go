@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tinylib/msgp/msgp"
 
+	"github.com/logfwd/forwarder/inputs"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -157,6 +159,39 @@ func TestChunkDedup(t *testing.T) {
 	f.waitRecords(2)
 	if n := testutil.ToFloat64(f.metrics.Deduplicated.WithLabelValues("forward")); n != 4 {
 		t.Fatalf("deduplicated records %v, want 4", n)
+	}
+}
+
+// A forward chunk id is never taken for an HTTP Idempotency-Key, though
+// both share the WAL's table of ids: the chunk "http:zz" is stored even
+// after an HTTP request with the key "zz". Ids a version before the
+// prefixes stored (forward ones as they are) still dedup after an upgrade,
+// but for ids starting "http:" or "forward:", which are stored once more.
+func TestChunkIDsApartFromIdempotencyKeys(t *testing.T) {
+	f := start(t, defaultCfg(), wal.Options{})
+	stored := func(tag, id string) { // as the HTTP input, or an earlier version, stored it
+		t.Helper()
+		if _, err := f.w.Append(t.Context(), []wal.Record{{Tag: tag, Body: []byte(`{}`)}}, wal.AppendOptions{ChunkID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored("http", inputs.HTTPChunkID("zz"))
+	stored("before", "chunk-from-before")
+	stored("before", "forward:x")
+	c := f.dial()
+	for _, chunk := range []string{"http:zz", "chunk-from-before", "forward:x", "forward:x", "http:zz"} {
+		c.Write(messageMode("fwd", eventTime(time.Now()), record("chunk", chunk), options(chunk)))
+		if id := readAck(t, c); id != chunk {
+			t.Fatalf("ack %q, want %q", id, chunk)
+		}
+	}
+	recs := f.waitRecords(5)
+	var got []string
+	for _, r := range recs[3:] {
+		got = append(got, string(r.Body))
+	}
+	if want := []string{`{"chunk":"http:zz"}`, `{"chunk":"forward:x"}`}; !slices.Equal(got, want) {
+		t.Fatalf("stored %q, want %q: the first copy of each chunk the WAL did not hold", got, want)
 	}
 }
 

@@ -32,6 +32,7 @@
 //	401 missing or wrong "Authorization: Bearer <token>" (WWW-Authenticate: Bearer)
 //	404 another path; 405 another method (Allow: POST)
 //	413 a body over max_body_bytes, before or after decompression
+//	422 an Idempotency-Key already used for a request with another tag or body
 //	415 a Content-Encoding other than gzip or identity
 //	503 the WAL is full, or the server is stopping (Retry-After: 1)
 //	500 the WAL failed
@@ -39,9 +40,12 @@
 // Lines and array elements in error messages are numbered from 1.
 //
 // An Idempotency-Key header (at most 1024 bytes) is stored with the
-// records in the same transaction; the same key again within the WAL's
-// dedup window is answered as the first time, with X-Duplicate: true, and
-// stores nothing. A request answered 503 after waiting for room may have
+// records in the same transaction, with a SHA-256 of the request's tag and
+// decompressed body; the same key with the same request again within the
+// WAL's dedup window is answered as the first time, with X-Duplicate: true,
+// and stores nothing. The same key with another tag or body is answered
+// 422 and stores nothing: a key names one request. In the WAL a key is
+// "http:" and the key (inputs.HTTPChunkID), apart from forward chunk ids. A request answered 503 after waiting for room may have
 // been stored nonetheless (the WAL took it as the wait ran out); sent again
 // with its Idempotency-Key, it is not stored twice.
 //

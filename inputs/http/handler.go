@@ -2,6 +2,7 @@ package httpin
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 // forwarder_input_rejected_total{input="http"}.
 const (
 	reasonMalformed   = "malformed"            // not JSON, not objects, broken gzip, an Idempotency-Key too long
+	reasonKeyReused   = "idempotency_conflict" // an Idempotency-Key already used for another request
 	reasonBadTime     = "bad_time"             // a time field that is no time
 	reasonBadTag      = "bad_tag"              // missing, too long, or with control characters
 	reasonTooLarge    = "too_large"            // over max_body_bytes, raw or decompressed, or over wal.max_bytes
@@ -29,12 +31,8 @@ const (
 	reasonCanceled    = "canceled"             // the client went away before its records were stored
 	reasonBadMethod   = "bad_method"           // not POST
 	reasonNotFound    = "not_found"            // not /v1/logs
-	maxIdempotencyKey = 1024
+	maxIdempotencyKey = inputs.MaxClientChunkID
 )
-
-// chunkPrefix keeps Idempotency-Keys apart from the forward input's chunk
-// ids, which share the WAL's dedup table.
-const chunkPrefix = "http:"
 
 func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
@@ -81,6 +79,10 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, http.StatusBadRequest, reasonReadError, err.Error())
 		return
 	}
+	var id wal.AppendOptions
+	if key != "" {
+		id = wal.AppendOptions{ChunkID: inputs.HTTPChunkID(key), ChunkDigest: requestDigest(tag, body)}
+	}
 	out := getBuf(len(body))
 	recs, stats, err := parseInto(&out, body, tag, s.cfg.TimeField, time.Now())
 	putBuf(body)
@@ -94,13 +96,24 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, http.StatusBadRequest, reasonMalformed, err.Error())
 		return
 	}
-	s.store(w, r, routed, key, recs, stats)
+	s.store(w, r, routed, id, recs, stats)
+}
+
+// requestDigest is what an Idempotency-Key stands for: the request's tag
+// and body (decompressed). The same key with another tag or body is
+// refused (422), not taken for the first request.
+func requestDigest(tag string, body []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(tag))
+	h.Write([]byte{0}) // a tag holds no control character: the two never run together
+	h.Write(body)
+	return h.Sum(nil)
 }
 
 // store hands the records to the pipeline and answers 200 only once it
 // returned: the records are durable (or were stored before, or are
 // unrouted).
-func (s *Server) store(w http.ResponseWriter, r *http.Request, routed bool, key string, recs []wal.Record, stats parseStats) {
+func (s *Server) store(w http.ResponseWriter, r *http.Request, routed bool, id wal.AppendOptions, recs []wal.Record, stats parseStats) {
 	n, unrouted := len(recs), 0
 	if !routed {
 		unrouted = n
@@ -109,12 +122,8 @@ func (s *Server) store(w http.ResponseWriter, r *http.Request, routed bool, key 
 		s.walFull(w, r)
 		return
 	}
-	chunk := ""
-	if key != "" {
-		chunk = chunkPrefix + key
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.storeTimeout)
-	res, err := s.p.Store(ctx, input, recs, chunk)
+	res, err := s.p.Store(ctx, input, recs, id)
 	cancel()
 	if err != nil {
 		s.storeFailed(w, r, err)
@@ -146,6 +155,9 @@ func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, err error) 
 	case errors.Is(err, wal.ErrNoSpace):
 		w.Header().Set("Retry-After", "1")
 		s.reject(w, r, http.StatusServiceUnavailable, reasonWALFull, "no space left on the WAL's disk: retry later")
+	case errors.Is(err, wal.ErrChunkConflict):
+		s.reject(w, r, http.StatusUnprocessableEntity, reasonKeyReused,
+			"Idempotency-Key already used within the dedup window for a request with another tag or body; nothing was stored: send a new request with a new key")
 	case errors.Is(err, wal.ErrTooLarge):
 		s.reject(w, r, http.StatusRequestEntityTooLarge, reasonTooLarge, "request larger than the WAL can ever hold (wal.max_bytes): send fewer records")
 	case errors.Is(err, wal.ErrClosed), s.baseCtx.Err() != nil:

@@ -357,6 +357,62 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 }
 
+// An Idempotency-Key names one request, its tag and body: sent again with
+// them it is a duplicate (200), with another tag or body it is refused
+// (422) and nothing is stored, as idempotent HTTP APIs answer.
+func TestIdempotencyKeyReused(t *testing.T) {
+	e := newEnv(t)
+	body := "{\"a\":1}\n{\"a\":2}\n"
+	if r := e.post("/v1/logs/app", []byte(body), "Idempotency-Key", "k"); r.status != 200 || r.body != `{"stored":2}` {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	// The same request, gzipped: the same body once decompressed.
+	if r := e.post("/v1/logs/app", gzipped(body), "Idempotency-Key", "k", "Content-Encoding", "gzip"); r.status != 200 || r.header.Get("X-Duplicate") != "true" {
+		t.Fatalf("same request again: %d %s X-Duplicate=%q", r.status, r.body, r.header.Get("X-Duplicate"))
+	}
+	for _, c := range []struct{ name, path, body string }{
+		{"another body", "/v1/logs/app", "{\"a\":1}\n{\"a\":3}\n"},
+		{"another tag", "/v1/logs/other", body},
+		{"one more record", "/v1/logs/app", body + "{\"a\":3}\n"},
+	} {
+		r := e.post(c.path, []byte(c.body), "Idempotency-Key", "k")
+		if r.status != 422 || !strings.Contains(r.body, "Idempotency-Key already used") || r.header.Get("X-Duplicate") != "" {
+			t.Errorf("%s: %d %s, want 422", c.name, r.status, r.body)
+		}
+	}
+	if n := len(e.records()); n != 2 {
+		t.Fatalf("WAL holds %d records, want the first request's 2", n)
+	}
+	if n := e.rejected("idempotency_conflict"); n != 3 {
+		t.Errorf("rejected{idempotency_conflict} = %v, want 3", n)
+	}
+}
+
+// Keys of up to 1,024 bytes are taken, whatever the WAL puts before them to
+// keep them apart from forward chunk ids; a longer one is refused with 400,
+// which a client does not retry, never with a 5xx, which it would retry
+// for ever.
+func TestIdempotencyKeyLength(t *testing.T) {
+	e := newEnv(t)
+	for n := 1019; n <= 1024; n++ {
+		key := strings.Repeat("k", n)
+		r := e.post("/v1/logs/app", []byte(fmt.Sprintf(`{"n":%d}`, n)), "Idempotency-Key", key)
+		if r.status != 200 {
+			t.Fatalf("a key of %d bytes: %d %s", n, r.status, r.body)
+		}
+		if r := e.post("/v1/logs/app", []byte(fmt.Sprintf(`{"n":%d}`, n)), "Idempotency-Key", key); r.status != 200 || r.header.Get("X-Duplicate") != "true" {
+			t.Fatalf("a key of %d bytes again: %d %s", n, r.status, r.body)
+		}
+	}
+	r := e.post("/v1/logs/app", []byte(`{"n":1025}`), "Idempotency-Key", strings.Repeat("k", 1025))
+	if r.status != 400 || !strings.Contains(r.body, "Idempotency-Key longer than 1024 bytes") {
+		t.Fatalf("a key of 1025 bytes: %d %s", r.status, r.body)
+	}
+	if n := len(e.records()); n != 6 {
+		t.Fatalf("WAL holds %d records, want 6", n)
+	}
+}
+
 func TestUnrouted(t *testing.T) {
 	e := newEnv(t, withRouted(func(tag string) bool { return tag != "nobody.wants" }))
 	got := e.post("/v1/logs/nobody.wants", []byte("{\"a\":1}\n{\"a\":\"\xff\"}\n"))
