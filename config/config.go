@@ -54,6 +54,9 @@ type Forward struct {
 	TLS             TLS    `yaml:"tls"`               // server TLS, and client certificates with ClientCAFile
 	MaxMessageBytes Size   `yaml:"max_message_bytes"` // largest forward message accepted
 	MaxConnections  int    `yaml:"max_connections"`   // concurrent client connections
+	// HandshakeTimeout bounds a connection's handshake, from its accept: the TLS handshake
+	// (with tls) and HELO/PING/PONG (with shared_key).
+	HandshakeTimeout Duration `yaml:"handshake_timeout"`
 }
 
 // User is a username and password for the forward handshake.

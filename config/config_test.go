@@ -77,7 +77,7 @@ var (
 			MinFreeBytes: 64 << 20,
 		},
 		Inputs: Inputs{
-			Forward: &Forward{Listen: "127.0.0.1:24224", MaxMessageBytes: 16 << 20, MaxConnections: 1024},
+			Forward: &Forward{Listen: "127.0.0.1:24224", MaxMessageBytes: 16 << 20, MaxConnections: 1024, HandshakeTimeout: Duration(10 * time.Second)},
 			HTTP:    &HTTP{Listen: "127.0.0.1:8080", MaxBodyBytes: 16 << 20, TimeField: "time", MaxConnections: 1024, ReadHeaderTimeout: Duration(10 * time.Second)},
 		},
 		Admin: Admin{Listen: "127.0.0.1:9880"},
@@ -162,12 +162,13 @@ func TestFullConfig(t *testing.T) {
 		WAL:             WAL{MaxBytes: 2 * GiB, WhenFull: "drop_oldest", Sync: "interval", DedupWindow: Duration(90 * time.Minute), MinFreeBytes: 256 * MiB},
 		Inputs: Inputs{
 			Forward: &Forward{
-				Listen:          "0.0.0.0:24225",
-				SharedKey:       "secret",
-				Users:           []User{{"alice", "a-pass"}, {"bob", "b-pass"}},
-				TLS:             TLS{"/etc/forwarder/tls.crt", "/etc/forwarder/tls.key", "/etc/forwarder/ca.crt"},
-				MaxMessageBytes: 8 * MiB,
-				MaxConnections:  10,
+				Listen:           "0.0.0.0:24225",
+				SharedKey:        "secret",
+				Users:            []User{{"alice", "a-pass"}, {"bob", "b-pass"}},
+				TLS:              TLS{"/etc/forwarder/tls.crt", "/etc/forwarder/tls.key", "/etc/forwarder/ca.crt"},
+				MaxMessageBytes:  8 * MiB,
+				MaxConnections:   10,
+				HandshakeTimeout: Duration(5 * time.Second),
 			},
 			HTTP: &HTTP{
 				Listen:            "[::1]:8081",
@@ -435,6 +436,10 @@ var badConfigs = []struct {
 		`5: inputs.forward.users[0].password is required`,
 		`7: inputs.forward.tls: cert_file needs key_file`,
 		`9: inputs.http.listen: port "70000" is not a number from 0 to 65535`,
+	}},
+	{"forward_limits.yaml", []string{
+		`3: inputs.forward.max_connections: must be at least 1, not 0`,
+		`4: inputs.forward.handshake_timeout: must be greater than 0, not 0s`,
 	}},
 	{"http_limits.yaml", []string{
 		`3: inputs.http.max_connections: must be at least 1, not 0`,

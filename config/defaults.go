@@ -24,9 +24,10 @@ func Default() *Config {
 
 func defaultForward() *Forward {
 	return &Forward{
-		Listen:          "127.0.0.1:24224",
-		MaxMessageBytes: 16 * MiB,
-		MaxConnections:  1024,
+		Listen:           "127.0.0.1:24224",
+		MaxMessageBytes:  16 * MiB,
+		MaxConnections:   1024,
+		HandshakeTimeout: Duration(10 * time.Second),
 	}
 }
 

@@ -70,6 +70,7 @@ func (f *Forward) validate(s section) {
 	}
 	atLeast(s, "max_message_bytes", f.MaxMessageBytes, 1)
 	atLeast(s, "max_connections", f.MaxConnections, 1)
+	s.positive("handshake_timeout", f.HandshakeTimeout)
 }
 
 func (h *HTTP) validate(s section) {

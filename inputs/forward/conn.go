@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -30,12 +31,17 @@ type conn struct {
 	fr       framer
 	read     int64 // bytes read from the connection, for error positions
 
+	slot *inputs.Slot
+	// handshakeBy is when the handshake (TLS, HELO/PING/PONG) must be over;
+	// zero once it is, or when there is none.
+	handshakeBy time.Time
+
 	mu   sync.Mutex
 	busy bool // between a message's first byte and its ack
 	gone bool
 }
 
-func (s *Server) newConn(nc net.Conn) *conn {
+func (s *Server) newConn(nc net.Conn, slot *inputs.Slot) *conn {
 	if s.tune != nil {
 		s.tune(nc)
 	}
@@ -43,8 +49,14 @@ func (s *Server) newConn(nc net.Conn) *conn {
 		nc = tls.Server(nc, s.tls)
 	}
 	max := int(s.cfg.MaxMessageBytes)
-	return &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(),
+	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), slot: slot,
 		dec: decoder{maxUnpacked: 4 * max, now: time.Now}}
+	if s.tls != nil || s.cfg.SharedKey != "" {
+		c.handshakeBy = time.Now().Add(time.Duration(s.cfg.HandshakeTimeout))
+	} else {
+		slot.Ready() // nothing to wait for: a connection like any other
+	}
+	return c
 }
 
 // closeIfIdle closes the connection unless it is in the middle of a message.
@@ -64,14 +76,21 @@ func (c *conn) setBusy(b bool) bool {
 	return !c.gone
 }
 
+// closing reports whether the server is closing the connection.
+func (c *conn) closing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gone
+}
+
 func (c *conn) serve(ctx context.Context) {
 	c.s.track(c, true)
 	defer c.s.track(c, false)
 	defer c.nc.Close()
 	log := c.s.log.With("remote", c.remote)
-	if c.s.cfg.SharedKey != "" {
+	if !c.handshakeBy.IsZero() {
 		if err := c.handshake(); err != nil {
-			c.reject("handshake", err)
+			c.handshakeFailed(err)
 			return
 		}
 	}
@@ -146,38 +165,105 @@ func ack(chunk string) []byte {
 }
 
 func (c *conn) write(b []byte) error {
-	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	c.nc.SetWriteDeadline(c.within(time.Now().Add(writeTimeout)))
 	_, err := c.nc.Write(b)
 	return err
 }
 
+// within is deadline, or the handshake's deadline when that is sooner.
+func (c *conn) within(deadline time.Time) time.Time {
+	if !c.handshakeBy.IsZero() && c.handshakeBy.Before(deadline) {
+		return c.handshakeBy
+	}
+	return deadline
+}
+
+// errEvicted is a handshake cut short because a newer connection needed
+// its slot (inputs.Slots).
+var errEvicted = errors.New("closed in the handshake: max_connections reached and a new connection took its slot")
+
+// tlsError is a failed TLS handshake.
+type tlsError struct{ err error }
+
+func (e *tlsError) Error() string { return "TLS handshake: " + e.err.Error() }
+func (e *tlsError) Unwrap() error { return e.err }
+
+// handshake runs the TLS handshake (with tls) and HELO/PING/PONG (with
+// shared_key), all within handshake_timeout of the accept, the PING within
+// maxHandshakeBytes. Until it is over, the connection's slot may be taken
+// by a newer connection (inputs.Slots).
 func (c *conn) handshake() error {
-	h, err := newHandshake(c.s.cfg, c.s.hostname)
-	if err != nil {
-		return err
+	c.nc.SetDeadline(c.handshakeBy)
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		if err := tc.Handshake(); err != nil {
+			return &tlsError{err}
+		}
 	}
-	if err := c.write(h.helo()); err != nil {
-		return err
+	if c.s.cfg.SharedKey != "" {
+		h, err := newHandshake(c.s.cfg, c.s.hostname)
+		if err != nil {
+			return err
+		}
+		if err := c.write(h.helo()); err != nil {
+			return err
+		}
+		msg, err := c.next()
+		if err != nil {
+			return err
+		}
+		pong, refused := h.ping(msg)
+		if err := c.write(pong); err != nil {
+			return err
+		}
+		c.setBusy(false)
+		if refused != nil {
+			return refused
+		}
 	}
-	msg, err := c.next()
-	if err != nil {
-		return err
+	c.handshakeBy = time.Time{}
+	c.nc.SetDeadline(time.Time{})
+	if !c.slot.Ready() {
+		return errEvicted
 	}
-	pong, refused := h.ping(msg)
-	if err := c.write(pong); err != nil {
-		return err
+	return nil
+}
+
+// handshakeFailed counts and logs a handshake that did not finish. A
+// connection closed before it sent anything (a port check, a load
+// balancer's probe) and one closed at shutdown are logged at debug only.
+func (c *conn) handshakeFailed(err error) {
+	var bm *badMessage
+	switch {
+	case c.slot.Evicted():
+		c.s.p.Metrics.Rejected.WithLabelValues("forward", "evicted").Inc()
+		if n, ok := c.s.rejects.allow("evicted", time.Now()); ok {
+			c.s.log.Warn("closed a connection still in its handshake to make room for a new one: max_connections is reached; raise it if these are real clients",
+				"remote", c.remote, "max_connections", c.s.cfg.MaxConnections, "same_reason_not_logged_in_last_minute", n)
+		}
+	case c.closing() && errors.Is(err, net.ErrClosed):
+		c.s.log.Debug("connection closed in its handshake: the server is stopping", "remote", c.remote)
+	case errors.Is(err, io.EOF) && c.read == 0:
+		c.s.log.Debug("connection closed before its handshake began", "remote", c.remote)
+	case isTimeout(err) || errors.As(err, &bm) && bm.reason == "timeout":
+		c.reject("handshake_timeout", fmt.Errorf("handshake not over within handshake_timeout (%s): %w", time.Duration(c.s.cfg.HandshakeTimeout), err))
+	case errors.As(err, new(*tlsError)):
+		c.reject("tls_handshake", err)
+	default:
+		c.reject("handshake", err)
 	}
-	c.setBusy(false)
-	return refused
 }
 
 // next returns the next whole message, read within the size limit and
-// the timeouts. The returned bytes are valid until the next call.
+// the timeouts (in the handshake, within its own). The returned bytes are
+// valid until the next call.
 func (c *conn) next() ([]byte, error) {
-	max := int(c.s.cfg.MaxMessageBytes)
+	max, limit := int(c.s.cfg.MaxMessageBytes), "max_message_bytes"
+	if !c.handshakeBy.IsZero() {
+		max, limit = maxHandshakeBytes, "the handshake's limit"
+	}
 	c.start += c.consumed // drop the previous message
 	c.consumed = 0
-	deadline := time.Now().Add(idleTimeout)
+	deadline := c.within(time.Now().Add(idleTimeout))
 	started := false
 	empty := 0 // reads in a row that returned nothing and no error
 	for {
@@ -185,7 +271,7 @@ func (c *conn) next() ([]byte, error) {
 			if !started {
 				// A message has begun: it must arrive whole within messageTimeout.
 				started = true
-				deadline = time.Now().Add(messageTimeout)
+				deadline = c.within(time.Now().Add(messageTimeout))
 				if !c.setBusy(true) {
 					return nil, errClosing
 				}
@@ -195,12 +281,12 @@ func (c *conn) next() ([]byte, error) {
 			case err != nil:
 				return nil, &badMessage{reason: "malformed", offset: -1, err: err}
 			case n > max:
-				return nil, &badMessage{reason: "too_large", offset: -1, err: errSize(n, max)}
+				return nil, &badMessage{reason: "too_large", offset: -1, err: errSize(n, max, limit)}
 			case n > 0:
 				c.consumed = n
 				return pending[:n], nil
 			case len(pending) > max:
-				return nil, &badMessage{reason: "too_large", offset: -1, err: errSize(len(pending), max)}
+				return nil, &badMessage{reason: "too_large", offset: -1, err: errSize(len(pending), max, limit)}
 			}
 		}
 		c.makeRoom(max)

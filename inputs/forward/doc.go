@@ -18,7 +18,13 @@
 //
 // With shared_key set, a connection starts with the HELO/PING/PONG
 // handshake (and checks users, if any). TLS, and client certificates
-// with client_ca_file, are configured in tls.
+// with client_ca_file, are configured in tls. The handshake, TLS's and
+// then HELO/PING/PONG, must be over within handshake_timeout of the accept
+// (reason handshake_timeout), with a PING of at most 64 KiB. Until it is,
+// the connection gives way to a new one when max_connections are open: the
+// oldest connection still in its handshake is closed (reason evicted,
+// inputs.Slots); a new connection is refused only when every open one is
+// past its handshake.
 //
 // Bad input — malformed or truncated msgpack, wrong types, a tag that breaks
 // the inputs' tag rule (inputs.CheckTag: empty, over 1,024 bytes, invalid
@@ -29,7 +35,8 @@
 // with one log line (remote address, what was wrong, where) and a count
 // in forwarder_input_rejected_total; nothing of that message is stored and
 // other connections are not affected. Connections idle for ten minutes are
-// closed, connections beyond max_connections at once. An accept that fails
+// closed, connections beyond max_connections at once (see above for those
+// in their handshake). An accept that fails
 // for a reason that passes (no file descriptor left) is retried with a
 // pause and counted (inputs.RetryAccept), never fatal. UDP heartbeats are
 // not answered (answering is optional).

@@ -2,8 +2,8 @@ package forward
 
 import "fmt"
 
-func errSize(n, max int) error {
-	return fmt.Errorf("message of at least %d bytes exceeds max_message_bytes (%d)", n, max)
+func errSize(n, max int, limit string) error {
+	return fmt.Errorf("message of at least %d bytes exceeds %s (%d)", n, limit, max)
 }
 
 func errIncomplete(have int, err error) error {

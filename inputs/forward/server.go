@@ -16,6 +16,11 @@ import (
 	"github.com/logfwd/forwarder/inputs"
 )
 
+// maxHandshakeBytes bounds a handshake message (PING): a real one is well
+// under 1 KiB, and a connection not yet authenticated must not make the
+// server buffer a message of max_message_bytes.
+const maxHandshakeBytes = 64 << 10
+
 // Timeouts of a connection. Variables so that tests can shorten them.
 var (
 	idleTimeout    = 10 * time.Minute // between messages
@@ -34,7 +39,7 @@ type Server struct {
 	tls      *tls.Config
 
 	ln    net.Listener
-	slots chan struct{} // one per allowed connection
+	slots *inputs.Slots // max_connections; connections in the handshake give way
 
 	// tune, when set, adjusts each accepted connection (tests shrink its
 	// buffers to play a slow network).
@@ -59,8 +64,11 @@ func New(cfg config.Forward, p *inputs.Pipeline, log *slog.Logger) *Server {
 	if cfg.MaxMessageBytes <= 0 {
 		cfg.MaxMessageBytes = 16 << 20
 	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = config.Duration(10 * time.Second)
+	}
 	return &Server{cfg: cfg, p: p, log: log.With("input", "forward"), hostname: host,
-		slots: make(chan struct{}, cfg.MaxConnections), conns: map[*conn]struct{}{}, listen: net.Listen}
+		slots: inputs.NewSlots(cfg.MaxConnections), conns: map[*conn]struct{}{}, listen: net.Listen}
 }
 
 // Start binds the listener.
@@ -130,19 +138,21 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 			break
 		}
-		select {
-		case s.slots <- struct{}{}:
-		default:
+		// With every slot taken, the oldest connection still in its
+		// handshake gives way (it is closed, and counted when its goroutine
+		// sees it); with none in its handshake, the new one is refused.
+		slot, _ := s.slots.Take(func() { nc.Close() })
+		if slot == nil {
 			s.p.Metrics.Rejected.WithLabelValues("forward", "too_many_connections").Inc()
 			s.log.Debug("connection refused: max_connections reached", "remote", nc.RemoteAddr().String(), "max_connections", s.cfg.MaxConnections)
 			nc.Close()
 			continue
 		}
-		c := s.newConn(nc)
+		c := s.newConn(nc, slot)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer func() { <-s.slots }()
+			defer slot.Release()
 			c.serve(storeCtx)
 		}()
 	}
