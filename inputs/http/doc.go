@@ -54,8 +54,12 @@
 // another client.
 //
 // Connections beyond max_connections are closed at once, before any
-// answer (reason too_many_connections); a connection that has not sent a
-// request's headers within read_header_timeout is closed. An accept that
+// answer (reason too_many_connections), except that a connection that has
+// not yet sent an authenticated request gives way to a new one: the oldest
+// such is closed instead (reason evicted; see limitListener). A connection
+// that has not sent a request's headers within read_header_timeout is
+// closed; a request without the right token is answered 401 and its
+// connection closed. An accept that
 // fails for a reason that passes (no file descriptor left) is retried with
 // a pause and counted (inputs.RetryAccept), never fatal.
 package httpin

@@ -41,10 +41,14 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.auth != nil && !s.auth.allows(r) {
+		// The connection is closed after the answer: a client without the
+		// token keeps no connection open.
 		w.Header().Set("WWW-Authenticate", "Bearer")
+		w.Header().Set("Connection", "close")
 		s.reject(w, r, http.StatusUnauthorized, reasonUnauth, "missing or wrong bearer token")
 		return
 	}
+	authenticated(r)
 	tag := r.PathValue("tag")
 	if tag == "" {
 		tag = r.URL.Query().Get("tag")

@@ -1,27 +1,34 @@
 package httpin
 
 import (
+	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 
 	"github.com/logfwd/forwarder/inputs"
 )
 
-// limitListener holds the HTTP input to max_connections open connections:
-// a connection accepted beyond them is closed at once and counted
-// (forwarder_input_rejected_total{reason="too_many_connections"}), as the
-// forward input does. Its client sees the connection closed before any
-// answer, and may try again.
+// limitListener holds the HTTP input to max_connections open connections
+// (inputs.Slots). A connection is in its "handshake" until a request of it
+// passes authentication (any POST to /v1/logs when no token is set): until
+// then it gives way to a new connection when every slot is taken, and is
+// closed and counted (forwarder_input_rejected_total{reason="evicted"}).
+// With every connection past that point, a new one is closed at once and
+// counted (reason too_many_connections), as the forward input does; its
+// client sees the connection closed before any answer, and may try again.
 type limitListener struct {
 	net.Listener
-	slots   chan struct{} // one per open connection
+	slots   *inputs.Slots
 	metrics *inputs.Metrics
 	log     *slog.Logger
+	max     int
 }
 
 func newLimitListener(ln net.Listener, max int, m *inputs.Metrics, log *slog.Logger) *limitListener {
-	return &limitListener{Listener: ln, slots: make(chan struct{}, max), metrics: m, log: log}
+	return &limitListener{Listener: ln, slots: inputs.NewSlots(max), metrics: m, log: log, max: max}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -30,26 +37,53 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.slots <- struct{}{}:
-			return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
-		default:
-			l.metrics.Rejected.WithLabelValues(input, "too_many_connections").Inc()
-			l.log.Debug("connection refused: max_connections reached", "remote", c.RemoteAddr().String(), "max_connections", cap(l.slots))
+		remote := c.RemoteAddr().String()
+		slot, _ := l.slots.Take(func() {
+			l.metrics.Rejected.WithLabelValues(input, "evicted").Inc()
+			l.log.Debug("closed a connection that has sent no authenticated request, to make room for a new one: max_connections reached",
+				"remote", remote, "max_connections", l.max)
 			c.Close()
+		})
+		if slot != nil {
+			return &limitedConn{Conn: c, slot: slot}, nil
 		}
+		l.metrics.Rejected.WithLabelValues(input, "too_many_connections").Inc()
+		l.log.Debug("connection refused: max_connections reached", "remote", remote, "max_connections", l.max)
+		c.Close()
 	}
 }
 
 // limitedConn gives its slot back when it is first closed.
 type limitedConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	once sync.Once
+	slot *inputs.Slot
 }
 
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.once.Do(c.slot.Release)
 	return err
+}
+
+type slotKey struct{}
+
+// withSlot puts the connection's slot in its requests' context
+// (http.Server.ConnContext).
+func withSlot(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	if lc, ok := c.(*limitedConn); ok {
+		return context.WithValue(ctx, slotKey{}, lc.slot)
+	}
+	return ctx
+}
+
+// authenticated marks r's connection as past its handshake: its slot is
+// its own until it closes.
+func authenticated(r *http.Request) {
+	if slot, ok := r.Context().Value(slotKey{}).(*inputs.Slot); ok {
+		slot.Ready()
+	}
 }

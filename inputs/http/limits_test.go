@@ -1,8 +1,11 @@
 package httpin
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -53,10 +56,47 @@ func TestAcceptErrorsAreRetried(t *testing.T) {
 	e.shutdown() // and Serve returned nil
 }
 
-// Connections beyond max_connections are closed at once and counted; once
-// one closes, a new one is served.
+// dialRaw opens a TCP connection to the server, closed at the test's end.
+func dialRaw(t *testing.T, e *env) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", e.s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// keepAlive sends one request with a token on c, on a connection kept
+// open, and reads its answer.
+func keepAlive(t *testing.T, c net.Conn, token string) int {
+	t.Helper()
+	body := `{"a":1}`
+	fmt.Fprintf(c, "POST /v1/logs/app HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", token, len(body), body)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("answer: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// expectClosedAtOnce checks that the server closes c without an answer.
+func expectClosedAtOnce(t *testing.T, c net.Conn) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(c); err != nil && !strings.Contains(err.Error(), "reset") || len(b) > 0 {
+		t.Fatalf("the connection was not closed at once: %q, %v", b, err)
+	}
+}
+
+// Connections beyond max_connections are closed at once and counted when
+// every open one has sent an authenticated request; once one closes, a new
+// one is served.
 func TestMaxConnections(t *testing.T) {
-	e := newEnv(t, withConfig(func(c *config.HTTP) { c.MaxConnections = 2 }))
+	e := newEnv(t, withConfig(func(c *config.HTTP) { c.MaxConnections = 2; c.Token = "tok" }))
 	open := func() float64 { return testutil.ToFloat64(e.m.Connections.WithLabelValues(input)) }
 	waitOpen := func(n float64) {
 		t.Helper()
@@ -68,32 +108,64 @@ func TestMaxConnections(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	dial := func() net.Conn {
-		t.Helper()
-		c, err := net.Dial("tcp", e.s.Addr().String())
-		if err != nil {
-			t.Fatal(err)
+	a, b := dialRaw(t, e), dialRaw(t, e)
+	for _, c := range []net.Conn{a, b} {
+		if status := keepAlive(t, c, "tok"); status != 200 {
+			t.Fatalf("status %d", status)
 		}
-		t.Cleanup(func() { c.Close() })
-		return c
 	}
-	a, _ := dial(), dial()
 	waitOpen(2)
-	c := dial()
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if b, err := io.ReadAll(c); err != nil && !strings.Contains(err.Error(), "reset") || len(b) > 0 {
-		t.Fatalf("the third connection was not closed at once: %q, %v", b, err)
-	}
+	expectClosedAtOnce(t, dialRaw(t, e))
 	if n := e.rejected("too_many_connections"); n != 1 {
 		t.Fatalf("rejected{too_many_connections} = %v, want 1", n)
 	}
 	a.Close()
 	waitOpen(1)
-	if r := e.post("/v1/logs/app", []byte(`{"a":1}`)); r.status != 200 {
+	if r := e.post("/v1/logs/app", []byte(`{"a":1}`), "Authorization", "Bearer tok"); r.status != 200 {
 		t.Fatalf("after a connection closed: status %d %s", r.status, r.body)
 	}
-	if n := e.rejected("too_many_connections"); n != 1 {
-		t.Fatalf("rejected{too_many_connections} = %v after a slot was free, want 1", n)
+	if n := e.rejected("too_many_connections"); n != 1 || e.rejected("evicted") != 0 {
+		t.Fatalf("rejected{too_many_connections} = %v, {evicted} = %v after a slot was free, want 1 and 0", n, e.rejected("evicted"))
+	}
+}
+
+// Connections that have sent no authenticated request do not lock others
+// out: with max_connections taken, a new connection takes the slot of the
+// oldest of them, which is closed and counted. A request without the token
+// is answered 401 and its connection closed.
+func TestUnauthenticatedConnectionsGiveWay(t *testing.T) {
+	e := newEnv(t, withConfig(func(c *config.HTTP) { c.MaxConnections = 3; c.Token = "tok" }))
+	var idle []net.Conn
+	for range 3 {
+		idle = append(idle, dialRaw(t, e))
+	}
+	idle[2].Write([]byte("POST /v1/logs/app HTTP/1.1\r\n")) // half a request
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(e.m.Connections.WithLabelValues(input)) != 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Three clients with the token are served, each on a connection it keeps.
+	for i := range 3 {
+		c := dialRaw(t, e)
+		if status := keepAlive(t, c, "tok"); status != 200 {
+			t.Fatalf("client %d: status %d", i, status)
+		}
+	}
+	for _, c := range idle {
+		expectClosedAtOnce(t, c)
+	}
+	if n := e.rejected("evicted"); n != 3 {
+		t.Fatalf("rejected{evicted} = %v, want 3", n)
+	}
+	// A wrong token is answered, and the connection closed.
+	e2 := newEnv(t, withConfig(func(c *config.HTTP) { c.Token = "tok" }))
+	c := dialRaw(t, e2)
+	if status := keepAlive(t, c, "wrong"); status != 401 {
+		t.Fatalf("wrong token: status %d", status)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("the connection of a 401 stayed open (read %d bytes)", n)
 	}
 }
 

@@ -100,6 +100,7 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
+		ConnContext:       withSlot,
 		ConnState:         s.connState,
 		// The server's own complaints (TLS handshakes, bad request lines)
 		// are about clients: debug, never a flood at warn.
