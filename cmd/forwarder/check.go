@@ -10,8 +10,9 @@ import (
 
 const checkUsage = `Usage: forwarder check [-c FILE]
 
-Validate a configuration file. Print "FILE: OK" and a summary of what it configures, or
-every problem with its line, on stderr, and exit 1.
+Validate a configuration file. Print "FILE: OK" and a summary of what it configures, and
+on stderr a warning for each input other machines can reach without authentication or
+without TLS; or every problem with its line, on stderr, and exit 1.
 `
 
 func cmdCheck(args []string, stdout, stderr io.Writer) int {
@@ -29,6 +30,9 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	fmt.Fprintf(stdout, "%s: OK\n%s\n", *configPath, summary(cfg))
+	for _, w := range configWarnings(cfg) {
+		fmt.Fprintf(stderr, "%s: warning: %s (address %s)\n", *configPath, w.msg, w.address)
+	}
 	return exitOK
 }
 

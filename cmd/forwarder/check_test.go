@@ -29,6 +29,46 @@ func TestCheckGoodConfig(t *testing.T) {
 	}
 }
 
+// check warns, on stderr and still exiting 0, about inputs other machines can reach
+// without authentication or without TLS, as run does at start.
+func TestCheckWarnsAboutCleartextInputs(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, inputs string
+		want         []string
+	}{
+		{"authenticated in clear", "inputs:\n  forward: {listen: \"0.0.0.0:24224\", shared_key: k}\n  http: {listen: \"10.0.0.5:8080\", token: t}\n", []string{
+			"warning: the forward input has no TLS: records, and the handshake that authenticates clients, cross the network in clear for anyone on the path to read or replay; set inputs.forward.tls.cert_file and key_file, or listen on a loopback address (address 0.0.0.0:24224)",
+			"warning: the HTTP input has no TLS: records and the bearer token cross the network in clear for anyone on the path to read and reuse; set inputs.http.tls.cert_file and key_file, or listen on a loopback address (address 10.0.0.5:8080)",
+		}},
+		{"open", "inputs:\n  http: {listen: \":8080\"}\n", []string{
+			"warning: the HTTP input accepts records from anyone who can reach it",
+			"warning: the HTTP input has no TLS",
+		}},
+		{"with TLS", "inputs:\n  forward: {listen: \"0.0.0.0:24224\", shared_key: k, tls: {cert_file: /c, key_file: /k}}\n  http: {listen: \"0.0.0.0:8080\", token: t, tls: {cert_file: /c, key_file: /k}}\n", nil},
+		{"loopback", inputsYAML, nil},
+	} {
+		path, _ := writeConfig(t, c.inputs, adminYAML)
+		r := forwarderCmd(t, "check", "-c", path)
+		if r.code != exitOK || !strings.HasPrefix(r.stdout, path+": OK\n") {
+			t.Errorf("%s: exit %d, stdout %q", c.name, r.code, r.stdout)
+		}
+		lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+		if r.stderr == "" {
+			lines = nil
+		}
+		if len(lines) != len(c.want) {
+			t.Errorf("%s: stderr %q, want %d warnings", c.name, r.stderr, len(c.want))
+			continue
+		}
+		for i, w := range c.want {
+			if !strings.HasPrefix(lines[i], path+": "+w) {
+				t.Errorf("%s: warning %d is %q, want it to start %q", c.name, i, lines[i], path+": "+w)
+			}
+		}
+	}
+}
+
 func TestCheckBadConfig(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "bad.yaml")

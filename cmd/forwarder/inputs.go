@@ -2,7 +2,6 @@ package main
 
 import (
 	"log/slog"
-	"net"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -20,10 +19,6 @@ func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log 
 	p := &inputs.Pipeline{WAL: w, Metrics: inputs.NewMetrics(reg), Routed: routed(cfg.Sinks)}
 	var actors []actor
 	if c := cfg.Inputs.Forward; c != nil {
-		if c.SharedKey == "" && c.TLS.ClientCAFile == "" && !loopback(c.Listen) {
-			log.Warn("the forward input accepts records from anyone who can reach it: set inputs.forward.shared_key (the handshake) or tls.client_ca_file, or listen on a loopback address",
-				"address", c.Listen)
-		}
 		s := forward.New(*c, p, log)
 		if err := s.Start(); err != nil {
 			return nil, nil, err
@@ -31,10 +26,6 @@ func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log 
 		actors = append(actors, actor{name: "forward input", run: s.Serve})
 	}
 	if c := cfg.Inputs.HTTP; c != nil {
-		if c.Token == "" && !loopback(c.Listen) {
-			log.Warn("the HTTP input accepts records from anyone who can reach it: set inputs.http.token, or listen on a loopback address",
-				"address", c.Listen)
-		}
 		s := httpin.New(*c, p, log)
 		if err := s.Start(); err != nil {
 			return nil, nil, err
@@ -42,19 +33,6 @@ func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log 
 		actors = append(actors, actor{name: "http input", run: s.Serve})
 	}
 	return actors, p, nil
-}
-
-// loopback reports whether a listen address is reachable from this machine only.
-func loopback(listen string) bool {
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // routed reports whether some sink's match takes a tag.

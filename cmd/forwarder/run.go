@@ -92,9 +92,8 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 		return exitFail
 	}
 	var listening atomic.Bool
-	if cfg.Admin.Pprof && !loopback(cfg.Admin.Listen) {
-		log.Warn("admin.pprof serves Go's profiles to anyone who can reach the admin listener: listen on a loopback address, or turn admin.pprof off",
-			"address", cfg.Admin.Listen)
+	for _, w := range configWarnings(cfg) {
+		log.Warn(w.msg, "address", w.address)
 	}
 	adm := admin.New(cfg.Admin.Listen, admin.Sources{WAL: w, MaxBytes: int64(cfg.WAL.MaxBytes), Drainers: drainers,
 		Listening: listening.Load, Gatherer: reg, Version: currentVersion(), Pprof: cfg.Admin.Pprof}, log)

@@ -322,24 +322,30 @@ func TestRunMemoryLimit(t *testing.T) {
 	}
 }
 
-// An input on an address other machines can reach, without authentication, is warned
-// about at start; with it, or on loopback, it is not. So are Go's profiles on an admin
-// listener other machines can reach.
+// An input on an address other machines can reach is warned about at start when it
+// takes records without authentication, and when it has no TLS (whatever authenticates
+// its clients, records and secrets cross the network in clear); on loopback it is not.
+// So are Go's profiles on an admin listener other machines can reach.
 func TestRunWarnsAboutOpenInputs(t *testing.T) {
 	t.Parallel()
 	const forwardWarn = `level=WARN msg="the forward input accepts records from anyone who can reach it`
 	const httpWarn = `level=WARN msg="the HTTP input accepts records from anyone who can reach it`
+	const forwardTLSWarn = `level=WARN msg="the forward input has no TLS: records`
+	const httpTLSWarn = `level=WARN msg="the HTTP input has no TLS: records and the bearer token`
 	const pprofWarn = `level=WARN msg="admin.pprof serves Go's profiles to anyone who can reach the admin listener`
 	const loopbackInputs = "inputs:\n  forward: {listen: \"127.0.0.1:0\"}\n  http: {listen: \"[::1]:0\"}\n"
+	cert, key := selfSignedFiles(t)
+	tls := fmt.Sprintf("{cert_file: %q, key_file: %q}", cert, key)
 	for _, c := range []struct {
-		name, inputs, admin string
-		warned, pprofWarned bool
+		name, inputs, admin            string
+		warned, tlsWarned, pprofWarned bool
 	}{
-		{"open", "inputs:\n  forward: {listen: \"0.0.0.0:0\"}\n  http: {listen: \"0.0.0.0:0\"}\n", adminYAML, true, false},
-		{"authenticated", "inputs:\n  forward: {listen: \"0.0.0.0:0\", shared_key: k}\n  http: {listen: \"0.0.0.0:0\", token: t}\n", adminYAML, false, false},
-		{"loopback", loopbackInputs, adminYAML, false, false},
-		{"open pprof", loopbackInputs, "admin: {listen: \"0.0.0.0:0\", pprof: true}\n", false, true},
-		{"loopback pprof", loopbackInputs, "admin: {listen: \"127.0.0.1:0\", pprof: true}\n", false, false},
+		{"open", "inputs:\n  forward: {listen: \"0.0.0.0:0\"}\n  http: {listen: \"0.0.0.0:0\"}\n", adminYAML, true, true, false},
+		{"authenticated in clear", "inputs:\n  forward: {listen: \"0.0.0.0:0\", shared_key: k}\n  http: {listen: \"0.0.0.0:0\", token: t}\n", adminYAML, false, true, false},
+		{"authenticated with TLS", "inputs:\n  forward: {listen: \"0.0.0.0:0\", shared_key: k, tls: " + tls + "}\n  http: {listen: \"0.0.0.0:0\", token: t, tls: " + tls + "}\n", adminYAML, false, false, false},
+		{"loopback", loopbackInputs, adminYAML, false, false, false},
+		{"open pprof", loopbackInputs, "admin: {listen: \"0.0.0.0:0\", pprof: true}\n", false, false, true},
+		{"loopback pprof", loopbackInputs, "admin: {listen: \"127.0.0.1:0\", pprof: true}\n", false, false, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -348,6 +354,11 @@ func TestRunWarnsAboutOpenInputs(t *testing.T) {
 			for _, w := range []string{forwardWarn, httpWarn} {
 				if got := strings.Contains(log, w); got != c.warned {
 					t.Errorf("warning %q logged: %v, want %v:\n%s", w, got, c.warned, log)
+				}
+			}
+			for _, w := range []string{forwardTLSWarn, httpTLSWarn} {
+				if got := strings.Contains(log, w); got != c.tlsWarned {
+					t.Errorf("warning %q logged: %v, want %v:\n%s", w, got, c.tlsWarned, log)
 				}
 			}
 			if got := strings.Contains(log, pprofWarn); got != c.pprofWarned {

@@ -18,12 +18,14 @@ var (
 	packagingYAMLPath = filepath.Join("..", "..", "packaging", "forwarder.yaml")
 )
 
-// packagingEnv is what /etc/forwarder/forwarder.env provides to packaging/forwarder.yaml.
+// packagingEnv is what /etc/forwarder/forwarder.env provides to packaging/forwarder.yaml,
+// and systemd: CREDENTIALS_DIRECTORY, for the unit's LoadCredential=.
 var packagingEnv = map[string]string{
-	"FORWARDER_SHARED_KEY": "a-shared-key",
-	"FORWARDER_HTTP_TOKEN": "a-token",
-	"S3_BUCKET":            "logfwd-archive",
-	"AWS_REGION":           "eu-west-1",
+	"FORWARDER_SHARED_KEY":  "a-shared-key",
+	"FORWARDER_HTTP_TOKEN":  "a-token",
+	"S3_BUCKET":             "logfwd-archive",
+	"AWS_REGION":            "eu-west-1",
+	"CREDENTIALS_DIRECTORY": "/run/credentials/forwarder.service",
 }
 
 // The unit passes systemd-analyze verify: every directive known and valid, the binary
@@ -92,8 +94,19 @@ func TestPackagingConfig(t *testing.T) {
 	if len(cfg.Sinks) != 2 || cfg.Sinks[0].S3 == nil || cfg.Sinks[0].S3.Bucket != packagingEnv["S3_BUCKET"] || cfg.Sinks[1].CloudWatch == nil {
 		t.Errorf("sinks %+v, want an s3 sink on S3_BUCKET and a cloudwatch sink", cfg.Sinks)
 	}
+	// Nothing in clear, nothing open: the service starts without a warning.
+	for _, w := range configWarnings(cfg) {
+		t.Errorf("the production configuration is warned about: %s (address %s)", w.msg, w.address)
+	}
 
 	unit := readUnit(t)
+	// The TLS keys are credentials the unit loads.
+	for _, key := range []string{cfg.Inputs.Forward.TLS.KeyFile, cfg.Inputs.HTTP.TLS.KeyFile} {
+		dir, name := filepath.Split(key)
+		if filepath.Clean(dir) != packagingEnv["CREDENTIALS_DIRECTORY"] || !strings.HasPrefix(unit["LoadCredential"], name+":") {
+			t.Errorf("key_file %s: want ${env.CREDENTIALS_DIRECTORY}/NAME with LoadCredential=NAME:... in the unit (it has LoadCredential=%s)", key, unit["LoadCredential"])
+		}
+	}
 	if want := filepath.Join("/var/lib", unit["StateDirectory"]); cfg.DataDir != want {
 		t.Errorf("data_dir %s, want the unit's state directory %s (StateDirectory=%s)", cfg.DataDir, want, unit["StateDirectory"])
 	}
