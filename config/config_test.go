@@ -183,7 +183,7 @@ func TestFullConfig(t *testing.T) {
 		Admin: Admin{Listen: "127.0.0.1:9881", Pprof: true},
 		Sinks: []Sink{
 			{
-				Name: "archive", Type: "s3", Match: []string{"app.**"}, Line: 40,
+				Name: "archive", Type: "s3", Match: []string{"app.**"}, Line: 41,
 				S3: &S3{
 					Bucket:             "my-logs",
 					Region:             "eu-west-1",
@@ -206,7 +206,7 @@ func TestFullConfig(t *testing.T) {
 				},
 			},
 			{
-				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 61,
+				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 62,
 				CloudWatch: &CloudWatch{
 					Region:               "eu-west-1",
 					Endpoint:             "http://127.0.0.1:4567",
