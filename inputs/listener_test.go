@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -15,40 +14,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
+
+	"github.com/logfwd/forwarder/internal/nettest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// faultListener fails its first accepts with the given errors, then
-// accepts for real.
-type faultListener struct {
-	net.Listener
-	mu     sync.Mutex
-	errs   []error
-	always error // once errs are used up, fail with this, if set
-}
-
-func (f *faultListener) Accept() (net.Conn, error) {
-	f.mu.Lock()
-	if len(f.errs) > 0 {
-		err := f.errs[0]
-		f.errs = f.errs[1:]
-		f.mu.Unlock()
-		return nil, err
-	}
-	always := f.always
-	f.mu.Unlock()
-	if always != nil {
-		return nil, always
-	}
-	return f.Listener.Accept()
-}
-
-// acceptError is what Accept returns when accept(2) fails with errno.
-func acceptError(errno syscall.Errno) error {
-	return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", errno)}
 }
 
 type syncLog struct {
@@ -68,7 +39,7 @@ func (s *syncLog) String() string {
 	return s.b.String()
 }
 
-func newRetry(t *testing.T, f *faultListener) (*retryListener, *Metrics, *syncLog, *[]time.Duration) {
+func newRetry(t *testing.T, f *nettest.FaultListener) (*retryListener, *Metrics, *syncLog, *[]time.Duration) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -94,10 +65,10 @@ func newRetry(t *testing.T, f *faultListener) (*retryListener, *Metrics, *syncLo
 func TestRetryAcceptRidesOutTemporaryErrors(t *testing.T) {
 	var errs []error
 	for range 9 {
-		errs = append(errs, acceptError(syscall.EMFILE))
+		errs = append(errs, nettest.AcceptError(syscall.EMFILE))
 	}
-	errs = append(errs, acceptError(syscall.ECONNABORTED), acceptError(syscall.ENOBUFS), acceptError(syscall.ENFILE))
-	l, m, logs, slept := newRetry(t, &faultListener{errs: errs})
+	errs = append(errs, nettest.AcceptError(syscall.ECONNABORTED), nettest.AcceptError(syscall.ENOBUFS), nettest.AcceptError(syscall.ENFILE))
+	l, m, logs, slept := newRetry(t, &nettest.FaultListener{Errs: errs})
 	client, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +101,7 @@ func TestRetryAcceptRidesOutTemporaryErrors(t *testing.T) {
 // Errors that do not pass by themselves are returned at once, uncounted.
 func TestRetryAcceptReturnsOtherErrors(t *testing.T) {
 	boom := errors.New("boom")
-	l, m, _, slept := newRetry(t, &faultListener{errs: []error{boom}})
+	l, m, _, slept := newRetry(t, &nettest.FaultListener{Errs: []error{boom}})
 	if _, err := l.Accept(); !errors.Is(err, boom) {
 		t.Fatalf("accept: %v, want boom", err)
 	}
@@ -145,8 +116,8 @@ func TestRetryAcceptReturnsOtherErrors(t *testing.T) {
 
 // Closing the listener ends a pause at once, and Accept returns.
 func TestRetryAcceptStopsOnClose(t *testing.T) {
-	l, _, _, _ := newRetry(t, &faultListener{})
-	l.Listener.(*faultListener).always = acceptError(syscall.EMFILE)
+	l, _, _, _ := newRetry(t, &nettest.FaultListener{})
+	l.Listener.(*nettest.FaultListener).SetAlways(nettest.AcceptError(syscall.EMFILE))
 	l.sleep = sleepUnless
 	done := make(chan error, 1)
 	go func() {
@@ -155,9 +126,7 @@ func TestRetryAcceptStopsOnClose(t *testing.T) {
 	}()
 	time.Sleep(1500 * time.Millisecond) // into the pauses of a second
 	start := time.Now()
-	l.Listener.(*faultListener).mu.Lock()
-	l.Listener.(*faultListener).always = nil
-	l.Listener.(*faultListener).mu.Unlock()
+	l.Listener.(*nettest.FaultListener).SetAlways(nil)
 	l.Close()
 	select {
 	case err := <-done:
@@ -174,9 +143,9 @@ func TestRetryAcceptStopsOnClose(t *testing.T) {
 
 // A run of errors is logged once a minute, with how many were not.
 func TestRetryAcceptLogsOnceAMinute(t *testing.T) {
-	l, _, logs, _ := newRetry(t, &faultListener{})
+	l, _, logs, _ := newRetry(t, &nettest.FaultListener{})
 	t0 := time.Now()
-	err := acceptError(syscall.ENOBUFS)
+	err := nettest.AcceptError(syscall.ENOBUFS)
 	for i := range 10 {
 		l.report(err, time.Second, t0.Add(time.Duration(i)*time.Second))
 	}

@@ -2,51 +2,27 @@ package forward
 
 import (
 	"net"
-	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/logfwd/forwarder/internal/nettest"
 	"github.com/logfwd/forwarder/wal"
 )
-
-// faultListener fails its first accepts with errs, then accepts for real.
-type faultListener struct {
-	net.Listener
-	mu   sync.Mutex
-	errs []error
-}
-
-func (f *faultListener) Accept() (net.Conn, error) {
-	f.mu.Lock()
-	if len(f.errs) > 0 {
-		err := f.errs[0]
-		f.errs = f.errs[1:]
-		f.mu.Unlock()
-		return nil, err
-	}
-	f.mu.Unlock()
-	return f.Listener.Accept()
-}
-
-func acceptError(errno syscall.Errno) error {
-	return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", errno)}
-}
 
 // Accept errors that pass by themselves (no file descriptor left, no
 // buffer space, a connection aborted) are waited out, counted and logged
 // once: the input goes on serving and its Serve does not fail.
 func TestAcceptErrorsAreRetried(t *testing.T) {
-	errs := []error{acceptError(syscall.EMFILE), acceptError(syscall.EMFILE), acceptError(syscall.ENFILE),
-		acceptError(syscall.ENOBUFS), acceptError(syscall.ECONNABORTED)}
+	errs := []error{nettest.AcceptError(syscall.EMFILE), nettest.AcceptError(syscall.EMFILE), nettest.AcceptError(syscall.ENFILE),
+		nettest.AcceptError(syscall.ENOBUFS), nettest.AcceptError(syscall.ECONNABORTED)}
 	f := start(t, defaultCfg(), wal.Options{}, func(s *Server) {
 		s.listen = func(network, address string) (net.Listener, error) {
 			ln, err := net.Listen(network, address)
-			return &faultListener{Listener: ln, errs: errs}, err
+			return &nettest.FaultListener{Listener: ln, Errs: errs}, err
 		}
 	})
 	c := f.dial()

@@ -6,9 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,37 +14,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/nettest"
 )
-
-// faultListener fails its first accepts with errs, then accepts for real.
-type faultListener struct {
-	net.Listener
-	mu   sync.Mutex
-	errs []error
-}
-
-func (f *faultListener) Accept() (net.Conn, error) {
-	f.mu.Lock()
-	if len(f.errs) > 0 {
-		err := f.errs[0]
-		f.errs = f.errs[1:]
-		f.mu.Unlock()
-		return nil, err
-	}
-	f.mu.Unlock()
-	return f.Listener.Accept()
-}
-
-func acceptError(errno syscall.Errno) error {
-	return &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", errno)}
-}
 
 // Accept errors that pass by themselves (no file descriptor left, no
 // buffer space, a connection aborted) are waited out and counted: the
 // server goes on serving.
 func TestAcceptErrorsAreRetried(t *testing.T) {
-	errs := []error{acceptError(syscall.EMFILE), acceptError(syscall.ENFILE), acceptError(syscall.ENOBUFS), acceptError(syscall.ECONNABORTED)}
-	e := newEnv(t, withListener(func(ln net.Listener) net.Listener { return &faultListener{Listener: ln, errs: errs} }))
+	errs := []error{nettest.AcceptError(syscall.EMFILE), nettest.AcceptError(syscall.ENFILE), nettest.AcceptError(syscall.ENOBUFS), nettest.AcceptError(syscall.ECONNABORTED)}
+	e := newEnv(t, withListener(func(ln net.Listener) net.Listener { return &nettest.FaultListener{Listener: ln, Errs: errs} }))
 	if r := e.post("/v1/logs/app", []byte(`{"a":1}`)); r.status != 200 {
 		t.Fatalf("status %d %s", r.status, r.body)
 	}
