@@ -194,7 +194,12 @@ func crashLoop(t *testing.T, carry bool, maxDelivery int) {
 		runs, _ = strconv.Atoi(v)
 	}
 	dir := t.TempDir()
-	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	seed := time.Now().UnixNano()
+	if v := os.Getenv("QUEUE_CRASH_SEED"); v != "" {
+		seed, _ = strconv.ParseInt(v, 10, 64)
+	}
+	t.Logf("seed %d (QUEUE_CRASH_SEED replays the kill times)", seed)
+	rng := rand.New(rand.NewSource(seed))
 	for run := 0; run < runs; run++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, crashRunEnv+"="+strconv.Itoa(run))
@@ -205,6 +210,17 @@ func crashLoop(t *testing.T, carry bool, maxDelivery int) {
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
+		}
+		// The kill times count from when the child has opened the WAL and
+		// the delivered file: a child's start-up takes long on a busy machine.
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(dir, "delivered")); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("run %d: the child did not open its files in 20 s: %s", run, out)
+			}
 		}
 		time.Sleep(time.Duration(100+rng.Intn(400)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)

@@ -104,7 +104,12 @@ func TestCrashKeepsAcknowledgedRecords(t *testing.T) {
 		runs, _ = strconv.Atoi(v)
 	}
 	dir := t.TempDir()
-	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	seed := time.Now().UnixNano()
+	if v := os.Getenv("WAL_CRASH_SEED"); v != "" {
+		seed, _ = strconv.ParseInt(v, 10, 64)
+	}
+	t.Logf("seed %d (WAL_CRASH_SEED replays the kill times)", seed)
+	rng := rand.New(rand.NewSource(seed))
 	var acked []ackedAppend
 	var maxCursor uint64
 	totalAcked := 0

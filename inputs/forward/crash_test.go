@@ -68,7 +68,12 @@ func TestCrashAckedRecordsExactlyOnce(t *testing.T) {
 	}
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	seed := time.Now().UnixNano()
+	if v := os.Getenv("FORWARD_CRASH_SEED"); v != "" {
+		seed, _ = strconv.ParseInt(v, 10, 64)
+	}
+	t.Logf("seed %d (FORWARD_CRASH_SEED replays the kill times)", seed)
+	rng := rand.New(rand.NewSource(seed))
 	acked := map[int]bool{}
 	next := 0
 	for run := 0; run < runs; run++ {
