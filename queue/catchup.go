@@ -3,8 +3,6 @@ package queue
 import (
 	"context"
 	"time"
-
-	"github.com/logfwd/forwarder/sinks"
 )
 
 // Spilling and catching up.
@@ -20,44 +18,6 @@ import (
 // spilled: a second pass over the WAL, not one pass per partition, brings
 // them back, and each partition's batches fill as fast as records are read
 // instead of waiting out Limits.MaxAge piece by piece.
-
-// spill frees memory held by partitions that are waiting out a retry: the
-// records they hold are read again from the WAL when they can send.
-func (l *loop) spill(now time.Time) {
-	for _, p := range l.parts {
-		if l.buffered < l.d.opts.MaxBufferedBytes {
-			break
-		}
-		stuck := p.hasBatch() && !p.busy && p.dueAt.After(now)
-		if !stuck || len(p.queue) == 0 || l.paused != nil {
-			continue
-		}
-		l.unjoin(p)
-		p.spillFrom = p.queue[0].Seq
-		l.d.spills.Inc()
-		p.batch = detach(p.batch)
-		l.dropQueue(p)
-	}
-}
-
-// detach gives a batch records and bodies of its own, so that the queue's
-// array and the read buffers it shared can go.
-func detach(batch []sinks.Record) []sinks.Record {
-	size := 0
-	for i := range batch {
-		size += len(batch[i].Body)
-	}
-	out := make([]sinks.Record, len(batch))
-	buf := make([]byte, 0, size)
-	for i, r := range batch {
-		start := len(buf)
-		buf = append(buf, r.Body...)
-		r.Body = buf[start:len(buf):len(buf)]
-		out[i] = r
-	}
-	clear(batch)
-	return out
-}
 
 // join lets the catch-up reader serve spilled partition p, which can send
 // again: from p.spillFrom on, p takes the records it reads. A reader

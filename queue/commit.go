@@ -96,3 +96,27 @@ func (l *loop) evictDeadLetters(b *wal.Batch, n int) int {
 }
 
 func be64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
+
+func (l *loop) onCommitted(c *commitReq, now time.Time) {
+	d, p := l.d, c.p
+	if p == nil {
+		l.idlePending = false // a cursor move of advanceIdle
+		return
+	}
+	p.busy = false
+	l.inflight--
+	if l.limit < l.lim.Concurrency {
+		l.limit++ // additive increase after a throttle's decrease
+	}
+	delivered := c.records - c.dead
+	l.delivered += uint64(delivered)
+	l.deadLettered += uint64(c.dead)
+	d.delivered.Add(float64(delivered))
+	d.batches.Inc()
+	if p.idle() {
+		l.due.remove(p)
+		delete(l.parts, p.key)
+		return
+	}
+	l.scheduleQueue(p, now)
+}

@@ -1,0 +1,209 @@
+package queue
+
+import (
+	"context"
+	"time"
+
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// cutLargest makes the partition holding the most memory due now, when
+// much of memory is queued or carried: otherwise reading would wait for
+// batches that wait for more records. Until twice as much is carried as
+// queued, that is the largest queue: the sink may carry it on, in less
+// memory. Then it is the largest carry, whose batch is final.
+func (l *loop) cutLargest(now time.Time) {
+	carries := l.carried > 2*(l.buffered-l.batched-l.carried)
+	var largest *partition
+	size := func(p *partition) int {
+		if carries {
+			return p.carryMem
+		}
+		return p.mem
+	}
+	for _, p := range l.parts {
+		if !p.busy && !p.hasBatch() && size(p) > 0 && (largest == nil || size(p) > size(largest)) {
+			largest = p
+		}
+	}
+	switch {
+	case largest == nil:
+	case carries && !largest.finalize:
+		// Already due or not, its next batch is final.
+		largest.finalize = true
+		l.due.schedule(largest, now)
+		l.d.earlyCuts.Inc()
+	case !carries && largest.dueAt.After(now):
+		l.due.schedule(largest, now)
+		l.d.earlyCuts.Inc()
+	}
+}
+
+// cutOldest makes the open partition whose records waited longest due now,
+// with a final batch, while more partitions are open than Limits.MaxOpen
+// and than those already closing (a final batch due or being sent).
+func (l *loop) cutOldest(now time.Time) {
+	closing := 0
+	var oldest *partition
+	for _, p := range l.parts {
+		switch {
+		case !p.counted:
+		case p.finalize || p.busy && p.final:
+			closing++
+		case !p.busy && !p.hasBatch() && (oldest == nil || p.objectSince().Before(oldest.objectSince())):
+			oldest = p
+		}
+	}
+	if oldest != nil && l.open-closing > l.lim.MaxOpen {
+		oldest.finalize = true
+		l.due.schedule(oldest, now)
+		l.d.earlyCuts.Inc()
+	}
+}
+
+// scheduleQueue makes p due when its queue holds a full batch, when the
+// oldest record it queues or carries has waited MaxAge, or at once when
+// its carry is to be delivered.
+func (l *loop) scheduleQueue(p *partition, now time.Time) {
+	if len(p.queue) == 0 {
+		if p.spillFrom != 0 && !p.catchingUp && !p.hasBatch() && !p.busy {
+			l.join(p)
+		}
+		if p.carry == nil {
+			return
+		}
+	}
+	t := p.objectSince().Add(l.lim.MaxAge)
+	if p.finalize || len(p.queue) > 0 && l.full(p) {
+		t = now
+	}
+	if p.heapIdx < 0 || t.Before(p.dueAt) {
+		l.due.schedule(p, t)
+	}
+}
+
+func (l *loop) full(p *partition) bool {
+	if len(p.queue) >= l.lim.MaxRecords || p.size >= l.maxBytes(p, false) {
+		return true
+	}
+	return l.lim.MaxSpan > 0 && time.Duration(p.hi-p.lo) > l.lim.MaxSpan
+}
+
+// maxBytes is the most a batch of p may hold: Limits.MaxBytes, or less
+// when it goes with a carry that has less room. A final batch may hold
+// what the carry has room for, or Limits.MaxFinalBytes without one: it
+// ends what the sink builds, which may as well be as large as it can.
+func (l *loop) maxBytes(p *partition, final bool) int {
+	switch {
+	case final && p.carry != nil:
+		return p.carry.Room()
+	case final && l.lim.MaxFinalBytes > 0:
+		return l.lim.MaxFinalBytes
+	case p.carry != nil:
+		return min(l.lim.MaxBytes, p.carry.Room())
+	}
+	return l.lim.MaxBytes
+}
+
+// cut takes the next batch from p's queue within the sink's limits; none
+// when p's carry has no room for the first queued record.
+func (l *loop) cut(p *partition, final bool) []sinks.Record {
+	n, size := 0, 0
+	lo, hi := p.queue[0].Time, p.queue[0].Time
+	limit := l.maxBytes(p, final)
+	for n < len(p.queue) && n < l.lim.MaxRecords {
+		r := &p.queue[n]
+		s := int(p.sizes[n])
+		// A batch holds at least one record, however large, unless it
+		// goes with a carry that has no room for it.
+		if (n > 0 || p.carry != nil) && size+s > limit {
+			break
+		}
+		if l.lim.MaxSpan > 0 && n > 0 && time.Duration(max(hi, r.Time)-min(lo, r.Time)) > l.lim.MaxSpan {
+			break
+		}
+		lo, hi = min(lo, r.Time), max(hi, r.Time)
+		size += s
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	// The batch keeps its records where they are: the queue goes on after
+	// them in the same array, and deliver clears them, so that the bodies go
+	// with the batch.
+	batch := p.queue[:n:n]
+	p.batchSince = p.since()
+	p.queue, p.sizes = p.queue[n:], p.sizes[n:]
+	p.taken(n)
+	if len(p.queue) == 0 {
+		l.recount(p)
+	} else if l.lim.MaxSpan > 0 {
+		p.resetSpan()
+	}
+	p.size -= size
+	mem := 0
+	for i := range batch {
+		mem += recordMem(&batch[i])
+	}
+	p.mem -= mem
+	p.batchMem = mem
+	l.batched += mem // still held, now by the batch
+	return batch
+}
+
+// dispatch starts sends for due partitions while the sink has room.
+func (l *loop) dispatch(now time.Time, ctx context.Context) {
+	l.dropForced(now)
+	for len(l.due) > 0 && !l.due[0].dueAt.After(now) && l.inflight < l.limit {
+		if now.Before(l.throttleUntil) || now.Before(l.retryUntil) {
+			return
+		}
+		if l.paused != nil && (l.inflight > 0 || now.Before(l.pauseRetryAt)) {
+			return // one probe at a time, slowly
+		}
+		p := l.due[0]
+		l.due.remove(p)
+		if !p.hasBatch() {
+			if len(p.queue) == 0 && p.carry == nil {
+				if p.idle() {
+					delete(l.parts, p.key)
+				} else {
+					l.scheduleQueue(p, now)
+				}
+				continue
+			}
+			aged := !now.Before(p.objectSince().Add(l.lim.MaxAge))
+			// While the sink is paused or retrying, a send is a probe of the
+			// destination: it must not be one the sink only carries.
+			p.final = p.finalize || p.noCarry || aged || l.paused != nil || l.retrying()
+			p.finalize = false
+			if len(p.queue) > 0 {
+				p.batch = l.cut(p, p.final)
+			}
+			// The carry alone: when it is due, or has no room for more.
+			p.flush = len(p.batch) == 0
+			p.final = p.final || p.flush
+		}
+		if l.paused != nil {
+			l.pauseRetryAt = now.Add(l.d.opts.PauseRetry)
+		}
+		p.busy = true
+		l.inflight++
+		if l.retrying() {
+			l.probe = p
+		}
+		b := &sinks.Batch{Partition: p.key, Records: p.batch, State: l.d.st, Carry: p.carry, Final: p.final}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			start := time.Now()
+			out, err := l.d.sink.Send(ctx, b)
+			l.d.sendDuration.Observe(time.Since(start).Seconds())
+			select {
+			case l.results <- sendResult{p: p, out: out, err: err}:
+			case <-l.quit:
+			}
+		}()
+	}
+}

@@ -1,0 +1,94 @@
+package queue
+
+import (
+	"time"
+
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// carriedRecord reads back a record of p's carry, which held the records
+// from first (0: no carry) up to the batch, that the sink rejected, to
+// dead-letter it: the drainer does not hold carried records. A record the
+// WAL no longer has was dropped and counted already.
+func (l *loop) carriedRecord(p *partition, seq, first, last uint64) (sinks.Record, bool) {
+	if first == 0 || seq < first || seq > last {
+		l.d.log.Error("the sink rejected a record that was not in the batch", "seq", seq)
+		return sinks.Record{}, false
+	}
+	recs, err := l.d.w.Read(seq, 1, 0)
+	if err != nil || len(recs) == 0 || recs[0].Seq != seq {
+		l.d.log.Warn("a rejected record is no longer in the WAL to be dead-lettered", "seq", seq, "error", err)
+		return sinks.Record{}, false
+	}
+	r := recs[0]
+	rec := sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
+	if l.d.sink.Partition(&rec) != p.key {
+		l.d.log.Error("the sink rejected a record of another partition", "seq", seq)
+		return sinks.Record{}, false
+	}
+	return rec, true
+}
+
+// takeCarry records that the sink took p's batch in without delivering it
+// (sinks.Outcome.Carry): the batch's memory goes, the carry's comes, and
+// the cursor stays before the carried records until a later batch
+// delivers them.
+func (l *loop) takeCarry(p *partition, c sinks.Carry, now time.Time) {
+	p.busy = false
+	l.inflight--
+	if p.carry == nil {
+		p.carryFirst, p.carrySince = p.batch[0].Seq, p.batchSince
+	}
+	if n := len(p.batch); n > 0 {
+		p.carryLast = p.batch[n-1].Seq
+		p.carryRecs += n
+	}
+	mem := c.Mem()
+	l.buffered += mem - p.carryMem - p.batchMem
+	l.carried += mem - p.carryMem
+	l.batched -= p.batchMem
+	clear(p.batch) // its array may hold the partition's queue too: let these bodies go
+	p.batch, p.batchMem, p.flush, p.attempts = nil, 0, false, 0
+	p.carry, p.carryMem = c, mem
+	l.recount(p)
+	if p.carryFirst <= l.cursor {
+		l.dropPart(p, l.cursor, now) // the WAL dropped some while it was sent
+		return
+	}
+	l.scheduleQueue(p, now)
+}
+
+// uncarry gives up what the sink carries for p, with p's batch and queue,
+// when the sink refused to deliver them for their content: they are read
+// again from the WAL and sent in final batches, never carried, so that the
+// refusal dead-letters the records of one batch, which the drainer holds.
+func (l *loop) uncarry(p *partition, now time.Time) {
+	l.d.log.Warn("the sink refused a batch with records it had carried; reading them again to send them in batches of their own",
+		"partition_records", p.carryRecs+len(p.batch)+len(p.queue))
+	p.busy = false
+	l.inflight--
+	p.noCarry = true
+	l.release(p, p.carryFirst, now)
+}
+
+// release forgets what p carries, its batch and its queue, and reads its
+// records from `from` on again from the WAL. p is not busy.
+func (l *loop) release(p *partition, from uint64, now time.Time) {
+	clear(p.batch)
+	l.unhold(p)
+	l.dropQueue(p)
+	l.unjoin(p)
+	p.spillFrom = from
+	l.scheduleQueue(p, now)
+}
+
+// unhold stops holding p's batch and carry: their memory leaves the loop's
+// counts. The caller clears the batch's records when it is done with them.
+func (l *loop) unhold(p *partition) {
+	l.buffered -= p.batchMem + p.carryMem
+	l.batched -= p.batchMem
+	l.carried -= p.carryMem
+	p.batch, p.batchMem, p.flush, p.attempts = nil, 0, false, 0
+	p.carry, p.carryMem, p.carryRecs, p.carryFirst, p.carryLast = nil, 0, 0, 0, 0
+	l.recount(p)
+}

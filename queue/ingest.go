@@ -1,0 +1,162 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// read is records a reader hands the loop, and the buffer holding them.
+type read struct {
+	recs []wal.Record
+	buf  *wal.ReadBuffer
+	gen  uint64 // the catch-up reader's generation; 0 for the head reader
+}
+
+// readBuffers are buffers ingest is done with, for readers to decode into
+// again. A pool: what a burst of reads leaves goes with the next
+// collections.
+var readBuffers = sync.Pool{New: func() any { return new(wal.ReadBuffer) }}
+
+// read feeds the loop from the WAL from record from on, waiting for
+// appends when caught up. It decodes into buffers ingest has given back
+// (ingest copies the bodies it keeps), so that reading does not allocate
+// the records again and again.
+func (l *loop) read(ctx context.Context, from uint64, out chan<- read, gen uint64) {
+	rd := l.d.w.NewReader(from)
+	for {
+		buf := readBuffers.Get().(*wal.ReadBuffer)
+		recs, err := rd.NextInto(ctx, l.d.opts.ReadBatch, 4<<20, buf)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, wal.ErrClosed) {
+				select {
+				case l.readErr <- err:
+				case <-ctx.Done():
+				}
+			}
+			return
+		}
+		select {
+		case out <- read{recs, buf, gen}:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// ingest routes records to their partitions: records of the head reader
+// to partitions that are not spilled, records of the catch-up reader (back)
+// to the partitions it serves, up to where the head reader took over.
+func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) {
+	d := l.d
+	// First route every record, counting the bytes each partition takes
+	// from this read; then copy each partition's bodies into one buffer of
+	// its own. Bodies leave the decoded entries (a record held for a slow
+	// partition must not hold the memory of a whole entry), a partition's
+	// records sit next to each other for its sink, and a read costs one
+	// allocation per partition, not one per record. A partition's records
+	// are delivered in order, so its buffer is not held much past them.
+	route := l.route[:0]
+	caughtUp := false
+	for i := range recs {
+		r := &recs[i]
+		if back {
+			if r.Seq >= l.readPos {
+				caughtUp = true
+				break
+			}
+			l.backPos = r.Seq + 1
+		} else {
+			l.readPos = r.Seq + 1
+		}
+		if r.Seq <= l.cursor || d.opts.Match != nil && !d.opts.Match(r.Tag) {
+			continue
+		}
+		l.probeRec = sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
+		key := d.sink.Partition(&l.probeRec)
+		if m, ok := l.marks[key]; ok && r.Seq <= m {
+			if !back {
+				d.skipped.Inc()
+			}
+			continue
+		}
+		p := l.parts[key]
+		switch {
+		case back:
+			if p == nil || !p.catchingUp || r.Seq < p.spillFrom {
+				continue
+			}
+			p.spillFrom = r.Seq + 1
+		case p == nil:
+			p = &partition{key: key, heapIdx: -1}
+			l.parts[key] = p
+		case p.spillFrom != 0:
+			continue // the catch-up reader reads it again
+		}
+		p.need += len(r.Body)
+		route = append(route, routed{p: p, i: i})
+	}
+	for _, rt := range route {
+		r, p := &recs[rt.i], rt.p
+		if cap(p.arena)-len(p.arena) < len(r.Body) {
+			p.arena = make([]byte, 0, p.need)
+		}
+		start := len(p.arena)
+		p.arena = append(p.arena, r.Body...)
+		p.need -= len(r.Body)
+		l.enqueue(p, sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: p.arena[start:len(p.arena):len(p.arena)]}, now)
+	}
+	for _, rt := range route {
+		rt.p.arena = nil // the next read starts buffers of its own
+	}
+	l.probeRec = sinks.Record{}
+	clear(route)
+	l.route = route[:0]
+	if back {
+		l.caughtUp(caughtUp, now)
+	}
+}
+
+// routed is a record of the read being ingested and its partition.
+type routed struct {
+	p *partition
+	i int
+}
+
+func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
+	if len(p.queue) == 0 {
+		p.lo, p.hi = rec.Time, rec.Time
+	} else {
+		p.lo, p.hi = min(p.lo, rec.Time), max(p.hi, rec.Time)
+	}
+	p.arrived(now)
+	p.queue = append(p.queue, rec)
+	size := l.d.sink.Size(&p.queue[len(p.queue)-1]) // rec itself would escape
+	p.sizes = append(p.sizes, int32(size))
+	p.size += size
+	mem := recordMem(&rec)
+	p.mem += mem
+	l.buffered += mem
+	if !p.busy && !p.hasBatch() {
+		l.scheduleQueue(p, now)
+	}
+	if !p.counted {
+		l.recount(p)
+	}
+}
+
+// recount keeps p counted in l.open while it has queued or carried records.
+func (l *loop) recount(p *partition) {
+	open := len(p.queue) > 0 || p.carry != nil
+	switch {
+	case open && !p.counted:
+		l.open++
+	case !open && p.counted:
+		l.open--
+	}
+	p.counted = open
+}

@@ -1,0 +1,229 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/logfwd/forwarder/sinks"
+)
+
+type sendResult struct {
+	p   *partition
+	out sinks.Outcome
+	err error
+}
+
+// loop is the drainer's state, owned by the one goroutine that runs it.
+type loop struct {
+	d   *Drainer
+	lim sinks.Limits
+
+	cursor   uint64 // highest cursor handed to the committer
+	readPos  uint64 // sequence number of the next record the reader delivers
+	parts    map[string]*partition
+	due      dueHeap
+	marks    map[string]uint64 // delivered marks committed ahead of the cursor
+	route    []routed          // ingest's scratch
+	probeRec sinks.Record      // ingest's record for Partition (a local would escape: one allocation per record)
+	buffered int               // recordMem of every record held (queued and in batches) and the sink's carries
+	batched  int               // the part of buffered in batches
+	carried  int               // the part of buffered in carries (sinks.Carry.Mem)
+	open     int               // partitions with queued or carried records
+	// idlePending: a cursor move of advanceIdle is queued for commit (at
+	// most one, so that the commit queue's room for deliveries holds).
+	idlePending bool
+	inflight    int // partitions sending or committing
+	limit       int // partitions allowed in flight: lowered on throttling, raised on success
+
+	throttleUntil time.Time
+	// failStreak counts retryable failures since the last success. From
+	// failingAfter on, the destination is taken to be down rather than one
+	// partition unlucky: the sink waits until retryUntil and sends one
+	// batch at a time, instead of every partition building and sending its
+	// request on its own schedule.
+	failStreak   int
+	retryUntil   time.Time
+	probe        *partition          // the one batch sent while retrying
+	probeFails   int                 // failed probes in a row: the sink-wide backoff's exponent
+	failParts    map[*partition]bool // the partitions of the streak
+	throttles    int
+	paused       *sinks.Error // set while a sink-permanent error pauses the sink
+	pauseRetryAt time.Time
+
+	delivered, deadLettered uint64
+	failures                map[string]int // failed sends by class/reason since the last summary
+	lastSummary             time.Time
+	lastErr                 string
+	lastErrAt               time.Time
+
+	wg   sync.WaitGroup // every goroutine the loop starts
+	quit chan struct{}  // closed when the loop returns
+
+	in        chan read
+	readErr   chan error
+	results   chan sendResult
+	commits   chan *commitReq
+	committed chan *commitReq
+
+	// The catch-up reader reads the WAL again for the partitions that were
+	// spilled, all of them in one pass (see catchup.go).
+	backIn   chan read
+	backPos  uint64             // the next record it hands over; 0: not running
+	backGen  uint64             // reads of an earlier catch-up reader are dropped
+	stopBack context.CancelFunc // nil: not running
+	joined   map[*partition]struct{}
+}
+
+func newLoop(d *Drainer, cursor uint64) (*loop, error) {
+	l := &loop{
+		d: d, lim: d.lim, cursor: cursor, readPos: cursor + 1,
+		parts: map[string]*partition{}, marks: map[string]uint64{}, limit: d.lim.Concurrency,
+		failures: map[string]int{}, lastSummary: time.Now(),
+		quit: make(chan struct{}), in: make(chan read), readErr: make(chan error, 1), results: make(chan sendResult),
+		// Each busy partition has at most one delivery waiting to commit, at
+		// most Concurrency partitions are busy, and advanceIdle queues at most
+		// one more: deliver never blocks.
+		commits: make(chan *commitReq, d.lim.Concurrency+1), committed: make(chan *commitReq),
+		backIn: make(chan read), joined: map[*partition]struct{}{},
+	}
+	if err := d.w.ScanState(d.name, []byte(prefixMark), func(k, v []byte) error {
+		if len(v) == 8 {
+			l.marks[string(k[len(prefixMark):])] = be64(v)
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("load delivered marks of %q: %w", d.name, err)
+	}
+
+	return l, nil
+}
+
+func (l *loop) run(ctx context.Context) error {
+	d := l.d
+	// Deferred in this order so that everything is told to stop before
+	// the wait for it.
+	defer l.wg.Wait()
+	defer close(l.quit)
+	readCtx, stopReading := context.WithCancel(context.Background())
+	defer stopReading()
+	sendCtx, cancelSends := context.WithCancel(context.Background())
+	defer cancelSends()
+	commitCtx, stopCommitter := context.WithCancel(context.Background())
+	defer stopCommitter()
+	defer l.stopCatchUp()
+	l.wg.Add(2)
+	go func() { defer l.wg.Done(); l.read(readCtx, l.readPos, l.in, 0) }()
+	go func() { defer l.wg.Done(); l.commitLoop(commitCtx) }()
+
+	d.setState(func(s *Status) { s.State = "running"; s.Cursor = l.cursor })
+	l.updateStatus() // lag is right from the start, not after the first tick
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	statusTick := time.NewTicker(time.Second)
+	defer statusTick.Stop()
+	var hardStop <-chan time.Time // cancels in-flight sends after ShutdownTimeout
+	done := ctx.Done()
+	stopping := false
+	for {
+		now := time.Now()
+		if !stopping {
+			l.dispatch(now, sendCtx)
+		} else if l.inflight == 0 {
+			l.updateStatus()
+			return nil
+		}
+		in := l.in
+		if !stopping && l.buffered-l.batched >= d.opts.MaxBufferedBytes/2 {
+			// Half the memory is queued or carried: send the largest
+			// partition now, so that the next batch can gather while this
+			// one is sent.
+			l.cutLargest(now)
+		}
+		if !stopping && l.lim.MaxOpen > 0 && l.open > l.lim.MaxOpen {
+			// More objects are open than the sink may have: close the oldest.
+			l.cutOldest(now)
+		}
+		if l.buffered >= d.opts.MaxBufferedBytes {
+			// Free what partitions waiting out a retry have queued, so that
+			// the others keep being read.
+			l.spill(now)
+		}
+		// Batches waiting for a retry are not counted here: they are bounded
+		// by the partitions that fail, and counting them would let a few
+		// failing partitions stop every other one from being read.
+		if stopping || l.buffered >= d.opts.MaxBufferedBytes && l.buffered-l.waitingBatches() >= d.opts.MaxBufferedBytes {
+			in = nil // push back on the reader
+		}
+		backIn := l.backIn
+		if in == nil {
+			backIn = nil // and on the catch-up reader
+		}
+		resetTimer(timer, l.nextWake(now))
+		select {
+		case rd := <-in:
+			l.ingest(rd.recs, now, false) // copies what it keeps
+			readBuffers.Put(rd.buf)
+		case rd := <-backIn:
+			if rd.gen == l.backGen {
+				d.reread.Add(float64(len(rd.recs)))
+				l.ingest(rd.recs, now, true)
+			}
+			readBuffers.Put(rd.buf)
+		case r := <-l.results:
+			l.onResult(r, time.Now())
+		case c := <-l.committed:
+			if c.err != nil {
+				return fmt.Errorf("commit delivery of sink %q: %w", d.name, c.err)
+			}
+			l.onCommitted(c, time.Now())
+		case err := <-l.readErr:
+			return fmt.Errorf("read wal for sink %q: %w", d.name, err)
+		case <-timer.C:
+		case <-statusTick.C:
+			l.advanceIdle()
+			l.updateStatus()
+			l.summarize(time.Now())
+		case <-done:
+			done, stopping = nil, true
+			stopReading()
+			l.stopCatchUp()
+			hardStop = time.After(d.opts.ShutdownTimeout)
+			if l.inflight > 0 {
+				d.log.Info("stopping: waiting for in-flight batches", "inflight", l.inflight, "timeout", d.opts.ShutdownTimeout)
+			}
+		case <-hardStop:
+			d.log.Warn("shutdown timeout: cancelling in-flight sends; their records stay in the WAL and are sent again at the next start", "inflight", l.inflight)
+			cancelSends()
+			hardStop = nil
+		}
+	}
+}
+
+func resetTimer(t *time.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(max(d, 0))
+}
+
+func (l *loop) nextWake(now time.Time) time.Duration {
+	wake := time.Hour
+	if len(l.due) > 0 {
+		wake = l.due[0].dueAt.Sub(now)
+	}
+	if l.throttleUntil.After(now) {
+		wake = max(wake, l.throttleUntil.Sub(now))
+	}
+	if l.retryUntil.After(now) {
+		wake = max(wake, l.retryUntil.Sub(now))
+	}
+	if l.paused != nil {
+		wake = max(wake, l.pauseRetryAt.Sub(now))
+	}
+	return max(wake, time.Millisecond)
+}

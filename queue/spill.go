@@ -1,0 +1,53 @@
+package queue
+
+import (
+	"time"
+
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// spill frees memory held by partitions that are waiting out a retry: the
+// records they hold are read again from the WAL when they can send.
+func (l *loop) spill(now time.Time) {
+	for _, p := range l.parts {
+		if l.buffered < l.d.opts.MaxBufferedBytes {
+			break
+		}
+		stuck := p.hasBatch() && !p.busy && p.dueAt.After(now)
+		if !stuck || len(p.queue) == 0 || l.paused != nil {
+			continue
+		}
+		l.unjoin(p)
+		p.spillFrom = p.queue[0].Seq
+		l.d.spills.Inc()
+		p.batch = detach(p.batch)
+		l.dropQueue(p)
+	}
+}
+
+// detach gives a batch records and bodies of its own, so that the queue's
+// array and the read buffers it shared can go.
+func detach(batch []sinks.Record) []sinks.Record {
+	size := 0
+	for i := range batch {
+		size += len(batch[i].Body)
+	}
+	out := make([]sinks.Record, len(batch))
+	buf := make([]byte, 0, size)
+	for i, r := range batch {
+		start := len(buf)
+		buf = append(buf, r.Body...)
+		r.Body = buf[start:len(buf):len(buf)]
+		out[i] = r
+	}
+	clear(batch)
+	return out
+}
+
+// dropQueue lets go of p's queued records (read again from the WAL later).
+func (l *loop) dropQueue(p *partition) {
+	l.buffered -= p.mem
+	clear(p.queue)
+	p.queue, p.sizes, p.size, p.mem, p.arrivals = nil, nil, 0, 0, nil
+	l.recount(p)
+}
