@@ -6,6 +6,10 @@ type Config struct {
 	DataDir         string   `yaml:"data_dir"`         // holds the WAL
 	Log             Log      `yaml:"log"`              // the process's own log
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"` // time to drain in-flight sends before exiting
+	// DrainOnShutdown makes a stop (SIGTERM) deliver everything in the WAL, until every
+	// sink's lag is 0 or ShutdownTimeout ends, instead of only the batches in flight: for
+	// a replica that is scaled in and may not come back.
+	DrainOnShutdown bool `yaml:"drain_on_shutdown"`
 	// MemoryLimit is the process's memory target: the Go runtime's soft limit, and the
 	// source of each sink's share for records held in memory (see SinkBuffers).
 	MemoryLimit Size   `yaml:"memory_limit"`
