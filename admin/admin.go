@@ -104,9 +104,14 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// readyz: the WAL is usable, the inputs listen, and no sink is paused.
+// readyz: this replica can accept records: the WAL is open, healthy and
+// not full, and the inputs listen. A paused or failing sink does not make
+// it fail: the WAL keeps its records, and replicas share a configuration,
+// so one sink's mistake would take every replica out of its Service. Such
+// sinks are named in the answer (as notes), in /status, in
+// forwarder_sink_paused and in the log.
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
-	var problems []string
+	var problems, notes []string
 	if err := s.src.WAL.Err(); err != nil {
 		problems = append(problems, "wal: "+err.Error())
 	}
@@ -125,11 +130,15 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		st := d.Status()
 		switch st.State {
 		case "paused", "failed": // "recovering" is a normal start; a refused one says "paused"
-			problems = append(problems, fmt.Sprintf("sink %s: %s: %s", st.Sink, st.State, st.LastError))
+			notes = append(notes, fmt.Sprintf("sink %s: %s: %s", st.Sink, st.State, st.LastError))
 		}
 	}
 	if len(problems) > 0 {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "degraded", "problems": problems})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "problems": problems, "sinks": notes})
+		return
+	}
+	if len(notes) > 0 {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "sinks": notes})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

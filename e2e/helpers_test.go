@@ -53,13 +53,20 @@ type fwdConfig struct {
 	Forward, HTTP, Admin     string
 	WALMaxBytes, WALWhenFull string // "" for the defaults
 	WALMinFreeBytes          string
+	ShutdownTimeout          string // "": 10s
+	DrainOnShutdown          bool
 	Sinks                    []string
 }
 
 func (c fwdConfig) yaml() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "data_dir: %q\n", c.DataDir)
-	b.WriteString("log: {level: info, format: text}\nshutdown_timeout: 10s\n")
+	b.WriteString("log: {level: info, format: text}\n")
+	shutdown := c.ShutdownTimeout
+	if shutdown == "" {
+		shutdown = "10s"
+	}
+	fmt.Fprintf(&b, "shutdown_timeout: %s\ndrain_on_shutdown: %t\n", shutdown, c.DrainOnShutdown)
 	if c.WALMaxBytes != "" || c.WALWhenFull != "" || c.WALMinFreeBytes != "" {
 		b.WriteString("wal:\n")
 		if c.WALMaxBytes != "" {

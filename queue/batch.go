@@ -74,7 +74,7 @@ func (l *loop) scheduleQueue(p *partition, now time.Time) {
 		}
 	}
 	t := p.objectSince().Add(l.lim.MaxAge)
-	if p.finalize || len(p.queue) > 0 && l.full(p) {
+	if p.finalize || l.draining || len(p.queue) > 0 && l.full(p) {
 		t = now
 	}
 	if p.heapIdx < 0 || t.Before(p.dueAt) {
@@ -176,7 +176,7 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 			aged := !now.Before(p.objectSince().Add(l.lim.MaxAge))
 			// While the sink is paused or retrying, a send is a probe of the
 			// destination: it must not be one the sink only carries.
-			p.final = p.finalize || p.noCarry || aged || l.paused != nil || l.retrying()
+			p.final = p.finalize || p.noCarry || aged || l.draining || l.paused != nil || l.retrying()
 			p.finalize = false
 			if len(p.queue) > 0 {
 				p.batch = l.cut(p, p.final)

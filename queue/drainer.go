@@ -89,6 +89,8 @@ type Drainer struct {
 	paused, buffered                     prometheus.Gauge
 	sendDuration                         prometheus.Observer
 
+	drain drainer // Drain's request to the loop
+
 	mu     sync.Mutex
 	status Status
 }
@@ -129,6 +131,7 @@ func New(w *wal.WAL, name string, sink sinks.Sink, opts Options) *Drainer {
 		buffered:     m.Buffered.WithLabelValues(name),
 		sendDuration: m.SendDuration.WithLabelValues(name),
 		status:       Status{Sink: name, State: "starting"},
+		drain:        newDrainRequest(),
 	}
 }
 
@@ -147,6 +150,7 @@ func (d *Drainer) Status() Status {
 // returns an error only when it cannot go on: the WAL failed or holds a
 // damaged entry.
 func (d *Drainer) Run(ctx context.Context) error {
+	defer close(d.drain.exit)
 	cursor, err := d.w.RegisterCursor(ctx, d.name)
 	if err != nil {
 		return fmt.Errorf("register cursor %q: %w", d.name, err)
@@ -180,7 +184,7 @@ func (d *Drainer) Run(ctx context.Context) error {
 
 // recover lets the sink finish what a crash left half done before any
 // record is read. Failures are retried like sends: a sink-permanent one
-// pauses the sink (one error line, /readyz degraded) and is probed every
+// pauses the sink (one error line, shown in /status and /readyz) and is probed every
 // PauseRetry; others back off. An error the sink did not classify (its
 // state disagrees with the WAL) stops the drainer.
 func (d *Drainer) recover(ctx context.Context, r sinks.Recoverer, cursor uint64) error {

@@ -74,6 +74,11 @@ type loop struct {
 	backGen  uint64             // reads of an earlier catch-up reader are dropped
 	stopBack context.CancelFunc // nil: not running
 	joined   map[*partition]struct{}
+
+	// Drain (see drain.go): every batch goes at once, final, until the
+	// cursor passes drainTo.
+	draining, drainAnswered bool
+	drainTo                 uint64
 }
 
 func newLoop(d *Drainer, cursor uint64) (*loop, error) {
@@ -125,9 +130,11 @@ func (l *loop) run(ctx context.Context) error {
 	defer statusTick.Stop()
 	var hardStop <-chan time.Time // cancels in-flight sends after ShutdownTimeout
 	done := ctx.Done()
+	drain := d.drain.start
 	stopping := false
 	for {
 		now := time.Now()
+		l.checkDrain()
 		if !stopping {
 			l.dispatch(now, sendCtx)
 		} else if l.inflight == 0 {
@@ -180,6 +187,9 @@ func (l *loop) run(ctx context.Context) error {
 			l.onCommitted(c, time.Now())
 		case err := <-l.readErr:
 			return fmt.Errorf("read wal for sink %q: %w", d.name, err)
+		case <-drain:
+			drain = nil
+			l.startDrain(now)
 		case <-timer.C:
 		case <-statusTick.C:
 			l.advanceIdle()

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -65,8 +64,6 @@ var sinkBuilders = map[string]func(ctx context.Context, s config.Sink, d sinkDep
 // destination from the sink's own cursor.
 func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]actor, []*queue.Drainer, error) {
 	metrics := queue.NewMetrics(reg)
-	// In-flight sends get most of shutdown_timeout; the rest is for committing and closing.
-	sendTimeout := time.Duration(cfg.ShutdownTimeout) * 4 / 5
 	var actors []actor
 	var drainers []*queue.Drainer
 	buffers := cfg.SinkBuffers()
@@ -85,7 +82,7 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 		d := queue.New(w, s.Name, dest, queue.Options{
 			Match:            config.NewTagMatcher(s.Match).Match,
 			Fingerprint:      fingerprint(s, dest),
-			ShutdownTimeout:  sendTimeout,
+			ShutdownTimeout:  sendTimeout(cfg),
 			MaxBufferedBytes: buffers[s.Name],
 			Metrics:          metrics,
 			Logger:           log,

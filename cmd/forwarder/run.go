@@ -82,6 +82,7 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	// The admin server joins here when it is built.
 	g := &group{log: log, failed: reportFailure(log)}
 	g.add(walActor(w))
+	g.add(leftoverActor(w, cfg, log))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		admin.NewWALCollector(w, int64(cfg.WAL.MaxBytes)))
@@ -105,6 +106,9 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	g.add(actor{name: "admin", run: adm.Serve})
 	for _, a := range drainerList {
 		g.add(a)
+	}
+	if cfg.DrainOnShutdown {
+		g.add(drainActor(drainers, timeout, log))
 	}
 	ins, pipeline, err := inputActors(w, cfg, reg, log)
 	if err != nil {
