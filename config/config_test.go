@@ -395,11 +395,11 @@ var badConfigs = []struct {
 	file     string
 	problems []string // "line: message"
 }{
-	{"unknown_key.yaml", []string{`2: unknown key "shutdown_timout"`}},
+	{"unknown_key.yaml", []string{`2: unknown key "shutdown_timout" (did you mean "shutdown_timeout"?)`}},
 	{"unknown_nested_key.yaml", []string{`7: unknown key "ca_file" in inputs.forward.tls`}},
 	{"unknown_sink_key.yaml", []string{
 		`2: sink "archive": bucket is required`,
-		`4: unknown key "buket" in sink "archive" (type s3)`,
+		`4: unknown key "buket" in sink "archive" (type s3) (did you mean "bucket"?)`,
 	}},
 	{"s3_key_on_cloudwatch.yaml", []string{
 		`6: unknown key "bucket" in sink "cloudwatch" (type cloudwatch): bucket is a key of s3 sinks`,
@@ -454,6 +454,13 @@ var badConfigs = []struct {
 		`5: sink "my archive": type is required (s3 or cloudwatch)`,
 	}},
 	{"missing_bucket.yaml", []string{`2: sink "archive": bucket is required`}},
+	{"templates.yaml", []string{
+		`5: sink "strftime": key: "logs/%Q/${tag}/${seq}.json.gz": %Q at column 6: only %Y %m %d %H %M %S are supported`,
+		`9: sink "unclosed": key: "logs/${tag/${seq}.json.gz": unclosed ${ at column 6`,
+		`13: sink "environment": key: "${ENVIRONMENT}/logs/${tag}/${seq}.json.gz": ${ENVIRONMENT} at column 1: unknown placeholder: for the environment variable ENVIRONMENT write ${env.ENVIRONMENT}; placeholders are tag, tag[N], record.FIELD, hostname, seq, uuid`,
+		`17: sink "seq-in-stream": log_stream: "${seq}": ${seq} at column 1: only S3 keys may use ${seq}`,
+		`20: sink "group": log_group: "/x/${record.a.}": ${record.a.} at column 4: empty field name in "a."`,
+	}},
 	{"key_without_seq.yaml", []string{
 		`5: sink "archive": key: "logs/${tag}/%Y/%m/%d/${hostname}.json.gz" must contain ${seq} or ${uuid}`,
 	}},

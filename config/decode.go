@@ -69,7 +69,14 @@ func (d *decoder) eachKey(n *yaml.Node, s scope, f func(key, value *yaml.Node) b
 // decodeStruct decodes the mapping n into the struct v.
 func (d *decoder) decodeStruct(n *yaml.Node, v reflect.Value, s scope) {
 	d.eachKey(n, s, func(key, value *yaml.Node) bool {
-		return d.decodeField(v, key.Value, value, s)
+		if d.decodeField(v, key.Value, value, s) {
+			return true
+		}
+		if hint := didYouMean(key.Value, yamlKeys(v.Type())); hint != "" {
+			d.add(position{key.Line, key.Column}, "unknown key %q%s%s", key.Value, s.in(), hint)
+			return true
+		}
+		return false
 	})
 }
 

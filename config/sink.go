@@ -57,6 +57,10 @@ func (d *decoder) decodeSinkTypeKey(sink *Sink, key, value *yaml.Node, s scope) 
 		d.add(position{key.Line, key.Column}, "unknown key %q%s: %s is a key of %s sinks", key.Value, s.in(), key.Value, other)
 		return true
 	}
+	if hint := didYouMean(key.Value, append(yamlKeys(reflect.TypeOf(this).Elem()), "name", "type", "match")); hint != "" {
+		d.add(position{key.Line, key.Column}, "unknown key %q%s%s", key.Value, s.in(), hint)
+		return true
+	}
 	return false
 }
 
