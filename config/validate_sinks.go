@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/logfwd/forwarder/template"
 )
 
 var sinkName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -84,7 +86,9 @@ func (s3 *S3) validate(s section) {
 	case strings.Contains(s3.Bucket, "/"):
 		s.invalid("bucket", "%q must not contain /: put prefixes in key", s3.Bucket)
 	}
-	if !strings.Contains(s3.Key, "${seq}") && !strings.Contains(s3.Key, "${uuid}") {
+	if t, err := template.Parse(s3.Key, template.Options{AllowSeq: true}); err != nil {
+		s.invalid("key", "%q: %v", s3.Key, err)
+	} else if !t.UsesSeq() && !t.UsesUUID() {
 		s.invalid("key", "%q must contain ${seq} or ${uuid}", s3.Key)
 	}
 	s.oneOf("compression", s3.Compression, CompressionGzip, CompressionZstd, CompressionNone)
@@ -107,6 +111,11 @@ func (s3 *S3) validate(s section) {
 func (cw *CloudWatch) validate(s section) {
 	s.required("log_group", cw.LogGroup)
 	s.required("log_stream", cw.LogStream)
+	for key, v := range map[string]string{"log_group": cw.LogGroup, "log_stream": cw.LogStream} {
+		if _, err := template.Parse(v, template.Options{}); v != "" && err != nil {
+			s.invalid(key, "%q: %v", v, err)
+		}
+	}
 	s.required("fallback", cw.Fallback)
 	if cw.RetentionDays != 0 && !slices.Contains(retentionDays, cw.RetentionDays) {
 		s.invalid("retention_days", "%d is not 0 (don't set) or one of %s", cw.RetentionDays, joinInts(retentionDays))

@@ -26,6 +26,7 @@ package template
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -121,6 +122,9 @@ func Parse(s string, opts Options) (*Template, error) {
 				return nil, fmt.Errorf("unclosed ${ at column %d", i+1)
 			}
 			expr := s[i+2 : i+end]
+			if strings.Contains(expr, "${") {
+				return nil, fmt.Errorf("unclosed ${ at column %d", i+1)
+			}
 			p, err := parseExpr(expr, opts)
 			if err != nil {
 				return nil, fmt.Errorf("${%s} at column %d: %w", expr, i+1, err)
@@ -210,8 +214,15 @@ func parseExpr(expr string, opts Options) (part, error) {
 	case strings.HasPrefix(expr, "env."):
 		return part{}, fmt.Errorf("${env.NAME} is expanded when the configuration is loaded; here it is not set")
 	}
+	if envName.MatchString(expr) {
+		return part{}, fmt.Errorf("unknown placeholder: for the environment variable %s write ${env.%s}; placeholders are tag, tag[N], record.FIELD, hostname, seq, uuid", expr, expr)
+	}
 	return part{}, fmt.Errorf("unknown placeholder: use tag, tag[N], record.FIELD, hostname, seq, uuid")
 }
+
+// envName is what an environment variable's name looks like: what
+// ${NAME} most likely meant as ${env.NAME}.
+var envName = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
 
 // String is the template's source.
 func (t *Template) String() string { return t.src }
