@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -29,9 +30,17 @@ func cmdCheck(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitFail
 	}
+	problems, awsWarnings, notes := awsSetup(context.Background(), cfg, *configPath)
+	if len(problems) > 0 {
+		printProblems(stderr, *configPath, problems)
+		return exitFail
+	}
 	fmt.Fprintf(stdout, "%s: OK\n%s\n", *configPath, summary(cfg))
-	for _, w := range configWarnings(cfg) {
-		fmt.Fprintf(stderr, "%s: warning: %s (address %s)\n", *configPath, w.msg, w.address)
+	for _, n := range notes {
+		fmt.Fprintln(stdout, n)
+	}
+	for _, w := range append(configWarnings(cfg), awsWarnings...) {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", *configPath, w.text())
 	}
 	return exitOK
 }

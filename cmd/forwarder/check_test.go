@@ -12,12 +12,15 @@ func TestCheckGoodConfig(t *testing.T) {
 	path, dataDir := writeConfig(t, inputsYAML, adminYAML, sinkYAML, `  - name: pods
     type: cloudwatch
     match: "pod.**"
+    region: eu-west-1
     log_group: "/eks/${record.kubernetes.namespace_name}"
     log_stream: "${record.kubernetes.pod_name|unknown}"
 `)
 	r := forwarderCmd(t, "check", "-c", path)
 	want := path + ": OK\n" +
-		"2 sinks: archive (s3, 32MiB of memory), pods (cloudwatch, 16MiB of memory); inputs: forward on 127.0.0.1:0, http on 127.0.0.1:0; admin on 127.0.0.1:0; data_dir: " + dataDir + "; memory_limit: 128MiB\n"
+		"2 sinks: archive (s3, 32MiB of memory), pods (cloudwatch, 16MiB of memory); inputs: forward on 127.0.0.1:0, http on 127.0.0.1:0; admin on 127.0.0.1:0; data_dir: " + dataDir + "; memory_limit: 128MiB\n" +
+		"sink archive: region us-east-1, credentials from environment\n" +
+		"sink pods: region eu-west-1, credentials from environment\n"
 	if r.code != exitOK || r.stdout != want || r.stderr != "" {
 		t.Errorf("check: exit %d\nstdout %q\nstderr %q\nwant exit 0 and stdout %q", r.code, r.stdout, r.stderr, want)
 	}
@@ -82,7 +85,7 @@ wal:
 	}
 	r := forwarderCmd(t, "check", "-c", path)
 	want := path + `:3: wal.sync: "sometimes" is not one of always, interval` + "\n" +
-		path + `:4: unknown key "max_byte" in wal` + "\n" +
+		path + `:4: unknown key "max_byte" in wal (did you mean "max_bytes"?)` + "\n" +
 		path + ": 2 problems\n"
 	if r.code != exitFail || r.stderr != want || r.stdout != "" {
 		t.Errorf("check: exit %d\nstdout %q\nstderr %q\nwant exit 1 and stderr %q", r.code, r.stdout, r.stderr, want)
@@ -95,5 +98,75 @@ func TestCheckMissingFile(t *testing.T) {
 	r := forwarderCmd(t, "check", "-c", path)
 	if r.code != exitFail || !strings.Contains(r.stderr, "forwarder check: read config:") || !strings.Contains(r.stderr, path) {
 		t.Errorf("check of a missing file: exit %d, stderr %q; want exit 1 naming the file", r.code, r.stderr)
+	}
+}
+
+// check finds every problem run would refuse to start for, before the WAL is opened,
+// and run reports all of them too, each with its line: the same lines from both.
+func TestCheckAndRunAgree(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, yaml string
+		env        []string
+		want       []string // the problem lines, after "FILE:" (the inputs and admin take lines 2 to 5)
+	}{
+		{"templates", `sinks:
+  - name: strftime
+    type: s3
+    bucket: my-logs
+    region: us-east-1
+    key: "logs/%Q/${tag}/${seq}.json.gz"
+  - name: stream
+    type: cloudwatch
+    region: us-east-1
+    log_group: "/x/${ENVIRONMENT}"
+    log_stream: "${seq}"
+`, awsEnv, []string{
+			`11: sink "strftime": key: "logs/%Q/${tag}/${seq}.json.gz": %Q at column 6: only %Y %m %d %H %M %S are supported`,
+			`15: sink "stream": log_group: "/x/${ENVIRONMENT}": ${ENVIRONMENT} at column 4: unknown placeholder: for the environment variable ENVIRONMENT write ${env.ENVIRONMENT}; placeholders are tag, tag[N], record.FIELD, hostname, seq, uuid`,
+			`16: sink "stream": log_stream: "${seq}": ${seq} at column 1: only S3 keys may use ${seq}`,
+		}},
+		{"no region", `sinks:
+  - name: archive
+    type: s3
+    bucket: my-logs
+  - name: pods
+    type: cloudwatch
+    log_group: "/x"
+    log_stream: "s"
+`, awsEnv, []string{
+			`7: sink "archive": no AWS region: set region in the sink, or AWS_REGION in the service's environment, or region in the shared config's profile`,
+			`10: sink "pods": no AWS region: set region in the sink, or AWS_REGION in the service's environment, or region in the shared config's profile`,
+		}},
+	} {
+		path, _ := writeConfig(t, inputsYAML, adminYAML, c.yaml)
+		var want strings.Builder
+		for _, w := range c.want {
+			want.WriteString(path + ":" + w + "\n")
+		}
+		want.WriteString(path + ": " + plural(len(c.want), "problem", "problems") + "\n")
+		for _, cmd := range []string{"check", "run"} {
+			r := forwarderCmdEnv(t, c.env, cmd, "-c", path)
+			if r.code != exitFail || r.stderr != want.String() {
+				t.Errorf("%s: %s: exit %d, stderr:\n%s\nwant exit 1 and:\n%s", c.name, cmd, r.code, r.stderr, want.String())
+			}
+		}
+	}
+}
+
+// Without credentials anywhere, check and run say so (a warning: an instance role may
+// exist where the service runs), naming where they were looked for.
+func TestNoCredentialsWarns(t *testing.T) {
+	t.Parallel()
+	path, _ := writeConfig(t, inputsYAML, adminYAML, sinkYAML)
+	env := append(noAWSEnv[:len(noAWSEnv):len(noAWSEnv)], "AWS_REGION=eu-west-1")
+	r := forwarderCmdEnv(t, env, "check", "-c", path)
+	want := path + `: warning: sink "archive": no AWS credentials found: not in the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), no web identity token (IRSA`
+	if r.code != exitOK || !strings.HasPrefix(r.stderr, want) || !strings.Contains(r.stdout, "sink archive: region us-east-1, credentials from instance role") {
+		t.Errorf("check without credentials: exit %d\nstdout %q\nstderr %q\nwant exit 0 and a warning starting %q", r.code, r.stdout, r.stderr, want)
+	}
+	r = forwarderCmd(t, "check", "-c", path)
+	if r.code != exitOK || r.stderr != "" || !strings.Contains(r.stdout, "sink archive: region us-east-1, credentials from environment") {
+		t.Errorf("check with credentials in the environment: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
 	}
 }

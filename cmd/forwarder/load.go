@@ -17,8 +17,7 @@ func loadConfig(cmd, path string, stderr io.Writer) (*config.Config, bool) {
 	}
 	var problems config.Problems
 	if errors.As(err, &problems) {
-		fmt.Fprintln(stderr, problems.Error())
-		fmt.Fprintf(stderr, "%s: %s\n", path, plural(len(problems), "problem", "problems"))
+		printProblems(stderr, path, problems)
 		return nil, false
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
@@ -30,4 +29,10 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
+}
+
+// printProblems prints every problem on its own line, then how many there are.
+func printProblems(stderr io.Writer, path string, problems config.Problems) {
+	fmt.Fprintln(stderr, problems.Error())
+	fmt.Fprintf(stderr, "%s: %s\n", path, plural(len(problems), "problem", "problems"))
 }

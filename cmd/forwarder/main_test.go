@@ -65,10 +65,28 @@ type result struct {
 	stdout, stderr string
 }
 
+// awsEnv gives a child static credentials and keeps it from the machine's own AWS
+// configuration, so that what check and run say of credentials does not depend on
+// where the tests run.
+var awsEnv = append(noAWSEnv, "AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=test-secret")
+
+// noAWSEnv leaves a child without any AWS credentials or configuration.
+var noAWSEnv = []string{"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_SESSION_TOKEN=", "AWS_PROFILE=",
+	"AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null", "AWS_WEB_IDENTITY_TOKEN_FILE=",
+	"AWS_CONTAINER_CREDENTIALS_FULL_URI=", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI=", "AWS_EC2_METADATA_DISABLED=true",
+	"AWS_REGION=", "AWS_DEFAULT_REGION="}
+
 // forwarderCmd runs the binary with args and returns its exit status and output.
 func forwarderCmd(t *testing.T, args ...string) result {
 	t.Helper()
+	return forwarderCmdEnv(t, awsEnv, args...)
+}
+
+// forwarderCmdEnv runs the binary with args and env added to the test's environment.
+func forwarderCmdEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -142,7 +160,7 @@ type service struct {
 func startService(t *testing.T, configPath string, env ...string) *service {
 	t.Helper()
 	cmd := exec.Command(bin, "run", "-c", configPath)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), awsEnv...), env...)
 	return startCommand(t, cmd)
 }
 

@@ -46,7 +46,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitFail
 	}
+	problems, awsWarnings, _ := awsSetup(context.Background(), cfg, *configPath)
+	if len(problems) > 0 {
+		printProblems(stderr, *configPath, problems)
+		return exitFail
+	}
 	log := newLogger(cfg.Log, stderr)
+	for _, w := range awsWarnings {
+		log.Warn(w.msg)
+	}
 	slog.SetDefault(log)
 	// A soft limit: the garbage collector works harder as the heap nears it, so that a
 	// backlog or a burst does not double the memory the way the default pacing would.

@@ -10,7 +10,15 @@ import (
 // know about: run logs it at start, check prints it.
 type warning struct {
 	msg     string
-	address string // the listener it is about
+	address string // the listener it is about, if any
+}
+
+// text is the warning with its address, for check.
+func (w warning) text() string {
+	if w.address == "" {
+		return w.msg
+	}
+	return w.msg + " (address " + w.address + ")"
 }
 
 // configWarnings lists what cfg leaves open to other machines: an input they can reach

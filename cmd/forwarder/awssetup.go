@@ -1,0 +1,98 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+
+	"github.com/logfwd/forwarder/config"
+)
+
+// awsSetup resolves, without calling AWS, what each sink's clients will use:
+// the region (the sink's, else the SDK's environment and shared config; none is a
+// problem: the sink cannot start) and where credentials come from (when nothing is
+// found but the instance's role, a warning: such a role exists only where the
+// service runs, on EC2). check and run both call it before the WAL is opened.
+//
+// notes say, per sink, the region and the credentials' source, for check to print.
+func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems config.Problems, ws []warning, notes []string) {
+	for _, s := range cfg.Sinks {
+		region := ""
+		switch {
+		case s.S3 != nil:
+			region = s.S3.Region
+		case s.CloudWatch != nil:
+			region = s.CloudWatch.Region
+		default:
+			continue
+		}
+		var opts []func(*awsconfig.LoadOptions) error
+		if region != "" {
+			opts = append(opts, awsconfig.WithRegion(region))
+		}
+		ac, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+		if err != nil {
+			problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: load the AWS configuration (environment and shared config files): %v", s.Name, err)})
+			continue
+		}
+		if ac.Region == "" {
+			problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: no AWS region: set region in the sink, or AWS_REGION in the service's environment, or region in the shared config's profile", s.Name)})
+		}
+		if msg := credentialsNote(ac); msg != "" {
+			ws = append(ws, warning{msg: fmt.Sprintf("sink %q: %s", s.Name, msg)})
+		}
+		notes = append(notes, fmt.Sprintf("sink %s: region %s, credentials from %s", s.Name, cmp.Or(ac.Region, "(none)"), credentialSources(ac)))
+	}
+	return problems, ws, notes
+}
+
+// credentialsNote says what is wrong with where ac's credentials would come
+// from, or "" when a source was found.
+func credentialsNote(ac aws.Config) string {
+	var sources []aws.CredentialSource
+	if p, ok := ac.Credentials.(aws.CredentialProviderSource); ok {
+		sources = p.ProviderSources()
+	}
+	if len(sources) > 0 && !slices.Equal(sources, []aws.CredentialSource{aws.CredentialSourceIMDS}) {
+		return ""
+	}
+	return "no AWS credentials found: not in the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), no web identity token (IRSA: AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN), no container credentials (EKS Pod Identity or ECS: AWS_CONTAINER_CREDENTIALS_FULL_URI), no shared config profile with credentials; only the instance's role (EC2 instance metadata) is left, which exists only on EC2. Elsewhere the sink pauses at its first request until credentials are given"
+}
+
+// credentialSources names where ac's credentials would come from, for people.
+func credentialSources(ac aws.Config) string {
+	p, ok := ac.Credentials.(aws.CredentialProviderSource)
+	if !ok || len(p.ProviderSources()) == 0 {
+		return "nowhere found"
+	}
+	var names []string
+	for _, s := range p.ProviderSources() {
+		names = append(names, credentialSourceName(s))
+	}
+	return strings.Join(names, ", ")
+}
+
+func credentialSourceName(s aws.CredentialSource) string {
+	switch s {
+	case aws.CredentialSourceEnvVars:
+		return "environment"
+	case aws.CredentialSourceEnvVarsSTSWebIDToken, aws.CredentialSourceSTSAssumeRoleWebID:
+		return "web identity token (IRSA)"
+	case aws.CredentialSourceHTTP:
+		return "container credentials endpoint (EKS Pod Identity or ECS)"
+	case aws.CredentialSourceIMDS:
+		return "instance role (EC2 instance metadata)"
+	case aws.CredentialSourceProfile, aws.CredentialSourceProfileSourceProfile, aws.CredentialSourceProfileNamedProvider,
+		aws.CredentialSourceProfileSTSWebIDToken, aws.CredentialSourceProfileSSO, aws.CredentialSourceProfileSSOLegacy,
+		aws.CredentialSourceProfileProcess, aws.CredentialSourceProfileLogin:
+		return "shared config profile"
+	case aws.CredentialSourceSTSAssumeRole:
+		return "assumed role"
+	}
+	return fmt.Sprintf("source %d", s)
+}
