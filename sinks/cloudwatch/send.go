@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/logfwd/forwarder/internal/awserr"
 	"github.com/logfwd/forwarder/sinks"
 )
 
@@ -197,6 +198,10 @@ func dedupRejections(rj []sinks.Rejection) []sinks.Rejection {
 
 // classify maps an error of the CloudWatch Logs API to the drainer's classes.
 func classify(err error, group, stream string) error {
+	if awserr.NoCredentials(err) {
+		return sinks.NewSinkPermanent("no_credentials", awserr.NoCredentialsHelp(awserr.Clean(err)))
+	}
+	err = awserr.Clean(err)
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
 		code := ae.ErrorCode()

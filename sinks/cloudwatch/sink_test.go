@@ -391,3 +391,73 @@ func TestMoto(t *testing.T) {
 }
 
 var _ = os.Getenv
+
+// Without credentials (the SDK's own chain finds none: the missing-IRSA
+// case), the sink pauses with a line that says what to fix, instead of
+// retrying what looks like a network error; once credentials are there, it
+// delivers. The error a person reads is the SDK's cause, not its retry
+// wrapper.
+func TestNoCredentialsPauses(t *testing.T) {
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SESSION_TOKEN": "", "AWS_PROFILE": "",
+		"AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull, "AWS_WEB_IDENTITY_TOKEN_FILE": "",
+		"AWS_CONTAINER_CREDENTIALS_FULL_URI": "", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "", "AWS_EC2_METADATA_DISABLED": "true"} {
+		t.Setenv(k, v)
+	}
+	e := newEnv(t, func(c *config.CloudWatch) { c.LogGroup = "g"; c.LogStream = "s" })
+	cfg := baseCfg(e.url)
+	cfg.LogGroup, cfg.LogStream, cfg.Region = "g", "s", "us-east-1"
+	sink, err := New(context.Background(), "cw", cfg, Options{Hostname: "host1", Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.append(podRecord("a", "p", time.Now(), "held"))
+	d := queue.New(e.w, "cw", sink, queue.Options{Metrics: e.qm, PauseRetry: 100 * time.Millisecond, RetryMin: 5 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for d.Status().State != "paused" && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	st := d.Status()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st.State != "paused" || !strings.Contains(st.LastError, "no_credentials (sink_permanent): no AWS credentials: give the service credentials") ||
+		strings.Contains(st.LastError, "exceeded maximum number of attempts") || !strings.Contains(st.LastError, "PutLogEvents: get identity: ") {
+		t.Fatalf("status without credentials: %+v", st)
+	}
+	if evs := e.emu.Events("g", "s"); len(evs) != 0 {
+		t.Fatalf("%d events delivered without credentials", len(evs))
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	sink, err = New(context.Background(), "cw", cfg, Options{Hostname: "host1", Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sink = sink
+	e.run(queue.Options{})
+	if evs := e.emu.Events("g", "s"); len(evs) != 1 {
+		t.Fatalf("%d events once credentials are given", len(evs))
+	}
+}
+
+// What a person reads of a refused call is the service's code and message,
+// with the operation.
+func TestErrorTextIsTheServices(t *testing.T) {
+	e := newEnv(t, func(c *config.CloudWatch) { c.LogGroup = "g"; c.LogStream = "s" })
+	e.emu.SetDenyAll("AccessDeniedException")
+	e.append(podRecord("a", "p", time.Now(), "held"))
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		e.emu.SetDenyAll("")
+	}()
+	d := e.run(queue.Options{PauseRetry: 100 * time.Millisecond})
+	st := d.Status()
+	if !strings.Contains(st.LastError, ": AccessDeniedException: ") || strings.Contains(st.LastError, "operation error") || strings.Contains(st.LastError, "https response error") {
+		t.Fatalf("last error %q, want the operation, the code and the service's message only", st.LastError)
+	}
+	t.Log(st.LastError)
+}
