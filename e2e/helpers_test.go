@@ -22,6 +22,7 @@ import (
 
 	cwemu "github.com/logfwd/forwarder/emulator/cloudwatchlogs"
 	s3emu "github.com/logfwd/forwarder/emulator/s3"
+	"github.com/logfwd/forwarder/internal/syncbuf"
 )
 
 // Credentials for the child's environment: the emulators and moto accept any.
@@ -126,23 +127,8 @@ func newConfig(t *testing.T, dataDir, s3URL, cwURL string) fwdConfig {
 	}
 }
 
-// syncBuffer collects a child's stderr while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer collects output while the test reads it.
+type syncBuffer = syncbuf.Buffer
 
 // forwarder is `forwarder run` in a child process, started again as often
 // as a test wants on the same configuration file and data_dir.

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -299,9 +300,8 @@ func TestSinkPermanentPausesWithOneLine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := openWAL(t, wal.Options{})
 		defer w.Close()
-		var logs bytes.Buffer
-		var logMu sync.Mutex
-		log := slog.New(slog.NewTextHandler(syncWriter{&logMu, &logs}, nil))
+		var logs syncbuf.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
 		s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
 		s.setFail(func(b *sinks.Batch) error {
 			return sinks.NewSinkPermanent("AccessDeniedException", fmt.Errorf("not authorized to perform logs:PutLogEvents"))
@@ -319,11 +319,9 @@ func TestSinkPermanentPausesWithOneLine(t *testing.T) {
 		if sends < 4+5 || sends > 4+7 {
 			t.Fatalf("%d sends in 3 minutes while paused, want 4 and then a probe every 30s", sends)
 		}
-		logMu.Lock()
 		if n := strings.Count(logs.String(), "sink paused"); n != 1 || !strings.Contains(logs.String(), "level=ERROR") {
 			t.Fatalf("%d 'sink paused' lines:\n%s", n, logs.String())
 		}
-		logMu.Unlock()
 		n := 0
 		DeadLetters(w, "s", func(DeadLetter) error { n++; return nil })
 		if n != 0 {
@@ -331,23 +329,10 @@ func TestSinkPermanentPausesWithOneLine(t *testing.T) {
 		}
 		s.recover(t, w, last, 2*time.Minute)
 		r.stop(t)
-		logMu.Lock()
-		defer logMu.Unlock()
 		if !strings.Contains(logs.String(), "sink recovered") {
 			t.Fatalf("no recovery line:\n%s", logs.String())
 		}
 	})
-}
-
-type syncWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (w syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }
 
 // TestStalledSinkDoesNotSlowOtherOrAppends runs two sinks on one WAL: one
@@ -485,9 +470,9 @@ func TestRetriesAreSummedUpNotShouted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := openWAL(t, wal.Options{})
 		defer w.Close()
-		var logs bytes.Buffer
+		var logs syncbuf.Buffer
 		var mu sync.Mutex
-		log := slog.New(slog.NewTextHandler(syncWriter{&mu, &logs}, nil))
+		log := slog.New(slog.NewTextHandler(&logs, nil))
 		s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})
 		fails := 0
 		s.setFail(func(b *sinks.Batch) error {
@@ -507,8 +492,6 @@ func TestRetriesAreSummedUpNotShouted(t *testing.T) {
 			t.Fatalf("cursor %d", pos)
 		}
 		r.stop(t)
-		mu.Lock()
-		defer mu.Unlock()
 		out := logs.String()
 		if n := strings.Count(out, "sends failed and are retried"); n != 1 || !strings.Contains(out, "retryable/http_503=5") {
 			t.Fatalf("want one summary counting 5 failures:\n%s", out)

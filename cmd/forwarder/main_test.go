@@ -8,12 +8,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -131,23 +131,8 @@ func writeConfig(t *testing.T, parts ...string) (path, dataDir string) {
 	return path, dataDir
 }
 
-// syncBuffer is a bytes.Buffer that the test reads while the process writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer collects output while the test reads it.
+type syncBuffer = syncbuf.Buffer
 
 // service is "forwarder run" in a child process.
 type service struct {

@@ -5,33 +5,19 @@
 package mototest
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"net/http"
 	"os/exec"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/logfwd/forwarder/internal/syncbuf"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer collects output while the test reads it.
+type syncBuffer = syncbuf.Buffer
 
 // Start runs moto_server on a free loopback port until the test ends and
 // returns its URL. moto is part of this machine image (pip), not a Debian
