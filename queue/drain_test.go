@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -120,5 +123,76 @@ func TestDrainEndsWithItsContext(t *testing.T) {
 			t.Fatalf("drain with the destination down: %v", err)
 		}
 		r.stop(t)
+	})
+}
+
+// Records the destination refuses for their content are summed up as dead
+// letters, at warning level, with where they are kept: never as failed
+// sends that are "retried".
+func TestDeadLettersAreSummedUpAsSuch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		var logs syncbuf.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})
+		s.setFail(func(b *sinks.Batch) error {
+			switch b.Partition {
+			case "p00":
+				return sinks.NewRecordPermanent("key_too_long", fmt.Errorf("key of 1,100 bytes"))
+			case "p01":
+				var rj []sinks.Rejection
+				for _, r := range b.Records {
+					if r.Seq%2 == 0 {
+						rj = append(rj, sinks.Rejection{Seq: r.Seq, Reason: "too_old"})
+					}
+				}
+				return partial(rj)
+			}
+			return nil
+		})
+		last := appendN(t, w, 60, tagsOf(3), 10)
+		r := start(w, "s", s, Options{Logger: log, SummaryInterval: 20 * time.Second})
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d", pos)
+		}
+		r.stop(t)
+		out := logs.String()
+		if strings.Contains(out, "retried") {
+			t.Errorf("dead letters were logged as retried:\n%s", out)
+		}
+		if n := strings.Count(out, `level=WARN msg="records dead-lettered:`); n != 1 || !strings.Contains(out, "key_too_long=20 too_old=10") ||
+			!strings.Contains(out, "forwarder wal dead-letters") {
+			t.Errorf("want one warning counting 20 key_too_long and 10 too_old dead letters, saying how to list them:\n%s", out)
+		}
+	})
+}
+
+// A sink whose match refuses every tag that arrives says so, once per
+// summary interval, naming some of the tags; a sink that takes some of
+// them says nothing.
+func TestMatchThatTakesNothingWarns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		var logs syncbuf.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		pods := func(tag string) bool { return strings.HasPrefix(tag, "pod.") }
+		none := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})
+		some := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})
+		appendN(t, w, 30, func(i int) string { return fmt.Sprintf("kube.var.log.containers.c%d", i%3) }, 10)
+		r1 := start(w, "none", none, Options{Logger: log, SummaryInterval: 20 * time.Second, Match: pods})
+		r2 := start(w, "some", some, Options{Logger: log.With("other", true), SummaryInterval: 20 * time.Second, Match: func(tag string) bool { return !pods(tag) }})
+		time.Sleep(50 * time.Second)
+		synctest.Wait()
+		r1.stop(t)
+		r2.stop(t)
+		out := logs.String()
+		want := `level=WARN msg="the sink took none of the records read: its match refused every tag; other sinks may take them, and those no sink matches are not stored; check the sink's match" sink=none interval=20s records=30 tags=kube.var.log.containers.c0,kube.var.log.containers.c1,kube.var.log.containers.c2`
+		if strings.Count(out, "the sink took none") != 1 || !strings.Contains(out, want) {
+			t.Errorf("want one line %q:\n%s", want, out)
+		}
 	})
 }

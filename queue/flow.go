@@ -74,8 +74,8 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 	}
 	e := sinks.Classify(r.err)
 	l.lastErr, l.lastErrAt = e.Error(), now
-	l.failures[e.Class.String()+"/"+e.Reason]++
 	if e.Class == sinks.RecordPermanent {
+		// Not a failed send that is retried: summed up as dead letters.
 		l.endStreak() // the destination answered
 		if p.carry != nil {
 			l.uncarry(p, now)
@@ -84,6 +84,7 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		l.deliver(p, nil, nil, e.Reason, now) // the whole batch is dead-lettered
 		return
 	}
+	l.failures[e.Class.String()+"/"+e.Reason]++
 	p.busy = false
 	l.inflight--
 	l.dropPart(p, l.cursor, now) // what the WAL dropped while it was sent

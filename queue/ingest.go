@@ -73,8 +73,17 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) {
 		} else {
 			l.readPos = r.Seq + 1
 		}
-		if r.Seq <= l.cursor || d.opts.Match != nil && !d.opts.Match(r.Tag) {
+		if r.Seq <= l.cursor {
 			continue
+		}
+		if d.opts.Match != nil && !d.opts.Match(r.Tag) {
+			if !back {
+				l.unmatch(r.Tag)
+			}
+			continue
+		}
+		if !back {
+			l.matched++
 		}
 		l.probeRec = sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
 		key := d.sink.Partition(&l.probeRec)

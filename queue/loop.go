@@ -54,9 +54,15 @@ type loop struct {
 
 	delivered, deadLettered uint64
 	failures                map[string]int // failed sends by class/reason since the last summary
-	lastSummary             time.Time
-	lastErr                 string
-	lastErrAt               time.Time
+	deadReasons             map[string]int // records dead-lettered by reason since the last summary
+	// Records the head reader read since the last routing check: those
+	// for this sink and those its match refused, with a few of their tags.
+	matched, unmatched int
+	unmatchedTags      []string
+	lastRouting        time.Time
+	lastSummary        time.Time
+	lastErr            string
+	lastErrAt          time.Time
 
 	wg   sync.WaitGroup // every goroutine the loop starts
 	quit chan struct{}  // closed when the loop returns
@@ -85,7 +91,7 @@ func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 	l := &loop{
 		d: d, lim: d.lim, cursor: cursor, readPos: cursor + 1,
 		parts: map[string]*partition{}, marks: map[string]uint64{}, limit: d.lim.Concurrency,
-		failures: map[string]int{}, lastSummary: time.Now(),
+		failures: map[string]int{}, deadReasons: map[string]int{}, lastSummary: time.Now(), lastRouting: time.Now(),
 		quit: make(chan struct{}), in: make(chan read), readErr: make(chan error, 1), results: make(chan sendResult),
 		// Each busy partition has at most one delivery waiting to commit, at
 		// most Concurrency partitions are busy, and advanceIdle queues at most
@@ -195,6 +201,7 @@ func (l *loop) run(ctx context.Context) error {
 			l.advanceIdle()
 			l.updateStatus()
 			l.summarize(time.Now())
+			l.checkRouting(time.Now())
 		case <-done:
 			done, stopping = nil, true
 			stopReading()

@@ -3,7 +3,9 @@ package queue
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -63,11 +65,23 @@ func (l *loop) updateStatus() {
 }
 
 // summarize logs, once per SummaryInterval, how many sends failed and
-// why. Failed sends are retried and lose nothing: the line is at info
-// level when every partition has since delivered, at warning level while
-// some are still failing.
+// why, and how many records were dead-lettered and why. Failed sends are
+// retried and lose nothing: that line is at info level when every
+// partition has since delivered, at warning level while some are still
+// failing. Dead letters are records the destination will never take: a
+// warning that says where they are kept.
 func (l *loop) summarize(now time.Time) {
-	if len(l.failures) == 0 || now.Sub(l.lastSummary) < l.d.opts.SummaryInterval {
+	if len(l.failures)+len(l.deadReasons) == 0 || now.Sub(l.lastSummary) < l.d.opts.SummaryInterval {
+		return
+	}
+	l.lastSummary = now
+	if len(l.deadReasons) > 0 {
+		args := []any{"interval", l.d.opts.SummaryInterval}
+		args = append(args, countArgs(l.deadReasons)...)
+		l.d.log.Warn("records dead-lettered: the destination refuses them for their content and will never take them; they are not sent again but kept as dead letters in the WAL (the newest 10,000 per sink): list them with forwarder wal dead-letters (counts by reason)", args...)
+		l.deadReasons = map[string]int{}
+	}
+	if len(l.failures) == 0 {
 		return
 	}
 	failing := 0
@@ -77,19 +91,49 @@ func (l *loop) summarize(now time.Time) {
 		}
 	}
 	args := []any{"interval", l.d.opts.SummaryInterval, "partitions_still_failing", failing}
-	keys := make([]string, 0, len(l.failures))
-	for k := range l.failures {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		args = append(args, k, l.failures[k])
-	}
+	args = append(args, countArgs(l.failures)...)
 	level := slog.LevelInfo
 	if failing > 0 || l.paused != nil || now.Before(l.throttleUntil) {
 		level = slog.LevelWarn
 	}
 	l.d.log.Log(context.Background(), level, "sends failed and are retried; nothing is dropped for them (counts by class/reason)", args...)
 	l.failures = map[string]int{}
-	l.lastSummary = now
+}
+
+// countArgs are a log line's key-value pairs of counts, by sorted key.
+func countArgs(counts map[string]int) []any {
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	args := make([]any, 0, 2*len(keys))
+	for _, k := range keys {
+		args = append(args, k, counts[k])
+	}
+	return args
+}
+
+// unmatch counts a record this sink's match refused, keeping a few of
+// their tags for checkRouting.
+func (l *loop) unmatch(tag string) {
+	l.unmatched++
+	if len(l.unmatchedTags) < 5 && !slices.Contains(l.unmatchedTags, tag) {
+		l.unmatchedTags = append(l.unmatchedTags, strings.Clone(tag)) // read buffers are reused
+	}
+}
+
+// checkRouting warns, once per SummaryInterval, when the sink took none of
+// the records read in it because its match refused every tag: a match
+// that fits no tag the clients send (pod.** against Fluent Bit's kube.*)
+// would otherwise leave the sink empty without a word.
+func (l *loop) checkRouting(now time.Time) {
+	if now.Sub(l.lastRouting) < l.d.opts.SummaryInterval {
+		return
+	}
+	if l.matched == 0 && l.unmatched > 0 {
+		l.d.log.Warn("the sink took none of the records read: its match refused every tag; other sinks may take them, and those no sink matches are not stored; check the sink's match",
+			"interval", l.d.opts.SummaryInterval, "records", l.unmatched, "tags", strings.Join(l.unmatchedTags, ","))
+	}
+	l.matched, l.unmatched, l.unmatchedTags, l.lastRouting = 0, 0, l.unmatchedTags[:0], now
 }

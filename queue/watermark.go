@@ -24,6 +24,7 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 	dead := func(r *sinks.Record, reason string) {
 		req.ops.Put(d.name, deadKey(r.Seq), encodeDeadLetter(r, reason, at))
 		d.opts.Metrics.DeadLetters.WithLabelValues(d.name, reason).Inc()
+		l.deadReasons[reason]++
 		req.dead++
 	}
 	if deadReason != "" {
