@@ -49,6 +49,7 @@ type Sink struct {
 	log        *slog.Logger
 	group      *template.Template
 	stream     *template.Template
+	fallbacks  *template.FallbackLog
 	messageKey []string
 	now        func() time.Time
 
@@ -79,6 +80,7 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 	if s.stream, err = template.Parse(cfg.LogStream, template.Options{Hostname: opts.Hostname}); err != nil {
 		return nil, fmt.Errorf("log_stream: %w", err)
 	}
+	s.fallbacks = &template.FallbackLog{Log: s.log.With("sink", name), What: "log group or stream"}
 	if cfg.MessageKey != "" {
 		s.messageKey = strings.Split(cfg.MessageKey, ".")
 	}
@@ -157,6 +159,12 @@ func (s *Sink) Partition(r *sinks.Record) string {
 	st, n2 := s.stream.Render(d, s.cfg.Fallback)
 	if (n1|n2)&template.Missing != 0 {
 		s.m.fallback.Inc()
+		if n1&template.Missing != 0 {
+			s.fallbacks.Note(s.group, d, s.cfg.Fallback)
+		}
+		if n2&template.Missing != 0 {
+			s.fallbacks.Note(s.stream, d, s.cfg.Fallback)
+		}
 	}
 	if (n1|n2)&template.Sanitised != 0 {
 		s.m.sanitised.Inc()

@@ -3,6 +3,7 @@ package cloudwatch
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/emulator/cloudwatchlogs"
 	"github.com/logfwd/forwarder/internal/mototest"
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
@@ -460,4 +462,31 @@ func TestErrorTextIsTheServices(t *testing.T) {
 		t.Fatalf("last error %q, want the operation, the code and the service's message only", st.LastError)
 	}
 	t.Log(st.LastError)
+}
+
+// A field the records lack, without a default, sends them to the fallback
+// name: said in a warning naming the template and the field, not only
+// counted.
+func TestFallbackWarns(t *testing.T) {
+	e := newEnv(t, nil)
+	var buf syncbuf.Buffer
+	cfg := baseCfg(e.url)
+	cfg.LogGroup = "/eks/${record.kubernetes.namespace}" // namespace_name is the field
+	sink, err := New(context.Background(), "cw", cfg, Options{Hostname: "host1", AWS: staticAWS(), Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sink = sink
+	for i := range 20 {
+		e.append(podRecord("shop", "web-0", time.Now(), fmt.Sprint("line ", i)))
+	}
+	e.run(queue.Options{})
+	if evs := e.emu.Events("/eks/unknown", "web-0-host1"); len(evs) != 20 {
+		t.Fatalf("%d events under the fallback group", len(evs))
+	}
+	if out := buf.String(); strings.Count(out, "level=WARN msg=\"records lack what the log group or stream template names") != 1 ||
+		!strings.Contains(out, `sink=cw template=/eks/${record.kubernetes.namespace} missing=${record.kubernetes.namespace} tag=pod.shop`) {
+		t.Fatalf("want one warning naming the template and the missing field:\n%s", out)
+	}
 }

@@ -1,0 +1,78 @@
+package template
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Missing lists the placeholders of t that d lacks: the fields without a
+// default and the tag parts that rendered the fallback.
+func (t *Template) Missing(d *Data) []string {
+	var out []string
+	for i := range t.parts {
+		p := &t.parts[i]
+		switch p.kind {
+		case tagPart:
+			if _, ok := tagN(d.Tag, p.n); !ok {
+				out = append(out, fmt.Sprintf("${tag[%d]}", p.n))
+			}
+		case field:
+			if v, ok := Lookup(d.Body, p.path); !p.hasDf && (!ok || len(v) == 0) {
+				out = append(out, "${record."+strings.Join(p.path, ".")+"}")
+			}
+		}
+	}
+	return out
+}
+
+// FallbackLog warns, at most once per Interval per template, that records
+// lacked what a template names and were sent under the fallback name: a
+// typo in a field (${record.kubernetes.namespace}) sends every record to
+// one name, which its counter alone would not tell anyone.
+type FallbackLog struct {
+	Log      *slog.Logger
+	Interval time.Duration // default a minute
+	What     string        // what the templates render: "log group or stream", "key"
+
+	mu    sync.Mutex
+	state map[*Template]*fallbackState
+}
+
+type fallbackState struct {
+	next  time.Time
+	count int // records since the last line
+}
+
+// Note counts a record d that t rendered with fallback, and logs a line
+// when one is due: the template, what was missing, a tag, and how many
+// records fell back since the last line.
+func (l *FallbackLog) Note(t *Template, d *Data, fallback string) {
+	if l == nil || l.Log == nil {
+		return
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == nil {
+		l.state = map[*Template]*fallbackState{}
+	}
+	st := l.state[t]
+	if st == nil {
+		st = &fallbackState{}
+		l.state[t] = st
+	}
+	st.count++
+	if now.Before(st.next) {
+		return
+	}
+	interval := l.Interval
+	if interval <= 0 {
+		interval = time.Minute
+	}
+	l.Log.Warn(fmt.Sprintf("records lack what the %s template names and go under the fallback %q: check the template against the records (a field name may be misspelt), or give the field a default with ${record.FIELD|default}", l.What, fallback),
+		"template", t.String(), "missing", strings.Join(t.Missing(d), ","), "tag", d.Tag, "records", st.count, "interval", interval)
+	st.count, st.next = 0, now.Add(interval)
+}
