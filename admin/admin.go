@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"sort"
 	"time"
 
@@ -37,7 +38,7 @@ type Sources struct {
 	Pprof bool
 }
 
-// Server serves /metrics, /healthz, /readyz and /status, and with
+// Server serves /metrics, /healthz, /readyz, /status, /wal and /dead-letters, and with
 // Sources.Pprof Go's profiles under /debug/pprof/.
 type Server struct {
 	listen string
@@ -56,6 +57,8 @@ func New(listen string, src Sources, log *slog.Logger) *Server {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /status", s.status)
+	mux.HandleFunc("GET /wal", s.walStats)
+	mux.HandleFunc("GET /dead-letters", s.deadLetters)
 	if src.Pprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index) // and every named profile: heap, goroutine, allocs, ...
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
@@ -151,6 +154,9 @@ type Status struct {
 	WAL      WALStatus      `json:"wal"`
 	Sinks    []queue.Status `json:"sinks"`
 	Orphaned []Cursor       `json:"unconfigured_cursors,omitempty"`
+	// Links are the admin server's other documents: the WAL's statistics and
+	// each sink's dead letters.
+	Links map[string]string `json:"links"`
 }
 
 // WALStatus is the WAL part of /status.
@@ -195,9 +201,11 @@ func (s *Server) Snapshot() Status {
 		out.WAL.Error = err.Error()
 	}
 	configured := map[string]bool{}
+	out.Links = map[string]string{"wal": "/wal", "dead_letters": "/dead-letters"}
 	for _, d := range s.src.Drainers {
 		out.Sinks = append(out.Sinks, d.Status())
 		configured[d.Name()] = true
+		out.Links["dead_letters_of_"+d.Name()] = "/dead-letters?sink=" + url.QueryEscape(d.Name())
 	}
 	for name, pos := range st.Cursors {
 		if !configured[name] {

@@ -126,3 +126,53 @@ func peekNode(n *yaml.Node, key string) *yaml.Node {
 	}
 	return nil
 }
+
+// LoadWAL reads what the wal commands use of the file at path: data_dir, wal, admin and
+// the names of the sinks; the rest of the Config keeps its defaults. Nothing else is
+// decoded, validated or expanded, so a ${env.NAME} elsewhere that is unset where the
+// command runs (a secret or an address only the service's environment has) is no problem
+// for them.
+func LoadWAL(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c := newChecker(path, nil)
+	root, err := parseYAML(data)
+	if err != nil {
+		c.add(syntaxErrorPosition(data, err), "invalid yaml: %s", yamlMessage(err))
+		return nil, c.err()
+	}
+	used := &yaml.Node{Kind: yaml.MappingNode}
+	var sinks *yaml.Node
+	if root.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(root.Content); i += 2 {
+			switch resolve(root.Content[i]).Value {
+			case "data_dir", "wal", "admin":
+				used.Content = append(used.Content, root.Content[i], root.Content[i+1])
+			case "sinks":
+				sinks = resolve(root.Content[i+1])
+			}
+		}
+	}
+	d := &decoder{checker: c, unexpanded: expandEnv(c, used)}
+	cfg := Default()
+	d.decodeStruct(used, reflect.ValueOf(cfg).Elem(), scope{})
+	if sinks != nil && sinks.Kind == yaml.SequenceNode {
+		for _, n := range sinks.Content {
+			if name := peekNode(resolve(n), "name"); name != nil && name.Kind == yaml.ScalarNode {
+				expandEnv(c, name)
+				cfg.Sinks = append(cfg.Sinks, Sink{Name: name.Value, Line: resolve(n).Line})
+			}
+		}
+	}
+	cfg.file, cfg.pos = path, c.pos
+	top := section{c, scope{}}
+	top.required("data_dir", cfg.DataDir)
+	cfg.WAL.validate(top.child("wal"))
+	cfg.Admin.validate(top.child("admin"))
+	if err := c.err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}

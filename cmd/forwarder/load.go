@@ -12,6 +12,17 @@ import (
 // every problem on its own line with its file and line, and returns false.
 func loadConfig(cmd, path string, stderr io.Writer) (*config.Config, bool) {
 	cfg, err := config.Load(path)
+	return reportLoad(cmd, path, stderr, cfg, err)
+}
+
+// loadWALConfig is loadConfig for the wal commands: only what they use (config.LoadWAL).
+func loadWALConfig(cmd, path string, stderr io.Writer) (*config.Config, bool) {
+	cfg, err := config.LoadWAL(path)
+	return reportLoad(cmd, path, stderr, cfg, err)
+}
+
+// reportLoad returns cfg, or prints why it could not be loaded.
+func reportLoad(cmd, path string, stderr io.Writer, cfg *config.Config, err error) (*config.Config, bool) {
 	if err == nil {
 		return cfg, true
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -117,12 +118,30 @@ func TestWALCommandsWhileRunning(t *testing.T) {
 	walPath := filepath.Join(dataDir, wal.FileName)
 	s := startService(t, path)
 	s.waitFor("msg=started", walPath)
-	for _, sub := range []string{"stats", "verify", "dump"} {
+	for _, sub := range []string{"verify", "dump"} {
 		r := forwarderCmd(t, "wal", sub, "-c", path)
 		want := "forwarder wal " + sub + ": " + walPath + " is in use by a running forwarder; stop it first, or read the live state from http://" + admin + "/status\n"
 		if r.code != exitFail || r.stderr != want {
 			t.Errorf("wal %s on a running service: exit %d, stderr %q; want exit 1 and %q", sub, r.code, r.stderr, want)
 		}
+	}
+	// stats and dead-letters read a running service through its admin server.
+	r := forwarderCmd(t, "wal", "stats", "-c", path)
+	if r.code != exitOK || !strings.Contains(r.stdout, walPath) || !strings.Contains(r.stdout, "  archive  0") {
+		t.Errorf("wal stats on a running service: exit %d\nstdout:\n%s\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = forwarderCmd(t, "wal", "stats", "--json", "-c", path)
+	var st walStats
+	if err := json.Unmarshal([]byte(r.stdout), &st); r.code != exitOK || err != nil || st.Path != walPath || len(st.Cursors) != 1 || st.Cursors[0].Name != "archive" || !st.Cursors[0].Configured {
+		t.Errorf("wal stats --json on a running service: exit %d, %v\nstdout:\n%s\nstderr %q", r.code, err, r.stdout, r.stderr)
+	}
+	r = forwarderCmd(t, "wal", "dead-letters", "-c", path)
+	if r.code != exitOK || r.stdout != "" || r.stderr != "0 dead letters (from the running service)\n" {
+		t.Errorf("wal dead-letters on a running service: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+	r = forwarderCmd(t, "wal", "dead-letters", "--sink", "nope", "-c", path)
+	if r.code != exitFail || !strings.Contains(r.stderr, `the WAL has no sink \"nope\"`) {
+		t.Errorf("wal dead-letters of an unknown sink on a running service: exit %d, stderr %q", r.code, r.stderr)
 	}
 	s.signal(syscall.SIGTERM)
 	if code := s.wait(5 * time.Second); code != exitOK {
@@ -130,6 +149,26 @@ func TestWALCommandsWhileRunning(t *testing.T) {
 	}
 	if r := forwarderCmd(t, "wal", "stats", "-c", path); r.code != exitOK {
 		t.Errorf("wal stats after the service stopped: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// The wal commands read only data_dir, wal, admin and the sinks' names: a variable used
+// elsewhere in the file that is unset where they run is no problem for them.
+func TestWALCommandsNeedOnlyTheirKeys(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, "inputs:\n  forward: {listen: \"${env.FORWARD_LISTEN_UNSET}\"}\n", adminYAML, sinkYAML,
+		"  - name: pods\n    type: cloudwatch\n    region: ${env.REGION_UNSET}\n    log_group: g\n    log_stream: s\n")
+	fillWAL(t, dataDir, "archive", "pods")
+	r := forwarderCmd(t, "wal", "stats", "-c", path)
+	if r.code != exitOK || !strings.Contains(r.stdout, "  pods     0") {
+		t.Errorf("wal stats with unset variables elsewhere: exit %d\nstdout:\n%s\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+	if r := forwarderCmd(t, "check", "-c", path); r.code != exitFail || !strings.Contains(r.stderr, "environment variable FORWARD_LISTEN_UNSET is not set") {
+		t.Errorf("check with unset variables: exit %d, stderr %q", r.code, r.stderr)
+	}
+	bad, _ := writeConfig(t, "wal: {max_bytes: \"${env.WAL_MAX_UNSET}\"}\n")
+	if r := forwarderCmd(t, "wal", "stats", "-c", bad); r.code != exitFail || !strings.Contains(r.stderr, "environment variable WAL_MAX_UNSET is not set") {
+		t.Errorf("wal stats with an unset variable in wal: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 

@@ -6,8 +6,11 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/wal"
@@ -23,8 +26,10 @@ var walCommands = []command{
 
 const walUsage = `Usage: forwarder wal <command> [flags]
 
-Inspect the write-ahead log in data_dir. These commands work on a stopped service: a
-running one holds the WAL, and shows its live state at http://<admin.listen>/status.
+Inspect the write-ahead log in data_dir. They read only data_dir, wal, admin and the
+sinks' names of the configuration. verify, dump and drop-cursor work on a stopped service
+(a running one holds the WAL); stats and dead-letters read a running one through its
+admin server (admin.listen: /wal and /dead-letters).
 `
 
 func cmdWAL(args []string, stdout, stderr io.Writer) int {
@@ -34,7 +39,10 @@ func cmdWAL(args []string, stdout, stderr io.Writer) int {
 // openForInspection does what every read-only wal subcommand does first: parse its flags
 // (it takes no other arguments), load the configuration, open the WAL read-only. When done
 // is true, the subcommand returns code at once; the failure was already printed.
-func openForInspection(cmd string, f *flagSet, configPath *string, args []string, stdout, stderr io.Writer) (*config.Config, *wal.WAL, int, bool) {
+//
+// live, if set, answers instead when a running service holds the WAL: it reads what the
+// command prints from the service's admin server, and returns the command's exit status.
+func openForInspection(cmd string, f *flagSet, configPath *string, args []string, stdout, stderr io.Writer, live func(cfg *config.Config) int) (*config.Config, *wal.WAL, int, bool) {
 	pos, code, done := f.parse(args, stdout, stderr)
 	if done {
 		return nil, nil, code, true
@@ -42,15 +50,62 @@ func openForInspection(cmd string, f *flagSet, configPath *string, args []string
 	if code, done := f.noArgs(pos, stderr); done {
 		return nil, nil, code, true
 	}
-	cfg, ok := loadConfig(cmd, *configPath, stderr)
+	cfg, ok := loadWALConfig(cmd, *configPath, stderr)
 	if !ok {
 		return nil, nil, exitFail, true
+	}
+	if live != nil && walLocked(cfg) {
+		return nil, nil, live(cfg), true
 	}
 	w := openWAL(cmd, cfg, true, stderr)
 	if w == nil {
 		return nil, nil, exitFail, true
 	}
 	return cfg, w, exitOK, false
+}
+
+// walLocked reports whether a running service holds cfg's WAL.
+func walLocked(cfg *config.Config) bool {
+	path := filepath.Join(cfg.DataDir, wal.FileName)
+	if _, err := os.Stat(path); err != nil {
+		return false
+	}
+	w, err := wal.Open(cfg.DataDir, wal.Options{ReadOnly: true, Logger: toolLogger(io.Discard)})
+	if err == nil {
+		w.Close()
+	}
+	return errors.Is(err, wal.ErrLocked)
+}
+
+// adminGet fetches path from the admin server of the service that runs with cfg.
+func adminGet(cfg *config.Config, path string) (*http.Response, error) {
+	base, ok := adminBase(cfg.Admin.Listen)
+	if !ok {
+		return nil, fmt.Errorf("admin.listen %s names no fixed port to reach the running service at", cfg.Admin.Listen)
+	}
+	c := &http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Get(base + path)
+	if err != nil {
+		return nil, fmt.Errorf("read the running service's admin server: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		return nil, fmt.Errorf("the running service's admin server answered %s for %s: %s", resp.Status, base+path, strings.TrimSpace(string(body)))
+	}
+	return resp, nil
+}
+
+// adminBase is the URL of the admin server listening on listen, as reachable from here.
+func adminBase(listen string) (string, bool) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil || port == "0" {
+		return "", false
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port), true
 }
 
 // openWAL opens the WAL of cfg for a wal subcommand: read-only, except for the commands
@@ -82,14 +137,11 @@ func openWAL(cmd string, cfg *config.Config, readOnly bool, stderr io.Writer) *w
 
 // statusURL is where the admin server listening on listen shows the live state.
 func statusURL(listen string) string {
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil || port == "0" {
+	base, ok := adminBase(listen)
+	if !ok {
 		return "the admin server's /status endpoint"
 	}
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		host = "localhost"
-	}
-	return "http://" + net.JoinHostPort(host, port) + "/status"
+	return base + "/status"
 }
 
 // closeWAL closes a WAL opened by openWAL; a failure is printed and makes the command fail.

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"slices"
 
+	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/queue"
 )
 
@@ -23,7 +25,29 @@ func cmdWALDeadLetters(args []string, stdout, stderr io.Writer) int {
 	f := newFlagSet("wal dead-letters", walDeadLettersUsage)
 	configPath := f.configFlag()
 	sink := f.String("sink", "", "only the dead letters of sink `NAME`")
-	_, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr)
+	live := func(cfg *config.Config) int {
+		q := url.Values{"limit": {"10000"}}
+		if *sink != "" {
+			q.Set("sink", *sink)
+		}
+		resp, err := adminGet(cfg, "/dead-letters?"+q.Encode())
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: the WAL is in use by a running forwarder: %v\n", cmd, err)
+			return exitFail
+		}
+		defer resp.Body.Close()
+		n, err := copyLines(stdout, resp.Body)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: read the running service's dead letters: %v\n", cmd, err)
+			return exitFail
+		}
+		fmt.Fprintf(stderr, "%s (from the running service)\n", plural(n, "dead letter", "dead letters"))
+		if omitted := resp.Header.Get("Dead-Letters-Omitted"); omitted != "" && omitted != "0" {
+			fmt.Fprintf(stderr, "%s older ones left out to keep the answer within 16 MiB; stop the service to read them all\n", omitted)
+		}
+		return exitOK
+	}
+	_, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr, live)
 	if done {
 		return code
 	}
@@ -60,4 +84,22 @@ func cmdWALDeadLetters(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "%s\n", plural(n, "dead letter", "dead letters"))
 	return closeWAL(cmd, w, stderr, exitOK)
+}
+
+// copyLines copies r to w and counts its lines.
+func copyLines(w io.Writer, r io.Reader) (int, error) {
+	out := bufio.NewWriter(w)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 32<<20)
+	n := 0
+	for sc.Scan() {
+		out.Write(sc.Bytes())
+		out.WriteByte('\n')
+		n++
+	}
+	if err := sc.Err(); err != nil {
+		out.Flush()
+		return n, err
+	}
+	return n, out.Flush()
 }

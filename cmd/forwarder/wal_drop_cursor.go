@@ -32,7 +32,7 @@ func cmdWALDropCursor(args []string, stdout, stderr io.Writer) int {
 		return f.usageError(stderr, "want one cursor NAME, got %d arguments", len(pos))
 	}
 	name := pos[0]
-	cfg, ok := loadConfig(cmd, *configPath, stderr)
+	cfg, ok := loadWALConfig(cmd, *configPath, stderr)
 	if !ok {
 		return exitFail
 	}

@@ -37,7 +37,7 @@ func cmdWALDump(args []string, stdout, stderr io.Writer) int {
 	configPath := f.configFlag()
 	from := f.Uint64("from", 0, "start at sequence number `SEQ` (default: the oldest live record)")
 	limit := f.Uint64("limit", 0, "print at most `N` records (0: all)")
-	_, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr)
+	_, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr, nil)
 	if done {
 		return code
 	}

@@ -47,7 +47,34 @@ func cmdWALStats(args []string, stdout, stderr io.Writer) int {
 	f := newFlagSet("wal stats", walStatsUsage)
 	configPath := f.configFlag()
 	asJSON := f.Bool("json", false, "print the statistics as one JSON object")
-	cfg, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr)
+	show := func(s walStats) int {
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(s); err != nil {
+				fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+				return exitFail
+			}
+			return exitOK
+		}
+		printWALStats(stdout, s, *configPath)
+		return exitOK
+	}
+	live := func(cfg *config.Config) int {
+		resp, err := adminGet(cfg, "/wal")
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: the WAL is in use by a running forwarder: %v\n", cmd, err)
+			return exitFail
+		}
+		defer resp.Body.Close()
+		var st wal.Stats
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			fmt.Fprintf(stderr, "%s: read the running service's WAL statistics: %v\n", cmd, err)
+			return exitFail
+		}
+		return show(newWALStats(st, cfg))
+	}
+	cfg, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr, live)
 	if done {
 		return code
 	}
@@ -55,17 +82,7 @@ func cmdWALStats(args []string, stdout, stderr io.Writer) int {
 	if code := closeWAL(cmd, w, stderr, exitOK); code != exitOK {
 		return code
 	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(s); err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
-			return exitFail
-		}
-		return exitOK
-	}
-	printWALStats(stdout, s, *configPath)
-	return exitOK
+	return show(s)
 }
 
 func newWALStats(st wal.Stats, cfg *config.Config) walStats {

@@ -16,7 +16,7 @@ func cmdWALVerify(args []string, stdout, stderr io.Writer) int {
 	const cmd = "forwarder wal verify"
 	f := newFlagSet("wal verify", walVerifyUsage)
 	configPath := f.configFlag()
-	_, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr)
+	_, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr, nil)
 	if done {
 		return code
 	}

@@ -1,0 +1,110 @@
+package admin
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/logfwd/forwarder/queue"
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// refusingSink dead-letters every record, as a destination that will never
+// take them does.
+type refusingSink struct{ deniedSink }
+
+func (refusingSink) Send(context.Context, *sinks.Batch) (sinks.Outcome, error) {
+	return sinks.Outcome{}, sinks.NewRecordPermanent("too_old", fmt.Errorf("older than 14 days"))
+}
+
+// /wal and /dead-letters serve what forwarder wal stats and dead-letters
+// print, from a running service.
+func TestWALAndDeadLetters(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := wal.Open(t.TempDir(), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i := range 30 {
+		if _, err := w.Append(ctx, []wal.Record{{Tag: "t", Time: int64(i), Body: fmt.Appendf(nil, `{"i":%d}`, i)}}, wal.AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := queue.New(w, "cw", refusingSink{}, queue.Options{Metrics: queue.NewMetrics(nil)})
+	drained := make(chan error, 1)
+	go func() { drained <- d.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for pos, _ := w.Cursor("cw"); pos < 30 && time.Now().Before(deadline); pos, _ = w.Cursor("cw") {
+		time.Sleep(5 * time.Millisecond)
+	}
+	s := New("127.0.0.1:0", Sources{WAL: w, Drainers: []*queue.Drainer{d}, Gatherer: prometheus.NewRegistry()}, slog.New(slog.DiscardHandler))
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx) }()
+	base := "http://" + s.Addr().String()
+
+	code, body := get(t, base, "/status")
+	var status Status
+	if err := json.Unmarshal([]byte(body), &status); code != 200 || err != nil || status.Links["wal"] != "/wal" || status.Links["dead_letters_of_cw"] != "/dead-letters?sink=cw" {
+		t.Fatalf("/status links: %d %v %s", code, err, body)
+	}
+	code, body = get(t, base, "/wal")
+	var st wal.Stats
+	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil || st.NextSeq != 31 || st.Cursors["cw"] != 30 {
+		t.Fatalf("/wal: %d %v %s", code, err, body)
+	}
+	lines := func(path string) (int, []queue.DeadLetter, http.Header) {
+		t.Helper()
+		res, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out []queue.DeadLetter
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+			var l struct {
+				Sink string `json:"sink"`
+				queue.DeadLetter
+			}
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil || (res.StatusCode == 200 && l.Sink != "cw") {
+				t.Fatalf("%s: line %q: %v", path, sc.Text(), err)
+			}
+			out = append(out, l.DeadLetter)
+		}
+		return res.StatusCode, out, res.Header
+	}
+	code, all, h := lines("/dead-letters")
+	if code != 200 || len(all) != 30 || all[0].Seq != 1 || all[29].Seq != 30 || all[0].Reason != "too_old" || string(all[3].Body) != `{"i":3}` || h.Get("Dead-Letters-Omitted") != "0" {
+		t.Fatalf("/dead-letters: %d, %d lines, %+v", code, len(all), all)
+	}
+	if code, newest, _ := lines("/dead-letters?sink=cw&limit=5"); code != 200 || len(newest) != 5 || newest[0].Seq != 26 || newest[4].Seq != 30 {
+		t.Fatalf("/dead-letters?limit=5: %d %+v", code, newest)
+	}
+	if code, body := get(t, base, "/dead-letters?sink=nope"); code != http.StatusNotFound || !strings.Contains(body, `the WAL has no sink \"nope\"`) {
+		t.Fatalf("/dead-letters of an unknown sink: %d %s", code, body)
+	}
+	if code, body := get(t, base, "/dead-letters?limit=0"); code != http.StatusBadRequest || !strings.Contains(body, "from 1 to 10000") {
+		t.Fatalf("/dead-letters?limit=0: %d %s", code, body)
+	}
+	cancel()
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+}
