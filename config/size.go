@@ -62,6 +62,23 @@ func (s Size) String() string {
 	return strconv.FormatInt(int64(s), 10) + "B"
 }
 
+// Human is s for people: exact in the largest unit that divides it ("12MiB"), else to one
+// decimal in the largest unit it reaches ("9.6MiB" for 10066329 bytes).
+func (s Size) Human() string {
+	for _, u := range []struct {
+		name string
+		size Size
+	}{{"TiB", TiB}, {"GiB", GiB}, {"MiB", MiB}, {"KiB", KiB}} {
+		if s != 0 && s%u.size == 0 {
+			return strconv.FormatInt(int64(s/u.size), 10) + u.name
+		}
+		if s >= u.size {
+			return strconv.FormatFloat(float64(s)/float64(u.size), 'f', 1, 64) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(s), 10) + "B"
+}
+
 // UnmarshalText parses a size written as ParseSize accepts.
 func (s *Size) UnmarshalText(text []byte) error {
 	v, err := ParseSize(string(text))

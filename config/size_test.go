@@ -86,3 +86,11 @@ func TestDuration(t *testing.T) {
 		}
 	}
 }
+
+func TestSizeHuman(t *testing.T) {
+	for s, want := range map[Size]string{0: "0B", 512: "512B", 12 * MiB: "12MiB", 10066329: "9.6MiB", 1536: "1.5KiB", 3 * GiB / 2: "1.5GiB"} {
+		if got := s.Human(); got != want {
+			t.Errorf("Size(%d).Human() = %q, want %q", int64(s), got, want)
+		}
+	}
+}

@@ -55,7 +55,7 @@ func summary(cfg *config.Config) string {
 		if i == 0 {
 			sep = ": "
 		}
-		fmt.Fprintf(&b, "%s%s (%s, %s of memory)", sep, s.Name, s.Type, config.Size(buffers[s.Name]))
+		fmt.Fprintf(&b, "%s%s (%s, %s of memory)", sep, s.Name, s.Type, config.Size(buffers[s.Name]).Human())
 	}
 	var inputs []string
 	if in := cfg.Inputs.Forward; in != nil {
@@ -71,7 +71,7 @@ func summary(cfg *config.Config) string {
 	if cfg.Admin.Pprof {
 		pprof = " (with /debug/pprof/)"
 	}
-	fmt.Fprintf(&b, "; inputs: %s; admin on %s%s; data_dir: %s; memory_limit: %s", strings.Join(inputs, ", "), cfg.Admin.Listen, pprof, cfg.DataDir, cfg.MemoryLimit)
+	fmt.Fprintf(&b, "; inputs: %s; admin on %s%s; data_dir: %s; memory_limit: %s", strings.Join(inputs, ", "), cfg.Admin.Listen, pprof, cfg.DataDir, cfg.MemoryLimit.Human())
 	return b.String()
 }
 
