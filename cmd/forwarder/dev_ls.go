@@ -33,22 +33,30 @@ func cmdDevLs(args []string, stdout, stderr io.Writer) int {
 	s3URL, cwURL := "http://"+devS3Addr, "http://"+devCWAddr
 
 	sc := s3.NewFromConfig(awsCfg, func(o *s3.Options) { o.BaseEndpoint = aws.String(s3URL); o.UsePathStyle = true })
-	fmt.Fprintf(stdout, "S3 %s, bucket %s:\n", s3URL, devBucket)
-	n, total := 0, int64(0)
-	p := s3.NewListObjectsV2Paginator(sc, &s3.ListObjectsV2Input{Bucket: aws.String(devBucket)})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			fmt.Fprintf(stderr, "forwarder dev ls: no forwarder dev answers on %s: %v\n", devS3Addr, err)
-			return exitFail
-		}
-		for _, o := range page.Contents {
-			fmt.Fprintf(stdout, "  %s  %d bytes\n", aws.ToString(o.Key), aws.ToInt64(o.Size))
-			n++
-			total += aws.ToInt64(o.Size)
-		}
+	buckets, err := sc.ListBuckets(ctx, &s3.ListBucketsInput{})
+	if err != nil {
+		fmt.Fprintf(stderr, "forwarder dev ls: no forwarder dev answers on %s: %v\n", devS3Addr, err)
+		return exitFail
 	}
-	fmt.Fprintf(stdout, "  %s, %s\n", plural(n, "object", "objects"), humanBytes(total))
+	fmt.Fprintf(stdout, "S3 %s:\n", s3URL)
+	for _, b := range buckets.Buckets {
+		fmt.Fprintf(stdout, "  bucket %s:\n", aws.ToString(b.Name))
+		n, total := 0, int64(0)
+		p := s3.NewListObjectsV2Paginator(sc, &s3.ListObjectsV2Input{Bucket: b.Name})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				fmt.Fprintf(stderr, "forwarder dev ls: list bucket %s: %v\n", aws.ToString(b.Name), err)
+				return exitFail
+			}
+			for _, o := range page.Contents {
+				fmt.Fprintf(stdout, "    %s  %d bytes\n", aws.ToString(o.Key), aws.ToInt64(o.Size))
+				n++
+				total += aws.ToInt64(o.Size)
+			}
+		}
+		fmt.Fprintf(stdout, "    %s, %s\n", plural(n, "object", "objects"), humanBytes(total))
+	}
 
 	cc := cloudwatchlogs.NewFromConfig(awsCfg, func(o *cloudwatchlogs.Options) { o.BaseEndpoint = aws.String(cwURL) })
 	fmt.Fprintf(stdout, "CloudWatch Logs %s:\n", cwURL)
@@ -60,7 +68,11 @@ func cmdDevLs(args []string, stdout, stderr io.Writer) int {
 			return exitFail
 		}
 		for _, g := range page.LogGroups {
-			fmt.Fprintf(stdout, "  %s (retention %d days)\n", aws.ToString(g.LogGroupName), aws.ToInt32(g.RetentionInDays))
+			retention := "never expires"
+			if g.RetentionInDays != nil {
+				retention = "retention " + plural(int(*g.RetentionInDays), "day", "days")
+			}
+			fmt.Fprintf(stdout, "  %s (%s)\n", aws.ToString(g.LogGroupName), retention)
 			sp := cloudwatchlogs.NewDescribeLogStreamsPaginator(cc, &cloudwatchlogs.DescribeLogStreamsInput{LogGroupName: g.LogGroupName})
 			for sp.HasMorePages() {
 				sPage, err := sp.NextPage(ctx)

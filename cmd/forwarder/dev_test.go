@@ -45,6 +45,9 @@ func TestDevMode(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	if !strings.Contains(ls, "  bucket forwarder-dev:\n") || strings.Contains(ls, "retention 0 days") || !strings.Contains(ls, "(retention 30 days)") {
+		t.Errorf("dev ls does not name the bucket or says retention 0 days:\n%s", ls)
+	}
 	if !strings.Contains(out.String(), "curl -X POST http://127.0.0.1:8080/v1/logs/pod.shop") || !strings.Contains(out.String(), "forwarder dev ls") {
 		t.Errorf("dev did not print how to send and see records:\n%s", out.String())
 	}
