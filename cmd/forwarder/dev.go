@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,23 +22,33 @@ const devUsage = `Usage: forwarder dev [--demo] [--rate N] [--reset]
 
 Run the forwarder on this machine with local S3 and CloudWatch Logs emulators in the same
 process: nothing reaches AWS. Data stays under ./dev-data between runs (--reset clears it).
-Ports, all on 127.0.0.1: forward 24224, HTTP 8080, admin 9880, S3 4566, CloudWatch Logs 4567.
+Ports, all on 127.0.0.1: forward 24224, HTTP 8080, admin 9880, S3 4566, CloudWatch Logs 4567
+(--port-offset N adds N to each, for a second instance; give dev ls the same).
 --demo generates sample pod logs. "forwarder dev ls", from another terminal, lists what
 arrived in each emulator of a running dev instance.
 `
 
 const (
-	devDir     = "dev-data"
-	devS3Addr  = "127.0.0.1:4566"
-	devCWAddr  = "127.0.0.1:4567"
-	devBucket  = "forwarder-dev"
-	devHTTP    = "127.0.0.1:8080"
-	devForward = "127.0.0.1:24224"
-	devAdmin   = "127.0.0.1:9880"
+	devDir    = "dev-data"
+	devBucket = "forwarder-dev"
 )
 
+// devPorts are a dev instance's loopback addresses: the fixed ports, all moved by
+// --port-offset, so that a second instance (a test beside a developer's) can run.
+type devPorts struct {
+	s3, cw, http, forward, admin string
+}
+
+func newDevPorts(offset int) (devPorts, error) {
+	if offset < 0 || offset > 40000 {
+		return devPorts{}, fmt.Errorf("--port-offset %d is not from 0 to 40000", offset)
+	}
+	at := func(port int) string { return fmt.Sprintf("127.0.0.1:%d", port+offset) }
+	return devPorts{s3: at(4566), cw: at(4567), http: at(8080), forward: at(24224), admin: at(9880)}, nil
+}
+
 // devConfig is the dev pipeline: config.yaml's, with the emulators' endpoints.
-func devConfig(dir, s3URL, cwURL string) (*config.Config, error) {
+func devConfig(dir string, ports devPorts, s3URL, cwURL string) (*config.Config, error) {
 	return config.Parse([]byte(fmt.Sprintf(`data_dir: %q
 log: {level: warn}
 shutdown_timeout: 5s
@@ -64,7 +75,7 @@ sinks:
     log_group: "/eks/${record.kubernetes.namespace_name|default}"
     log_stream: "${record.kubernetes.pod_name|unknown}-${hostname}"
     flush_interval: 1s
-`, filepath.Join(dir, "wal"), devForward, devHTTP, devAdmin, devBucket, s3URL, cwURL)), "(forwarder dev)")
+`, filepath.Join(dir, "wal"), ports.forward, ports.http, ports.admin, devBucket, s3URL, cwURL)), "(forwarder dev)")
 }
 
 func cmdDev(args []string, stdout, stderr io.Writer) int {
@@ -75,12 +86,18 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	demo := f.Bool("demo", false, "generate sample pod logs")
 	rate := f.Int("rate", 20, "records a second that --demo generates")
 	reset := f.Bool("reset", false, "delete ./dev-data first")
+	offset := f.Int("port-offset", 0, "add `N` to every port (for a second instance)")
 	pos, code, done := f.parse(args, stdout, stderr)
 	if done {
 		return code
 	}
 	if code, done := f.noArgs(pos, stderr); done {
 		return code
+	}
+	ports, err := newDevPorts(*offset)
+	if err != nil {
+		fmt.Fprintf(stderr, "forwarder dev: %v\n", err)
+		return exitUsage
 	}
 	if *reset {
 		if err := os.RemoveAll(devDir); err != nil {
@@ -104,9 +121,9 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	defer s3.Close()
-	s3URL, err := s3.Start(devS3Addr)
+	s3URL, err := s3.Start(ports.s3)
 	if err != nil {
-		fmt.Fprintf(stderr, "forwarder dev: S3 emulator on %s: %v (is another forwarder dev running?)\n", devS3Addr, err)
+		fmt.Fprintf(stderr, "forwarder dev: S3 emulator on %s: %v (is another forwarder dev running? --port-offset runs a second one)\n", ports.s3, err)
 		return exitFail
 	}
 	if err := s3.CreateBucket(devBucket); err != nil {
@@ -115,17 +132,17 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	}
 	cw := cwemu.New(cwemu.Options{})
 	defer cw.Close()
-	cwURL, err := cw.Start(devCWAddr)
+	cwURL, err := cw.Start(ports.cw)
 	if err != nil {
-		fmt.Fprintf(stderr, "forwarder dev: CloudWatch Logs emulator on %s: %v\n", devCWAddr, err)
+		fmt.Fprintf(stderr, "forwarder dev: CloudWatch Logs emulator on %s: %v\n", ports.cw, err)
 		return exitFail
 	}
-	cfg, err := devConfig(devDir, s3URL, cwURL)
+	cfg, err := devConfig(devDir, ports, s3URL, cwURL)
 	if err != nil {
 		fmt.Fprintf(stderr, "forwarder dev: %v\n", err)
 		return exitFail
 	}
-	printDevHelp(stdout, s3URL, cwURL)
+	printDevHelp(stdout, ports, *offset, s3URL, cwURL)
 	log := newLogger(cfg.Log, stderr)
 	return serve(cfg, "(forwarder dev)", log, func(r *running) []actor {
 		actors := []actor{{name: "status line", run: func(ctx context.Context) error {
@@ -138,20 +155,25 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
-func printDevHelp(w io.Writer, s3URL, cwURL string) {
+func printDevHelp(w io.Writer, ports devPorts, offset int, s3URL, cwURL string) {
+	_, fwdPort, _ := net.SplitHostPort(ports.forward)
+	ls := "forwarder dev ls"
+	if offset != 0 {
+		ls += fmt.Sprintf(" --port-offset %d", offset)
+	}
 	fmt.Fprintf(w, `forwarder dev: S3 emulator at %s (bucket %s), CloudWatch Logs emulator at %s; data in ./%s
 
 Send a record over HTTP:
   curl -X POST http://%s/v1/logs/pod.shop --data-binary '{"log":"hello","kubernetes":{"namespace_name":"shop","pod_name":"web-1"}}'
 Send one with a forward client (Debian's python3-fluent-logger):
-  python3 -c "from fluent import sender; sender.FluentSender('pod', port=24224).emit('shop', {'log': 'hi', 'kubernetes': {'namespace_name': 'shop', 'pod_name': 'web-1'}})"
+  python3 -c "from fluent import sender; sender.FluentSender('pod', port=%s).emit('shop', {'log': 'hi', 'kubernetes': {'namespace_name': 'shop', 'pod_name': 'web-1'}})"
 See what arrived:
-  forwarder dev ls
+  %s
   aws --endpoint-url %s s3 ls s3://%s --recursive
   aws --endpoint-url %s logs describe-log-streams --log-group-name /eks/shop
 Status: http://%s/status   Metrics: http://%s/metrics   Ctrl-C stops.
 
-`, s3URL, devBucket, cwURL, devDir, devHTTP, s3URL, devBucket, cwURL, devAdmin, devAdmin)
+`, s3URL, devBucket, cwURL, devDir, ports.http, fwdPort, ls, s3URL, devBucket, cwURL, ports.admin, ports.admin)
 }
 
 // statusLine shows, every second, records in, the WAL's size and each sink's progress:

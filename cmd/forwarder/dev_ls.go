@@ -20,6 +20,7 @@ sizes, CloudWatch Logs groups and streams with their event counts.
 
 func cmdDevLs(args []string, stdout, stderr io.Writer) int {
 	f := newFlagSet("dev ls", devLsUsage)
+	offset := f.Int("port-offset", 0, "the `N` the dev instance was started with")
 	pos, code, done := f.parse(args, stdout, stderr)
 	if done {
 		return code
@@ -27,15 +28,20 @@ func cmdDevLs(args []string, stdout, stderr io.Writer) int {
 	if code, done := f.noArgs(pos, stderr); done {
 		return code
 	}
+	ports, err := newDevPorts(*offset)
+	if err != nil {
+		fmt.Fprintf(stderr, "forwarder dev ls: %v\n", err)
+		return exitUsage
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	awsCfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("dev", "dev", "")}
-	s3URL, cwURL := "http://"+devS3Addr, "http://"+devCWAddr
+	s3URL, cwURL := "http://"+ports.s3, "http://"+ports.cw
 
 	sc := s3.NewFromConfig(awsCfg, func(o *s3.Options) { o.BaseEndpoint = aws.String(s3URL); o.UsePathStyle = true })
 	buckets, err := sc.ListBuckets(ctx, &s3.ListBucketsInput{})
 	if err != nil {
-		fmt.Fprintf(stderr, "forwarder dev ls: no forwarder dev answers on %s: %v\n", devS3Addr, err)
+		fmt.Fprintf(stderr, "forwarder dev ls: no forwarder dev answers on %s: %v\n", ports.s3, err)
 		return exitFail
 	}
 	fmt.Fprintf(stdout, "S3 %s:\n", s3URL)
@@ -64,7 +70,7 @@ func cmdDevLs(args []string, stdout, stderr io.Writer) int {
 	for gp.HasMorePages() {
 		page, err := gp.NextPage(ctx)
 		if err != nil {
-			fmt.Fprintf(stderr, "forwarder dev ls: no forwarder dev answers on %s: %v\n", devCWAddr, err)
+			fmt.Fprintf(stderr, "forwarder dev ls: no forwarder dev answers on %s: %v\n", ports.cw, err)
 			return exitFail
 		}
 		for _, g := range page.LogGroups {

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -9,11 +13,14 @@ import (
 )
 
 // forwarder dev on a clean directory: the emulators start, --demo records reach
-// CloudWatch Logs, and "forwarder dev ls" from another process shows them. It uses the
-// fixed dev ports, so it does not run in parallel with anything else.
+// CloudWatch Logs, and "forwarder dev ls" from another process shows them. It moves the
+// dev ports by an offset at which all of them are free, so that a forwarder dev of the
+// developer's own may run beside it.
 func TestDevMode(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(bin, "dev", "--demo", "--rate", "200")
+	offset := freeDevOffset(t)
+	off := strconv.Itoa(offset)
+	cmd := exec.Command(bin, "dev", "--demo", "--rate", "200", "--port-offset", off)
 	cmd.Dir = dir
 	var out, errOut syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -33,7 +40,12 @@ func TestDevMode(t *testing.T) {
 	deadline := time.Now().Add(40 * time.Second)
 	var ls string
 	for {
-		ls2 := exec.Command(bin, "dev", "ls")
+		select {
+		case <-done:
+			t.Fatalf("forwarder dev exited (%v):\nstdout:\n%s\nstderr:\n%s", cmd.ProcessState, out.String(), errOut.String())
+		default:
+		}
+		ls2 := exec.Command(bin, "dev", "ls", "--port-offset", off)
 		b, _ := ls2.CombinedOutput()
 		ls = string(b)
 		// CloudWatch events within a second or so; S3 objects once max_object_age (10s) cuts them.
@@ -48,7 +60,7 @@ func TestDevMode(t *testing.T) {
 	if !strings.Contains(ls, "  bucket forwarder-dev:\n") || strings.Contains(ls, "retention 0 days") || !strings.Contains(ls, "(retention 30 days)") {
 		t.Errorf("dev ls does not name the bucket or says retention 0 days:\n%s", ls)
 	}
-	if !strings.Contains(out.String(), "curl -X POST http://127.0.0.1:8080/v1/logs/pod.shop") || !strings.Contains(out.String(), "forwarder dev ls") {
+	if !strings.Contains(out.String(), fmt.Sprintf("curl -X POST http://127.0.0.1:%d/v1/logs/pod.shop", 8080+offset)) || !strings.Contains(out.String(), "forwarder dev ls --port-offset "+off) {
 		t.Errorf("dev did not print how to send and see records:\n%s", out.String())
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
@@ -60,7 +72,33 @@ func TestDevMode(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != exitOK {
 		t.Fatalf("dev exited %d; stderr:\n%s", code, errOut.String())
 	}
-	if b, err := exec.Command(bin, "dev", "ls").CombinedOutput(); err == nil || !strings.Contains(string(b), "no forwarder dev answers") {
+	if b, err := exec.Command(bin, "dev", "ls", "--port-offset", off).CombinedOutput(); err == nil || !strings.Contains(string(b), "no forwarder dev answers") {
 		t.Errorf("dev ls with nothing running: %v %s", err, b)
 	}
+}
+
+// freeDevOffset finds a --port-offset at which every dev port is free now.
+func freeDevOffset(t *testing.T) int {
+	t.Helper()
+	for try := 0; try < 50; try++ {
+		offset := 10000 + rand.IntN(30000)
+		ports, err := newDevPorts(offset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		free := true
+		for _, addr := range []string{ports.s3, ports.cw, ports.http, ports.forward, ports.admin} {
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				free = false
+				break
+			}
+			ln.Close()
+		}
+		if free {
+			return offset
+		}
+	}
+	t.Fatal("no port offset with every dev port free")
+	return 0
 }
