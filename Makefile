@@ -8,7 +8,7 @@ BIN      := bin/forwarder
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-tools crash clean e2e soak image image-tools
+.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-tools crash clean e2e soak image image-tools image-test
 
 # Fuzz targets: package, target name, and the number of inputs make test tries
 # (about 10 seconds each on 2 cores).
@@ -130,6 +130,12 @@ image: image-tools
 	install -m 0644 deploy/kubernetes/forwarder.yaml $(IMAGE_CTX)/forwarder.yaml
 	podman build --no-cache --network=none --pull=never --build-arg VERSION=$(VERSION) \
 		-f deploy/container/Containerfile -t $(IMAGE) $(IMAGE_CTX)
+
+# Builds the image and inspects it (it cannot be run here: see README.md, Kubernetes):
+# entrypoint, user, volume, ports, the files in its layers, and the binary taken out of it.
+image-test: image
+	$(GO) vet -tags imagetest ./deploy/kubernetes
+	FORWARDER_IMAGE=$(IMAGE) $(GO) test -tags imagetest -run '^TestImage' -count=1 -v ./deploy/kubernetes
 
 clean:
 	rm -rf bin
