@@ -8,7 +8,7 @@ BIN      := bin/forwarder
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-tools crash clean e2e soak
+.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-tools crash clean e2e soak image image-tools image-test
 
 # Fuzz targets: package, target name, and the number of inputs make test tries
 # (about 10 seconds each on 2 cores).
@@ -104,6 +104,38 @@ e2e: deps
 # The long end-to-end run: 100 SIGKILLs, longer outages and loads (about 7 minutes).
 soak: deps
 	E2E_LONG=1 $(GO) test -race -count=1 -timeout 60m -v ./e2e
+
+# The container image (deploy/container/Containerfile), built without network: the binary
+# is built here, static (CGO_ENABLED=0), and copied in with the host's CA bundle and
+# deploy/kubernetes/forwarder.yaml as the default configuration. podman comes from Debian.
+# --no-cache: podman 4.3 reuses a cached COPY layer whose --chown has changed, and the
+# build takes seconds without the cache.
+IMAGE     ?= localhost/forwarder:$(VERSION)
+IMAGE_CTX := bin/image
+CA_BUNDLE := /etc/ssl/certs/ca-certificates.crt
+
+image-tools:
+	@command -v podman >/dev/null 2>&1 || \
+		{ apt-get install -y --no-install-recommends podman || { apt-get update && apt-get install -y --no-install-recommends podman; }; }
+	@test -s $(CA_BUNDLE) || \
+		{ apt-get install -y ca-certificates || { apt-get update && apt-get install -y ca-certificates; }; }
+	@test -s $(CA_BUNDLE) || update-ca-certificates
+	@test -s $(CA_BUNDLE) || { echo "no CA bundle at $(CA_BUNDLE) after installing ca-certificates"; exit 1; }
+
+image: image-tools
+	rm -rf $(IMAGE_CTX)
+	mkdir -p $(IMAGE_CTX)/data $(IMAGE_CTX)/var-lib
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(IMAGE_CTX)/forwarder ./cmd/forwarder
+	install -m 0644 $(CA_BUNDLE) $(IMAGE_CTX)/ca-certificates.crt
+	install -m 0644 deploy/kubernetes/forwarder.yaml $(IMAGE_CTX)/forwarder.yaml
+	podman build --no-cache --network=none --pull=never --build-arg VERSION=$(VERSION) \
+		-f deploy/container/Containerfile -t $(IMAGE) $(IMAGE_CTX)
+
+# Builds the image and inspects it (it cannot be run here: see README.md, Kubernetes):
+# entrypoint, user, volume, ports, the files in its layers, and the binary taken out of it.
+image-test: image
+	$(GO) vet -tags imagetest ./deploy/kubernetes
+	FORWARDER_IMAGE=$(IMAGE) $(GO) test -tags imagetest -run '^TestImage' -count=1 -v ./deploy/kubernetes
 
 clean:
 	rm -rf bin
