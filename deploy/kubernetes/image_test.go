@@ -166,10 +166,17 @@ func TestImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	load(t) // sets the container's environment variables, as the pod has them
+	// What EKS injects for the ServiceAccount's IAM role (IRSA), and none of this
+	// machine's own AWS configuration.
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("web-identity-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	check := exec.Command(binPath, "check", "-c", cfgPath)
-	check.Env = os.Environ()
+	check.Env = append(os.Environ(), "AWS_ROLE_ARN=arn:aws:iam::111122223333:role/forwarder", "AWS_WEB_IDENTITY_TOKEN_FILE="+token,
+		"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_PROFILE=", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")
 	out, err = check.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), cfgPath+": OK") {
+	if err != nil || !strings.Contains(string(out), cfgPath+": OK") || !strings.Contains(string(out), "credentials from web identity token (IRSA)") {
 		t.Errorf("forwarder check on the image's configuration: %v\n%s", err, out)
 	}
 	if strings.Contains(string(out), "warning") {
