@@ -114,7 +114,7 @@ func crashChild(dir string) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	d := New(w, "file", &fileSink{f: f, run: run, carry: os.Getenv(crashCarryEnv) != "", flaky: true}, Options{RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond})
+	d := New(w, "file", &fileSink{f: f, run: run, carry: os.Getenv(crashCarryEnv) != "", flaky: true}, Options{RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, checkInvariants: true})
 	if err := d.Run(context.Background()); err != nil {
 		fmt.Println("RUN", err)
 		os.Exit(5)

@@ -34,6 +34,10 @@ type Options struct {
 	Fingerprint string
 	Metrics     *Metrics // nil: unregistered metrics
 	Logger      *slog.Logger
+
+	// checkInvariants makes the loop verify its invariants (loop.check)
+	// after every step and panic when one is broken: for the tests.
+	checkInvariants bool
 }
 
 func (o *Options) setDefaults() {

@@ -140,6 +140,11 @@ func (l *loop) run(ctx context.Context) error {
 	stopping := false
 	for {
 		now := time.Now()
+		if d.opts.checkInvariants {
+			if err := l.check(); err != nil {
+				panic(fmt.Sprintf("queue: sink %q: invariant broken: %v", d.name, err))
+			}
+		}
 		l.checkDrain()
 		if !stopping {
 			l.dispatch(now, sendCtx)
