@@ -85,6 +85,8 @@ type loop struct {
 	// cursor passes drainTo.
 	draining, drainAnswered bool
 	drainTo                 uint64
+
+	checks int // steps checked (Options.checkInvariants)
 }
 
 func newLoop(d *Drainer, cursor uint64) (*loop, error) {

@@ -1,0 +1,130 @@
+package queue
+
+import (
+	"fmt"
+)
+
+// check verifies the rules that tie the loop's fields together, listed in
+// doc.go, and returns the first one broken. The tests run it after every
+// step of the loop (Options.checkInvariants); the service never does: it
+// walks every partition, and at every 16th step every record held.
+func (l *loop) check() error {
+	var buffered, batched, carried, open, inflight int
+	l.checks++
+	records := l.checks%16 == 1
+	for key, p := range l.parts {
+		if p.key != key {
+			return fmt.Errorf("partition %q is filed under %q", p.key, key)
+		}
+		if err := p.checkRecords(records); err != nil {
+			return fmt.Errorf("partition %q: %w", key, err)
+		}
+		switch {
+		case len(p.batch) > 0 && len(p.queue) > 0 && p.batch[len(p.batch)-1].Seq >= p.queue[0].Seq:
+			return fmt.Errorf("partition %q: batch up to %d, queue from %d", key, p.batch[len(p.batch)-1].Seq, p.queue[0].Seq)
+		case p.carry == nil && (p.carryMem != 0 || p.carryRecs != 0 || p.carryFirst != 0):
+			return fmt.Errorf("partition %q: no carry, but %d bytes, %d records from %d carried", key, p.carryMem, p.carryRecs, p.carryFirst)
+		case p.carry != nil && (p.carryFirst == 0 || p.carryLast < p.carryFirst || p.carryMem != p.carry.Mem()):
+			return fmt.Errorf("partition %q: carry of records %d to %d, %d bytes (Mem %d)", key, p.carryFirst, p.carryLast, p.carryMem, p.carry.Mem())
+		case p.carry != nil && len(p.batch) > 0 && p.batch[0].Seq <= p.carryLast:
+			return fmt.Errorf("partition %q: batch from %d after a carry up to %d", key, p.batch[0].Seq, p.carryLast)
+		case p.counted != (len(p.queue) > 0 || p.carry != nil):
+			return fmt.Errorf("partition %q: counted open %v with %d queued and carry %v", key, p.counted, len(p.queue), p.carry != nil)
+		case p.heapIdx >= 0 && (p.heapIdx >= len(l.due) || l.due[p.heapIdx] != p):
+			return fmt.Errorf("partition %q: heap index %d is not its place", key, p.heapIdx)
+		case p.spillFrom != 0 && p.spillFrom <= l.cursor && !p.busy:
+			return fmt.Errorf("partition %q: reads again from %d, at or below the cursor %d", key, p.spillFrom, l.cursor)
+		}
+		if fp := p.firstPending(); fp != 0 && fp <= l.cursor && !p.busy {
+			return fmt.Errorf("partition %q: pending from %d, at or below the cursor %d", key, fp, l.cursor)
+		}
+		buffered += p.mem + p.batchMem + p.carryMem
+		batched += p.batchMem
+		carried += p.carryMem
+		if p.counted {
+			open++
+		}
+		if p.busy {
+			inflight++
+		}
+	}
+	switch {
+	case buffered != l.buffered:
+		return fmt.Errorf("buffered %d, the partitions hold %d", l.buffered, buffered)
+	case batched != l.batched:
+		return fmt.Errorf("batched %d, the partitions' batches hold %d", l.batched, batched)
+	case carried != l.carried:
+		return fmt.Errorf("carried %d, the partitions' carries hold %d", l.carried, carried)
+	case open != l.open:
+		return fmt.Errorf("open %d, %d partitions are counted", l.open, open)
+	case inflight != l.inflight:
+		return fmt.Errorf("inflight %d, %d partitions are busy", l.inflight, inflight)
+	case l.readPos <= l.cursor:
+		return fmt.Errorf("reading from %d, at or below the cursor %d", l.readPos, l.cursor)
+	}
+	// The cursor is at or below the low watermark: no record it passed is
+	// pending. The exception is when_full: drop_oldest, which moves the
+	// cursor past records a batch or carry in flight holds (it finishes,
+	// and what it leaves is looked at when it ends).
+	low := l.readPos
+	for _, p := range l.parts {
+		if fp := p.firstPending(); fp != 0 && fp < low && !(p.busy && fp <= l.cursor) {
+			low = fp
+		}
+	}
+	if low-1 < l.cursor {
+		return fmt.Errorf("cursor %d is past the low watermark %d", l.cursor, low-1)
+	}
+	for i, p := range l.due {
+		if p.heapIdx != i || l.parts[p.key] != p {
+			return fmt.Errorf("due heap: %q at %d with index %d, filed %v", p.key, i, p.heapIdx, l.parts[p.key] == p)
+		}
+	}
+	for k, m := range l.marks {
+		if m <= l.cursor {
+			return fmt.Errorf("delivered mark of %q at %d, not past the cursor %d", k, m, l.cursor)
+		}
+	}
+	return nil
+}
+
+// checkRecords verifies that p's counts agree with the records it holds:
+// their order, sizes and memory (all of them when records is set; else
+// only what costs nothing).
+func (p *partition) checkRecords(records bool) error {
+	if len(p.sizes) != len(p.queue) {
+		return fmt.Errorf("%d sizes for %d queued records", len(p.sizes), len(p.queue))
+	}
+	if !records {
+		return nil
+	}
+	size, mem, arrived := 0, 0, 0
+	for i := range p.queue {
+		size += int(p.sizes[i])
+		mem += recordMem(&p.queue[i])
+		if i > 0 && p.queue[i].Seq <= p.queue[i-1].Seq {
+			return fmt.Errorf("queued records out of order: %d after %d", p.queue[i].Seq, p.queue[i-1].Seq)
+		}
+	}
+	for _, a := range p.arrivals {
+		arrived += a.n
+	}
+	bmem := 0
+	for i := range p.batch {
+		bmem += recordMem(&p.batch[i])
+		if i > 0 && p.batch[i].Seq <= p.batch[i-1].Seq {
+			return fmt.Errorf("batch out of order: %d after %d", p.batch[i].Seq, p.batch[i-1].Seq)
+		}
+	}
+	switch {
+	case size != p.size:
+		return fmt.Errorf("size %d, its queued records' sizes add up to %d", p.size, size)
+	case mem != p.mem:
+		return fmt.Errorf("queue memory %d, its records take %d", p.mem, mem)
+	case arrived != len(p.queue):
+		return fmt.Errorf("arrivals of %d records for %d queued", arrived, len(p.queue))
+	case bmem != p.batchMem:
+		return fmt.Errorf("batch memory %d, its records take %d", p.batchMem, bmem)
+	}
+	return nil
+}
