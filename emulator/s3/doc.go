@@ -32,6 +32,21 @@
 // tagging, checksums, x-amz-meta-*), and GetObject and HeadObject answer
 // them back. Nothing is encrypted and no KMS key is checked.
 //
+// # Conditional writes
+//
+// PutObject and CompleteMultipartUpload honour If-None-Match as AWS
+// documents it: "*" writes the object only if the key does not exist, and
+// answers 412 PreconditionFailed otherwise ("At least one of the
+// pre-conditions you specified did not hold", with
+// <Condition>If-None-Match</Condition>), storing nothing; a refused
+// CompleteMultipartUpload leaves its upload open, to be aborted. Any other
+// value is 501 NotImplemented (<Header>If-None-Match</Header>). A missing
+// bucket or upload is answered as such, not with 412. Writes of one key
+// (PutObject, CompleteMultipartUpload, CopyObject) are serialised, so that
+// of conditional writes racing for a key exactly one wins. gofakes3 checks
+// "*" on PutObject only, with its own message; CopyObject's If-None-Match
+// is not implemented.
+//
 // # Test switches
 //
 // Safe to call at any time from any goroutine; a request meets them in this
