@@ -95,6 +95,7 @@ type Template struct {
 	finest      time.Duration
 	seq         bool
 	uuid        bool
+	hostname    bool
 	static      bool
 	unsanitised bool
 }
@@ -137,6 +138,7 @@ func Parse(s string, opts Options) (*Template, error) {
 				t.static = false
 			}
 			if p.kind == literal { // ${hostname}
+				t.hostname = true
 				lit.WriteString(p.text)
 				t.parts = t.parts[:len(t.parts)-1]
 			}
@@ -216,9 +218,11 @@ func parseExpr(expr string, opts Options) (part, error) {
 // String is the template's source.
 func (t *Template) String() string { return t.src }
 
-// UsesSeq and UsesUUID report whether the template has ${seq} or ${uuid}.
-func (t *Template) UsesSeq() bool  { return t.seq }
-func (t *Template) UsesUUID() bool { return t.uuid }
+// UsesSeq, UsesUUID and UsesHostname report whether the template has
+// ${seq}, ${uuid} or ${hostname} ($${hostname} is a literal).
+func (t *Template) UsesSeq() bool      { return t.seq }
+func (t *Template) UsesUUID() bool     { return t.uuid }
+func (t *Template) UsesHostname() bool { return t.hostname }
 
 // Static reports whether every record renders the same text.
 func (t *Template) Static() bool { return t.static }
