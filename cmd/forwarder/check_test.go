@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,5 +96,35 @@ func TestCheckMissingFile(t *testing.T) {
 	r := forwarderCmd(t, "check", "-c", path)
 	if r.code != exitFail || !strings.Contains(r.stderr, "forwarder check: read config:") || !strings.Contains(r.stderr, path) {
 		t.Errorf("check of a missing file: exit %d, stderr %q; want exit 1 naming the file", r.code, r.stderr)
+	}
+}
+
+// check warns about an S3 key that another forwarder could render too: one without
+// ${hostname} or ${uuid} ($${hostname} is a literal).
+func TestCheckWarnsAboutKeysReplicasShare(t *testing.T) {
+	t.Parallel()
+	const warn = "warning: sinks[archive].key has neither ${hostname} nor ${uuid}, so its keys are this forwarder's alone only while no other forwarder writes to bucket test-bucket: " +
+		"replicas sharing the bucket would render the same keys for their own records, and the conditional writes would then pause the second writer"
+	for _, c := range []struct {
+		key    string
+		warned bool
+	}{
+		{"logs/${tag}/${seq}.json.gz", true},
+		{"logs/${tag}/$${hostname}-${seq}.json.gz", true},
+		{"logs/${tag}/${hostname}-${seq}.json.gz", false},
+		{"logs/${tag}/${uuid}.json.gz", false},
+	} {
+		path, _ := writeConfig(t, inputsYAML, adminYAML, sinkYAML, fmt.Sprintf("    key: %q\n", c.key))
+		r := forwarderCmd(t, "check", "-c", path)
+		if r.code != exitOK || !strings.HasPrefix(r.stdout, path+": OK\n") {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", c.key, r.code, r.stdout, r.stderr)
+			continue
+		}
+		if got := strings.HasPrefix(r.stderr, path+": "+warn) && strings.HasSuffix(r.stderr, "put ${hostname} in the key (sink archive)\n"); got != c.warned {
+			t.Errorf("%s: stderr %q, warned %v, want %v", c.key, r.stderr, got, c.warned)
+		}
+		if !c.warned && r.stderr != "" {
+			t.Errorf("%s: stderr %q, want nothing", c.key, r.stderr)
+		}
 	}
 }

@@ -93,7 +93,7 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	}
 	var listening atomic.Bool
 	for _, w := range configWarnings(cfg) {
-		log.Warn(w.msg, "address", w.address)
+		log.Warn(w.msg, w.about, w.name)
 	}
 	adm := admin.New(cfg.Admin.Listen, admin.Sources{WAL: w, MaxBytes: int64(cfg.WAL.MaxBytes), Drainers: drainers,
 		Listening: listening.Load, Gatherer: reg, Version: currentVersion(), Pprof: cfg.Admin.Pprof}, log)
