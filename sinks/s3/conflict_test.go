@@ -229,7 +229,8 @@ func (wr *writer) checkPausedFor(key string) {
 
 // conflictConfig is a sink configuration for sharedBucket whose keys have
 // no ${hostname}: every forwarder renders the same keys for the same
-// records. Objects are cut by size only (and the last by age).
+// records. Objects are cut by size (the last by age). With multipart, the
+// first object is over multipart_threshold.
 func conflictConfig(url, prefix string, multipart bool) config.S3 {
 	cfg := testConfig(url)
 	cfg.Bucket = sharedBucket
@@ -240,19 +241,18 @@ func conflictConfig(url, prefix string, multipart bool) config.S3 {
 		cfg.Key = prefix + "/${tag}/${seq}.json"
 		cfg.Compression, cfg.CompressionLevel = config.CompressionNone, 0
 		cfg.MultipartThreshold = 5 * config.MiB
-		cfg.MaxObjectBytes = 12 * config.MiB
-		cfg.MaxObjectAge = config.Duration(3 * time.Second)
+		cfg.MaxObjectBytes = 5*config.MiB + 256*config.KiB
 	}
 	return cfg
 }
 
-// conflictRecs are records of tag: 11 MiB of them for a multipart
-// object, else 200 small ones.
+// conflictRecs are records of tag: 5.5 MiB of them with multipart (an
+// object over multipart_threshold and a small one), else 200 small ones.
 func conflictRecs(tag, idPrefix string, multipart bool) ([]wal.Record, []string) {
 	at := time.Date(2025, 6, 15, 15, 0, 0, 0, time.UTC)
 	n, pad := 200, 20
 	if multipart {
-		n, pad = 11<<10, 960
+		n, pad = 5632, 960
 	}
 	var recs []wal.Record
 	var ids []string
@@ -328,8 +328,8 @@ func testConditionalWrites(t *testing.T, url string) {
 			if n := openUploads(t, cl, prefix+"/"); n != 0 {
 				t.Errorf("%d multipart uploads left open", n)
 			}
-			if k.multipart && len(objs) != 1 {
-				t.Errorf("objects %v, want one", keysOfMap(objs))
+			if k.multipart && int64(len(stored)) <= int64(cfg.MultipartThreshold) {
+				t.Errorf("%s holds %d bytes: not a multipart upload", key, len(stored))
 			}
 			checkOnce(t, storedObjects(t, objs, cfg), ids)
 		})
@@ -374,6 +374,20 @@ func testConditionalWrites(t *testing.T, url string) {
 			}
 			if n := openUploads(t, cl, prefix+"/"); n != 0 {
 				t.Errorf("%d multipart uploads left open", n)
+			}
+			if k.multipart {
+				// The refused upload was multipart: its intent has its id.
+				wr.sink.mu.Lock()
+				var in *intent
+				for _, o := range wr.sink.open {
+					if o.Key == key {
+						in = o
+					}
+				}
+				wr.sink.mu.Unlock()
+				if in == nil || in.UploadID == "" || in.Bytes <= int64(cfg.MultipartThreshold) {
+					t.Errorf("intent of %s: %+v, want a multipart upload's", key, in)
+				}
 			}
 		})
 	}
