@@ -69,7 +69,8 @@ func (s *Sink) settle(ctx context.Context, in *intent, refused error) error {
 	s.m.conflictOther.Inc()
 	return sinks.NewSinkPermanent(codeKeyTaken, &actionError{
 		msg: fmt.Sprintf("bucket %s already holds another writer's object under key %q (PreconditionFailed: the key exists, with other bytes than this sink's): "+
-			"forwarders sharing the bucket render the same keys; put ${hostname} or another per-replica field in sinks[%s].key and restart; "+
+			"forwarders sharing the bucket render the same keys; put ${hostname} or another per-replica field in sinks[%s].key and restart "+
+			"(if this forwarder's WAL was started anew, its ${seq} began again at 1: change the key); "+
 			"nothing was overwritten, and the records wait in the WAL", s.bucket, in.Key, s.name),
 		code: codeKeyTaken, err: refused,
 	})

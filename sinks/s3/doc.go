@@ -130,7 +130,8 @@
 //     counts it. This is the path of every re-upload after a crash whose
 //     upload had landed (Recover) and of a retry whose answer was lost.
 //   - anything else: another writer renders the same keys (forwarders
-//     sharing a bucket, a key without ${hostname}). The send fails
+//     sharing a bucket, a key without ${hostname}; or a WAL started anew,
+//     whose sequence numbers begin again at 1). The send fails
 //     sink-permanent (reason PreconditionFailed) with a message naming the
 //     bucket, the key and the fix (put ${hostname} or another per-replica
 //     field in key), counted in outcome="other"; the drainer pauses the
