@@ -194,6 +194,7 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 			l.probe = p
 		}
 		b := &sinks.Batch{Partition: p.key, Records: p.batch, State: l.d.st, Carry: p.carry, Final: p.final}
+		probe := l.paused != nil
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
@@ -201,7 +202,7 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 			out, err := l.d.sink.Send(ctx, b)
 			l.d.sendDuration.Observe(time.Since(start).Seconds())
 			select {
-			case l.results <- sendResult{p: p, out: out, err: err}:
+			case l.results <- sendResult{p: p, out: out, err: err, probe: probe}:
 			case <-l.quit:
 			}
 		}()

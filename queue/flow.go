@@ -60,11 +60,12 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		return
 	}
 	if r.err == nil {
-		if l.retrying() || l.paused != nil {
+		lift := l.paused != nil && r.probe
+		if l.retrying() || lift {
 			l.retryNow(now)
 		}
 		l.endStreak()
-		if l.paused != nil {
+		if lift {
 			d.log.Info("sink recovered: deliveries resumed", "was", l.paused.Reason)
 			l.paused = nil
 			d.paused.Set(0)

@@ -13,6 +13,9 @@ type sendResult struct {
 	p   *partition
 	out sinks.Outcome
 	err error
+	// probe: sent while the sink was paused. Only a probe's success lifts
+	// a pause: a send begun before it says nothing of what paused the sink.
+	probe bool
 }
 
 // loop is the drainer's state, owned by the one goroutine that runs it.

@@ -96,6 +96,7 @@ type Template struct {
 	finest      time.Duration
 	seq         bool
 	uuid        bool
+	hostname    bool
 	static      bool
 	unsanitised bool
 }
@@ -141,6 +142,7 @@ func Parse(s string, opts Options) (*Template, error) {
 				t.static = false
 			}
 			if p.kind == literal { // ${hostname}
+				t.hostname = true
 				lit.WriteString(p.text)
 				t.parts = t.parts[:len(t.parts)-1]
 			}
@@ -227,9 +229,11 @@ var envName = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
 // String is the template's source.
 func (t *Template) String() string { return t.src }
 
-// UsesSeq and UsesUUID report whether the template has ${seq} or ${uuid}.
-func (t *Template) UsesSeq() bool  { return t.seq }
-func (t *Template) UsesUUID() bool { return t.uuid }
+// UsesSeq, UsesUUID and UsesHostname report whether the template has
+// ${seq}, ${uuid} or ${hostname} ($${hostname} is a literal).
+func (t *Template) UsesSeq() bool      { return t.seq }
+func (t *Template) UsesUUID() bool     { return t.uuid }
+func (t *Template) UsesHostname() bool { return t.hostname }
 
 // Static reports whether every record renders the same text.
 func (t *Template) Static() bool { return t.static }

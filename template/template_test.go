@@ -126,6 +126,12 @@ func TestProperties(t *testing.T) {
 	if !st.Static() || st.Finest() != 0 {
 		t.Fatal("a template of literals and ${hostname} is static")
 	}
+	if tp.UsesHostname() || !st.UsesHostname() {
+		t.Fatalf("hostname: %v without, %v with ${hostname}", tp.UsesHostname(), st.UsesHostname())
+	}
+	if lit, _ := Parse("/fixed/$${hostname}", Options{Hostname: "h"}); lit.UsesHostname() {
+		t.Fatal("$${hostname} is a literal, not ${hostname}")
+	}
 	d := &Data{Tag: "t", SeqText: "<SEQ>", Seq: 9}
 	if got, _ := tp.Render(d, ""); !strings.HasSuffix(got, "/<SEQ>") {
 		t.Fatalf("SeqText not used: %q", got)

@@ -44,7 +44,7 @@ func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems co
 			problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: no AWS region: set region in the sink, or AWS_REGION in the service's environment, or region in the shared config's profile", s.Name)})
 		}
 		if msg := credentialsNote(ac); msg != "" {
-			ws = append(ws, warning{msg: fmt.Sprintf("sink %q: %s", s.Name, msg)})
+			ws = append(ws, warning{msg: msg, about: "sink", name: s.Name})
 		}
 		notes = append(notes, fmt.Sprintf("sink %s: region %s, credentials from %s", s.Name, cmp.Or(ac.Region, "(none)"), credentialSources(ac)))
 	}

@@ -13,7 +13,8 @@ const checkUsage = `Usage: forwarder check [-c FILE]
 
 Validate a configuration file. Print "FILE: OK" and a summary of what it configures, and
 on stderr a warning for each input other machines can reach without authentication or
-without TLS; or every problem with its line, on stderr, and exit 1.
+without TLS, and for each S3 key without ${hostname} or ${uuid}; or every problem with its
+line, on stderr, and exit 1.
 `
 
 func cmdCheck(args []string, stdout, stderr io.Writer) int {

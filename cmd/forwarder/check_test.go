@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -161,12 +162,42 @@ func TestNoCredentialsWarns(t *testing.T) {
 	path, _ := writeConfig(t, inputsYAML, adminYAML, sinkYAML)
 	env := append(noAWSEnv[:len(noAWSEnv):len(noAWSEnv)], "AWS_REGION=eu-west-1")
 	r := forwarderCmdEnv(t, env, "check", "-c", path)
-	want := path + `: warning: sink "archive": no AWS credentials found: not in the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), no web identity token (IRSA`
-	if r.code != exitOK || !strings.HasPrefix(r.stderr, want) || !strings.Contains(r.stdout, "sink archive: region us-east-1, credentials from instance role") {
+	want := path + `: warning: no AWS credentials found: not in the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), no web identity token (IRSA`
+	if r.code != exitOK || !strings.HasPrefix(r.stderr, want) || !strings.Contains(r.stderr, "until credentials are given (sink archive)\n") || !strings.Contains(r.stdout, "sink archive: region us-east-1, credentials from instance role") {
 		t.Errorf("check without credentials: exit %d\nstdout %q\nstderr %q\nwant exit 0 and a warning starting %q", r.code, r.stdout, r.stderr, want)
 	}
 	r = forwarderCmd(t, "check", "-c", path)
 	if r.code != exitOK || r.stderr != "" || !strings.Contains(r.stdout, "sink archive: region us-east-1, credentials from environment") {
 		t.Errorf("check with credentials in the environment: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
+// check warns about an S3 key that another forwarder could render too: one without
+// ${hostname} or ${uuid} ($${hostname} is a literal).
+func TestCheckWarnsAboutKeysReplicasShare(t *testing.T) {
+	t.Parallel()
+	const warn = "warning: sinks[archive].key has neither ${hostname} nor ${uuid}, so its keys are this forwarder's alone only while no other forwarder writes to bucket test-bucket: " +
+		"replicas sharing the bucket would render the same keys for their own records, and the conditional writes would then pause the second writer"
+	for _, c := range []struct {
+		key    string
+		warned bool
+	}{
+		{"logs/${tag}/${seq}.json.gz", true},
+		{"logs/${tag}/$${hostname}-${seq}.json.gz", true},
+		{"logs/${tag}/${hostname}-${seq}.json.gz", false},
+		{"logs/${tag}/${uuid}.json.gz", false},
+	} {
+		path, _ := writeConfig(t, inputsYAML, adminYAML, sinkYAML, fmt.Sprintf("    key: %q\n", c.key))
+		r := forwarderCmd(t, "check", "-c", path)
+		if r.code != exitOK || !strings.HasPrefix(r.stdout, path+": OK\n") {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", c.key, r.code, r.stdout, r.stderr)
+			continue
+		}
+		if got := strings.HasPrefix(r.stderr, path+": "+warn) && strings.HasSuffix(r.stderr, "put ${hostname} in the key (sink archive)\n"); got != c.warned {
+			t.Errorf("%s: stderr %q, warned %v, want %v", c.key, r.stderr, got, c.warned)
+		}
+		if !c.warned && r.stderr != "" {
+			t.Errorf("%s: stderr %q, want nothing", c.key, r.stderr)
+		}
 	}
 }

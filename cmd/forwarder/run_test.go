@@ -361,6 +361,17 @@ func TestRunMemoryLimit(t *testing.T) {
 	}
 }
 
+// An S3 key without ${hostname} or ${uuid} is warned about at start, as check does.
+func TestRunWarnsAboutKeysReplicasShare(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML, sinkYAML, "    key: \"logs/${tag}/${seq}.json.gz\"\n")
+	log := startStop(t, path, dataDir, syscall.SIGTERM, 10*time.Second)
+	const warn = `level=WARN msg="sinks[archive].key has neither ${hostname} nor ${uuid}, so its keys are this forwarder's alone only while no other forwarder writes to bucket test-bucket: `
+	if !strings.Contains(log, warn) || !strings.Contains(log, "put ${hostname} in the key\" sink=archive") {
+		t.Errorf("no warning about the key:\n%s", log)
+	}
+}
+
 // An input on an address other machines can reach is warned about at start when it
 // takes records without authentication, and when it has no TLS (whatever authenticates
 // its clients, records and secrets cross the network in clear); on loopback it is not.

@@ -96,7 +96,7 @@ func TestPackagingConfig(t *testing.T) {
 	}
 	// Nothing in clear, nothing open: the service starts without a warning.
 	for _, w := range configWarnings(cfg) {
-		t.Errorf("the production configuration is warned about: %s (address %s)", w.msg, w.address)
+		t.Errorf("the production configuration is warned about: %s (%s %s)", w.msg, w.about, w.name)
 	}
 
 	unit := readUnit(t)

@@ -1,52 +1,70 @@
 package main
 
 import (
+	"fmt"
 	"net"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/template"
 )
 
 // warning is a setting that works but leaves something open that an operator should
 // know about: run logs it at start, check prints it.
 type warning struct {
-	msg     string
-	address string // the listener it is about, if any
+	msg   string
+	about string // what it is about: "address" (a listener) or "sink"
+	name  string // the listener's address, the sink's name
 }
 
-// text is the warning with its address, for check.
+// text is the warning as check prints it: with what it is about.
 func (w warning) text() string {
-	if w.address == "" {
+	if w.about == "" {
 		return w.msg
 	}
-	return w.msg + " (address " + w.address + ")"
+	return w.msg + " (" + w.about + " " + w.name + ")"
 }
 
 // configWarnings lists what cfg leaves open to other machines: an input they can reach
 // without authentication, an input they can reach without TLS (whatever authenticates
-// its clients, records and secrets then cross the network in clear), and Go's profiles on
-// an admin listener they can reach.
+// its clients, records and secrets then cross the network in clear), Go's profiles on
+// an admin listener they can reach; and S3 keys that another forwarder could render too.
 func configWarnings(cfg *config.Config) []warning {
 	var ws []warning
 	if c := cfg.Inputs.Forward; c != nil && !loopback(c.Listen) {
 		if c.SharedKey == "" && c.TLS.ClientCAFile == "" {
-			ws = append(ws, warning{"the forward input accepts records from anyone who can reach it: set inputs.forward.shared_key (the handshake) or tls.client_ca_file, or listen on a loopback address", c.Listen})
+			ws = append(ws, warning{"the forward input accepts records from anyone who can reach it: set inputs.forward.shared_key (the handshake) or tls.client_ca_file, or listen on a loopback address", "address", c.Listen})
 		}
 		if !c.TLS.Enabled() {
-			ws = append(ws, warning{"the forward input has no TLS: records, and the handshake that authenticates clients, cross the network in clear for anyone on the path to read or replay; set inputs.forward.tls.cert_file and key_file, or listen on a loopback address", c.Listen})
+			ws = append(ws, warning{"the forward input has no TLS: records, and the handshake that authenticates clients, cross the network in clear for anyone on the path to read or replay; set inputs.forward.tls.cert_file and key_file, or listen on a loopback address", "address", c.Listen})
 		}
 	}
 	if c := cfg.Inputs.HTTP; c != nil && !loopback(c.Listen) {
 		if c.Token == "" {
-			ws = append(ws, warning{"the HTTP input accepts records from anyone who can reach it: set inputs.http.token, or listen on a loopback address", c.Listen})
+			ws = append(ws, warning{"the HTTP input accepts records from anyone who can reach it: set inputs.http.token, or listen on a loopback address", "address", c.Listen})
 		}
 		if !c.TLS.Enabled() {
-			ws = append(ws, warning{"the HTTP input has no TLS: records and the bearer token cross the network in clear for anyone on the path to read and reuse; set inputs.http.tls.cert_file and key_file, or listen on a loopback address", c.Listen})
+			ws = append(ws, warning{"the HTTP input has no TLS: records and the bearer token cross the network in clear for anyone on the path to read and reuse; set inputs.http.tls.cert_file and key_file, or listen on a loopback address", "address", c.Listen})
 		}
 	}
 	if cfg.Admin.Pprof && !loopback(cfg.Admin.Listen) {
-		ws = append(ws, warning{"admin.pprof serves Go's profiles to anyone who can reach the admin listener: listen on a loopback address, or turn admin.pprof off", cfg.Admin.Listen})
+		ws = append(ws, warning{"admin.pprof serves Go's profiles to anyone who can reach the admin listener: listen on a loopback address, or turn admin.pprof off", "address", cfg.Admin.Listen})
+	}
+	for _, s := range cfg.Sinks {
+		if s.S3 != nil && !perReplicaKey(s.S3.Key) {
+			ws = append(ws, warning{fmt.Sprintf("sinks[%s].key has neither ${hostname} nor ${uuid}, so its keys are this forwarder's alone only while no other forwarder writes to bucket %s: "+
+				"replicas sharing the bucket would render the same keys for their own records, and the conditional writes would then pause the second writer "+
+				"(nothing is overwritten; its records wait in its WAL until the key changes); put ${hostname} in the key", s.Name, s.S3.Bucket), "sink", s.Name})
+		}
 	}
 	return ws
+}
+
+// perReplicaKey reports whether an S3 key template renders keys no other forwarder
+// renders: with ${hostname} (each replica has its own) or ${uuid}. A template that does
+// not parse is reported by validation, not here.
+func perReplicaKey(key string) bool {
+	t, err := template.Parse(key, template.Options{AllowSeq: true})
+	return err != nil || t.UsesHostname() || t.UsesUUID()
 }
 
 // loopback reports whether a listen address is reachable from this machine only.

@@ -30,7 +30,26 @@
 // headers they were written with (Content-Type, Content-Encoding and every
 // x-amz-* header: storage class, server-side encryption, KMS key id, ACL,
 // tagging, checksums, x-amz-meta-*), and GetObject and HeadObject answer
-// them back. Nothing is encrypted and no KMS key is checked.
+// them back. Nothing is encrypted and no KMS key is checked. One difference
+// from S3 is gofakes3's: in memory, an object written over another keeps
+// the x-amz-meta-* keys of the one it replaced that it does not set itself
+// (S3 and the bbolt store replace the metadata whole); tests that overwrite
+// an object to see what the sink makes of it delete it first.
+//
+// # Conditional writes
+//
+// PutObject and CompleteMultipartUpload honour If-None-Match as AWS
+// documents it: "*" writes the object only if the key does not exist, and
+// answers 412 PreconditionFailed otherwise ("At least one of the
+// pre-conditions you specified did not hold", with
+// <Condition>If-None-Match</Condition>), storing nothing; a refused
+// CompleteMultipartUpload leaves its upload open, to be aborted. Any other
+// value is 501 NotImplemented (<Header>If-None-Match</Header>). A missing
+// bucket or upload is answered as such, not with 412. Writes of one key
+// (PutObject, CompleteMultipartUpload, CopyObject) are serialised, so that
+// of conditional writes racing for a key exactly one wins. gofakes3 checks
+// "*" on PutObject only, with its own message; CopyObject's If-None-Match
+// is not implemented.
 //
 // # Test switches
 //

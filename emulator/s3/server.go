@@ -72,6 +72,8 @@ type Server struct {
 	callsMu sync.Mutex
 	calls   map[string]int
 
+	keys keyLocks // writes of one key, one at a time (see serveWrite)
+
 	mu  sync.Mutex
 	srv *http.Server
 	ln  net.Listener
@@ -272,8 +274,9 @@ func (s *Server) Calls() map[string]int {
 
 // ServeHTTP answers one S3 request, through the test switches first.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	op := operation(r)
 	s.callsMu.Lock()
-	s.calls[operation(r)]++
+	s.calls[op]++
 	s.callsMu.Unlock()
 
 	switch {
@@ -284,6 +287,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case s.fail():
 		discardBody(r)
 		writeError(w, r, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
+		return
+	}
+	switch op {
+	case "PutObject", "CompleteMultipartUpload", "CopyObject":
+		s.serveWrite(w, r, op)
 		return
 	}
 	if r.Method == http.MethodPut {
@@ -311,8 +319,12 @@ func discardBody(r *http.Request) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 64<<20))
 }
 
+// element is an XML element of an error answer besides Code and Message:
+// Condition of a 412, Header of a 501.
+type element struct{ name, text string }
+
 // writeError answers an S3 REST error.
-func writeError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+func writeError(w http.ResponseWriter, r *http.Request, status int, code, msg string, extra ...element) {
 	w.Header().Set("Content-Type", "application/xml")
 	w.Header().Set("x-amz-request-id", "emulator")
 	w.WriteHeader(status)
@@ -324,7 +336,13 @@ func writeError(w http.ResponseWriter, r *http.Request, status int, code, msg st
 	xmlEscape(&b, code)
 	b.WriteString("</Code><Message>")
 	xmlEscape(&b, msg)
-	b.WriteString("</Message><Resource>")
+	b.WriteString("</Message>")
+	for _, e := range extra {
+		b.WriteString("<" + e.name + ">")
+		xmlEscape(&b, e.text)
+		b.WriteString("</" + e.name + ">")
+	}
+	b.WriteString("<Resource>")
 	xmlEscape(&b, r.URL.Path)
 	b.WriteString("</Resource><RequestId>emulator</RequestId></Error>")
 	_, _ = w.Write(b.Bytes())

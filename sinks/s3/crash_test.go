@@ -145,6 +145,10 @@ func emuIDs(t *testing.T, srv *s3emu.Server, prefix string) (seen map[string]int
 // an object built of more than one member.
 var severalMembers = regexp.MustCompile(`finished an interrupted upload.* members=([2-9]|[1-9][0-9]+) `)
 
+// alreadyThere matches a restart's line about an interrupted upload that
+// had landed before the kill.
+var alreadyThere = regexp.MustCompile(`finished an interrupted upload.* already_in_s3=true`)
+
 // gzipMembers counts the gzip members of body.
 func gzipMembers(body []byte) (int, error) {
 	br := bytes.NewReader(body) // an io.ByteReader: the gzip reader reads no further than a member
@@ -182,7 +186,9 @@ func TestCrashExactlyOnce(t *testing.T) {
 	srv, url := startEmu(t)
 	dir := t.TempDir()
 	acked := map[string]bool{}
-	recovered, recoveredMulti := 0, 0
+	// recoveredThere: interrupted uploads that had landed before the kill,
+	// which the restart found in S3 (412) and counted as delivered.
+	recovered, recoveredMulti, recoveredThere := 0, 0, 0
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 
 	checkAtMostOnce := func(when string) map[string]int {
@@ -211,6 +217,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 		defer func() {
 			stop()
 			recovered += int(testutil.ToFloat64(s.m.recovered))
+			recoveredThere += int(testutil.ToFloat64(s.m.conflictSame))
 		}()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
@@ -283,6 +290,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 			t.Fatalf("run %d: the child ended by itself (%v):\n%s", run, err, stderr.String())
 		}
 		recovered += strings.Count(stderr.String(), "finished an interrupted upload")
+		recoveredThere += len(alreadyThere.FindAllString(stderr.String(), -1))
 		recoveredMulti += len(severalMembers.FindAllString(stderr.String(), -1))
 		if strings.Contains(stderr.String(), "level=ERROR") {
 			t.Errorf("run %d: the child logged errors:\n%s", run, stderr.String())
@@ -301,8 +309,8 @@ func TestCrashExactlyOnce(t *testing.T) {
 			t.Errorf("acknowledged record %s stored %d times", id, seen[id])
 		}
 	}
-	t.Logf("%d kills; %d records acknowledged, %d stored (the rest were durable when the child died before saying so); %d objects, %d of several members; %d interrupted uploads finished by a restart, %d of several members",
-		runs, len(acked), len(seen), objects, multi, recovered, recoveredMulti)
+	t.Logf("%d kills; %d records acknowledged, %d stored (the rest were durable when the child died before saying so); %d objects, %d of several members; %d interrupted uploads finished by a restart, %d of several members, %d found in S3 already",
+		runs, len(acked), len(seen), objects, multi, recovered, recoveredMulti, recoveredThere)
 	if multi == 0 {
 		t.Error("no object was built of several members: the crashes never met a carried object")
 	}

@@ -36,7 +36,9 @@
 // The compressor is fed in chunks cut at the first line end after each
 // 256 KiB, a function of the lines alone. Objects carry Content-Type
 // application/x-ndjson, Content-Encoding gzip or zstd (none: absent), the
-// sink's sse, kms_key_id, storage_class, acl and tags (x-amz-tagging), and
+// sink's sse, kms_key_id, storage_class, acl and tags (x-amz-tagging), the
+// user metadata x-amz-meta-forwarder-sha256 (the hex SHA-256 of the
+// object's bytes, see Conditional writes), and
 // an integrity checksum S3 verifies: x-amz-checksum-sha256 on PutObject
 // (the same SHA-256 is the SigV4 payload hash, so the SDK does not hash the
 // object again), Content-MD5 on each part of a multipart upload. Objects above
@@ -86,7 +88,8 @@
 //     compression), members (the records of each member, when there are
 //     more than one), uuid, upload_id, key_template, hostname, encoding
 //     {compression, level, time_key, tag_key}};
-//  3. uploads: PutObject, or CreateMultipartUpload, a second commit of the
+//  3. uploads, if the key is free (If-None-Match: *, see Conditional
+//     writes): PutObject, or CreateMultipartUpload, a second commit of the
 //     intent with its upload_id, the parts, CompleteMultipartUpload (on a
 //     failure, AbortMultipartUpload);
 //  4. returns Outcome.DeleteState = [the intent's key]: the drainer deletes
@@ -105,9 +108,72 @@
 // lines against lines_bytes and lines_crc32c (a mismatch is an error naming
 // the intent: the WAL and the intent disagree, and nothing is uploaded),
 // aborts the recorded multipart upload and any other in progress for that
-// key, uploads again under the same key, and records the delivery and
-// deletes the intent in one transaction (State.Delivered). While S3 fails,
-// Recover retries with backoff until it succeeds or its context ends.
+// key, uploads again under the same key (an upload that had landed before
+// the crash is found there, and nothing is written), and records the
+// delivery and deletes the intent in one transaction (State.Delivered).
+// While S3 fails, Recover retries with backoff until it succeeds or its
+// context ends.
+//
+// # Conditional writes
+//
+// Every PutObject and CompleteMultipartUpload carries If-None-Match: *:
+// S3 writes the object only if the key does not exist, and answers 412
+// PreconditionFailed otherwise, writing nothing (AWS S3 since 2024; in a
+// versioned bucket, the current version counts). So no upload ever
+// replaces an object, the sink's own or another writer's. On a 412 the sink
+// reads the key's object (HeadObject) and compares it with the intent:
+//
+//   - the same object: an upload of an earlier attempt, or of a process that
+//     crashed before it committed the delivery, landed. The batch counts as
+//     delivered, the intent is deleted with the delivery as after an
+//     upload, and forwarder_s3_conditional_conflicts_total{outcome="same"}
+//     counts it. This is the path of every re-upload after a crash whose
+//     upload had landed (Recover) and of a retry whose answer was lost.
+//   - anything else: another writer renders the same keys (forwarders
+//     sharing a bucket, a key without ${hostname}; or a WAL started anew,
+//     whose sequence numbers begin again at 1). The send fails
+//     sink-permanent (reason PreconditionFailed) with a message naming the
+//     bucket, the key and the fix (put ${hostname} or another per-replica
+//     field in key), counted in outcome="other"; the drainer pauses the
+//     sink with one error line, and no record is dropped or dead-lettered.
+//     From then on every send fails with the same error at once, until a
+//     restart: keys that collide collide again until the key template
+//     changes, which needs a restart, and a sink resumed by a probe of
+//     another partition would only meet the collision again. At the
+//     restart, Recover finds the intent whose key is taken: if the key
+//     template or host name changed, it gives the intent up (nothing of it
+//     is in S3) and its records, still after the cursor, are sent again
+//     under the new keys; if not, the sink pauses again.
+//
+// "The same object" is decided, in this order, by the object's size (it
+// must be the intent's bytes), then by the metadata
+// x-amz-meta-forwarder-sha256 that every upload of this sink writes (the
+// intent's sha256). The metadata serves single and multipart uploads
+// alike and costs one HeadObject; S3 does not verify it, but only a
+// forwarder writes it, from the bytes it sends (S3 verifies those against
+// x-amz-checksum-sha256 or each part's Content-MD5). The ETag is
+// not used: it is the MD5 of the bytes only for a PutObject without
+// SSE-KMS or SSE-C, a multipart upload's is the MD5 of its parts' MD5s and
+// depends on the part size, and the sink computes no MD5 of the whole
+// object. For an object without the metadata (written by a version before
+// it, or by a store that drops user metadata), the whole-object SHA-256
+// checksum S3 keeps for a PutObject (x-amz-checksum-sha256, HeadObject with
+// ChecksumMode ENABLED; a multipart upload's is composite, "-N", and this
+// sink's multipart uploads carry none) decides; without either, the object
+// is read (GetObject) and hashed. Reading needs s3:GetObject: without it a
+// taken key pauses the sink with a message saying to allow it. An object
+// found gone between the 412 and the read is retried. An object Recover
+// rebuilds into other compressed bytes (the compressor changed since the
+// crash) is compared with both the rebuilt object and the one the intent
+// recorded: the key may hold the latter.
+//
+// A 409 ConditionalRequestConflict (another conditional write of the key
+// in progress) is retried; for CompleteMultipartUpload the retry, as every
+// retry, aborts the upload and begins a new one, as AWS asks. A 501
+// NotImplemented (a store that refuses the header) pauses the sink. A
+// store that ignores the header writes as before: an upload after a crash
+// rewrites the same bytes, and a collision overwrites another writer's
+// object, unseen.
 //
 // # Guarantee
 //
@@ -115,8 +181,9 @@
 // is in exactly one object and no two objects of a partition overlap,
 // across crashes of the process and of the machine, restarts and S3
 // outages. A crash after an upload and before its delivery was committed
-// costs one identical upload: the same key, the same bytes. (In a bucket
-// with versioning, that leaves an identical non-current version.) The
+// costs one refused upload (412: the object is there, nothing is written,
+// no version added in a versioned bucket), or one identical upload with a
+// store that ignores If-None-Match. The
 // exceptions are stated where they arise: wal.when_full: drop_oldest, whose
 // drops can leave a partly uploaded batch that is sent again in part;
 // ${uuid} keys, which are new at each start; and a change of the key
@@ -131,15 +198,18 @@
 //   - throttled: SlowDown, any 503 or 429 and *Throttling* codes, with the
 //     wait from x-amz-retry-after or Retry-After when S3 gives one;
 //   - retryable: other 5xx, RequestTimeout, InternalError, OperationAborted,
-//     409s, BadDigest and other corruptions in transit, NoSuchUpload (an
+//     409s (ConditionalRequestConflict among them), BadDigest and other
+//     corruptions in transit, NoSuchUpload (an
 //     upload aborted under us), RequestTimeTooSkewed, network errors and
 //     timeouts (a minute per call plus a second per MiB);
 //   - record-permanent: KeyTooLongError, EntityTooLarge;
 //   - sink-permanent: NoSuchBucket, AccessDenied, InvalidAccessKeyId,
 //     SignatureDoesNotMatch, ExpiredToken, KMS.* and *Disabled KMS codes, a
 //     bucket in another region, InvalidStorageClass,
-//     AccessControlListNotSupported, InvalidTag, missing credentials, and
-//     any other 4xx; each with a message that says what to fix, such as
+//     AccessControlListNotSupported, InvalidTag, NotImplemented, a key that
+//     holds another writer's object (PreconditionFailed, see Conditional
+//     writes), missing credentials, and any other 4xx; each with a message
+//     that says what to fix, such as
 //     "bucket my-logs does not exist (NoSuchBucket): create it or fix
 //     sinks[archive].bucket".
 //
@@ -151,7 +221,8 @@
 // forwarder_s3_uploaded_bytes_total (as stored),
 // forwarder_s3_uncompressed_bytes_total, forwarder_s3_recovered_intents_total,
 // forwarder_s3_multipart_uploads_total, forwarder_s3_key_fallback_total,
-// forwarder_s3_key_sanitised_total.
+// forwarder_s3_key_sanitised_total; and by sink and outcome ("same",
+// "other"), forwarder_s3_conditional_conflicts_total.
 //
 // # Usage
 //

@@ -114,7 +114,7 @@ func (s *Sink) advice(code string) string {
 	case code == "NoSuchBucket":
 		return fmt.Sprintf("bucket %s does not exist (NoSuchBucket): create it or fix sinks[%s].bucket", b, n)
 	case code == "AccessDenied" || code == "AllAccessDisabled":
-		return fmt.Sprintf("access denied to bucket %s (%s): allow s3:PutObject and s3:AbortMultipartUpload on arn:aws:s3:::%s/* and s3:ListBucketMultipartUploads on arn:aws:s3:::%s to the forwarder's credentials (and kms:GenerateDataKey with sse: aws:kms)", b, code, b, b)
+		return fmt.Sprintf("access denied to bucket %s (%s): allow s3:PutObject, s3:GetObject and s3:AbortMultipartUpload on arn:aws:s3:::%s/* and s3:ListBucketMultipartUploads on arn:aws:s3:::%s to the forwarder's credentials (and kms:GenerateDataKey with sse: aws:kms)", b, code, b, b)
 	case code == "InvalidAccessKeyId":
 		return fmt.Sprintf("AWS does not know the access key (InvalidAccessKeyId): fix the forwarder's credentials for sinks[%s]", n)
 	case code == "SignatureDoesNotMatch":
@@ -133,6 +133,8 @@ func (s *Sink) advice(code string) string {
 		return fmt.Sprintf("S3 refused the object tags (%s): fix sinks[%s].tags", code, n)
 	case code == "InvalidBucketName":
 		return fmt.Sprintf("%q is not a valid bucket name (InvalidBucketName): fix sinks[%s].bucket", b, n)
+	case code == "NotImplemented":
+		return fmt.Sprintf("the service behind sinks[%s] does not implement a header the sink sends (NotImplemented): an S3-compatible store that refuses conditional writes (If-None-Match: *) cannot take this sink's uploads; use one that implements or ignores the header", n)
 	case code == "AccountProblem" || code == "NotSignedUp":
 		return fmt.Sprintf("the AWS account cannot use S3 (%s): see the account's status in the AWS console", code)
 	}

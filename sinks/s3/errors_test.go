@@ -54,8 +54,11 @@ func TestClassify(t *testing.T) {
 		{apiError(400, "BadDigest", nil), sinks.Retryable, "BadDigest", "", 0},
 		{apiError(404, "NoSuchUpload", nil), sinks.Retryable, "NoSuchUpload", "", 0},
 		{apiError(409, "OperationAborted", nil), sinks.Retryable, "OperationAborted", "", 0},
+		// A conditional write racing another for the key: S3 says to retry.
+		{apiError(409, "ConditionalRequestConflict", nil), sinks.Retryable, "ConditionalRequestConflict", "", 0},
+		{apiError(501, "NotImplemented", nil), sinks.SinkPermanent, "NotImplemented", "refuses conditional writes (If-None-Match: *)", 0},
 		{apiError(404, "NoSuchBucket", nil), sinks.SinkPermanent, "NoSuchBucket", "bucket logs does not exist (NoSuchBucket): create it or fix sinks[archive].bucket", 0},
-		{apiError(403, "AccessDenied", nil), sinks.SinkPermanent, "AccessDenied", "access denied to bucket logs (AccessDenied): allow s3:PutObject", 0},
+		{apiError(403, "AccessDenied", nil), sinks.SinkPermanent, "AccessDenied", "access denied to bucket logs (AccessDenied): allow s3:PutObject, s3:GetObject", 0},
 		{apiError(403, "InvalidAccessKeyId", nil), sinks.SinkPermanent, "InvalidAccessKeyId", "fix the forwarder's credentials for sinks[archive]", 0},
 		{apiError(403, "SignatureDoesNotMatch", nil), sinks.SinkPermanent, "SignatureDoesNotMatch", "the secret key does not match", 0},
 		{apiError(400, "ExpiredToken", nil), sinks.SinkPermanent, "ExpiredToken", "renew them", 0},

@@ -44,6 +44,18 @@ type intent struct {
 	// or keyRulesVerbatim (0, absent) in intents written before values
 	// were sanitised.
 	KeyRules int `json:"key_rules,omitempty"`
+
+	// was is the object the intent described before Recover rebuilt it
+	// into other compressed bytes (the compressor changed between the
+	// crash and the restart): found under the key, it holds these records
+	// too. Not stored.
+	was *objectSum
+}
+
+// objectSum is what tells one object from another: its length and SHA-256.
+type objectSum struct {
+	bytes  int64
+	sha256 string // hex
 }
 
 func intentKey(objectKey string) []byte { return []byte(intentPrefix + objectKey) }

@@ -285,6 +285,9 @@ type dyingAPI struct {
 	parts  int
 	budget int // UploadParts that succeed; < 0: no limit
 	dead   bool
+	// afterWrite: the first PutObject or CompleteMultipartUpload that
+	// stores its object kills the client before its answer arrives.
+	afterWrite bool
 }
 
 var errDied = errors.New("connection lost: the process died")
@@ -319,7 +322,12 @@ func (d *dyingAPI) PutObject(ctx context.Context, in *s3.PutObjectInput, opts ..
 	if !d.alive() {
 		return nil, errDied
 	}
-	return d.s3API.PutObject(ctx, in, opts...)
+	out, err := d.s3API.PutObject(ctx, in, opts...)
+	if err == nil && d.afterWrite {
+		d.kill()
+		return nil, errDied
+	}
+	return out, err
 }
 
 func (d *dyingAPI) CreateMultipartUpload(ctx context.Context, in *s3.CreateMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CreateMultipartUploadOutput, error) {
@@ -333,7 +341,12 @@ func (d *dyingAPI) CompleteMultipartUpload(ctx context.Context, in *s3.CompleteM
 	if !d.alive() {
 		return nil, errDied
 	}
-	return d.s3API.CompleteMultipartUpload(ctx, in, opts...)
+	out, err := d.s3API.CompleteMultipartUpload(ctx, in, opts...)
+	if err == nil && d.afterWrite {
+		d.kill()
+		return nil, errDied
+	}
+	return out, err
 }
 
 func (d *dyingAPI) AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error) {

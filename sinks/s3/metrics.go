@@ -12,11 +12,14 @@ type metrics struct {
 	objects, bytes, uncompressed prometheus.Counter
 	recovered, multipart         prometheus.Counter
 	fallbacks, sanitised         prometheus.Counter
+	// Keys If-None-Match: * found taken: holding this sink's own object
+	// (counted as delivered), or another writer's (the sink pauses).
+	conflictSame, conflictOther prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, sink string) (*metrics, error) {
-	vec := func(name, help string) (*prometheus.CounterVec, error) {
-		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"sink"})
+	vec := func(name, help string, labels ...string) (*prometheus.CounterVec, error) {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, append([]string{"sink"}, labels...))
 		if reg == nil {
 			return v, nil
 		}
@@ -51,5 +54,12 @@ func newMetrics(reg prometheus.Registerer, sink string) (*metrics, error) {
 		}
 		*c.dst = v.WithLabelValues(sink)
 	}
+	conflicts, err := vec("forwarder_s3_conditional_conflicts_total",
+		"Uploads refused because the key existed (412 to If-None-Match: *), by what it held: outcome=\"same\", this very object (an earlier upload landed; counted as delivered); outcome=\"other\", another writer's (the sink pauses).",
+		"outcome")
+	if err != nil {
+		return nil, err
+	}
+	m.conflictSame, m.conflictOther = conflicts.WithLabelValues(sink, "same"), conflicts.WithLabelValues(sink, "other")
 	return m, nil
 }

@@ -52,7 +52,8 @@ func startMoto(t *testing.T) string {
 
 // TestMoto runs the sink's paths against moto_server: objects with their
 // headers through the drainer, a multipart upload, a multipart upload
-// interrupted and finished by Recover, and the errors of a missing bucket.
+// interrupted and finished by Recover, the errors of a missing bucket, and
+// the conditional writes (testConditionalWrites).
 func TestMoto(t *testing.T) {
 	url := startMoto(t)
 	cl := newReader(t, url)
@@ -183,6 +184,8 @@ func TestMoto(t *testing.T) {
 			t.Errorf("uploads left: %+v, %v", up.Uploads, err)
 		}
 	})
+
+	t.Run("conditional writes", func(t *testing.T) { testConditionalWrites(t, url) })
 
 	t.Run("missing bucket", func(t *testing.T) {
 		cfg := testConfig(url)

@@ -135,20 +135,37 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 		// Same lines, other compressed bytes: the compressor changed.
 		s.log.Warn("re-uploading an interrupted object with the same records but other compressed bytes (the compression library changed since it was first sent)",
 			"key", in.Key, "sha256_was", in.SHA256, "sha256", obj.sha256)
+		in.was = &objectSum{bytes: in.Bytes, sha256: in.SHA256}
 		in.setObject(obj)
 		if err := putIntent(ctx, st, ik, in); err != nil {
 			return fatal("%w", err)
 		}
 	}
 	s.abortOrphans(ctx, in.Key)
-	if err := s.upload(ctx, st, ik, in, obj.body); err != nil {
+	already, err := s.upload(ctx, st, ik, in, obj.body)
+	if err != nil {
+		if keyTaken(err) && (in.KeyTemplate != s.cfg.Key || in.Hostname != s.hostname) {
+			// Another writer's object is under the key, and this sink no
+			// longer renders such keys (the fix for a collision): nothing
+			// of the object is in S3, and its records, still in the WAL
+			// after the cursor, go out again under the keys of today.
+			s.log.Warn("not finishing an interrupted upload: another writer's object is under its key, which the key template or host name of today no longer renders; its records are sent again under the new keys",
+				"key", in.Key, "records", in.Records, "key_template", in.KeyTemplate, "hostname", in.Hostname)
+			if err := st.Delete(ctx, ik); err != nil {
+				return fatal("delete intent %q: %w", ik, err)
+			}
+			return nil
+		}
 		return err
 	}
 	if err := st.Delivered(ctx, in.Partition, in.Last, [][]byte{ik}); err != nil {
 		return fatal("record delivery of %q: %w", in.Key, err)
 	}
 	s.m.recovered.Inc()
-	s.m.uncompressed.Add(float64(obj.lines))
-	s.log.Info("finished an interrupted upload", "key", in.Key, "records", in.Records, "members", max(len(in.Members), 1), "bytes", len(obj.body))
+	if !already {
+		s.m.uncompressed.Add(float64(obj.lines))
+	}
+	s.log.Info("finished an interrupted upload", "key", in.Key, "records", in.Records, "members", max(len(in.Members), 1), "bytes", len(obj.body),
+		"already_in_s3", already)
 	return nil
 }

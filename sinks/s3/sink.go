@@ -50,6 +50,8 @@ type s3API interface {
 	CompleteMultipartUpload(ctx context.Context, in *s3.CompleteMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CompleteMultipartUploadOutput, error)
 	AbortMultipartUpload(ctx context.Context, in *s3.AbortMultipartUploadInput, opts ...func(*s3.Options)) (*s3.AbortMultipartUploadOutput, error)
 	ListMultipartUploads(ctx context.Context, in *s3.ListMultipartUploadsInput, opts ...func(*s3.Options)) (*s3.ListMultipartUploadsOutput, error)
+	HeadObject(ctx context.Context, in *s3.HeadObjectInput, opts ...func(*s3.Options)) (*s3.HeadObjectOutput, error)
+	GetObject(ctx context.Context, in *s3.GetObjectInput, opts ...func(*s3.Options)) (*s3.GetObjectOutput, error)
 }
 
 var _ s3API = (*s3.Client)(nil)
@@ -80,6 +82,12 @@ type Sink struct {
 	// a different batch of the partition finds it stale (its records were
 	// dropped from the WAL while it waited) and removes it.
 	open map[string]*intent
+	// taken, once set, is the refusal of a key that holds another
+	// writer's object: every send fails with it until a restart, so that
+	// the sink stays paused (one error line) instead of resuming whenever
+	// another partition gets through. Keys unique to this forwarder need a
+	// new key template, which needs a restart.
+	taken error
 }
 
 var (
@@ -271,6 +279,12 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		return sinks.Outcome{}, sinks.NewRecordPermanent("key_too_long",
 			fmt.Errorf("the key template renders a key over S3's %d bytes for these records", maxKeyLen))
 	}
+	s.mu.Lock()
+	taken := s.taken
+	s.mu.Unlock()
+	if taken != nil {
+		return sinks.Outcome{}, taken
+	}
 	open, ok := b.Carry.(*openObject)
 	if b.Carry != nil && !ok {
 		return sinks.Outcome{}, fmt.Errorf("s3 sink %s: carry of type %T", s.name, b.Carry)
@@ -327,17 +341,27 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	if err := putIntent(ctx, b.State, ik, in); err != nil {
 		return sinks.Outcome{}, sinks.NewRetryable("state", err)
 	}
-	if err := s.upload(ctx, b.State, ik, in, obj.body); err != nil {
+	already, err := s.upload(ctx, b.State, ik, in, obj.body)
+	if err != nil {
 		err = s.classify(err)
-		if sinks.Classify(err).Class == sinks.RecordPermanent {
+		switch {
+		case sinks.Classify(err).Class == sinks.RecordPermanent:
 			// S3 stored nothing and the drainer dead-letters the records.
 			s.forget(b.Partition)
 			_ = b.State.Delete(ctx, ik) // a left-over intent only costs Recover one more refusal
+		case keyTaken(err):
+			s.mu.Lock()
+			s.taken = err
+			s.mu.Unlock()
 		}
 		return sinks.Outcome{}, err
 	}
 	s.forget(b.Partition)
-	s.m.uncompressed.Add(float64(obj.lines))
+	if already {
+		s.log.Debug("the object was in S3 already: an earlier attempt's upload landed although its answer was lost", "key", in.Key)
+	} else {
+		s.m.uncompressed.Add(float64(obj.lines))
+	}
 	return sinks.Outcome{DeleteState: [][]byte{ik}}, nil
 }
 

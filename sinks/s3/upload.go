@@ -31,11 +31,16 @@ func callTimeout(n int64) time.Duration {
 	return time.Minute + time.Duration(n>>20)*time.Second
 }
 
-// upload stores body under in.Key: one PutObject, or a multipart upload
-// above multipart_threshold whose id is committed in the intent before any
-// part is sent. A multipart upload begun by an earlier attempt is aborted
-// first.
-func (s *Sink) upload(ctx context.Context, st sinks.State, ik []byte, in *intent, body []byte) error {
+// upload stores body under in.Key, if the key is free: one PutObject, or
+// a multipart upload above multipart_threshold whose id is committed in
+// the intent before any part is sent, written with If-None-Match: *. A
+// multipart upload begun by an earlier attempt is aborted first.
+//
+// When the key is taken (412), already reports that it holds this very
+// object (an earlier attempt's or process's upload landed): nothing is
+// written and the object counts as delivered. Another writer's object
+// under the key is a sink-permanent error (see settle).
+func (s *Sink) upload(ctx context.Context, st sinks.State, ik []byte, in *intent, body []byte) (already bool, err error) {
 	if in.UploadID != "" {
 		// Best effort, as below: an upload left open costs storage until
 		// the bucket's lifecycle rule ends it, and stops nothing.
@@ -43,8 +48,20 @@ func (s *Sink) upload(ctx context.Context, st sinks.State, ik []byte, in *intent
 		in.UploadID = ""
 	}
 	if int64(len(body)) > s.threshold {
-		return s.uploadParts(ctx, st, ik, in, body)
+		err = s.uploadParts(ctx, st, ik, in, body)
+	} else {
+		err = s.putObject(ctx, in, body)
 	}
+	if err == nil || !preconditionFailed(err) {
+		return false, err
+	}
+	if err := s.settle(ctx, in, err); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func (s *Sink) putObject(ctx context.Context, in *intent, body []byte) error {
 	sum, err := hex.DecodeString(in.SHA256)
 	if err != nil {
 		return fmt.Errorf("intent of %q: bad sha256: %w", in.Key, err)
@@ -57,6 +74,8 @@ func (s *Sink) upload(ctx context.Context, st sinks.State, ik []byte, in *intent
 		Body:           bytes.NewReader(body),
 		ContentLength:  aws.Int64(int64(len(body))),
 		ChecksumSHA256: aws.String(base64.StdEncoding.EncodeToString(sum)),
+		IfNoneMatch:    aws.String("*"),
+		Metadata:       objectMetadata(in),
 	}
 	s.objectHeaders(&put.ContentType, &put.ContentEncoding, &put.ServerSideEncryption, &put.SSEKMSKeyId,
 		&put.StorageClass, &put.ACL, &put.Tagging)
@@ -137,7 +156,7 @@ func (s *Sink) partBounds(n int64) [][2]int64 {
 }
 
 func (s *Sink) uploadParts(ctx context.Context, st sinks.State, ik []byte, in *intent, body []byte) error {
-	create := &s3.CreateMultipartUploadInput{Bucket: aws.String(s.bucket), Key: aws.String(in.Key)}
+	create := &s3.CreateMultipartUploadInput{Bucket: aws.String(s.bucket), Key: aws.String(in.Key), Metadata: objectMetadata(in)}
 	s.objectHeaders(&create.ContentType, &create.ContentEncoding, &create.ServerSideEncryption, &create.SSEKMSKeyId,
 		&create.StorageClass, &create.ACL, &create.Tagging)
 	cctx, cancel := context.WithTimeout(ctx, callTimeout(0))
@@ -185,7 +204,7 @@ func (s *Sink) sendParts(ctx context.Context, in *intent, body []byte) error {
 	defer cancel()
 	if _, err := s.api.CompleteMultipartUpload(cctx, &s3.CompleteMultipartUploadInput{
 		Bucket: aws.String(s.bucket), Key: aws.String(in.Key), UploadId: aws.String(in.UploadID),
-		MultipartUpload: &types.CompletedMultipartUpload{Parts: done},
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: done}, IfNoneMatch: aws.String("*"),
 	}); err != nil {
 		return fmt.Errorf("complete multipart upload of %q: %w", in.Key, err)
 	}

@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestReplicasSharingKeys runs two forwarders, each with its data_dir,
+// writing to one bucket with a key template without ${hostname}, as two
+// replicas would: both warn about the key at start; the second renders the
+// first's keys for its own records, finds them taken and pauses its S3
+// sink with one error line naming the bucket, the key and the fix. No
+// object of the first is overwritten, and the second's records wait in its
+// WAL, neither dropped nor dead-lettered.
+func TestReplicasSharingKeys(t *testing.T) {
+	t.Parallel()
+	srv, url := startS3(t)
+	sink := s3Sink("archive", url, bucket) + "    key: \"shared/${tag}/${seq}.json.gz\"\n"
+	const keyWarning = "sinks[archive].key has neither ${hostname} nor ${uuid}"
+	replica := func(name string) *forwarder {
+		return newForwarder(t, fwdConfig{DataDir: filepath.Join(t.TempDir(), name), Forward: freeAddr(t), HTTP: freeAddr(t), Admin: freeAddr(t),
+			Sinks: []string{sink}})
+	}
+	send := func(f *forwarder, prefix string) {
+		t.Helper()
+		var b bytes.Buffer
+		for i := range 500 {
+			fmt.Fprintf(&b, `{"id":"%s%d","msg":"%s"}`+"\n", prefix, i, strings.Repeat("x", i%50))
+		}
+		code, _, body, err := postNDJSON(&http.Client{Timeout: 10 * time.Second}, f.cfg.HTTP, "app", "", b.Bytes())
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("post to %s: %d %s %v", f.cfg.HTTP, code, body, err)
+		}
+	}
+
+	first := replica("first")
+	first.start()
+	send(first, "a")
+	first.waitSink("archive", 30*time.Second)
+	first.stop()
+	objs, err := srv.Objects(bucket)
+	if err != nil || len(objs) == 0 {
+		t.Fatalf("the first forwarder's objects: %d, %v", len(objs), err)
+	}
+	before := map[string][]byte{}
+	for _, o := range objs {
+		if before[o.Key], err = srv.Get(bucket, o.Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	second := replica("second")
+	second.start()
+	send(second, "b")
+	if !waitFor(30*time.Second, func() bool {
+		st, err := second.status()
+		return err == nil && len(st.Sinks) == 1 && st.Sinks[0].State == "paused"
+	}) {
+		st, _ := second.status()
+		t.Fatalf("the second forwarder's sink did not pause: %+v\n%s", st.Sinks, second.tail(20))
+	}
+	time.Sleep(2 * time.Second) // the sends in flight when it paused end
+	st, err := second.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := st.Sinks[0]; s.State != "paused" || s.DeadLettered != 0 || s.Cursor+1 >= st.WAL.NextSeq ||
+		!strings.Contains(s.LastError, "shared/app/00000000000000000001.json.gz") {
+		t.Errorf("the second forwarder's sink: %+v (WAL next %d), want paused before its records, none dead-lettered", s, st.WAL.NextSeq)
+	}
+	m := second.mustMetrics()
+	if n := m[`forwarder_s3_conditional_conflicts_total{outcome="other",sink="archive"}`]; n != 1 {
+		t.Errorf("conflicts with another writer's object: %v, want 1", n)
+	}
+	if n := m[`forwarder_sink_paused{sink="archive"}`]; n != 1 {
+		t.Errorf("forwarder_sink_paused %v, want 1", n)
+	}
+	second.stop()
+
+	if n := second.logCount("level=ERROR"); n != 1 {
+		t.Errorf("%d error lines from the second forwarder, want one:\n%s", n, second.tail(30))
+	}
+	for _, want := range []string{`msg="sink paused`, "reason=PreconditionFailed", "bucket " + bucket, `key \"shared/app/00000000000000000001.json.gz\"`,
+		"put ${hostname} or another per-replica field in sinks[archive].key"} {
+		if second.logCount(want) == 0 {
+			t.Errorf("the error line does not say %s:\n%s", want, second.tail(30))
+		}
+	}
+	for _, f := range []*forwarder{first, second} {
+		if f.logCount(keyWarning) != 1 {
+			t.Errorf("no warning about the key at start:\n%s", f.tail(30))
+		}
+	}
+	after := map[string][]byte{}
+	objs, _ = srv.Objects(bucket)
+	for _, o := range objs {
+		after[o.Key], _ = srv.Get(bucket, o.Key)
+	}
+	for key, b := range before {
+		if !bytes.Equal(after[key], b) {
+			t.Errorf("%s was overwritten", key)
+		}
+	}
+	if len(after) != len(before) {
+		t.Errorf("%d objects after the second forwarder, %d before: it wrote under keys the first had not taken", len(after), len(before))
+	}
+}

@@ -1,0 +1,140 @@
+package s3emu
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+)
+
+// S3's answers to If-None-Match on a write (PutObject, CompleteMultipartUpload):
+// "*" writes only a key that does not exist; any other value is not
+// implemented.
+const (
+	preconditionMessage    = "At least one of the pre-conditions you specified did not hold"
+	notImplementedMessage  = "A header you provided implies functionality that is not implemented"
+	notImplementedAddition = "We don't accept the provided value of If-None-Match header for this API"
+)
+
+// serveWrite answers a request that writes an object (PutObject,
+// CompleteMultipartUpload, CopyObject). Writes of one key are serialised,
+// so that If-None-Match: * is decided and the object written atomically
+// with respect to every other write of the key; gofakes3 itself checks the
+// header on PutObject only, and answers with its own message.
+func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request, op string) {
+	ifNoneMatch := r.Header.Get("If-None-Match")
+	conditional := ifNoneMatch != "" && (op == "PutObject" || op == "CompleteMultipartUpload")
+	if conditional && ifNoneMatch != "*" {
+		discardBody(r)
+		writeError(w, r, http.StatusNotImplemented, "NotImplemented", notImplementedMessage,
+			element{"Header", "If-None-Match"}, element{"additionalMessage", notImplementedAddition})
+		return
+	}
+	bucket, key := bucketKey(r)
+	unlock := s.keys.lock(bucket + "/" + key)
+	defer unlock()
+	if r.Method == http.MethodPut && !verifyChecksum(w, r) {
+		return
+	}
+	// S3 answers what the request would get without the condition when
+	// that is an error (no such bucket, no such upload) rather than 412:
+	// gofakes3 answers those.
+	if conditional && (op != "CompleteMultipartUpload" || s.uploadExists(r)) && s.exists(bucket, key) {
+		discardBody(r)
+		writeError(w, r, http.StatusPreconditionFailed, "PreconditionFailed", preconditionMessage,
+			element{"Condition", "If-None-Match"})
+		return
+	}
+	s.s3.ServeHTTP(w, r)
+}
+
+// bucketKey splits a path-style request's path into bucket and key.
+func bucketKey(r *http.Request) (bucket, key string) {
+	bucket, key, _ = strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	return bucket, key
+}
+
+// exists reports whether bucket holds key. An error other than a missing
+// key (a missing bucket) reports false: gofakes3 then answers the error.
+func (s *Server) exists(bucket, key string) bool {
+	obj, err := s.backend.HeadObject(bucket, key)
+	if err != nil {
+		return false
+	}
+	if obj.Contents != nil {
+		obj.Contents.Close()
+	}
+	return true
+}
+
+// uploadExists reports whether the multipart upload a
+// CompleteMultipartUpload names is in progress, by asking gofakes3 for its
+// parts (ListParts), which holds the uploads.
+func (s *Server) uploadExists(r *http.Request) bool {
+	u := *r.URL
+	u.RawQuery = url.Values{"uploadId": {r.URL.Query().Get("uploadId")}, "max-parts": {"1"}}.Encode()
+	probe, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.String(), nil)
+	if err != nil {
+		return false
+	}
+	probe.Host = r.Host
+	rec := &statusRecorder{header: http.Header{}}
+	s.s3.ServeHTTP(rec, probe)
+	return rec.status == 0 || rec.status == http.StatusOK
+}
+
+// statusRecorder keeps the status of an answer and discards the rest.
+type statusRecorder struct {
+	header http.Header
+	status int
+}
+
+func (s *statusRecorder) Header() http.Header { return s.header }
+
+func (s *statusRecorder) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return len(p), nil
+}
+
+func (s *statusRecorder) WriteHeader(status int) {
+	if s.status == 0 {
+		s.status = status
+	}
+}
+
+// keyLocks holds a lock per key being written, and none for the others.
+type keyLocks struct {
+	mu sync.Mutex
+	m  map[string]*keyLock
+}
+
+type keyLock struct {
+	mu    sync.Mutex
+	users int // holders and waiters
+}
+
+// lock takes key's lock and returns what releases it.
+func (k *keyLocks) lock(key string) (unlock func()) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyLock{}
+	}
+	l := k.m[key]
+	if l == nil {
+		l = &keyLock{}
+		k.m[key] = l
+	}
+	l.users++
+	k.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		k.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}

@@ -1,0 +1,60 @@
+package queue
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/logfwd/forwarder/internal/syncbuf"
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// A send that was in flight when another partition paused the sink, and
+// that succeeds afterwards, delivers its batch and leaves the pause alone:
+// it was no probe, and says nothing of what paused the sink. Otherwise the
+// sink would resume, meet the refusal again and log a second error line.
+func TestPauseOutlastsASendBegunBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		var logs syncbuf.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		m := NewMetrics(nil)
+		s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+		s.setFail(func(b *sinks.Batch) error {
+			if b.Partition == "p01" {
+				time.Sleep(5 * time.Second) // in flight when p00 pauses the sink
+				return nil
+			}
+			return sinks.NewSinkPermanent("AccessDenied", errors.New("denied for p00"))
+		})
+		last := appendN(t, w, 20, tagsOf(2), 10)
+		r := start(w, "s", s, Options{Logger: log, Metrics: m})
+		time.Sleep(20 * time.Second) // before the first probe (30s)
+		synctest.Wait()
+		got, _, _ := s.snapshot()
+		if len(got) != 10 {
+			t.Errorf("%d records delivered, want p01's 10", len(got))
+		}
+		if testutil.ToFloat64(m.Paused.WithLabelValues("s")) != 1 {
+			t.Error("the sink is not paused any more")
+		}
+		if n := strings.Count(logs.String(), "sink paused"); n != 1 || strings.Contains(logs.String(), "sink recovered") {
+			t.Errorf("%d 'sink paused' lines, want one and no recovery:\n%s", n, logs.String())
+		}
+		// A probe that succeeds lifts it.
+		s.recover(t, w, last, 2*time.Minute)
+		if testutil.ToFloat64(m.Paused.WithLabelValues("s")) != 0 {
+			t.Error("still paused after a probe got through")
+		}
+		r.stop(t)
+		s.check(t)
+		s.deliveredOnce(t, last)
+	})
+}

@@ -1,0 +1,169 @@
+package s3sink
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// metaSHA256 is the user metadata (x-amz-meta-forwarder-sha256) every
+// object is written with: the hex SHA-256 of its bytes, the intent's
+// sha256. It tells this sink's object from another writer's under the
+// same key, for single and multipart uploads alike (see doc.go).
+const metaSHA256 = "forwarder-sha256"
+
+// codeKeyTaken is the reason of the sink-permanent error of a key that
+// holds another writer's object.
+const codeKeyTaken = "PreconditionFailed"
+
+func objectMetadata(in *intent) map[string]string {
+	return map[string]string{metaSHA256: in.SHA256}
+}
+
+// preconditionFailed reports whether err is S3's refusal of
+// If-None-Match: *: the key exists.
+func preconditionFailed(err error) bool {
+	var ae smithy.APIError
+	if errors.As(err, &ae) && ae.ErrorCode() == "PreconditionFailed" {
+		return true
+	}
+	return httpStatus(err) == http.StatusPreconditionFailed
+}
+
+func httpStatus(err error) int {
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		return re.HTTPStatusCode()
+	}
+	return 0
+}
+
+// settle decides about a key that If-None-Match: * found taken. Holding
+// exactly in's object, the key needs nothing more (nil): an earlier
+// attempt's upload, or a crashed process's, landed and its delivery was
+// not recorded. Holding anything else, it is another writer's: a
+// sink-permanent error that says so, and nothing is written.
+func (s *Sink) settle(ctx context.Context, in *intent, refused error) error {
+	same, err := s.holdsObject(ctx, in)
+	if err != nil {
+		return err
+	}
+	if same {
+		s.m.conflictSame.Inc()
+		return nil
+	}
+	s.m.conflictOther.Inc()
+	return sinks.NewSinkPermanent(codeKeyTaken, &actionError{
+		msg: fmt.Sprintf("bucket %s already holds another writer's object under key %q (PreconditionFailed: the key exists, with other bytes than this sink's): "+
+			"forwarders sharing the bucket render the same keys; put ${hostname} or another per-replica field in sinks[%s].key and restart "+
+			"(if this forwarder's WAL was started anew, its ${seq} began again at 1: change the key); "+
+			"nothing was overwritten, and the records wait in the WAL", s.bucket, in.Key, s.name),
+		code: codeKeyTaken, err: refused,
+	})
+}
+
+// keyTaken reports whether err is settle's refusal of another writer's key.
+func keyTaken(err error) bool {
+	var ae *actionError
+	return errors.As(err, &ae) && ae.code == codeKeyTaken
+}
+
+// holdsObject reports whether in.Key holds exactly in's object (or the
+// one in.was names): its size, then the SHA-256 in its metadata (every
+// object this sink writes has it), or else, for an object written without
+// it, its SHA-256 checksum when S3 kept one for the whole object (a
+// PutObject's), or else its bytes, read and hashed.
+func (s *Sink) holdsObject(ctx context.Context, in *intent) (bool, error) {
+	var sums []objectSum
+	for _, o := range []*objectSum{{bytes: in.Bytes, sha256: in.SHA256}, in.was} {
+		if o != nil {
+			sums = append(sums, *o)
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, callTimeout(0))
+	head, err := s.api.HeadObject(cctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(in.Key),
+		ChecksumMode: types.ChecksumModeEnabled})
+	cancel()
+	if err != nil {
+		return false, s.readError("head", in.Key, err)
+	}
+	size := aws.ToInt64(head.ContentLength)
+	var sized []objectSum
+	for _, o := range sums {
+		if o.bytes == size {
+			sized = append(sized, o)
+		}
+	}
+	if len(sized) == 0 {
+		return false, nil
+	}
+	for k, v := range head.Metadata {
+		if strings.EqualFold(k, metaSHA256) {
+			return matches(sized, v), nil
+		}
+	}
+	if sum := aws.ToString(head.ChecksumSHA256); sum != "" && head.ChecksumType != types.ChecksumTypeComposite && !strings.Contains(sum, "-") {
+		raw, err := base64.StdEncoding.DecodeString(sum)
+		return err == nil && matches(sized, hex.EncodeToString(raw)), nil
+	}
+	return s.hashMatches(ctx, in.Key, size, sized)
+}
+
+func matches(sums []objectSum, sha string) bool {
+	for _, o := range sums {
+		if o.sha256 == sha {
+			return true
+		}
+	}
+	return false
+}
+
+// hashMatches reads key, of size bytes, and compares its SHA-256 with sums.
+func (s *Sink) hashMatches(ctx context.Context, key string, size int64, sums []objectSum) (bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout(size))
+	defer cancel()
+	out, err := s.api.GetObject(cctx, &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
+	if err != nil {
+		return false, s.readError("get", key, err)
+	}
+	defer out.Body.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(out.Body, size+1))
+	if err != nil {
+		return false, sinks.NewRetryable("read", fmt.Errorf("read object %q to compare it with the one to upload: %w", key, err))
+	}
+	return n == size && matches(sums, hex.EncodeToString(h.Sum(nil))), nil
+}
+
+// readError explains a failed read of a key that was found taken: gone
+// since (retry: the key may be free), not allowed (say what to allow), or
+// anything else (classified as any call).
+func (s *Sink) readError(verb, key string, err error) error {
+	var nf *types.NotFound
+	var nk *types.NoSuchKey
+	switch {
+	case errors.As(err, &nf), errors.As(err, &nk), httpStatus(err) == http.StatusNotFound:
+		return sinks.NewRetryable("NoSuchKey", fmt.Errorf("%s object %q, which was there a moment ago (PreconditionFailed): %w", verb, key, err))
+	case httpStatus(err) == http.StatusForbidden:
+		return sinks.NewSinkPermanent("AccessDenied", &actionError{
+			msg: fmt.Sprintf("key %q in bucket %s is taken (PreconditionFailed), and the sink may not read it to tell its own object from another writer's (%s object: HTTP 403): "+
+				"allow s3:GetObject on arn:aws:s3:::%s/* to the forwarder's credentials", key, s.bucket, verb, s.bucket),
+			code: "AccessDenied", err: err,
+		})
+	}
+	return fmt.Errorf("%s object %q, which was found taken: %w", verb, key, err)
+}
