@@ -14,6 +14,7 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/logfwd/forwarder/internal/awserr"
 	"github.com/logfwd/forwarder/sinks"
 )
 
@@ -44,6 +45,10 @@ func (s *Sink) classify(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return sinks.NewRetryable("timeout", err)
 	}
+	if awserr.NoCredentials(err) {
+		return sinks.NewSinkPermanent("no_credentials", awserr.NoCredentialsHelp(awserr.Clean(err)))
+	}
+	err = awserr.Clean(err) // what people read: the operation and S3's code and message
 	var signErr *v4.SigningError
 	if errors.As(err, &signErr) {
 		return sinks.NewSinkPermanent("credentials", &actionError{

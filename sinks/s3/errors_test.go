@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -179,5 +180,30 @@ func TestSinkConfigDefaults(t *testing.T) {
 	}
 	if got := s.partBounds(100 << 30); len(got) > maxParts || got[0][1] < 5<<20 {
 		t.Errorf("parts of 100 GiB: %d of %d", len(got), got[0][1])
+	}
+}
+
+// Without credentials (the SDK's own chain finds none: the missing-IRSA
+// case) a send pauses the sink with what to fix, instead of being retried
+// as a network error; what a person reads is the SDK's cause, not its
+// retry wrapper.
+func TestNoCredentialsIsSinkPermanent(t *testing.T) {
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SESSION_TOKEN": "", "AWS_PROFILE": "",
+		"AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull, "AWS_WEB_IDENTITY_TOKEN_FILE": "",
+		"AWS_CONTAINER_CREDENTIALS_FULL_URI": "", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "", "AWS_EC2_METADATA_DISABLED": "true"} {
+		t.Setenv(k, v)
+	}
+	_, url := startEmu(t)
+	s, err := New(context.Background(), "archive", testConfig(url), Options{Hostname: "host1", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	recs := sinkRecs(rec("app", "1", time.Now(), 3))
+	_, err = send(t, s, newMemState(recs), recs)
+	e := sinks.Classify(err)
+	if e.Class != sinks.SinkPermanent || e.Reason != "no_credentials" || !strings.Contains(e.Error(), "no AWS credentials: give the service credentials") ||
+		strings.Contains(e.Error(), "exceeded maximum number of attempts") || !strings.Contains(e.Error(), "PutObject: get identity: ") {
+		t.Fatalf("send without credentials: %v (%s %s)", err, e.Class, e.Reason)
 	}
 }

@@ -2,6 +2,7 @@ package s3sink
 
 import (
 	"context"
+	"log/slog"
 	"regexp"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/sinks"
 )
 
@@ -220,5 +222,28 @@ func TestFingerprint(t *testing.T) {
 	}
 	if a == fp("k/${tag}/x-${seq}", "h1", "gzip") || a == fp("k/${tag}/${seq}", "h2", "gzip") {
 		t.Error("the fingerprint misses a change of key template or host name")
+	}
+}
+
+// A field the records lack, without a default, puts them under "unknown":
+// said in a warning naming the template and the field, not only counted.
+func TestKeyFallbackWarns(t *testing.T) {
+	_, url := startEmu(t)
+	var logs syncbuf.Buffer
+	cfg := testConfig(url)
+	cfg.Key = "logs/${record.kubernetes.namespace}/${seq}.json.gz"
+	s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	for _, r := range sinkRecs(rec("pod.shop", "1", time.Now(), 3), rec("pod.shop", "2", time.Now(), 3)) {
+		if p := s.Partition(&r); !strings.HasPrefix(p, "logs/unknown/") {
+			t.Fatalf("partition %q", p)
+		}
+	}
+	if out := logs.String(); strings.Count(out, `level=WARN msg="records lack what the key template names and go under the fallback \"unknown\"`) != 1 ||
+		!strings.Contains(out, `sink=archive template=logs/${record.kubernetes.namespace}/${seq}.json.gz missing=${record.kubernetes.namespace} tag=pod.shop records=1`) {
+		t.Fatalf("want one warning naming the template and the field:\n%s", out)
 	}
 }

@@ -70,6 +70,8 @@ type Sink struct {
 	tr       *http.Transport // the transport New built, closed by Close; nil with Options.Client
 	log      *slog.Logger
 	m        *metrics
+	// fallbacks warns of keys that rendered the fallback for a missing field.
+	fallbacks *template.FallbackLog
 
 	maxBytes    int
 	memberBytes int // the largest batch: a member of an object (see openObject)
@@ -161,7 +163,8 @@ func New(ctx context.Context, name string, cfg config.S3, opts Options) (*Sink, 
 	}
 	s := &Sink{
 		name: name, cfg: cfg, bucket: cfg.Bucket, hostname: opts.Hostname, keys: keys, enc: enc,
-		log: opts.Logger, m: m, open: map[string]*intent{},
+		fallbacks: &template.FallbackLog{Log: opts.Logger.With("sink", name), What: "key"},
+		log:       opts.Logger, m: m, open: map[string]*intent{},
 		maxBytes: int(min(int64(cfg.MaxObjectBytes), 1<<40)), threshold: int64(cfg.MultipartThreshold), partSize: minPartSize,
 	}
 	s.memberBytes = min(max(s.maxBytes/membersPerObject, 1), maxMemberBytes)
@@ -258,6 +261,7 @@ func (s *Sink) Partition(r *sinks.Record) string {
 	p, notes := s.keys.partition(r)
 	if notes&template.Missing != 0 {
 		s.m.fallbacks.Inc()
+		s.fallbacks.Note(s.keys.tmpl, &template.Data{Tag: r.Tag, Body: r.Body, Time: time.Unix(0, r.Time)}, fallback)
 	}
 	if notes&template.Sanitised != 0 {
 		s.m.sanitised.Inc()
