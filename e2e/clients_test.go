@@ -124,6 +124,11 @@ type clientOpts struct {
 	Batches    int           // 0: until stopped
 	AckTimeout time.Duration // forward: no ack after this and the chunk is sent again
 	GiveUp     time.Duration // after stop, how long the batch in flight is still retried
+	// Sticky, with several forward addresses, is how long a batch that was
+	// not acknowledged is sent again to the same address before the client
+	// moves to the next: a replica that was killed comes back and knows the
+	// chunk; one that stopped for good had not stored it.
+	Sticky time.Duration
 	LogBytes   int           // when set, each line ends with about this many random hex digits
 }
 
@@ -193,6 +198,7 @@ type clientStats struct {
 	Records    int            // records acknowledged
 	Attempts   int            // sends, first ones included
 	Reconnects int            // forward: connections made after the first
+	Failovers  int            // forward: moves to the next address
 	Abandoned  int            // batches not acknowledged by the end
 	MaxAckWait time.Duration  // first send of a batch → its acknowledgement
 	Status     map[int]int    // HTTP: answers by status
@@ -206,6 +212,7 @@ func (s *clientStats) add(o clientStats) {
 	s.Records += o.Records
 	s.Attempts += o.Attempts
 	s.Reconnects += o.Reconnects
+	s.Failovers += o.Failovers
 	s.Abandoned += o.Abandoned
 	s.MaxAckWait = max(s.MaxAckWait, o.MaxAckWait)
 	for k, v := range o.Status {
@@ -340,13 +347,16 @@ func (c *client) run() {
 	}
 }
 
-// newForwardClient sends PackedForward messages with a chunk id to addr
-// and counts a chunk acknowledged only once {"ack": id} came back.
-func newForwardClient(addr string, led *ledger, opts clientOpts, seed uint64, stop <-chan struct{}) *client {
+// newForwardClient sends PackedForward messages with a chunk id to the
+// first of addrs and counts a chunk acknowledged only once {"ack": id} came
+// back. With more addresses it fails over, as Fluent Bit's upstreams do: a
+// chunk not acknowledged for opts.Sticky goes to the next address.
+func newForwardClient(addrs []string, led *ledger, opts clientOpts, seed uint64, stop <-chan struct{}) *client {
 	c := &client{opts: opts, led: led, gen: newGen(opts, seed), stop: stop}
 	var conn net.Conn
 	var rd *msgp.Reader
-	dials := 0
+	dials, cur := 0, 0
+	var failingSince time.Time // when the chunk in flight was first not acknowledged here
 	drop := func() {
 		if conn != nil {
 			conn.Close()
@@ -368,9 +378,9 @@ func newForwardClient(addr string, led *ledger, opts clientOpts, seed uint64, st
 		b = msgp.AppendString(b, "chunk")
 		return msgp.AppendString(b, key)
 	}
-	c.send = func(tag, key string, recs []record, payload []byte) bool {
+	try := func(key string, payload []byte) bool {
 		if conn == nil {
-			nc, err := net.DialTimeout("tcp", addr, time.Second)
+			nc, err := net.DialTimeout("tcp", addrs[cur], time.Second)
 			if err != nil {
 				return false
 			}
@@ -399,6 +409,22 @@ func newForwardClient(addr string, led *ledger, opts clientOpts, seed uint64, st
 			return false
 		}
 		return true
+	}
+	c.send = func(tag, key string, recs []record, payload []byte) bool {
+		if try(key, payload) {
+			failingSince = time.Time{}
+			return true
+		}
+		now := time.Now()
+		if failingSince.IsZero() {
+			failingSince = now
+		}
+		if len(addrs) > 1 && now.Sub(failingSince) > opts.Sticky {
+			drop()
+			cur, failingSince = (cur+1)%len(addrs), now
+			c.update(func(s *clientStats) { s.Failovers++ })
+		}
+		return false
 	}
 	return c
 }
@@ -522,7 +548,7 @@ func startLoad(cfg fwdConfig, led *ledger, nFwd, nHTTP int, opts clientOpts) *lo
 	for i := range nFwd {
 		o := opts
 		o.Prefix = fmt.Sprintf("%sf%d", opts.Prefix, i)
-		l.fwd = append(l.fwd, newForwardClient(cfg.Forward, led, o, seed+uint64(i), l.stopCh))
+		l.fwd = append(l.fwd, newForwardClient([]string{cfg.Forward}, led, o, seed+uint64(i), l.stopCh))
 	}
 	for i := range nHTTP {
 		o := opts

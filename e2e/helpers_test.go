@@ -142,6 +142,7 @@ type forwarder struct {
 	done  chan struct{}
 	runs  []*syncBuffer // stderr of each run, in order
 	kills int
+	env   []string // added to the child's environment
 }
 
 // newForwarder writes cfg next to a fresh temporary directory's data and
@@ -195,7 +196,7 @@ func (f *forwarder) start() {
 	cmd := exec.Command(forwarderBin, "run", "-c", f.cfgPath)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
-	cmd.Env = append(os.Environ(), childEnv...)
+	cmd.Env = append(append(os.Environ(), childEnv...), f.env...)
 	if err := cmd.Start(); err != nil {
 		f.t.Fatalf("start the forwarder: %v", err)
 	}
