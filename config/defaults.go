@@ -44,6 +44,10 @@ func defaultHTTP() *HTTP {
 // defaultMatch is a sink's match when the key is absent: every tag.
 func defaultMatch() []string { return []string{"**"} }
 
+// DefaultS3 is an S3 sink's settings before the file's: the defaults README lists. The
+// S3 sink fills the settings a hand-built S3 leaves zero from it too.
+func DefaultS3() *S3 { return defaultS3() }
+
 func defaultS3() *S3 {
 	return &S3{
 		Key:                "logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz",

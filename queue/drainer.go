@@ -163,7 +163,7 @@ func (d *Drainer) Run(ctx context.Context) error {
 		return err
 	}
 	if r, ok := d.sink.(sinks.Recoverer); ok {
-		if err := d.recover(ctx, r, cursor); err != nil {
+		if err := d.finishInterrupted(ctx, r, cursor); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
@@ -186,12 +186,12 @@ func (d *Drainer) Run(ctx context.Context) error {
 	return err
 }
 
-// recover lets the sink finish what a crash left half done before any
+// finishInterrupted lets the sink finish what a crash left half done before any
 // record is read. Failures are retried like sends: a sink-permanent one
 // pauses the sink (one error line, shown in /status and /readyz) and is probed every
 // PauseRetry; others back off. An error the sink did not classify (its
 // state disagrees with the WAL) stops the drainer.
-func (d *Drainer) recover(ctx context.Context, r sinks.Recoverer, cursor uint64) error {
+func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, cursor uint64) error {
 	d.setState(func(s *Status) { s.State, s.Cursor = "recovering", cursor })
 	if st := d.w.Stats(); st.NextSeq-1 > cursor {
 		d.lagRecords.Set(float64(st.NextSeq - 1 - cursor))

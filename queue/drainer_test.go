@@ -290,7 +290,7 @@ func TestStuckPartitionDoesNotStopOthers(t *testing.T) {
 			t.Fatalf("%d bytes buffered, bound 64 KiB", b)
 		}
 		// Unstuck: everything goes, in order, once.
-		s.recover(t, w, last, 10*time.Minute)
+		s.heal(t, w, last, 10*time.Minute)
 		r.stop(t)
 		s.check(t)
 		s.deliveredOnce(t, last)
@@ -328,7 +328,7 @@ func TestSinkPermanentPausesWithOneLine(t *testing.T) {
 		if n != 0 {
 			t.Fatalf("%d records dead-lettered for a sink-permanent error", n)
 		}
-		s.recover(t, w, last, 2*time.Minute)
+		s.heal(t, w, last, 2*time.Minute)
 		r.stop(t)
 		if !strings.Contains(logs.String(), "sink recovered") {
 			t.Fatalf("no recovery line:\n%s", logs.String())
@@ -743,7 +743,7 @@ func TestDestinationDownIsProbedOneBatchAtATime(t *testing.T) {
 		if st := r.d.Status(); st.State != "retrying" || st.Concurrency != 1 {
 			t.Fatalf("status %+v, want state retrying at concurrency 1", st)
 		}
-		s.recover(t, w, last, time.Minute)
+		s.heal(t, w, last, time.Minute)
 		if st := r.d.Status(); st.State != "running" || st.Concurrency != 16 {
 			t.Fatalf("status %+v after recovery, want running at concurrency 16", st)
 		}
@@ -773,7 +773,7 @@ func TestMemoryBoundWhileDestinationDown(t *testing.T) {
 				t.Fatalf("%d bytes held, limit %d, its batches waiting and one read of %d records", b, limit, readBatch)
 			}
 		}
-		s.recover(t, w, last, 5*time.Minute)
+		s.heal(t, w, last, 5*time.Minute)
 		r.stop(t)
 		s.check(t)
 		s.deliveredOnce(t, last)

@@ -63,7 +63,7 @@ func TestFailingPartitionsDoNotBlockOthers(t *testing.T) {
 				if n := deliveredOf(s, last-499, last); n != 500 {
 					t.Fatalf("healthy partition: %d of 500 records delivered after 30 minutes; status %+v", n, r.d.Status())
 				}
-				s.recover(t, w, last, 10*time.Minute)
+				s.heal(t, w, last, 10*time.Minute)
 				r.stop(t)
 				s.check(t)
 			})

@@ -49,7 +49,7 @@ func TestPauseOutlastsASendBegunBefore(t *testing.T) {
 			t.Errorf("%d 'sink paused' lines, want one and no recovery:\n%s", n, logs.String())
 		}
 		// A probe that succeeds lifts it.
-		s.recover(t, w, last, 2*time.Minute)
+		s.heal(t, w, last, 2*time.Minute)
 		if testutil.ToFloat64(m.Paused.WithLabelValues("s")) != 0 {
 			t.Error("still paused after a probe got through")
 		}

@@ -235,7 +235,7 @@ func (s *testSink) check(t *testing.T) {
 
 // recover lets every send succeed from now on and waits d in the test's
 // synctest bubble; by then cursor "s" must have passed last.
-func (s *testSink) recover(t *testing.T, w *wal.WAL, last uint64, d time.Duration) {
+func (s *testSink) heal(t *testing.T, w *wal.WAL, last uint64, d time.Duration) {
 	t.Helper()
 	s.setFail(nil)
 	time.Sleep(d)

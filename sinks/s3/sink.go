@@ -97,16 +97,10 @@ var (
 	_ sinks.Recoverer = (*Sink)(nil)
 )
 
-// Defaults for settings left zero (config.Load fills them; a Sink made
-// from a hand-built config.S3 gets them too).
 const (
-	defaultMaxObjectBytes     = 64 << 20
-	defaultMaxObjectAge       = 5 * time.Minute
-	defaultMaxOpenObjects     = 256
-	defaultMultipartThreshold = 16 << 20
-	minPartSize               = 5 << 20 // S3's smallest part but the last
-	maxParts                  = 10000   // S3's largest part number
-	uploadConcurrency         = 16
+	minPartSize       = 5 << 20 // S3's smallest part but the last
+	maxParts          = 10000   // S3's largest part number
+	uploadConcurrency = 16
 	// An object is built of about membersPerObject members, each of at most
 	// maxMemberBytes of lines: the drainer holds a member's records until
 	// they are compressed, then only the compressed bytes.
@@ -121,23 +115,26 @@ func New(ctx context.Context, name string, cfg config.S3, opts Options) (*Sink, 
 	if cfg.Bucket == "" {
 		return nil, errors.New("bucket is required")
 	}
+	// Settings left zero take config's defaults (config.Load fills them;
+	// a hand-built config.S3 gets them here).
+	def := config.DefaultS3()
 	if cfg.Compression == "" {
-		cfg.Compression = config.CompressionGzip
+		cfg.Compression = def.Compression
 	}
 	if cfg.CompressionLevel == 0 && cfg.Compression != config.CompressionNone {
-		cfg.CompressionLevel = 1
+		cfg.CompressionLevel = def.CompressionLevel
 	}
 	if cfg.MaxObjectBytes <= 0 {
-		cfg.MaxObjectBytes = defaultMaxObjectBytes
+		cfg.MaxObjectBytes = def.MaxObjectBytes
 	}
 	if cfg.MaxObjectAge <= 0 {
-		cfg.MaxObjectAge = config.Duration(defaultMaxObjectAge)
+		cfg.MaxObjectAge = def.MaxObjectAge
 	}
 	if cfg.MaxOpenObjects <= 0 {
-		cfg.MaxOpenObjects = defaultMaxOpenObjects
+		cfg.MaxOpenObjects = def.MaxOpenObjects
 	}
 	if cfg.MultipartThreshold <= 0 {
-		cfg.MultipartThreshold = defaultMultipartThreshold
+		cfg.MultipartThreshold = def.MultipartThreshold
 	}
 	if opts.Hostname == "" {
 		h, err := os.Hostname()
