@@ -51,10 +51,7 @@ const maxSize = Size(1<<63 - 1)
 // String gives the size in the largest binary unit that holds it exactly, so that it parses
 // back to the same value: "64MiB", "10GiB", "1000000000B".
 func (s Size) String() string {
-	for _, u := range []struct {
-		name string
-		size Size
-	}{{"TiB", TiB}, {"GiB", GiB}, {"MiB", MiB}, {"KiB", KiB}} {
+	for _, u := range binaryUnits {
 		if s != 0 && s%u.size == 0 {
 			return strconv.FormatInt(int64(s/u.size), 10) + u.name
 		}
@@ -62,13 +59,16 @@ func (s Size) String() string {
 	return strconv.FormatInt(int64(s), 10) + "B"
 }
 
+// binaryUnits are the binary units, largest first.
+var binaryUnits = []struct {
+	name string
+	size Size
+}{{"TiB", TiB}, {"GiB", GiB}, {"MiB", MiB}, {"KiB", KiB}}
+
 // Human is s for people: exact in the largest unit that divides it ("12MiB"), else to one
 // decimal in the largest unit it reaches ("9.6MiB" for 10066329 bytes).
 func (s Size) Human() string {
-	for _, u := range []struct {
-		name string
-		size Size
-	}{{"TiB", TiB}, {"GiB", GiB}, {"MiB", MiB}, {"KiB", KiB}} {
+	for _, u := range binaryUnits {
 		if s != 0 && s%u.size == 0 {
 			return strconv.FormatInt(int64(s/u.size), 10) + u.name
 		}
