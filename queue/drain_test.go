@@ -107,8 +107,8 @@ func TestDrainOfPausedSink(t *testing.T) {
 	})
 }
 
-// Records appended while the drain runs are not waited for, and a drain
-// that cannot finish (the destination is down) ends with its context.
+// A drain that cannot finish (the destination is down) ends with its
+// context.
 func TestDrainEndsWithItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := openWAL(t, wal.Options{})
