@@ -71,6 +71,11 @@ type running struct {
 
 func start(w *wal.WAL, name string, s sinks.Sink, opts Options) *running {
 	opts.checkInvariants = true // every test checks the loop's invariants at every step
+	return startUnchecked(w, name, s, opts)
+}
+
+// startUnchecked is start without the invariant checks, for benchmarks.
+func startUnchecked(w *wal.WAL, name string, s sinks.Sink, opts Options) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{d: New(w, name, s, opts), cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- r.d.Run(ctx) }()

@@ -156,6 +156,7 @@ func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 	if !p.counted {
 		l.recount(p)
 	}
+	l.notePending(p)
 }
 
 // recount keeps p counted in l.open while it has queued or carried records.

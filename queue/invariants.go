@@ -75,6 +75,16 @@ func (l *loop) check() error {
 	if low-1 < l.cursor {
 		return fmt.Errorf("cursor %d is past the low watermark %d", l.cursor, low-1)
 	}
+	// The pending heap finds what a scan finds.
+	scan := l.readPos
+	for _, p := range l.parts {
+		if fp := p.firstPending(); fp != 0 && fp < scan {
+			scan = fp
+		}
+	}
+	if got := l.lowWatermark(); got != scan-1 {
+		return fmt.Errorf("low watermark %d from the pending heap, %d from a scan", got, scan-1)
+	}
 	for i, p := range l.due {
 		if p.heapIdx != i || l.parts[p.key] != p {
 			return fmt.Errorf("due heap: %q at %d with index %d, filed %v", p.key, i, p.heapIdx, l.parts[p.key] == p)

@@ -27,6 +27,7 @@ type loop struct {
 	readPos  uint64 // sequence number of the next record the reader delivers
 	parts    map[string]*partition
 	due      dueHeap
+	pending  pendingHeap       // the partitions' first pending records (pending.go)
 	marks    map[string]uint64 // delivered marks committed ahead of the cursor
 	route    []routed          // ingest's scratch
 	probeRec sinks.Record      // ingest's record for Partition (a local would escape: one allocation per record)

@@ -57,6 +57,8 @@ type partition struct {
 
 	dueAt   time.Time // when it may send next
 	heapIdx int       // position in the due heap; -1 when not in it
+
+	pendingAt uint64 // firstPending as last pushed to loop.pending
 }
 
 type arrival struct {

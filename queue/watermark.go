@@ -138,10 +138,8 @@ func dropUpTo(recs []sinks.Record, pos uint64) []sinks.Record {
 // to it is delivered, dead-lettered, or not for this sink.
 func (l *loop) lowWatermark() uint64 {
 	low := l.readPos
-	for _, p := range l.parts {
-		if s := p.firstPending(); s != 0 && s < low {
-			low = s
-		}
+	if s := l.lowestPending(); s != 0 && s < low {
+		low = s
 	}
 	return low - 1
 }
