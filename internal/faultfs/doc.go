@@ -25,8 +25,8 @@
 // Cut keeps what was fsynced and drops the rest, with two options
 // (CutOptions): Tear keeps a prefix of the newest write that no fsync
 // covered, cut at a multiple of 512 bytes or 4 KiB inside it (a disk that
-// lost power in the middle of a write); KeepDirOps keeps a random prefix
-// of each directory's unsynced changes (a journal that committed some of
+// lost power in the middle of a write); DirOps keeps all, or a random
+// prefix, of each directory's unsynced changes (a journal that committed
 // them on its own). A rename is one change: it is kept or dropped whole.
 // The "newest write" is the newest write request the daemon received: the
 // kernel sends a large write(2) as several requests (of at most 128 KiB,

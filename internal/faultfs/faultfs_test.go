@@ -248,14 +248,14 @@ func TestDirectoryChangesNeedDirectoryFsync(t *testing.T) {
 		t.Fatalf("a file whose name was fsynced but not its data holds %q, want nothing", got)
 	}
 
-	// KeepDirOps keeps a prefix of the changes: a rename is one change, so
+	// SomeDirOps keeps a prefix of the changes: a rename is one change, so
 	// the name old always holds one of its two contents.
 	for seed := int64(0); seed < 6; seed++ {
 		m = Start(t, b)
 		tmp := filepath.Join(m.Dir, fmt.Sprintf("tmp%d", seed))
 		writeFile(t, tmp, []byte("third"), true)
 		os.Rename(tmp, filepath.Join(m.Dir, "old"))
-		rep := m.Cut(CutOptions{KeepDirOps: true, Seed: seed})
+		rep := m.Cut(CutOptions{DirOps: SomeDirOps, Seed: seed})
 		got := string(readFile(t, filepath.Join(b, "old")))
 		if got != "replacement" && got != "third" {
 			t.Fatalf("seed %d (%+v): old holds %q", seed, rep, got)
@@ -263,6 +263,25 @@ func TestDirectoryChangesNeedDirectoryFsync(t *testing.T) {
 		if rep.KeptDirOps+rep.DroppedDirOps != 2 {
 			t.Fatalf("seed %d: %+v, want 2 changes", seed, rep)
 		}
+	}
+}
+
+// TestKeepDirOps: a cut that keeps every directory change leaves the names
+// as an fsync of the directory would, with the data that was fsynced.
+func TestKeepDirOps(t *testing.T) {
+	b := t.TempDir()
+	m := Start(t, b)
+	writeFile(t, filepath.Join(m.Dir, "synced"), []byte("data"), true)
+	writeFile(t, filepath.Join(m.Dir, "unsynced"), []byte("data"), false)
+	rep := m.Cut(CutOptions{DirOps: KeepDirOps})
+	if rep.KeptDirOps != 2 || rep.DroppedDirOps != 0 {
+		t.Fatalf("%+v: want both creates kept", rep)
+	}
+	if got := string(readFile(t, filepath.Join(b, "synced"))); got != "data" {
+		t.Fatalf("synced holds %q", got)
+	}
+	if got := readFile(t, filepath.Join(b, "unsynced")); len(got) != 0 {
+		t.Fatalf("unsynced holds %q, want nothing", got)
 	}
 }
 

@@ -587,8 +587,11 @@ func (m *model) cut(o CutOptions) (CutReport, error) {
 	var walk func(d *dir) error
 	walk = func(d *dir) error {
 		rep.DroppedDirOps += len(d.log)
-		if o.KeepDirOps && len(d.log) > 0 {
-			k := rng.Intn(len(d.log) + 1)
+		if o.DirOps != DropDirOps && len(d.log) > 0 {
+			k := len(d.log)
+			if o.DirOps == SomeDirOps {
+				k = rng.Intn(len(d.log) + 1)
+			}
 			if err := m.applyDirOps(d, k); err != nil {
 				return err
 			}

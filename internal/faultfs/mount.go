@@ -21,18 +21,27 @@ type CutOptions struct {
 	// disk that lost power in the middle of a write leaves it. A write
 	// that crosses no such boundary is dropped whole.
 	Tear int64 `json:"tear,omitempty"`
-	// KeepDirOps keeps a random prefix of each directory's changes since
-	// its last fsync (a journal that committed some of them on its own).
-	KeepDirOps bool `json:"keep_dir_ops,omitempty"`
+	// DirOps says which directory changes since the directory's last
+	// fsync reach the disk (a journal may commit them on its own).
+	DirOps DirOps `json:"dir_ops,omitempty"`
 	// Seed picks the tear point and the prefixes.
 	Seed int64 `json:"seed,omitempty"`
 }
+
+// DirOps says what a cut does with unsynced directory changes.
+type DirOps int
+
+const (
+	DropDirOps DirOps = iota // none of them reached the disk
+	KeepDirOps               // all of them did
+	SomeDirOps               // a random prefix of each directory's did
+)
 
 // CutReport says what a cut dropped and kept.
 type CutReport struct {
 	DroppedBytes  int64      `json:"dropped_bytes"`   // pending bytes dropped, in whole blocks
 	DroppedDirOps int        `json:"dropped_dir_ops"` // directory changes dropped
-	KeptDirOps    int        `json:"kept_dir_ops"`    // directory changes kept (KeepDirOps)
+	KeptDirOps    int        `json:"kept_dir_ops"`    // directory changes kept (KeepDirOps, SomeDirOps)
 	Torn          *TornWrite `json:"torn,omitempty"`  // the write Tear applied to, if any
 }
 
