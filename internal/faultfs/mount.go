@@ -109,8 +109,21 @@ func Start(t testing.TB, backing string) *Mount {
 	if why := Unavailable(); why != "" {
 		t.Skipf("%s (README: Tests that skip)", why)
 	}
+	return StartAt(t, backing, t.TempDir())
+}
+
+// StartAt is Start on the empty directory mnt: after a cut, the same
+// directory can be mounted again, so that a process's configuration
+// names the same path.
+func StartAt(t testing.TB, backing, mnt string) *Mount {
+	t.Helper()
+	if why := Unavailable(); why != "" {
+		t.Skipf("%s (README: Tests that skip)", why)
+	}
 	cleanStale(t)
-	mnt := t.TempDir()
+	if mounted(mnt) {
+		t.Fatalf("faultfs: %s is mounted already", mnt)
+	}
 	m := &Mount{Dir: mnt, Backing: backing, t: t}
 	cmd := exec.Command(os.Args[0])
 	// Under the race detector a process sleeps a second before it exits
