@@ -47,7 +47,8 @@ type powerTally struct {
 	checked   map[uint64]bool // acknowledged records found intact at least once
 	lost      int             // acknowledged records missing after a cut
 	corrupt   int             // acknowledged records present with other bytes
-	tornMeta  int             // cuts that tore a meta page, which verify then reports
+	tornMeta  int             // cuts that kept a torn write to one of bbolt's meta pages
+	damaged   int             // of those, meta pages verify then reported damaged
 	tornWrite int             // cuts that kept a torn prefix of a write
 	dirOps    int             // cuts that kept some unsynced directory changes
 }
@@ -60,6 +61,9 @@ func (p *powerTally) cut(rep faultfs.CutReport) {
 	p.cuts++
 	if rep.Torn != nil && rep.Torn.Kept > 0 {
 		p.tornWrite++
+	}
+	if tornMetaPage(rep) {
+		p.tornMeta++
 	}
 	if rep.KeptDirOps > 0 {
 		p.dirOps++
@@ -100,7 +104,7 @@ func verifyAfterCut(t *testing.T, dir, label string, rep faultfs.CutReport, tall
 	for _, p := range vr.Problems {
 		var ce *CorruptionError
 		if len(vr.Problems) == 1 && tornMetaPage(rep) && errors.As(p, &ce) && strings.Contains(p.Error(), "meta page") {
-			tally.tornMeta++
+			tally.damaged++
 			continue
 		}
 		t.Fatalf("%s: verify after the cut (torn %+v): %v", label, rep.Torn, p)
@@ -132,8 +136,11 @@ func TestPowerCut(t *testing.T) {
 	t.Run("first open", func(t *testing.T) { powerCutEveryOpenSync(t, rng, tally, nil) })
 	t.Run("compaction at open", func(t *testing.T) { powerCutEveryOpenSync(t, rng, tally, prepareCompaction) })
 	t.Run("under load", func(t *testing.T) { powerCutUnderLoad(t, rng, tally, runs) })
-	t.Logf("%d cuts kept a torn write (%d of them a torn meta page, which verify reported until the next commit), %d kept unsynced directory changes; %v",
-		tally.tornWrite, tally.tornMeta, tally.dirOps, time.Since(start).Round(100*time.Millisecond))
+	// bbolt's meta (a 16-byte page header and 64 bytes) lies in the first
+	// 512 bytes of its page: a write torn at a sector boundary keeps it
+	// whole or not at all, so a damaged meta page is not expected here.
+	t.Logf("%d cuts kept a torn write (%d of them to a meta page, %d of which verify reported damaged until the next commit), %d kept unsynced directory changes; %v",
+		tally.tornWrite, tally.tornMeta, tally.damaged, tally.dirOps, time.Since(start).Round(100*time.Millisecond))
 	t.Log(tally)
 	if tally.lost > 0 || tally.corrupt > 0 {
 		t.Fatalf("acknowledged records lost or damaged by power cuts (seed %d)", seed)
