@@ -51,6 +51,10 @@
 // allocated blocks go on, as on a full disk; blocks of the files that were
 // there at the mount count as allocated; truncating gives room back,
 // unlinking does not), and can make statfs report only the room left.
+// Overwrites must go on: the kernel copies a write into the page cache
+// before it asks the daemon, so a refused overwrite of a page that a
+// process maps (bbolt's meta pages) could leave the mapping showing what
+// the file does not hold.
 // FreezeAtSync stops the file system at a chosen fsync, before it takes
 // effect: that fsync and every later operation wait until Cut, which
 // leaves what a power cut at that instant would.
