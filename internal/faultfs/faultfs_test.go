@@ -501,3 +501,20 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition not met within 5s")
 }
+
+// TestStaleMountDetached: a mount whose daemon was killed outright (its
+// mount point answers ENOTCONN) is detached by the next Start.
+func TestStaleMountDetached(t *testing.T) {
+	m := Start(t, t.TempDir())
+	m.cmd.Process.Signal(syscall.SIGKILL)
+	m.cmd.Wait()
+	m.done = true // its cleanup would detach it too: leave that to Start
+	var st syscall.Stat_t
+	if err := syscall.Stat(m.Dir, &st); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("stat of a mount whose daemon is gone: %v, want ENOTCONN", err)
+	}
+	Start(t, t.TempDir())
+	if mounted(m.Dir) {
+		t.Fatalf("%s is still mounted after the next Start", m.Dir)
+	}
+}

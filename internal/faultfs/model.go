@@ -40,12 +40,11 @@ type model struct {
 	thaw    chan struct{}    // closed by Cut to release frozen operations
 	froze   FreezeReport
 
-	syncFailAt  int64 // fsyncs fail with EIO once written reaches it; -1: off
-	noSpaceAt   int64 // writes needing new blocks fail with ENOSPC past it; -1: off
-	statfsRoom  bool  // statfs reports the room left before noSpaceAt
-	freezeAt    int64 // the freezeAt-th fsync from syncs freezes; 0: off
-	stats       Stats
-	allocatedAt int64 // stats.Allocated when noSpaceAt was set (for statfs)
+	syncFailAt int64 // fsyncs fail with EIO once written reaches it; -1: off
+	noSpaceAt  int64 // writes needing new blocks fail with ENOSPC past it; -1: off
+	statfsRoom bool  // statfs reports the room left before noSpaceAt
+	freezeAt   int64 // the freezeAt-th fsync from syncs freezes; 0: off
+	stats      Stats
 }
 
 type lastWrite struct {
