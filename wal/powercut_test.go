@@ -421,8 +421,14 @@ func powerCutUnderLoad(t *testing.T, rng *rand.Rand, tally *powerTally, runs int
 		}
 		acked = kept
 	}
+	ro := openT(t, m.Dir, Options{ReadOnly: true})
+	first := ro.Stats().FirstSeq
+	ro.Close()
 	m.Unmount()
-	t.Logf("%d cuts under load: %d acknowledged appends, %d opens compacted the file", runs, appends, compactions)
+	t.Logf("%d cuts under load: %d acknowledged appends, %d opens compacted the file, retention deleted up to record %d", runs, appends, compactions, first-1)
+	if first <= 1 && appends > 0 {
+		t.Fatal("retention deleted nothing: no cut landed among its deletes")
+	}
 	if appends == 0 {
 		t.Fatal("the child acknowledged nothing: the test checked nothing")
 	}
