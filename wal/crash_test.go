@@ -17,9 +17,10 @@ import (
 )
 
 const (
-	crashChildEnv = "WAL_TEST_CRASH_CHILD"
-	crashRunEnv   = "WAL_TEST_CRASH_RUN"
-	crashKeep     = 2000 // records the child's sink keeps behind the newest
+	crashChildEnv   = "WAL_TEST_CRASH_CHILD"
+	crashRunEnv     = "WAL_TEST_CRASH_RUN"
+	crashCompactEnv = "WAL_TEST_CRASH_COMPACT_MIN" // CompactMinFileBytes of the child; default 1 MiB
+	crashKeep       = 2000                         // records the child's sink keeps behind the newest
 )
 
 // crashBody is what record i of append (run, g, n) holds, so the parent can
@@ -30,11 +31,16 @@ func crashBody(run, g, n, i int) []byte {
 }
 
 // crashChild appends from four goroutines and moves a cursor with its sink
-// state until it is killed. It prints "A run g n first last" after each
-// acknowledged append and "C pos" after each acknowledged cursor commit.
+// state until it is killed. It prints "OPENED" once the WAL is open, "A run
+// g n first last" after each acknowledged append and "C pos" after each
+// acknowledged cursor commit.
 func crashChild(dir string) {
 	run, _ := strconv.Atoi(os.Getenv(crashRunEnv))
-	w, err := Open(dir, Options{CompactMinFileBytes: 1 << 20})
+	compactMin := int64(1 << 20)
+	if v, err := strconv.ParseInt(os.Getenv(crashCompactEnv), 10, 64); err == nil {
+		compactMin = v
+	}
+	w, err := Open(dir, Options{CompactMinFileBytes: compactMin})
 	if err != nil {
 		fmt.Println("OPEN", err)
 		os.Exit(3)
@@ -44,6 +50,7 @@ func crashChild(dir string) {
 		fmt.Println("REGISTER", err)
 		os.Exit(3)
 	}
+	fmt.Println("OPENED")
 	var mu sync.Mutex
 	out := bufio.NewWriter(os.Stdout)
 	report := func(format string, args ...any) {

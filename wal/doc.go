@@ -47,7 +47,10 @@
 //
 // # On-disk format (format version 1)
 //
-// The file is data_dir/wal.db, a bbolt database with these buckets:
+// The file is data_dir/wal.db, a bbolt database with these buckets (a new
+// one is made as wal.db.new, with its buckets, fsynced and renamed into
+// place, the directory fsynced: a power cut while it is created leaves no
+// file or a whole one, never an empty or torn one that Open would refuse):
 //
 //	meta         "format" → uint64 1; "next_seq" → uint64; "bytes" → uint64 live entry bytes
 //	entries      uint64 first seq (big-endian) → entry

@@ -21,6 +21,10 @@ func TestMain(m *testing.M) {
 		openChild(dir)
 		return
 	}
+	if dir := os.Getenv(powerOpenChildEnv); dir != "" {
+		powerOpenChild(dir)
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 

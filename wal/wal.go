@@ -196,17 +196,14 @@ func Open(dir string, opts Options) (*WAL, error) {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create data directory: %w", err)
 		}
+		if err := createFile(path); err != nil {
+			return nil, err
+		}
 	}
 
 	w := &WAL{path: path, opts: opts, log: opts.Logger}
 	if err := w.openDB(); err != nil {
 		return nil, err
-	}
-	if !existed {
-		if err := syncDir(dir); err != nil {
-			w.db.Close()
-			return nil, err
-		}
 	}
 	st, err := w.load()
 	if err != nil {
@@ -261,10 +258,8 @@ func (w *WAL) load() (state, error) {
 	st := state{nextSeq: 1, cursors: map[string]uint64{}, dropped: map[string]uint64{}}
 	fn := func(tx *bolt.Tx) error {
 		if !w.opts.ReadOnly {
-			for _, b := range [][]byte{bucketMeta, bucketEntries, bucketCursors, bucketDropped, bucketState, bucketChunks, bucketChunkTimes} {
-				if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-					return fmt.Errorf("create bucket %s: %w", b, err)
-				}
+			if err := createBuckets(tx); err != nil {
+				return err
 			}
 		}
 		meta := tx.Bucket(bucketMeta)
@@ -312,6 +307,48 @@ func (w *WAL) load() (state, error) {
 		return st, fmt.Errorf("load wal state: %w", err)
 	}
 	return st, nil
+}
+
+// createFile makes a new WAL file at path, whole or not at all: bbolt
+// writes a new file's first pages after it has created it, so a power cut
+// in between can leave a file that has its name but not its pages (empty,
+// or torn), which Open must refuse as damaged. So the file is made under
+// another name, with its buckets, fsynced, renamed into place, and the
+// directory fsynced.
+func createFile(path string) error {
+	tmp := path + ".new"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("create wal: %w", err)
+	}
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return fmt.Errorf("create wal: %w", err)
+	}
+	if err := db.Update(createBuckets); err != nil {
+		db.Close()
+		return fmt.Errorf("create wal: %w", err)
+	}
+	if err := db.Close(); err != nil {
+		return fmt.Errorf("create wal: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("create wal: %w", err)
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// createBuckets creates the buckets and the format version of a new file
+// (those it lacks, in a file of an older version).
+func createBuckets(tx *bolt.Tx) error {
+	for _, b := range [][]byte{bucketMeta, bucketEntries, bucketCursors, bucketDropped, bucketState, bucketChunks, bucketChunkTimes} {
+		if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+			return fmt.Errorf("create bucket %s: %w", b, err)
+		}
+	}
+	if meta := tx.Bucket(bucketMeta); meta.Get(keyFormat) == nil {
+		return meta.Put(keyFormat, u64(formatVersion))
+	}
+	return nil
 }
 
 func (w *WAL) shouldCompact(st state) bool {
