@@ -67,6 +67,14 @@ func New(cfg config.Forward, p *inputs.Pipeline, log *slog.Logger) *Server {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = config.Duration(10 * time.Second)
 	}
+	if cfg.MaxRecordsPerMessage <= 0 {
+		cfg.MaxRecordsPerMessage = defaultMaxRecords
+	}
+	if p.Budget == nil {
+		q := *p
+		q.Budget = inputs.NewBudget(inputs.DefaultBudget, p.Metrics)
+		p = &q
+	}
 	return &Server{cfg: cfg, p: p, log: log.With("input", "forward"), hostname: host,
 		slots: inputs.NewSlots(cfg.MaxConnections), conns: map[*conn]struct{}{}, listen: net.Listen}
 }
@@ -118,6 +126,11 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 // finish and ack it (for up to a few seconds), and returns.
 func (s *Server) Serve(ctx context.Context) error {
 	s.log.Info("listening", "address", s.ln.Addr().String(), "tls", s.tls != nil, "handshake", s.cfg.SharedKey != "")
+	if need := messageMemory(int64(s.cfg.MaxMessageBytes)); need > s.p.Budget.Largest() {
+		s.log.Warn("a message of max_message_bytes needs more memory than the inputs' budget gives one message: larger messages than about the largest shown are refused (over_memory_budget); raise memory_limit or lower max_message_bytes",
+			"max_message_bytes", s.cfg.MaxMessageBytes, "memory_needed", config.Size(need), "budget_for_one_message", config.Size(s.p.Budget.Largest()),
+			"largest_message", config.Size(s.p.Budget.Largest()*4/9))
+	}
 	storeCtx, cancelStores := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelStores()
 	go func() {
@@ -153,7 +166,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		go func() {
 			defer s.wg.Done()
 			defer slot.Release()
-			c.serve(storeCtx)
+			c.serve(ctx, storeCtx)
 		}()
 	}
 	done := make(chan struct{})
@@ -184,6 +197,12 @@ func (s *Server) track(c *conn, open bool) {
 }
 
 var errClosing = errors.New("server closing")
+
+// messageMemory is about what a message of n bytes takes of the budget while
+// it is decoded: its bytes, and its records' JSON (reserved at a quarter
+// more than the message). Its records (56 bytes each) and the buffers'
+// rounding come on top.
+func messageMemory(n int64) int64 { return n + bufSlack + n + n/4 }
 
 // rateLog lets one log line through per reason per minute and counts the rest.
 type rateLog struct {
