@@ -19,9 +19,9 @@ var (
 	ErrNoRoom = errors.New("inputs: no room in the inputs' memory budget")
 )
 
-// SmallHold is what a hold may take from the last eighth of a Budget: a
-// small message is read and decoded there even while large ones, complete
-// or not, hold everything else.
+// SmallHold is the most a hold may have for the Budget's reserve to serve
+// it: a small message is read and decoded there even while large ones,
+// complete or not, hold all of the rest.
 const SmallHold = 64 << 10
 
 // Budget bounds the bytes the inputs hold: what they have read of messages
@@ -33,15 +33,16 @@ const SmallHold = 64 << 10
 // reads no further: TCP backpressure) until others give back what they
 // hold, or until its context ends.
 //
-// Holds above SmallHold together take at most seven eighths of the limit:
-// the last eighth is for small ones, so that clients sending small messages
-// are served while large messages, finished or not, hold the rest. A hold
-// that would pass seven eighths alone is ErrOverBudget at once. When every
-// hold that holds bytes is waiting for more, none can ever be served: the
-// one holding the most gives up (ErrNoRoom) and lets the others go on.
+// One hold may take all of the limit; holds of at most SmallHold may also
+// take a reserve of a sixteenth more, which larger ones never touch, so
+// that clients sending small messages are served while large messages,
+// finished or not, hold all the rest. A hold that would pass the limit
+// alone is ErrOverBudget at once. When every hold that holds bytes is
+// waiting for more, none can ever be served: the one holding the most
+// gives up (ErrNoRoom) and lets the others go on.
 type Budget struct {
-	limit int64 // all holds together
-	large int64 // all holds together, for a hold above SmallHold
+	limit int64 // all holds together, and the most one hold may take
+	total int64 // all holds together, with the reserve for small ones
 
 	mu      sync.Mutex
 	used    int64
@@ -53,22 +54,23 @@ type Budget struct {
 	m       *Metrics
 }
 
-// NewBudget returns a budget of limit bytes; m may be nil (no metrics).
+// NewBudget returns a budget of limit bytes, and a sixteenth of it more
+// kept for small holds; m may be nil (no metrics).
 func NewBudget(limit int64, m *Metrics) *Budget {
-	large := max(limit-limit/8, SmallHold)
-	b := &Budget{limit: limit, large: large, waiting: map[*Hold]int64{}, wake: make(chan struct{}),
+	b := &Budget{limit: limit, total: limit + limit/16, waiting: map[*Hold]int64{}, wake: make(chan struct{}),
 		gauges: map[string]prometheus.Gauge{}, waits: map[string]prometheus.Counter{}, m: m}
 	if m != nil {
-		m.MemoryLimit.Set(float64(limit))
+		m.MemoryLimit.Set(float64(b.total))
 	}
 	return b
 }
 
-// Limit is the budget's size in bytes.
+// Limit is the most one hold can ever take: the budget's size in bytes.
 func (b *Budget) Limit() int64 { return b.limit }
 
-// Largest is the most one hold can ever take.
-func (b *Budget) Largest() int64 { return b.large }
+// Total is the most all holds together take: the limit and the reserve
+// for small ones.
+func (b *Budget) Total() int64 { return b.total }
 
 // Used is the bytes held now.
 func (b *Budget) Used() int64 {
@@ -126,8 +128,8 @@ func (h *Hold) Grow(ctx context.Context, n int64) error {
 		return nil
 	}
 	b := h.b
-	if total := h.n + n; total > b.large && total > SmallHold {
-		return fmt.Errorf("%w: %d bytes needed, at most %d for one (seven eighths of the budget of %d bytes)", ErrOverBudget, total, b.large, b.limit)
+	if total := h.n + n; total > b.limit && total > SmallHold {
+		return fmt.Errorf("%w: %d bytes needed, at most %d for one", ErrOverBudget, total, b.limit)
 	}
 	b.mu.Lock()
 	if b.fits(h, n) {
@@ -206,9 +208,9 @@ func (h *Hold) ReleaseAll() {
 
 func (b *Budget) fits(h *Hold, n int64) bool {
 	if h.n+n <= SmallHold {
-		return b.used+n <= b.limit
+		return b.used+n <= b.total
 	}
-	return b.used+n <= b.large
+	return b.used+n <= b.limit
 }
 
 func (b *Budget) take(h *Hold, n int64) {

@@ -21,40 +21,40 @@ func grow(t *testing.T, h *Hold, n int64) {
 	}
 }
 
-// A hold takes what fits, at most seven eighths of the budget alone; the
-// last eighth is for holds of at most SmallHold.
+// A hold takes what fits, at most the whole budget alone; a sixteenth more
+// is kept for holds of at most SmallHold.
 func TestBudgetShares(t *testing.T) {
 	m := NewMetrics(nil)
 	b := NewBudget(8<<20, m)
-	if b.Largest() != 7<<20 || testutil.ToFloat64(m.MemoryLimit) != 8<<20 {
-		t.Fatalf("largest %d, limit gauge %v", b.Largest(), testutil.ToFloat64(m.MemoryLimit))
+	if b.Limit() != 8<<20 || b.Total() != 8<<20+512<<10 || testutil.ToFloat64(m.MemoryLimit) != 8<<20+512<<10 {
+		t.Fatalf("limit %d, total %d, limit gauge %v", b.Limit(), b.Total(), testutil.ToFloat64(m.MemoryLimit))
 	}
 	big := b.Hold("forward")
-	if err := big.Grow(context.Background(), 7<<20+1); !errors.Is(err, ErrOverBudget) {
-		t.Fatalf("a hold over seven eighths: %v, want ErrOverBudget", err)
+	if err := big.Grow(context.Background(), 8<<20+1); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("a hold over the budget: %v, want ErrOverBudget", err)
 	}
-	grow(t, big, 7<<20)
+	grow(t, big, 8<<20)
 	// Large holds wait now, small ones do not.
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	other := b.Hold("http")
 	if err := other.Grow(ctx, SmallHold+1); !errors.Is(err, ErrNoRoom) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("a large hold beyond seven eighths: %v, want ErrNoRoom after the deadline", err)
+		t.Fatalf("a large hold beyond the budget: %v, want ErrNoRoom after the deadline", err)
 	}
-	for range 16 {
+	for range 8 {
 		grow(t, b.Hold("http"), SmallHold)
 	}
-	if b.Used() != 8<<20 {
-		t.Fatalf("used %d, want all of it", b.Used())
+	if b.Used() != b.Total() {
+		t.Fatalf("used %d, want all %d", b.Used(), b.Total())
 	}
-	if got := testutil.ToFloat64(m.MemoryHeld.WithLabelValues("forward")) + testutil.ToFloat64(m.MemoryHeld.WithLabelValues("http")); got != 8<<20 {
+	if got := testutil.ToFloat64(m.MemoryHeld.WithLabelValues("forward")) + testutil.ToFloat64(m.MemoryHeld.WithLabelValues("http")); got != float64(b.Total()) {
 		t.Fatalf("forwarder_input_memory_bytes adds up to %v", got)
 	}
 	if n := testutil.ToFloat64(m.MemoryWaits.WithLabelValues("http")); n != 1 {
 		t.Fatalf("waits %v, want 1", n)
 	}
 	big.ReleaseAll()
-	if got := testutil.ToFloat64(m.MemoryHeld.WithLabelValues("forward")); got != 0 || b.Used() != 1<<20 {
+	if got := testutil.ToFloat64(m.MemoryHeld.WithLabelValues("forward")); got != 0 || b.Used() != 512<<10 {
 		t.Fatalf("after release: forward gauge %v, used %d", got, b.Used())
 	}
 }
@@ -63,7 +63,7 @@ func TestBudgetShares(t *testing.T) {
 func TestBudgetWaitsForRoom(t *testing.T) {
 	b := NewBudget(8<<20, nil)
 	first := b.Hold("forward")
-	grow(t, first, 6<<20)
+	grow(t, first, 7<<20)
 	done := make(chan error, 1)
 	second := b.Hold("forward")
 	grow(t, second, SmallHold)
@@ -73,7 +73,7 @@ func TestBudgetWaitsForRoom(t *testing.T) {
 		t.Fatalf("Grow returned %v with no room", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	first.Release(1 << 20) // 7 MiB and 64 KiB would be held: not yet
+	first.Release(1 << 20) // 8 MiB and 64 KiB would be held: not yet
 	select {
 	case err := <-done:
 		t.Fatalf("Grow returned %v with too little room", err)
@@ -88,7 +88,7 @@ func TestBudgetWaitsForRoom(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no room after a release")
 	}
-	if second.Held() != 2<<20+SmallHold || b.Used() != 6<<20+SmallHold {
+	if second.Held() != 2<<20+SmallHold || b.Used() != 7<<20+SmallHold {
 		t.Fatalf("second holds %d, used %d", second.Held(), b.Used())
 	}
 }

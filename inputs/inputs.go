@@ -180,7 +180,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		MemoryHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_input_memory_bytes",
 			Help: "Bytes the input holds of the inputs' memory budget: messages and bodies read, decompressed and decoded."}, in),
 		MemoryLimit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "forwarder_input_memory_limit_bytes",
-			Help: "The inputs' memory budget (three eighths of memory_limit), shared by both inputs."}),
+			Help: "The most the inputs hold together: their memory budget (three eighths of memory_limit, the most one message or request may take) and a sixteenth more kept for small ones."}),
 		MemoryWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_memory_waits_total",
 			Help: "Times a connection or request waited for room in the inputs' memory budget (the forward input reads no further meanwhile)."}, in),
 	}
