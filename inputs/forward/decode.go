@@ -115,10 +115,10 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 	if msg := inputs.CheckTag(m.tag); msg != "" {
 		return nil, bad("bad_tag", full, b, "%s", msg)
 	}
-	// Record JSON is usually about as large as its msgpack; the buffer
-	// grows if it is not.
+	// Record JSON is usually a little smaller than its msgpack (the times
+	// and the entries' arrays are not in it); the buffer grows if it is not.
 	d.invalid = 0
-	if err := d.reserveJSON(inputs.BufClass(len(full) + len(full)/4 + 64)); err != nil {
+	if err := d.reserveJSON(inputs.BufClass(len(full) + 64)); err != nil {
 		return nil, d.budgetErr(err)
 	}
 
@@ -130,6 +130,13 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 		}
 		if int(count) > d.recordLimit() {
 			return nil, d.tooMany()
+		}
+		// The message is framed whole: it holds that many values, and an
+		// entry takes at least 3 bytes of it. Sizing the records from the
+		// count saves growing them, which for a message of many records
+		// would hold twice their slice at once.
+		if err := d.growRecords(min(int(count), len(b)/3)); err != nil {
+			return nil, d.budgetErr(err)
 		}
 		for i := uint32(0); i < count; i++ {
 			if b, err = d.entry(b); err != nil {
@@ -300,25 +307,33 @@ func (d *decoder) growJSON(dst []byte, n int) ([]byte, error) {
 	return grown, nil
 }
 
-// addRecord appends a record to d.recs, growing it (reserved first) when it
-// is full, up to max_records_per_message.
+// addRecord appends a record to d.recs, growing it when it is full, up to
+// max_records_per_message.
 func (d *decoder) addRecord(t int64, body []byte) error {
-	if len(d.recs) == cap(d.recs) {
-		if len(d.recs) >= d.recordLimit() {
-			return d.tooMany()
-		}
-		size := inputs.RecordsClass(max(2*cap(d.recs), 1))
-		if err := d.hold.Grow(d.context(), int64(size)*inputs.RecordSize); err != nil {
-			return fmt.Errorf("%w: %w", errBudget, err)
-		}
-		grown := append(inputs.GetRecords(size), d.recs...)
-		d.hold.Release(int64(cap(d.recs)) * inputs.RecordSize)
-		inputs.PutRecords(d.recs)
-		d.recs = grown
-	} else if len(d.recs) >= d.recordLimit() {
+	if len(d.recs) >= d.recordLimit() {
 		return d.tooMany()
 	}
+	if len(d.recs) == cap(d.recs) {
+		if err := d.growRecords(min(inputs.RecordsClass(max(2*cap(d.recs), 1)), d.recordLimit())); err != nil {
+			return fmt.Errorf("%w: %w", errBudget, err)
+		}
+	}
 	d.recs = append(d.recs, wal.Record{Time: t, Body: body})
+	return nil
+}
+
+// growRecords makes d.recs a slice of capacity n, or more, reserved first.
+func (d *decoder) growRecords(n int) error {
+	if n <= cap(d.recs) {
+		return nil
+	}
+	if err := d.hold.Grow(d.context(), int64(n)*inputs.RecordSize); err != nil {
+		return err
+	}
+	grown := append(inputs.GetRecords(n), d.recs...)
+	d.hold.Release(int64(cap(d.recs)) * inputs.RecordSize)
+	inputs.PutRecords(d.recs)
+	d.recs = grown
 	return nil
 }
 

@@ -126,10 +126,11 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 // finish and ack it (for up to a few seconds), and returns.
 func (s *Server) Serve(ctx context.Context) error {
 	s.log.Info("listening", "address", s.ln.Addr().String(), "tls", s.tls != nil, "handshake", s.cfg.SharedKey != "")
-	if need := messageMemory(int64(s.cfg.MaxMessageBytes)); need > s.p.Budget.Largest() {
-		s.log.Warn("a message of max_message_bytes needs more memory than the inputs' budget gives one message: larger messages than about the largest shown are refused (over_memory_budget); raise memory_limit or lower max_message_bytes",
-			"max_message_bytes", s.cfg.MaxMessageBytes, "memory_needed", config.Size(need), "budget_for_one_message", config.Size(s.p.Budget.Largest()),
-			"largest_message", config.Size(s.p.Budget.Largest()*4/9))
+	if need := messageMemory(int64(s.cfg.MaxMessageBytes), int64(s.cfg.MaxRecordsPerMessage)); need > s.p.Budget.Limit() {
+		largest := max((s.p.Budget.Limit()-bufSlack-int64(s.cfg.MaxRecordsPerMessage)*inputs.RecordSize)/2, 0)
+		s.log.Warn("a message of max_message_bytes needs more memory than the inputs' budget gives one message: messages larger than about largest_message may be refused (over_memory_budget); raise memory_limit or lower max_message_bytes",
+			"max_message_bytes", s.cfg.MaxMessageBytes, "memory_needed", config.Size(need), "budget", config.Size(s.p.Budget.Limit()),
+			"largest_message", config.Size(largest))
 	}
 	storeCtx, cancelStores := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelStores()
@@ -198,11 +199,13 @@ func (s *Server) track(c *conn, open bool) {
 
 var errClosing = errors.New("server closing")
 
-// messageMemory is about what a message of n bytes takes of the budget while
-// it is decoded: its bytes, and its records' JSON (reserved at a quarter
-// more than the message). Its records (56 bytes each) and the buffers'
-// rounding come on top.
-func messageMemory(n int64) int64 { return n + bufSlack + n + n/4 }
+// messageMemory is about what a message of n bytes and at most records
+// records takes of the budget while it is decoded: its bytes, its records'
+// JSON (reserved at the message's size, grown if it is more) and the
+// records, 56 bytes each.
+func messageMemory(n, records int64) int64 {
+	return n + bufSlack + n + min(records, n/3)*inputs.RecordSize
+}
 
 // rateLog lets one log line through per reason per minute and counts the rest.
 type rateLog struct {
