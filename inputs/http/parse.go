@@ -64,8 +64,8 @@ func (l limits) context() context.Context {
 // parseInto is parseBody writing the bodies into *buf (from its start). A
 // *buf too small for data is replaced by a buffer reserved from lim.hold;
 // *buf is the buffer the records point into after, and the records'
-// slice is reserved from lim.hold too (RecordsClass of them): give both
-// back with releaseBuf and releaseRecords. An error that is
+// slice is reserved from lim.hold too (its capacity): give both back with
+// releaseBuf and releaseRecords. An error that is
 // inputs.ErrOverBudget or inputs.ErrNoRoom is no room in the budget; any
 // other is a *badRequest.
 func parseInto(buf *[]byte, data []byte, tag, timeField string, now time.Time, lim limits) ([]wal.Record, parseStats, error) {
@@ -111,6 +111,9 @@ func parseInto(buf *[]byte, data []byte, tag, timeField string, now time.Time, l
 		return nil, parseStats{}, err
 	}
 	n := inputs.RecordsClass(len(p.spans))
+	if n-len(p.spans) > len(p.spans)/4 {
+		n = len(p.spans) // a class would waste more than it saves
+	}
 	if err := lim.hold.Grow(lim.context(), int64(n)*inputs.RecordSize); err != nil {
 		return nil, parseStats{}, err
 	}
