@@ -198,3 +198,67 @@ func TestLargestRequestFits(t *testing.T) {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
 }
+
+// A request larger than the budget can ever hold for one is answered 413
+// at once, saying so; other clients go on.
+func TestRequestOverBudget(t *testing.T) {
+	e := newEnv(t, withConfig(func(c *config.HTTP) { c.MaxBodyBytes = 16 * config.MiB }), withBudget(4<<20))
+	start := time.Now()
+	r := e.post("/v1/logs/app", bytes.Repeat([]byte(`{"log":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`+"\n"), 50_000)) // 2.5 MB
+	if r.status != 413 || !strings.Contains(r.body, "needs more memory than the forwarder gives one request") || time.Since(start) > 5*time.Second {
+		t.Fatalf("%d %s after %v, want 413 at once", r.status, r.body, time.Since(start))
+	}
+	if n := e.rejected("over_memory_budget"); n != 1 {
+		t.Fatalf("rejected{over_memory_budget} = %v", n)
+	}
+	if r := e.post("/v1/logs/app", []byte(`{"a":1}`)); r.status != 200 {
+		t.Fatalf("then: %d %s", r.status, r.body)
+	}
+	if n := len(e.records()); n != 1 {
+		t.Fatalf("%d records stored, want 1", n)
+	}
+}
+
+// While the budget is held by others, a request that needs more than what
+// is left waits for room for a while, then is answered 503 with
+// Retry-After; small requests are served from the reserve kept for them;
+// once room is back, the large request is stored.
+func TestBudgetFullAnswers503(t *testing.T) {
+	e := newEnv(t, withConfig(func(c *config.HTTP) { c.MaxBodyBytes = 16 * config.MiB }), withBudget(8<<20),
+		withMemoryWait(200*time.Millisecond))
+	// A body of 3.5 MB that never ends holds 4 MiB of the budget.
+	c := dialRaw(t, e)
+	fmt.Fprintf(c, "POST /v1/logs/hostile HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", 4_000_000)
+	c.Write(bytes.Repeat([]byte("{}\n"), 3_500_000/3))
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(e.m.MemoryHeld.WithLabelValues(input)) < 4<<20 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// 1.8 MB: its body, its compacted copy and its records take more than
+	// the 4 MiB left.
+	large := bytes.Repeat([]byte(`{"log":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`+"\n"), 36_000)
+	r := e.post("/v1/logs/app", large)
+	if r.status != 503 || r.header.Get("Retry-After") != "1" || !strings.Contains(r.body, "retry later") {
+		t.Fatalf("a large request while the budget is held: %d %q %s", r.status, r.header.Get("Retry-After"), r.body)
+	}
+	if n := e.rejected("memory_full"); n != 1 {
+		t.Fatalf("rejected{memory_full} = %v", n)
+	}
+	if n := testutil.ToFloat64(e.m.MemoryWaits.WithLabelValues(input)); n < 1 {
+		t.Fatalf("forwarder_input_memory_waits_total = %v", n)
+	}
+	if r := e.post("/v1/logs/app", []byte(`{"small":1}`)); r.status != 200 {
+		t.Fatalf("a small request meanwhile: %d %s", r.status, r.body)
+	}
+	c.Close()
+	deadline = time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(e.m.MemoryHeld.WithLabelValues(input)) != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r := e.post("/v1/logs/app", large); r.status != 200 {
+		t.Fatalf("the large request again, with room: %d %s", r.status, r.body)
+	}
+	if n := len(e.records()); n != 36_001 {
+		t.Fatalf("%d records stored, want 36,001", n)
+	}
+}
