@@ -183,7 +183,11 @@ func (h *Hold) Release(n int64) {
 	b := h.b
 	b.mu.Lock()
 	if n > h.n {
-		n = h.n
+		n = h.n // never more than it holds
+	}
+	if n == 0 {
+		b.mu.Unlock()
+		return
 	}
 	h.n -= n
 	b.used -= n

@@ -119,6 +119,23 @@ func TestBudgetBreaksDeadlock(t *testing.T) {
 	}
 }
 
+// Giving back more than a hold holds gives back what it holds, and an
+// empty hold giving back changes nothing.
+func TestBudgetReleaseMore(t *testing.T) {
+	b := NewBudget(8<<20, nil)
+	a, c := b.Hold("forward"), b.Hold("forward")
+	grow(t, a, 1<<20)
+	a.Release(2 << 20)
+	c.Release(1 << 20)
+	if a.Held() != 0 || b.Used() != 0 || b.holders != 0 {
+		t.Fatalf("held %d, used %d, holders %d", a.Held(), b.Used(), b.holders)
+	}
+	grow(t, c, 1<<20)
+	if b.holders != 1 {
+		t.Fatalf("holders %d, want 1", b.holders)
+	}
+}
+
 // A nil hold (no budget) never waits and holds nothing.
 func TestNilHold(t *testing.T) {
 	var b *Budget
