@@ -11,7 +11,8 @@ type Config struct {
 	// a replica that is scaled in and may not come back.
 	DrainOnShutdown bool `yaml:"drain_on_shutdown"`
 	// MemoryLimit is the process's memory target: the Go runtime's soft limit, and the
-	// source of each sink's share for records held in memory (see SinkBuffers).
+	// source of each sink's share for records held in memory (see SinkBuffers) and of the
+	// inputs' budget (see InputMemory).
 	MemoryLimit Size   `yaml:"memory_limit"`
 	WAL         WAL    `yaml:"wal"`
 	Inputs      Inputs `yaml:"inputs"`
@@ -61,6 +62,9 @@ type Forward struct {
 	// HandshakeTimeout bounds a connection's handshake, from its accept: the TLS handshake
 	// (with tls) and HELO/PING/PONG (with shared_key).
 	HandshakeTimeout Duration `yaml:"handshake_timeout"`
+	// MaxRecordsPerMessage bounds the records of one message (entries of Forward and
+	// PackedForward messages, once decompressed): a message with more is bad input.
+	MaxRecordsPerMessage int `yaml:"max_records_per_message"`
 }
 
 // User is a username and password for the forward handshake.
@@ -89,6 +93,9 @@ type HTTP struct {
 	TimeField         string   `yaml:"time_field"`          // field holding the event time; empty: the receive time
 	MaxConnections    int      `yaml:"max_connections"`     // concurrent client connections
 	ReadHeaderTimeout Duration `yaml:"read_header_timeout"` // for a request's headers, from its first byte or the connection's start
+	// MaxRecordsPerRequest bounds the records of one request (lines or array elements,
+	// once decompressed): a request with more is answered 413 and stores nothing.
+	MaxRecordsPerRequest int `yaml:"max_records_per_request"`
 }
 
 // HTTPTLS is the HTTP input's TLS: a certificate and key. Both empty: plain HTTP.

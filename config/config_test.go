@@ -77,8 +77,10 @@ var (
 			MinFreeBytes: 64 << 20,
 		},
 		Inputs: Inputs{
-			Forward: &Forward{Listen: "127.0.0.1:24224", MaxMessageBytes: 16 << 20, MaxConnections: 1024, HandshakeTimeout: Duration(10 * time.Second)},
-			HTTP:    &HTTP{Listen: "127.0.0.1:8080", MaxBodyBytes: 16 << 20, TimeField: "time", MaxConnections: 1024, ReadHeaderTimeout: Duration(10 * time.Second)},
+			Forward: &Forward{Listen: "127.0.0.1:24224", MaxMessageBytes: 16 << 20, MaxConnections: 1024, HandshakeTimeout: Duration(10 * time.Second),
+				MaxRecordsPerMessage: 100000},
+			HTTP: &HTTP{Listen: "127.0.0.1:8080", MaxBodyBytes: 16 << 20, TimeField: "time", MaxConnections: 1024, ReadHeaderTimeout: Duration(10 * time.Second),
+				MaxRecordsPerRequest: 100000},
 		},
 		Admin: Admin{Listen: "127.0.0.1:9880"},
 	}
@@ -162,28 +164,30 @@ func TestFullConfig(t *testing.T) {
 		WAL:             WAL{MaxBytes: 2 * GiB, WhenFull: "drop_oldest", Sync: "interval", DedupWindow: Duration(90 * time.Minute), MinFreeBytes: 256 * MiB},
 		Inputs: Inputs{
 			Forward: &Forward{
-				Listen:           "0.0.0.0:24225",
-				SharedKey:        "secret",
-				Users:            []User{{"alice", "a-pass"}, {"bob", "b-pass"}},
-				TLS:              TLS{"/etc/forwarder/tls.crt", "/etc/forwarder/tls.key", "/etc/forwarder/ca.crt"},
-				MaxMessageBytes:  8 * MiB,
-				MaxConnections:   10,
-				HandshakeTimeout: Duration(5 * time.Second),
+				Listen:               "0.0.0.0:24225",
+				SharedKey:            "secret",
+				Users:                []User{{"alice", "a-pass"}, {"bob", "b-pass"}},
+				TLS:                  TLS{"/etc/forwarder/tls.crt", "/etc/forwarder/tls.key", "/etc/forwarder/ca.crt"},
+				MaxMessageBytes:      8 * MiB,
+				MaxConnections:       10,
+				HandshakeTimeout:     Duration(5 * time.Second),
+				MaxRecordsPerMessage: 5000,
 			},
 			HTTP: &HTTP{
-				Listen:            "[::1]:8081",
-				Token:             "t0ken",
-				TLS:               HTTPTLS{"/etc/forwarder/http.crt", "/etc/forwarder/http.key"},
-				MaxBodyBytes:      1000000,
-				TimeField:         "ts",
-				MaxConnections:    100,
-				ReadHeaderTimeout: Duration(3 * time.Second),
+				Listen:               "[::1]:8081",
+				Token:                "t0ken",
+				TLS:                  HTTPTLS{"/etc/forwarder/http.crt", "/etc/forwarder/http.key"},
+				MaxBodyBytes:         1000000,
+				TimeField:            "ts",
+				MaxConnections:       100,
+				ReadHeaderTimeout:    Duration(3 * time.Second),
+				MaxRecordsPerRequest: 20000,
 			},
 		},
 		Admin: Admin{Listen: "127.0.0.1:9881", Pprof: true},
 		Sinks: []Sink{
 			{
-				Name: "archive", Type: "s3", Match: []string{"app.**"}, Line: 41,
+				Name: "archive", Type: "s3", Match: []string{"app.**"}, Line: 43,
 				S3: &S3{
 					Bucket:             "my-logs",
 					Region:             "eu-west-1",
@@ -206,7 +210,7 @@ func TestFullConfig(t *testing.T) {
 				},
 			},
 			{
-				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 62,
+				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 64,
 				CloudWatch: &CloudWatch{
 					Region:               "eu-west-1",
 					Endpoint:             "http://127.0.0.1:4567",
@@ -440,10 +444,12 @@ var badConfigs = []struct {
 	{"forward_limits.yaml", []string{
 		`3: inputs.forward.max_connections: must be at least 1, not 0`,
 		`4: inputs.forward.handshake_timeout: must be greater than 0, not 0s`,
+		`5: inputs.forward.max_records_per_message: must be at least 1, not 0`,
 	}},
 	{"http_limits.yaml", []string{
 		`3: inputs.http.max_connections: must be at least 1, not 0`,
 		`4: inputs.http.read_header_timeout: must be greater than 0, not 0s`,
+		`5: inputs.http.max_records_per_request: must be at least 1, not -1`,
 	}},
 	{"same_port.yaml", []string{`6: admin.listen: 0.0.0.0:24224 is also inputs.forward.listen`}},
 	{"duplicate_sink_names.yaml", []string{`5: duplicate sink name "archive" (first at line 2)`}},
@@ -614,5 +620,18 @@ sinks:
 	want = map[string]int{"archive": 6 << 20, "cw1": 4 << 20, "cw2": 4 << 20}
 	if got := cfg.SinkBuffers(); !reflect.DeepEqual(got, want) {
 		t.Errorf("at 32 MiB: SinkBuffers() = %v, want %v", got, want)
+	}
+}
+
+// The inputs' budget is three eighths of memory_limit, whatever the sinks.
+func TestInputMemory(t *testing.T) {
+	for _, c := range []struct {
+		limit Size
+		want  int64
+	}{{128 * MiB, 48 << 20}, {32 * MiB, 12 << 20}, {1 * GiB, 384 << 20}} {
+		cfg := load(t, fmt.Sprintf("memory_limit: %s\nsinks:\n  - {name: archive, type: s3, bucket: my-logs}\n", c.limit))
+		if got := cfg.InputMemory(); got != c.want {
+			t.Errorf("memory_limit %s: InputMemory() = %d, want %d", c.limit, got, c.want)
+		}
 	}
 }

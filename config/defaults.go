@@ -24,22 +24,35 @@ func Default() *Config {
 
 func defaultForward() *Forward {
 	return &Forward{
-		Listen:           "127.0.0.1:24224",
-		MaxMessageBytes:  16 * MiB,
-		MaxConnections:   1024,
-		HandshakeTimeout: Duration(10 * time.Second),
+		Listen:               "127.0.0.1:24224",
+		MaxMessageBytes:      16 * MiB,
+		MaxConnections:       1024,
+		HandshakeTimeout:     Duration(10 * time.Second),
+		MaxRecordsPerMessage: 100_000,
 	}
 }
 
 func defaultHTTP() *HTTP {
 	return &HTTP{
-		Listen:            "127.0.0.1:8080",
-		MaxBodyBytes:      16 * MiB,
-		TimeField:         "time",
-		MaxConnections:    1024,
-		ReadHeaderTimeout: Duration(10 * time.Second),
+		Listen:               "127.0.0.1:8080",
+		MaxBodyBytes:         16 * MiB,
+		TimeField:            "time",
+		MaxConnections:       1024,
+		ReadHeaderTimeout:    Duration(10 * time.Second),
+		MaxRecordsPerRequest: 100_000,
 	}
 }
+
+// InputMemory is the inputs' memory budget in bytes: three eighths of memory_limit (48 MiB of
+// the default 128 MiB), shared by both inputs. It bounds what they hold of messages and request
+// bodies as read, decompressed and decoded into records, until the WAL has stored them; one
+// message or request may take all of it, and a sixteenth more is kept for small ones (see
+// inputs.Budget). Three eighths, not less, because one message at the default
+// max_message_bytes (16 MiB) with max_records_per_message records needs about 38 MiB while it is
+// decoded: its bytes, its records' JSON and the records. With the sinks' three eighths, about a
+// quarter of the limit is left for the WAL, the requests the sinks build and send, and the
+// garbage collector's room.
+func (c *Config) InputMemory() int64 { return int64(c.MemoryLimit) * 3 / 8 }
 
 // defaultMatch is a sink's match when the key is absent: every tag.
 func defaultMatch() []string { return []string{"**"} }

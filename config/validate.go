@@ -71,6 +71,7 @@ func (f *Forward) validate(s section) {
 	atLeast(s, "max_message_bytes", f.MaxMessageBytes, 1)
 	atLeast(s, "max_connections", f.MaxConnections, 1)
 	s.positive("handshake_timeout", f.HandshakeTimeout)
+	atLeast(s, "max_records_per_message", f.MaxRecordsPerMessage, 1)
 }
 
 func (h *HTTP) validate(s section) {
@@ -79,6 +80,7 @@ func (h *HTTP) validate(s section) {
 	atLeast(s, "max_body_bytes", h.MaxBodyBytes, 1)
 	atLeast(s, "max_connections", h.MaxConnections, 1)
 	s.positive("read_header_timeout", h.ReadHeaderTimeout)
+	atLeast(s, "max_records_per_request", h.MaxRecordsPerRequest, 1)
 }
 
 func (a *Admin) validate(s section) {

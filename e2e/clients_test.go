@@ -128,8 +128,8 @@ type clientOpts struct {
 	// not acknowledged is sent again to the same address before the client
 	// moves to the next: a replica that was killed comes back and knows the
 	// chunk; one that stopped for good had not stored it.
-	Sticky time.Duration
-	LogBytes   int           // when set, each line ends with about this many random hex digits
+	Sticky   time.Duration
+	LogBytes int // when set, each line ends with about this many random hex digits
 }
 
 func (o *clientOpts) setDefaults() {

@@ -34,7 +34,14 @@ type Pipeline struct {
 	// Nil: every tag is routed.
 	Routed  func(tag string) bool
 	Metrics *Metrics
+	// Budget bounds the bytes both inputs hold (see Budget). Nil: each
+	// input makes one of DefaultBudget bytes for itself.
+	Budget *Budget
 }
+
+// DefaultBudget is the budget of an input given none: what the default
+// memory_limit gives (config.Config.InputMemory).
+const DefaultBudget = 48 << 20
 
 // Store routes records and appends the routed ones in one WAL transaction,
 // with id's chunk id (ForwardChunkID, HTTPChunkID) and digest. It returns
@@ -82,6 +89,59 @@ func ValidUTF8(body []byte) ([]byte, bool) {
 	return bytes.ToValidUTF8(body, []byte("\uFFFD")), true
 }
 
+// AppendValidUTF8 appends src to dst with each run of invalid UTF-8 replaced
+// by U+FFFD, as bytes.ToValidUTF8 does, so that the caller can make room
+// first (ValidUTF8Len) instead of having a copy allocated.
+func AppendValidUTF8(dst, src []byte) []byte {
+	invalid := false
+	for i := 0; i < len(src); {
+		if c := src[i]; c < utf8.RuneSelf {
+			dst = append(dst, c)
+			invalid = false
+			i++
+			continue
+		}
+		_, n := utf8.DecodeRune(src[i:])
+		if n == 1 {
+			if !invalid {
+				dst = append(dst, "\uFFFD"...)
+				invalid = true
+			}
+			i++
+			continue
+		}
+		dst = append(dst, src[i:i+n]...)
+		invalid = false
+		i += n
+	}
+	return dst
+}
+
+// ValidUTF8Len is the length of src once AppendValidUTF8 has replaced its
+// invalid UTF-8.
+func ValidUTF8Len(src []byte) int {
+	n, invalid := 0, false
+	for i := 0; i < len(src); {
+		if src[i] < utf8.RuneSelf {
+			n, invalid = n+1, false
+			i++
+			continue
+		}
+		_, w := utf8.DecodeRune(src[i:])
+		if w == 1 {
+			if !invalid {
+				n += len("\uFFFD")
+				invalid = true
+			}
+			i++
+			continue
+		}
+		n, invalid = n+w, false
+		i += w
+	}
+	return n
+}
+
 // Metrics are the inputs' Prometheus metrics, labelled by input ("forward", "http").
 type Metrics struct {
 	Records      *prometheus.CounterVec // records stored
@@ -92,6 +152,9 @@ type Metrics struct {
 	InvalidUTF8  *prometheus.CounterVec // records whose invalid UTF-8 was replaced
 	Connections  *prometheus.GaugeVec   // open connections
 	AcceptErrors *prometheus.CounterVec // accepts that failed and were retried (see RetryAccept)
+	MemoryHeld   *prometheus.GaugeVec   // bytes held of the Budget
+	MemoryLimit  prometheus.Gauge       // the Budget's size
+	MemoryWaits  *prometheus.CounterVec // reservations that waited for room in the Budget
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: none).
@@ -114,9 +177,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Open client connections."}, in),
 		AcceptErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_accept_errors_total",
 			Help: "Accepts of a client connection that failed for a reason that passes (no file descriptor left, a connection aborted) and were retried."}, in),
+		MemoryHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_input_memory_bytes",
+			Help: "Bytes the input holds of the inputs' memory budget: messages and bodies read, decompressed and decoded."}, in),
+		MemoryLimit: prometheus.NewGauge(prometheus.GaugeOpts{Name: "forwarder_input_memory_limit_bytes",
+			Help: "The most the inputs hold together: their memory budget (three eighths of memory_limit, the most one message or request may take) and a sixteenth more kept for small ones."}),
+		MemoryWaits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_memory_waits_total",
+			Help: "Times a connection or request waited for room in the inputs' memory budget (the forward input reads no further meanwhile)."}, in),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Records, m.Bytes, m.Rejected, m.Deduplicated, m.Unrouted, m.InvalidUTF8, m.Connections, m.AcceptErrors)
+		reg.MustRegister(m.Records, m.Bytes, m.Rejected, m.Deduplicated, m.Unrouted, m.InvalidUTF8, m.Connections, m.AcceptErrors,
+			m.MemoryHeld, m.MemoryLimit, m.MemoryWaits)
 	}
 	return m
 }

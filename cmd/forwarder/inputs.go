@@ -14,9 +14,11 @@ import (
 
 // inputActors binds the configured inputs' listeners (so that a port in use stops the
 // start at once) and returns an actor for each. Records whose tag no sink matches are
-// acknowledged and counted, not stored.
+// acknowledged and counted, not stored. Both inputs share one memory budget, their share
+// of memory_limit.
 func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]actor, *inputs.Pipeline, error) {
-	p := &inputs.Pipeline{WAL: w, Metrics: inputs.NewMetrics(reg), Routed: routed(cfg.Sinks)}
+	m := inputs.NewMetrics(reg)
+	p := &inputs.Pipeline{WAL: w, Metrics: m, Routed: routed(cfg.Sinks), Budget: inputs.NewBudget(cfg.InputMemory(), m)}
 	var actors []actor
 	if c := cfg.Inputs.Forward; c != nil {
 		s := forward.New(*c, p, log)

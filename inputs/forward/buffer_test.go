@@ -219,8 +219,10 @@ func TestMakeRoom(t *testing.T) {
 			buf[i] = byte(i)
 		}
 		pending := string(buf[s.start:])
-		c := &conn{buf: buf, start: s.start}
-		c.makeRoom(maxMsg)
+		c := &conn{buf: buf, start: s.start, reserved: true}
+		if err := c.makeRoom(maxMsg, time.Time{}); err != nil {
+			t.Fatalf("%+v: %v", s, err)
+		}
 		if room := cap(c.buf) - len(c.buf); room < minRoom {
 			t.Errorf("%+v: %d bytes of room after makeRoom, want at least %d", s, room, minRoom)
 		}

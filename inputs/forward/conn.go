@@ -24,12 +24,21 @@ type conn struct {
 	nc     net.Conn
 	remote string
 	dec    decoder
+	ctx    context.Context // ends when the server stops: reading and decoding stop (waits for room too)
+	hold   *inputs.Hold    // what the connection holds of the inputs' budget
 
 	buf      []byte // bytes read; the pending ones start at start
 	start    int
 	consumed int // length of the message last returned by next
 	fr       framer
 	read     int64 // bytes read from the connection, for error positions
+	// own is where a connection with nothing pending reads: a small buffer
+	// of its own, so that idle connections hold nothing of the budget. A
+	// message that does not fit moves to a buffer reserved from it
+	// (reserved is then true), which goes back once nothing is pending.
+	own      [ownBuf]byte
+	reserved bool
+	msgBy    time.Time // when the message being read must be whole: also the end of a wait for room
 
 	slot *inputs.Slot
 	// handshakeBy is when the handshake (TLS, HELO/PING/PONG) must be over;
@@ -49,8 +58,10 @@ func (s *Server) newConn(nc net.Conn, slot *inputs.Slot) *conn {
 		nc = tls.Server(nc, s.tls)
 	}
 	max := int(s.cfg.MaxMessageBytes)
-	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), slot: slot,
-		dec: decoder{maxUnpacked: 4 * max, now: time.Now}}
+	hold := s.p.Budget.Hold("forward")
+	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), slot: slot, hold: hold,
+		dec: decoder{maxUnpacked: 4 * max, maxRecords: s.cfg.MaxRecordsPerMessage, now: time.Now, hold: hold}}
+	c.buf = c.own[:0]
 	if s.tls != nil || s.cfg.SharedKey != "" {
 		c.handshakeBy = time.Now().Add(time.Duration(s.cfg.HandshakeTimeout))
 	} else {
@@ -83,10 +94,16 @@ func (c *conn) closing() bool {
 	return c.gone
 }
 
-func (c *conn) serve(ctx context.Context) {
+// serve reads, decodes and stores messages until the connection ends.
+// ctx ends reading and decoding (the server is stopping), storeCtx a store
+// (a while later, so that messages being stored are acknowledged).
+func (c *conn) serve(ctx, storeCtx context.Context) {
 	c.s.track(c, true)
 	defer c.s.track(c, false)
 	defer c.nc.Close()
+	defer c.hold.ReleaseAll()
+	defer c.dropBuf()
+	c.ctx = ctx
 	log := c.s.log.With("remote", c.remote)
 	if !c.handshakeBy.IsZero() {
 		if err := c.handshake(); err != nil {
@@ -108,11 +125,22 @@ func (c *conn) serve(ctx context.Context) {
 			}
 			return
 		}
+		dctx, cancel := context.WithDeadline(ctx, c.msgBy)
+		c.dec.ctx = dctx
 		m, err := c.dec.decode(msg)
+		cancel()
+		c.dec.ctx = nil
 		if err != nil {
-			c.reject(err.(*badMessage).reason, err)
+			var bm *badMessage
+			if errors.As(err, &bm) {
+				c.reject(bm.reason, bm)
+			} else {
+				log.Debug("connection ended", "error", err)
+			}
 			return
 		}
+		// The records are decoded: the message's bytes are no longer needed.
+		c.drop()
 		if m.invalid > 0 {
 			c.s.p.Metrics.InvalidUTF8.WithLabelValues("forward").Add(float64(m.invalid))
 		}
@@ -120,7 +148,7 @@ func (c *conn) serve(ctx context.Context) {
 		if m.chunk != "" {
 			id.ChunkID = inputs.ForwardChunkID(m.chunk)
 		}
-		_, err = c.s.p.Store(ctx, "forward", m.records, id)
+		_, err = c.s.p.Store(storeCtx, "forward", m.records, id)
 		tag, records := m.tag, len(m.records)
 		m.release() // stored or not, the WAL holds no reference to the records
 		if err != nil {
@@ -153,7 +181,14 @@ func (c *conn) serve(ctx context.Context) {
 func (c *conn) reject(reason string, err error) {
 	c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
 	if n, ok := c.s.rejects.allow(reason, time.Now()); ok {
-		c.s.log.Warn("closing connection: bad input; nothing of the message was stored", "remote", c.remote, "reason", reason,
+		msg := "closing connection: bad input; nothing of the message was stored"
+		switch reason {
+		case reasonNoRoom:
+			msg = "closing connection: no room in the inputs' memory budget (from memory_limit) for the message: it waited until its time was up, or all of the budget was held by connections waiting for more; nothing of it was stored or acknowledged, the client will send it again"
+		case reasonOverBudget:
+			msg = "closing connection: the message needs more memory than the inputs' budget gives one message: raise memory_limit or lower max_message_bytes; nothing of it was stored"
+		}
+		c.s.log.Warn(msg, "remote", c.remote, "reason", reason,
 			"error", err, "message_at_byte", c.read-int64(len(c.buf)-c.start), "same_reason_not_logged_in_last_minute", n)
 	}
 }
@@ -255,14 +290,13 @@ func (c *conn) handshakeFailed(err error) {
 
 // next returns the next whole message, read within the size limit and
 // the timeouts (in the handshake, within its own). The returned bytes are
-// valid until the next call.
+// valid until the next call, or drop.
 func (c *conn) next() ([]byte, error) {
 	max, limit := int(c.s.cfg.MaxMessageBytes), "max_message_bytes"
 	if !c.handshakeBy.IsZero() {
 		max, limit = maxHandshakeBytes, "the handshake's limit"
 	}
-	c.start += c.consumed // drop the previous message
-	c.consumed = 0
+	c.drop()
 	deadline := c.within(time.Now().Add(idleTimeout))
 	started := false
 	empty := 0 // reads in a row that returned nothing and no error
@@ -272,6 +306,7 @@ func (c *conn) next() ([]byte, error) {
 				// A message has begun: it must arrive whole within messageTimeout.
 				started = true
 				deadline = c.within(time.Now().Add(messageTimeout))
+				c.msgBy = deadline
 				if !c.setBusy(true) {
 					return nil, errClosing
 				}
@@ -289,7 +324,9 @@ func (c *conn) next() ([]byte, error) {
 				return nil, &badMessage{reason: "too_large", offset: -1, err: errSize(len(pending), max, limit)}
 			}
 		}
-		c.makeRoom(max)
+		if err := c.makeRoom(max, deadline); err != nil {
+			return nil, err
+		}
 		c.nc.SetReadDeadline(deadline)
 		n, err := c.nc.Read(c.buf[len(c.buf):cap(c.buf)])
 		c.buf = c.buf[:len(c.buf)+n]
@@ -312,36 +349,100 @@ func (c *conn) next() ([]byte, error) {
 // the largest message and bufSlack more, so that the start of the next
 // message can arrive behind a message at the limit.
 const (
-	minRoom  = 16 << 10 // the least room a read is given
+	ownBuf   = 4 << 10  // a connection's own buffer, for small messages
+	minRoom  = 16 << 10 // the least room a read into a reserved buffer is given
 	bufSlack = 64 << 10
 	// maxEmptyReads ends a connection whose reads return neither bytes nor
 	// an error (a net.Conn should never do that), as bufio does.
 	maxEmptyReads = 100
 )
 
-// makeRoom makes at least minRoom bytes of room after the pending ones. It
-// moves the pending bytes to the front when the consumed ones take half
-// the buffer; when that leaves too little room, it grows the buffer, up to
-// the largest message and bufSlack more, or, once the buffer is that
-// large, moves the pending bytes to the front anyway. The pending bytes
-// are never more than the largest message (next refuses more), so there
-// is always room, whatever the messages before them were.
-func (c *conn) makeRoom(largest int) {
+// drop forgets the message last returned by next. Once nothing is
+// pending, the connection reads into its own small buffer again and gives
+// a reserved one back: an idle connection holds nothing of the budget.
+func (c *conn) drop() {
+	c.start += c.consumed
+	c.consumed = 0
+	if c.start < len(c.buf) {
+		return
+	}
+	c.start = 0
+	if c.reserved {
+		c.dropBuf()
+	}
+	c.buf = c.own[:0]
+}
+
+// dropBuf gives a reserved buffer back, to its pool and to the budget.
+func (c *conn) dropBuf() {
+	if c.reserved {
+		c.hold.Release(int64(cap(c.buf)))
+		inputs.PutBuf(c.buf)
+		c.buf, c.reserved = c.own[:0], false
+	}
+}
+
+// makeRoom makes room after the pending bytes: some in the connection's
+// own buffer, at least minRoom in a reserved one. It moves the pending
+// bytes to the front when the consumed ones take half the buffer; when
+// that leaves too little room, it grows the buffer (reserved from the
+// budget first, which may wait until deadline), up to the largest message
+// and bufSlack more, or, once the buffer is that large, moves the pending
+// bytes to the front anyway. The pending bytes are never more than the
+// largest message (next refuses more), so there is always room, whatever
+// the messages before them were.
+func (c *conn) makeRoom(largest int, deadline time.Time) error {
 	if c.start > 0 && c.start >= cap(c.buf)/2 {
 		c.compact()
 	}
-	if cap(c.buf)-len(c.buf) >= minRoom {
-		return
+	want := minRoom
+	if !c.reserved {
+		want = 1
+	}
+	if cap(c.buf)-len(c.buf) >= want {
+		return nil
 	}
 	pending := len(c.buf) - c.start
-	size := max(min(largest+bufSlack, 2*cap(c.buf)+bufSlack), pending+minRoom)
+	size := inputs.BufClass(max(2*cap(c.buf), pending+minRoom))
+	if size > largest+bufSlack {
+		size = max(largest+bufSlack, pending+minRoom)
+	}
 	if size <= cap(c.buf) {
 		c.compact() // cap(c.buf) >= pending+minRoom: room enough at the front
-		return
+		return nil
 	}
-	grown := make([]byte, pending, size)
-	copy(grown, c.buf[c.start:])
-	c.buf, c.start = grown, 0
+	if err := c.reserve(size, deadline); err != nil {
+		return err
+	}
+	grown := append(inputs.GetBuf(size), c.buf[c.start:]...)
+	c.dropBuf()
+	c.buf, c.start, c.reserved = grown, 0, true
+	return nil
+}
+
+// reserve takes n bytes from the budget for the connection, waiting for
+// room until deadline (TCP backpressure meanwhile: nothing is read).
+func (c *conn) reserve(n int, deadline time.Time) error {
+	if c.hold == nil {
+		return nil
+	}
+	ctx := c.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	err := c.hold.Grow(ctx, int64(n))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, inputs.ErrOverBudget):
+		return &badMessage{reason: reasonOverBudget, offset: -1, err: fmt.Errorf("message of at least %d bytes: %w", len(c.buf)-c.start, err)}
+	case errors.Is(err, context.Canceled):
+		return err // the server is stopping
+	default:
+		return &badMessage{reason: reasonNoRoom, offset: -1, err: fmt.Errorf("message incomplete after %d bytes: %w", len(c.buf)-c.start, err)}
+	}
 }
 
 // compact moves the pending bytes to the front of the buffer.

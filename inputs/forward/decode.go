@@ -2,12 +2,11 @@ package forward
 
 import (
 	"bytes"
-	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
@@ -22,49 +21,18 @@ type message struct {
 	records []wal.Record
 	chunk   string // option.chunk: the client wants {"ack": chunk} once stored
 	invalid int    // records whose invalid UTF-8 was replaced
-	buf     []byte // the records' bodies, back to bufPool by release
+	buf     []byte // the records' bodies
+	hold    *inputs.Hold
 }
 
-// maxPooled bounds the buffers kept for reuse: a rare huge message does not stay in memory.
-const maxPooled = 8 << 20
-
-// bufPool and recordsPool hold the buffers of messages already stored, for the next
-// message of any connection: a message's JSON and its records are otherwise the largest
-// allocations per message.
-var (
-	bufPool     sync.Pool // *[]byte
-	recordsPool sync.Pool // *[]wal.Record
-)
-
-// release gives m's buffers back for reuse. Call it once m's records are stored (the WAL
-// keeps no reference to them) or dropped, and use m no more.
+// release gives m's buffers back, to their pools and to the budget. Call it
+// once m's records are stored (the WAL keeps no reference to them) or
+// dropped, and use m no more.
 func (m *message) release() {
-	if cap(m.buf) <= maxPooled {
-		b := m.buf[:0]
-		bufPool.Put(&b)
-	}
-	if cap(m.records) <= maxPooled/64 {
-		r := m.records[:0]
-		clear(r[:cap(r)])
-		recordsPool.Put(&r)
-	}
+	m.hold.Release(int64(cap(m.buf)) + int64(cap(m.records))*inputs.RecordSize)
+	inputs.PutBuf(m.buf)
+	inputs.PutRecords(m.records)
 	m.buf, m.records = nil, nil
-}
-
-// pooledBuf returns an empty buffer of at least n bytes.
-func pooledBuf(n int) []byte {
-	if p, ok := bufPool.Get().(*[]byte); ok && cap(*p) >= n {
-		return (*p)[:0]
-	}
-	return make([]byte, 0, n)
-}
-
-// pooledRecords returns n zero records.
-func pooledRecords(n int) []wal.Record {
-	if p, ok := recordsPool.Get().(*[]wal.Record); ok && cap(*p) >= n {
-		return (*p)[:n]
-	}
-	return make([]wal.Record, n)
 }
 
 // badMessage is a message that breaks the protocol. The connection that
@@ -90,20 +58,44 @@ func bad(reason string, full, rest []byte, format string, args ...any) *badMessa
 	return &badMessage{reason: reason, offset: off, err: fmt.Errorf(format, args...)}
 }
 
-// decoder decodes messages; one per connection, reused.
+// defaultMaxRecords is max_records_per_message when a decoder is given none.
+const defaultMaxRecords = 100_000
+
+// decoder decodes messages; one per connection, reused. Every buffer it
+// fills (the records' JSON, the record slice, the window of decompressed
+// entries) is reserved from hold before it is allocated, sized from bytes
+// that have arrived, and grown as it fills: never from a count or length
+// the message declares.
 type decoder struct {
 	tc          transcoder
 	maxUnpacked int // bound on a CompressedPackedForward payload once decompressed
+	maxRecords  int // max_records_per_message; 0: defaultMaxRecords
 	now         func() time.Time
-	buf         []byte  // JSON of the message's records, then split into bodies
-	bodies      []int   // kept between messages: end offsets of the bodies in buf
-	times       []int64 // kept between messages: the records' times
-	invalid     int     // records of the current message with invalid UTF-8 replaced
+	hold        *inputs.Hold    // nil: no budget
+	ctx         context.Context // bounds a wait for room in the budget; nil: none
+
+	buf     []byte       // JSON of the message's records, one body after the other
+	recs    []wal.Record // the records decoded so far, their bodies in buf
+	invalid int          // records of the current message with invalid UTF-8 replaced
+	window  []byte       // decompressed entries not yet decoded
 }
 
 // decode decodes one message: Message, Forward, PackedForward or
-// CompressedPackedForward (DESIGN.md; NOTES.md has the shapes).
+// CompressedPackedForward (DESIGN.md; NOTES.md has the shapes). On error
+// it holds nothing of the message.
 func (d *decoder) decode(full []byte) (*message, error) {
+	m, err := d.decodeInto(full)
+	if err != nil {
+		d.drop()
+		return nil, err
+	}
+	return m, nil
+}
+
+func (d *decoder) decodeInto(full []byte) (*message, error) {
+	if d.tc.grow == nil {
+		d.tc.grow = d.growJSON
+	}
 	b := full
 	n, b, err := msgp.ReadArrayHeaderBytes(b)
 	if err != nil {
@@ -119,21 +111,16 @@ func (d *decoder) decode(full []byte) (*message, error) {
 	if err != nil {
 		return nil, bad("malformed", full, b, "read tag: %v", err)
 	}
-	m := &message{tag: string(tagB)}
+	m := &message{tag: string(tagB), hold: d.hold}
 	if msg := inputs.CheckTag(m.tag); msg != "" {
 		return nil, bad("bad_tag", full, b, "%s", msg)
 	}
-	// Record JSON is usually a little larger than its msgpack.
-	d.buf, d.invalid = pooledBuf(len(full)+len(full)/2+64), 0
-	bodies := d.bodies[:0] // end offsets of each record's JSON in d.buf
-	times := d.times[:0]
-	defer func() {
-		if cap(bodies) <= 1<<16 { // an idle connection keeps at most 1.5 MB of them
-			d.bodies, d.times = bodies[:0], times[:0]
-		} else {
-			d.bodies, d.times = nil, nil
-		}
-	}()
+	// Record JSON is usually a little smaller than its msgpack (the times
+	// and the entries' arrays are not in it); the buffer grows if it is not.
+	d.invalid = 0
+	if err := d.reserveJSON(inputs.BufClass(len(full) + 64)); err != nil {
+		return nil, d.budgetErr(err)
+	}
 
 	switch msgp.NextType(b) {
 	case msgp.ArrayType: // Forward: [tag, [[time, record], ...], option?]
@@ -141,12 +128,20 @@ func (d *decoder) decode(full []byte) (*message, error) {
 		if count, b, err = msgp.ReadArrayHeaderBytes(b); err != nil {
 			return nil, bad("malformed", full, b, "read entries: %v", err)
 		}
+		if int(count) > d.recordLimit() {
+			return nil, d.tooMany()
+		}
+		// The message is framed whole: it holds that many values, and an
+		// entry takes at least 3 bytes of it. Sizing the records from the
+		// count saves growing them, which for a message of many records
+		// would hold twice their slice at once.
+		if err := d.growRecords(min(int(count), len(b)/3)); err != nil {
+			return nil, d.budgetErr(err)
+		}
 		for i := uint32(0); i < count; i++ {
-			var t int64
-			if t, b, err = d.entry(b, &bodies); err != nil {
-				return nil, bad("malformed", full, b, "entry %d: %v", i, err)
+			if b, err = d.entry(b); err != nil {
+				return nil, d.entryErr(full, b, "entry", int(i), err)
 			}
-			times = append(times, t)
 		}
 	case msgp.BinType, msgp.StrType: // PackedForward, maybe compressed
 		var packed []byte
@@ -162,19 +157,19 @@ func (d *decoder) decode(full []byte) (*message, error) {
 		if err != nil {
 			return nil, bad("malformed", full, b, "%v", err)
 		}
-		if opt == "gzip" {
-			if packed, err = d.gunzip(packed); err != nil {
-				return nil, bad("bad_gzip", full, nil, "compressed entries: %v", err)
+		switch opt {
+		case "gzip":
+			if err := d.gzipEntries(full, packed); err != nil {
+				return nil, err
 			}
-		} else if opt != "" {
+		case "":
+			for i := 0; len(packed) > 0; i++ {
+				if packed, err = d.entry(packed); err != nil {
+					return nil, d.entryErr(full, nil, "packed entry", i, err)
+				}
+			}
+		default:
 			return nil, bad("malformed", full, b, "unsupported compression %q", opt)
-		}
-		for i := 0; len(packed) > 0; i++ {
-			var t int64
-			if t, packed, err = d.entry(packed, &bodies); err != nil {
-				return nil, bad("malformed", full, nil, "packed entry %d: %v", i, err)
-			}
-			times = append(times, t)
 		}
 	default: // Message: [tag, time, record, option?]
 		if n < 3 {
@@ -184,10 +179,9 @@ func (d *decoder) decode(full []byte) (*message, error) {
 		if t, b, err = d.time(b); err != nil {
 			return nil, bad("malformed", full, b, "%v", err)
 		}
-		if b, err = d.body(b, &bodies); err != nil {
-			return nil, bad("malformed", full, b, "record: %v", err)
+		if b, err = d.body(b, t); err != nil {
+			return nil, d.entryErr(full, b, "record", -1, err)
 		}
-		times = append(times, t)
 		n-- // the record took the slot an option would otherwise be counted in
 	}
 	if n >= 3 {
@@ -201,45 +195,176 @@ func (d *decoder) decode(full []byte) (*message, error) {
 	if len(b) != 0 {
 		return nil, bad("malformed", full, b, "%d bytes after the message", len(b))
 	}
-	m.records, m.buf = pooledRecords(len(bodies)), d.buf
-	start := 0
-	for i, end := range bodies {
-		m.records[i] = wal.Record{Time: times[i], Tag: m.tag, Body: d.buf[start:end:end]}
-		start = end
+	for i := range d.recs {
+		d.recs[i].Tag = m.tag
 	}
-	d.buf = nil // the bodies now belong to the records
+	m.records, m.buf = d.recs, d.buf
+	d.recs, d.buf = nil, nil // they belong to the message now
 	m.invalid, d.invalid = d.invalid, 0
 	return m, nil
 }
 
+// drop gives back what a message that failed holds.
+func (d *decoder) drop() {
+	d.hold.Release(int64(cap(d.buf)) + int64(cap(d.recs))*inputs.RecordSize)
+	inputs.PutBuf(d.buf)
+	inputs.PutRecords(d.recs)
+	d.buf, d.recs = nil, nil
+	d.dropWindow()
+}
+
+func (d *decoder) dropWindow() {
+	d.hold.Release(int64(cap(d.window)))
+	inputs.PutBuf(d.window)
+	d.window = nil
+}
+
+func (d *decoder) recordLimit() int {
+	if d.maxRecords > 0 {
+		return d.maxRecords
+	}
+	return defaultMaxRecords
+}
+
+func (d *decoder) tooMany() *badMessage {
+	return &badMessage{reason: reasonTooManyRecords, offset: -1,
+		err: fmt.Errorf("more than %d records in one message (max_records_per_message)", d.recordLimit())}
+}
+
+// Reasons of refusals for the inputs' limits, beside those of bad input.
+const (
+	reasonTooManyRecords = "too_many_records"   // over max_records_per_message
+	reasonOverBudget     = "over_memory_budget" // more than the inputs' memory budget holds for one message
+	reasonNoRoom         = "memory_full"        // no room in the budget before the message's time was up
+)
+
+// budgetErr is a refusal for a reservation that failed.
+func (d *decoder) budgetErr(err error) error {
+	switch {
+	case errors.Is(err, inputs.ErrOverBudget):
+		return &badMessage{reason: reasonOverBudget, offset: -1, err: err}
+	case errors.Is(err, context.Canceled):
+		return err // the server is stopping
+	default:
+		return &badMessage{reason: reasonNoRoom, offset: -1, err: err}
+	}
+}
+
+// entryErr names where decoding an entry (i >= 0) or the record of a
+// Message failed; a refusal for the limits passes as it is.
+func (d *decoder) entryErr(full, rest []byte, what string, i int, err error) error {
+	var bm *badMessage
+	if errors.As(err, &bm) {
+		return bm
+	}
+	if errors.Is(err, errBudget) {
+		return d.budgetErr(err)
+	}
+	if i < 0 {
+		return bad("malformed", full, rest, "%s: %v", what, err)
+	}
+	return bad("malformed", full, rest, "%s %d: %v", what, i, err)
+}
+
+// reserveJSON makes d.buf an empty buffer of size bytes.
+func (d *decoder) reserveJSON(size int) error {
+	if err := d.hold.Grow(d.context(), int64(size)); err != nil {
+		return err
+	}
+	d.buf = inputs.GetBuf(size)
+	return nil
+}
+
+func (d *decoder) context() context.Context {
+	if d.ctx == nil {
+		return context.Background()
+	}
+	return d.ctx
+}
+
+// errBudget marks the transcoder's errors that are a failed reservation.
+var errBudget = errors.New("reserve memory")
+
+// growJSON is the transcoder's way to more room: dst (d.buf as the
+// transcoder has it) is copied into a buffer with room for n more bytes,
+// reserved first, and the bodies of the records decoded so far are moved
+// along with it.
+func (d *decoder) growJSON(dst []byte, n int) ([]byte, error) {
+	size := inputs.BufClass(max(len(dst)+n, cap(dst)+cap(dst)/4))
+	if err := d.hold.Grow(d.context(), int64(size)); err != nil {
+		return dst, fmt.Errorf("%w: %w", errBudget, err)
+	}
+	grown := append(inputs.GetBuf(size), dst...)
+	pos := 0
+	for i := range d.recs {
+		l := len(d.recs[i].Body)
+		d.recs[i].Body = grown[pos : pos+l : pos+l]
+		pos += l
+	}
+	d.hold.Release(int64(cap(dst)))
+	inputs.PutBuf(dst)
+	d.buf = grown
+	return grown, nil
+}
+
+// addRecord appends a record to d.recs, growing it when it is full, up to
+// max_records_per_message.
+func (d *decoder) addRecord(t int64, body []byte) error {
+	if len(d.recs) >= d.recordLimit() {
+		return d.tooMany()
+	}
+	if len(d.recs) == cap(d.recs) {
+		if err := d.growRecords(min(inputs.RecordsClass(max(2*cap(d.recs), 1)), d.recordLimit())); err != nil {
+			return fmt.Errorf("%w: %w", errBudget, err)
+		}
+	}
+	d.recs = append(d.recs, wal.Record{Time: t, Body: body})
+	return nil
+}
+
+// growRecords makes d.recs a slice of capacity n, or more, reserved first.
+func (d *decoder) growRecords(n int) error {
+	if n <= cap(d.recs) {
+		return nil
+	}
+	if err := d.hold.Grow(d.context(), int64(n)*inputs.RecordSize); err != nil {
+		return err
+	}
+	grown := append(inputs.GetRecords(n), d.recs...)
+	d.hold.Release(int64(cap(d.recs)) * inputs.RecordSize)
+	inputs.PutRecords(d.recs)
+	d.recs = grown
+	return nil
+}
+
 // entry decodes [time, record].
-func (d *decoder) entry(b []byte, bodies *[]int) (int64, []byte, error) {
+func (d *decoder) entry(b []byte) ([]byte, error) {
 	n, b, err := msgp.ReadArrayHeaderBytes(b)
 	if err != nil {
-		return 0, b, fmt.Errorf("not an array: %w", err)
+		return b, fmt.Errorf("not an array: %w", err)
 	}
 	if n != 2 {
-		return 0, b, fmt.Errorf("an array of %d elements, want [time, record]", n)
+		return b, fmt.Errorf("an array of %d elements, want [time, record]", n)
 	}
 	t, b, err := d.time(b)
 	if err != nil {
-		return 0, b, err
+		return b, err
 	}
-	b, err = d.body(b, bodies)
-	return t, b, err
+	return d.body(b, t)
 }
 
-func (d *decoder) body(b []byte, bodies *[]int) ([]byte, error) {
-	var err error
-	d.buf, b, err = d.tc.record(d.buf, b)
+// body transcodes the record at b and adds it, at time t.
+func (d *decoder) body(b []byte, t int64) ([]byte, error) {
+	start := len(d.buf)
+	buf, b, err := d.tc.record(d.buf, b)
+	d.buf = buf
 	if err != nil {
 		return b, err
 	}
 	if d.tc.invalidUTF8 {
 		d.invalid++
 	}
-	*bodies = append(*bodies, len(d.buf))
-	return b, nil
+	return b, d.addRecord(t, d.buf[start:len(d.buf):len(d.buf)])
 }
 
 // time reads an event time: EventTime (ext 0), integer or float seconds.
@@ -363,20 +488,62 @@ func eachOption(b []byte, fn func(k string, v []byte) ([]byte, error)) error {
 
 var errTooBig = errors.New("too large once decompressed")
 
-// gunzip decompresses a CompressedPackedForward payload: one or more gzip
-// members, at most maxUnpacked bytes in all.
-func (d *decoder) gunzip(p []byte) ([]byte, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(p))
+// gzipEntries decodes the entries of a CompressedPackedForward payload (one
+// or more gzip members, at most maxUnpacked bytes in all once
+// decompressed) as they come out of the decompressor: what is held of them
+// is a window as large as the largest entry, not the whole payload.
+func (d *decoder) gzipEntries(full, packed []byte) error {
+	zr, err := inputs.GetGzip(bytes.NewReader(packed))
 	if err != nil {
-		return nil, err
+		return bad("bad_gzip", full, nil, "compressed entries: %v", err)
 	}
-	defer zr.Close()
-	out, err := io.ReadAll(io.LimitReader(zr, int64(d.maxUnpacked)+1))
-	if err != nil {
-		return nil, err
+	defer inputs.PutGzip(zr)
+	defer d.dropWindow()
+	var fr framer
+	start, total, i := 0, 0, 0 // d.window[start:] is not decoded yet
+	for {
+		// Decode every entry the window holds whole.
+		for start < len(d.window) {
+			n, err := fr.next(d.window[start:])
+			if err != nil {
+				return bad("malformed", full, nil, "packed entry %d: %v", i, err)
+			}
+			if n == 0 {
+				break
+			}
+			if _, err := d.entry(d.window[start : start+n]); err != nil {
+				return d.entryErr(full, nil, "packed entry", i, err)
+			}
+			start += n
+			i++
+		}
+		// Then read on, behind the rest of an entry.
+		pending := len(d.window) - start
+		if start > 0 && (pending == 0 || start >= cap(d.window)/2) {
+			d.window = d.window[:copy(d.window, d.window[start:])]
+			start = 0
+		}
+		if cap(d.window)-len(d.window) < minRoom {
+			size := inputs.BufClass(max(2*cap(d.window), pending+minRoom, 64<<10))
+			if err := d.hold.Grow(d.context(), int64(size)); err != nil {
+				return d.budgetErr(err)
+			}
+			grown := append(inputs.GetBuf(size), d.window[start:]...)
+			d.dropWindow()
+			d.window, start = grown, 0
+		}
+		n, err := zr.Read(d.window[len(d.window):cap(d.window)])
+		d.window = d.window[:len(d.window)+n]
+		if total += n; total > d.maxUnpacked {
+			return bad("bad_gzip", full, nil, "compressed entries: %v (limit %d bytes)", errTooBig, d.maxUnpacked)
+		}
+		switch {
+		case err == io.EOF && start < len(d.window) && n == 0:
+			return bad("malformed", full, nil, "packed entry %d: %v", i, msgp.ErrShortBytes)
+		case err == io.EOF && n == 0:
+			return nil
+		case err != nil && err != io.EOF:
+			return bad("bad_gzip", full, nil, "compressed entries: %v", err)
+		}
 	}
-	if len(out) > d.maxUnpacked {
-		return nil, fmt.Errorf("%w (limit %d bytes)", errTooBig, d.maxUnpacked)
-	}
-	return out, nil
 }

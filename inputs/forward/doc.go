@@ -26,11 +26,28 @@
 // inputs.Slots); a new connection is refused only when every open one is
 // past its handshake.
 //
+// What a connection holds of messages — the bytes read, the entries of a
+// CompressedPackedForward payload as they come out of the decompressor (a
+// window as large as the largest entry, not the whole payload), the
+// records' JSON and the records — is reserved from the inputs' memory
+// budget (inputs.Budget) before it is allocated, and grows with the bytes
+// that arrived, never with a length or count the message declares. A
+// connection with nothing pending reads into a small buffer of its own and
+// holds nothing of the budget. When there is no room, the connection reads
+// no further (the client feels TCP backpressure) until there is, or until
+// the message's minute is up (reason memory_full); a message that needs
+// more than the budget gives one is refused at once (reason
+// over_memory_budget), and so is the connection holding the most when every
+// connection holding part of the budget waits for more (memory_full).
+// Neither is acknowledged: the client sends the message again.
+//
 // Bad input — malformed or truncated msgpack, wrong types, a tag that breaks
 // the inputs' tag rule (inputs.CheckTag: empty, over 1,024 bytes, invalid
 // UTF-8, control characters; reason bad_tag), a message over
 // max_message_bytes or a compressed payload over four times that once
-// decompressed, bad gzip, a failed handshake, a message that does not
+// decompressed, more records than max_records_per_message (reason
+// too_many_records), a map key that is not a string and takes more than
+// 64 KiB as JSON, bad gzip, a failed handshake, a message that does not
 // arrive whole within a minute of its first byte — closes that connection
 // with one log line (remote address, what was wrong, where) and a count
 // in forwarder_input_rejected_total; nothing of that message is stored and

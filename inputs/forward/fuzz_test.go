@@ -7,10 +7,13 @@ import (
 	"unicode/utf8"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/logfwd/forwarder/inputs"
 )
 
 // FuzzDecode feeds arbitrary bytes to the framer and the decoder: they
-// never panic, and what they accept is valid JSON in valid UTF-8.
+// never panic, what they accept is valid JSON in valid UTF-8, and what
+// they reserve from the budget is given back, accepted or not.
 func FuzzDecode(f *testing.F) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 5, time.UTC)
 	e := entry(eventTime(t0), record("log", "x", "n", 1.5))
@@ -28,14 +31,24 @@ func FuzzDecode(f *testing.F) {
 		if err != nil || n == 0 {
 			return
 		}
-		d := decoder{maxUnpacked: 1 << 20, now: time.Now}
+		hold := inputs.NewBudget(64<<20, nil).Hold("forward")
+		d := decoder{maxUnpacked: 1 << 20, maxRecords: 1000, now: time.Now, hold: hold}
 		m, err := d.decode(data[:n])
 		if err != nil {
 			if _, ok := err.(*badMessage); !ok {
 				t.Fatalf("decode returned %T, want *badMessage", err)
 			}
+			if hold.Held() != 0 {
+				t.Fatalf("a refused message holds %d bytes of the budget", hold.Held())
+			}
 			return
 		}
+		defer func() {
+			m.release()
+			if hold.Held() != 0 {
+				t.Fatalf("a released message holds %d bytes of the budget", hold.Held())
+			}
+		}()
 		for _, r := range m.records {
 			if !json.Valid(r.Body) || !utf8.Valid(r.Body) {
 				t.Fatalf("record body %q is not valid JSON in UTF-8", r.Body)

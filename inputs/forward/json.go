@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
@@ -24,9 +25,39 @@ import (
 //     strings with nanoseconds, UTC; other extension values become base64
 //     strings of their data;
 //   - invalid UTF-8 in strings is replaced with U+FFFD and counted.
+//
+// The JSON is appended to a buffer that never grows by itself: every
+// append makes sure of its room first, and more room comes from grow,
+// which reserves it from the inputs' budget (decoder.growJSON).
 type transcoder struct {
 	invalidUTF8 bool // the last record had invalid UTF-8 replaced
+	// grow returns dst, or a copy of it, with room for n more bytes; nil:
+	// a copy from the runtime (decoding without a budget).
+	grow func(dst []byte, n int) ([]byte, error)
 }
+
+// room returns dst with room for n more bytes.
+func (t *transcoder) room(dst []byte, n int) ([]byte, error) {
+	if cap(dst)-len(dst) >= n {
+		return dst, nil
+	}
+	return t.more(dst, n)
+}
+
+func (t *transcoder) more(dst []byte, n int) ([]byte, error) {
+	if t.grow == nil {
+		return slices.Grow(dst, n), nil
+	}
+	return t.grow(dst, n)
+}
+
+// scalarRoom is room enough for any number, true, false, null, and a time
+// as an RFC 3339 string (whose year may take up to 12 digits).
+const scalarRoom = 64
+
+// maxKeyText bounds the JSON of a map key that is not a string, which is
+// copied twice to be made a string.
+const maxKeyText = 64 << 10
 
 var errNotMap = errors.New("record is not a map")
 
@@ -50,12 +81,21 @@ func (t *transcoder) value(dst, msg []byte, depth int) ([]byte, []byte, error) {
 		if n, msg, err = msgp.ReadMapHeaderBytes(msg); err != nil {
 			return dst, msg, err
 		}
+		if dst, err = t.room(dst, 2); err != nil {
+			return dst, msg, err
+		}
 		dst = append(dst, '{')
 		for i := uint32(0); i < n; i++ {
 			if i > 0 {
+				if dst, err = t.room(dst, 1); err != nil {
+					return dst, msg, err
+				}
 				dst = append(dst, ',')
 			}
 			if dst, msg, err = t.key(dst, msg, depth); err != nil {
+				return dst, msg, err
+			}
+			if dst, err = t.room(dst, 1); err != nil {
 				return dst, msg, err
 			}
 			dst = append(dst, ':')
@@ -63,20 +103,32 @@ func (t *transcoder) value(dst, msg []byte, depth int) ([]byte, []byte, error) {
 				return dst, msg, err
 			}
 		}
+		if dst, err = t.room(dst, 1); err != nil {
+			return dst, msg, err
+		}
 		return append(dst, '}'), msg, nil
 	case msgp.ArrayType:
 		var n uint32
 		if n, msg, err = msgp.ReadArrayHeaderBytes(msg); err != nil {
 			return dst, msg, err
 		}
+		if dst, err = t.room(dst, 1); err != nil {
+			return dst, msg, err
+		}
 		dst = append(dst, '[')
 		for i := uint32(0); i < n; i++ {
 			if i > 0 {
+				if dst, err = t.room(dst, 1); err != nil {
+					return dst, msg, err
+				}
 				dst = append(dst, ',')
 			}
 			if dst, msg, err = t.value(dst, msg, depth+1); err != nil {
 				return dst, msg, err
 			}
+		}
+		if dst, err = t.room(dst, 1); err != nil {
+			return dst, msg, err
 		}
 		return append(dst, ']'), msg, nil
 	case msgp.StrType:
@@ -84,13 +136,21 @@ func (t *transcoder) value(dst, msg []byte, depth int) ([]byte, []byte, error) {
 		if s, msg, err = msgp.ReadStringZC(msg); err != nil {
 			return dst, msg, err
 		}
-		return t.str(dst, s), msg, nil
+		dst, err = t.str(dst, s)
+		return dst, msg, err
 	case msgp.BinType:
 		var b []byte
 		if b, msg, err = msgp.ReadBytesZC(msg); err != nil {
 			return dst, msg, err
 		}
-		return appendBase64(dst, b), msg, nil
+		dst, err = t.base64(dst, b)
+		return dst, msg, err
+	}
+	// A scalar, or an extension.
+	if dst, err = t.room(dst, scalarRoom); err != nil {
+		return dst, msg, err
+	}
+	switch msgp.NextType(msg) {
 	case msgp.IntType:
 		var i int64
 		if i, msg, err = msgp.ReadInt64Bytes(msg); err != nil {
@@ -131,7 +191,8 @@ func (t *transcoder) value(dst, msg []byte, depth int) ([]byte, []byte, error) {
 			dst = ts.UTC().AppendFormat(dst, time.RFC3339Nano)
 			return append(dst, '"'), msg, nil
 		}
-		return appendBase64(dst, data), msg, nil
+		dst, err = t.base64(dst, data)
+		return dst, msg, err
 	}
 }
 
@@ -142,7 +203,8 @@ func (t *transcoder) key(dst, msg []byte, depth int) ([]byte, []byte, error) {
 		if err != nil {
 			return dst, msg, err
 		}
-		return t.str(dst, s), rest, nil
+		dst, err = t.str(dst, s)
+		return dst, rest, err
 	}
 	// Any other key: its JSON text, as a string.
 	start := len(dst)
@@ -150,12 +212,16 @@ func (t *transcoder) key(dst, msg []byte, depth int) ([]byte, []byte, error) {
 	if err != nil {
 		return dst, rest, err
 	}
+	if len(dst)-start > maxKeyText {
+		return dst, rest, fmt.Errorf("a map key that is not a string takes %d bytes as JSON, at most %d", len(dst)-start, maxKeyText)
+	}
 	text := string(dst[start:])
 	dst = dst[:start]
 	if len(text) > 1 && text[0] == '"' { // a string already (binary, time)
-		return append(dst, text...), rest, nil
+		return append(dst, text...), rest, nil // it was there: the room is
 	}
-	return t.str(dst, []byte(text)), rest, nil
+	dst, err = t.str(dst, []byte(text))
+	return dst, rest, err
 }
 
 func appendFloat(dst []byte, f float64) []byte {
@@ -165,10 +231,14 @@ func appendFloat(dst []byte, f float64) []byte {
 	return strconv.AppendFloat(dst, f, 'g', -1, 64)
 }
 
-func appendBase64(dst, b []byte) []byte {
+func (t *transcoder) base64(dst, b []byte) ([]byte, error) {
+	dst, err := t.room(dst, base64.StdEncoding.EncodedLen(len(b))+2)
+	if err != nil {
+		return dst, err
+	}
 	dst = append(dst, '"')
 	dst = base64.StdEncoding.AppendEncode(dst, b)
-	return append(dst, '"')
+	return append(dst, '"'), nil
 }
 
 const hexDigits = "0123456789abcdef"
@@ -190,8 +260,14 @@ func plainWord(x uint64) bool {
 }
 
 // str appends s as a JSON string, escaping what JSON requires and
-// replacing invalid UTF-8 with U+FFFD.
-func (t *transcoder) str(dst, s []byte) []byte {
+// replacing invalid UTF-8 with U+FFFD. It makes room for s as it is, and
+// at each escape for the rest of s with this escape (at most 6 bytes for
+// 1): a string is never given six times its length up front.
+func (t *transcoder) str(dst, s []byte) ([]byte, error) {
+	dst, err := t.room(dst, len(s)+2)
+	if err != nil {
+		return dst, err
+	}
 	dst = append(dst, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -208,6 +284,10 @@ func (t *transcoder) str(dst, s []byte) []byte {
 			continue
 		}
 		if c < utf8.RuneSelf {
+			// Room for what is left of s, this byte as up to 6.
+			if dst, err = t.room(dst, len(s)-start+6); err != nil {
+				return dst, err
+			}
 			dst = append(dst, s[start:i]...)
 			switch c {
 			case '"', '\\':
@@ -227,6 +307,9 @@ func (t *transcoder) str(dst, s []byte) []byte {
 		}
 		r, size := utf8.DecodeRune(s[i:])
 		if r == utf8.RuneError && size == 1 {
+			if dst, err = t.room(dst, len(s)-start+3); err != nil {
+				return dst, err
+			}
 			dst = append(dst, s[start:i]...)
 			dst = append(dst, "\ufffd"...)
 			t.invalidUTF8 = true
@@ -237,7 +320,7 @@ func (t *transcoder) str(dst, s []byte) []byte {
 		i += size
 	}
 	dst = append(dst, s[start:]...)
-	return append(dst, '"')
+	return append(dst, '"'), nil
 }
 
 // readExt reads any msgpack extension: its type and data.

@@ -6,6 +6,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tinylib/msgp/msgp"
 )
 
 func TestPlainWord(t *testing.T) {
@@ -42,12 +45,17 @@ func TestPlainWord(t *testing.T) {
 // Strings of every length around the eight-byte steps, with a byte that needs escaping (or
 // is not ASCII) at every position, come back unchanged through encoding/json.
 func TestStrRoundTrip(t *testing.T) {
-	var tc transcoder
+	g := &tightGrower{t: t}
+	tc := transcoder{grow: g.grow}
 	for n := range 40 {
 		for pos := range n {
 			for _, c := range []string{"\"", "\\", "\n", "\x01", "\x7f", "é", "€", "\U0001F600"} {
 				s := strings.Repeat("x", pos) + c + strings.Repeat("y", n-pos)
-				out := tc.str(nil, []byte(s))
+				out, err := tc.str(nil, []byte(s))
+				if err != nil {
+					t.Fatal(err)
+				}
+				g.check(out)
 				var back string
 				if err := json.Unmarshal(out, &back); err != nil || back != s {
 					t.Fatalf("str(%q) = %s: decoded %q, %v", s, out, back, err)
@@ -58,8 +66,62 @@ func TestStrRoundTrip(t *testing.T) {
 	if tc.invalidUTF8 {
 		t.Fatal("valid UTF-8 flagged as invalid")
 	}
-	out := tc.str(nil, []byte("abcdefgh\xffabcdefgh"))
+	out, _ := tc.str(nil, []byte("abcdefgh\xffabcdefgh"))
 	if string(out) != "\"abcdefgh\ufffdabcdefgh\"" || !tc.invalidUTF8 {
 		t.Fatalf("invalid byte: %s, flagged %v", out, tc.invalidUTF8)
+	}
+}
+
+// tightGrower gives a transcoder exactly the room it asks for, and fails
+// the test when the buffer it is handed (or, with check, the transcoder's
+// output) is not the one it gave last: an append that grew the buffer by
+// itself, past the budget.
+type tightGrower struct {
+	t    testing.TB
+	last []byte
+}
+
+func (g *tightGrower) grow(dst []byte, n int) ([]byte, error) {
+	g.check(dst)
+	g.last = make([]byte, len(dst), len(dst)+n)
+	copy(g.last, dst)
+	return g.last, nil
+}
+
+func (g *tightGrower) check(out []byte) {
+	g.t.Helper()
+	if cap(out) > 0 && (cap(out) != cap(g.last) || &out[:1][0] != &g.last[:1][0]) {
+		g.t.Fatalf("the transcoder grew its buffer by itself (cap %d, last given %d)", cap(out), cap(g.last))
+	}
+}
+
+// The transcoder asks for room before every append, whatever the record:
+// given exactly the room it asks for, it never has to grow a buffer itself.
+func TestTranscoderAsksForRoom(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	long := strings.Repeat("x", 3000)
+	recs := [][]byte{
+		record(),
+		record("log", "hello", "n", 1, "f", 1.5, "neg", -12345678901, "b", true, "nil", nil),
+		record("esc", "a\"b\\c\nd\re\tf\x01g\x7f", "bad", "x\xff\xfey", "long", long+"\n"+long),
+		record("strings", []any{"a", "bc", long}, "maps", []any{map[string]any{}, map[string]any{"k": "v"}}),
+		record("bin", []byte(long), "nested", map[string]any{"a": []any{1, "two", 3.0, nil, map[string]any{"k": "v"}}}),
+		[]byte("\x82\x01\xa1x\xc3\xa1y"),                                               // {1: "x", true: "y"}
+		append([]byte("\x81\xa1t"), eventTime(t0)...),                                  // an EventTime value
+		append([]byte("\x81"), append(eventTime(t0), 0xa1, 'v')...),                    // an EventTime key
+		append([]byte("\x81\xa1e"), 0xc7, 3, 5, 'a', 'b', 'c'),                         // another extension
+		append([]byte("\x81\x91"), append(msgp.AppendString(nil, long), 0xa1, 'v')...), // an array key
+	}
+	for i, rec := range recs {
+		g := &tightGrower{t: t}
+		tc := transcoder{grow: g.grow}
+		out, rest, err := tc.record(nil, rec)
+		if err != nil || len(rest) != 0 {
+			t.Fatalf("record %d: %v, %d bytes left", i, err, len(rest))
+		}
+		g.check(out)
+		if !json.Valid(out) {
+			t.Fatalf("record %d: %q is not JSON", i, out)
+		}
 	}
 }

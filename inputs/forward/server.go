@@ -67,6 +67,14 @@ func New(cfg config.Forward, p *inputs.Pipeline, log *slog.Logger) *Server {
 	if cfg.HandshakeTimeout <= 0 {
 		cfg.HandshakeTimeout = config.Duration(10 * time.Second)
 	}
+	if cfg.MaxRecordsPerMessage <= 0 {
+		cfg.MaxRecordsPerMessage = defaultMaxRecords
+	}
+	if p.Budget == nil {
+		q := *p
+		q.Budget = inputs.NewBudget(inputs.DefaultBudget, p.Metrics)
+		p = &q
+	}
 	return &Server{cfg: cfg, p: p, log: log.With("input", "forward"), hostname: host,
 		slots: inputs.NewSlots(cfg.MaxConnections), conns: map[*conn]struct{}{}, listen: net.Listen}
 }
@@ -118,6 +126,12 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 // finish and ack it (for up to a few seconds), and returns.
 func (s *Server) Serve(ctx context.Context) error {
 	s.log.Info("listening", "address", s.ln.Addr().String(), "tls", s.tls != nil, "handshake", s.cfg.SharedKey != "")
+	if need := messageMemory(int64(s.cfg.MaxMessageBytes), int64(s.cfg.MaxRecordsPerMessage)); need > s.p.Budget.Limit() {
+		largest := max((s.p.Budget.Limit()-bufSlack-int64(s.cfg.MaxRecordsPerMessage)*inputs.RecordSize)/2, 0)
+		s.log.Warn("a message of max_message_bytes needs more memory than the inputs' budget gives one message: messages larger than about largest_message may be refused (over_memory_budget); raise memory_limit or lower max_message_bytes",
+			"max_message_bytes", s.cfg.MaxMessageBytes, "memory_needed", config.Size(need), "budget", config.Size(s.p.Budget.Limit()),
+			"largest_message", config.Size(largest))
+	}
 	storeCtx, cancelStores := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelStores()
 	go func() {
@@ -153,7 +167,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		go func() {
 			defer s.wg.Done()
 			defer slot.Release()
-			c.serve(storeCtx)
+			c.serve(ctx, storeCtx)
 		}()
 	}
 	done := make(chan struct{})
@@ -184,6 +198,14 @@ func (s *Server) track(c *conn, open bool) {
 }
 
 var errClosing = errors.New("server closing")
+
+// messageMemory is about what a message of n bytes and at most records
+// records takes of the budget while it is decoded: its bytes, its records'
+// JSON (reserved at the message's size, grown if it is more) and the
+// records, 56 bytes each.
+func messageMemory(n, records int64) int64 {
+	return n + bufSlack + n + min(records, n/3)*inputs.RecordSize
+}
 
 // rateLog lets one log line through per reason per minute and counts the rest.
 type rateLog struct {

@@ -1,13 +1,14 @@
 package httpin
 
 import (
-	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
+
+	"github.com/logfwd/forwarder/inputs"
 )
 
 var errTooLarge = errors.New("body too large")
@@ -44,8 +45,10 @@ func (e *bodyError) Error() string { return e.err.Error() }
 
 // readBody reads the request body, decompressed, refusing more than limit
 // bytes before and after decompression: a small gzip body that inflates
-// past limit is stopped there.
-func readBody(w http.ResponseWriter, r *http.Request, gzipped bool, limit int64) ([]byte, error) {
+// past limit is stopped there. The buffer it returns is reserved from hold
+// (its capacity), grown as the body arrives, waiting for room until ctx
+// ends: an error that is inputs.ErrOverBudget or inputs.ErrNoRoom says so.
+func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, gzipped bool, limit int64, hold *inputs.Hold) ([]byte, error) {
 	tooLarge := &bodyError{http.StatusRequestEntityTooLarge, reasonTooLarge,
 		fmt.Errorf("body larger than %d bytes", limit)}
 	if r.ContentLength > limit {
@@ -53,28 +56,32 @@ func readBody(w http.ResponseWriter, r *http.Request, gzipped bool, limit int64)
 	}
 	raw := &errReader{r: http.MaxBytesReader(w, r.Body, limit)}
 	if !gzipped {
-		b, err := readAll(raw, limit, r.ContentLength)
+		b, err := readAll(ctx, raw, limit, r.ContentLength, hold)
 		return b, classify(err, raw, tooLarge)
 	}
-	zr, err := gzip.NewReader(raw)
+	zr, err := inputs.GetGzip(raw)
 	if err == io.EOF && raw.err == io.EOF {
 		return nil, nil // an empty body
 	}
 	if err != nil {
 		return nil, classify(err, raw, tooLarge)
 	}
+	defer inputs.PutGzip(zr)
 	// gzip.Reader reads concatenated members (multistream) by default.
-	b, err := readAll(zr, limit, 0)
+	b, err := readAll(ctx, zr, limit, -1, hold)
 	return b, classify(err, raw, tooLarge)
 }
 
 // classify names the failure: the raw body over the limit or the
-// decompressed one (413), the connection (a read error), or the gzip data.
+// decompressed one (413), no room in the inputs' budget (as it is), the
+// connection (a read error), or the gzip data.
 func classify(err error, raw *errReader, tooLarge *bodyError) error {
 	var maxErr *http.MaxBytesError
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, inputs.ErrOverBudget), errors.Is(err, inputs.ErrNoRoom):
+		return err
 	case errors.Is(err, errTooLarge), errors.As(err, &maxErr), errors.As(raw.err, &maxErr):
 		return tooLarge
 	case raw.err != nil && raw.err != io.EOF:
@@ -84,67 +91,66 @@ func classify(err error, raw *errReader, tooLarge *bodyError) error {
 	}
 }
 
-// Request bodies and the records parsed from them go through buffers that
-// are reused once the request is answered: the WAL copies records into its
-// entries before Append returns, and nothing else keeps them.
-var bufPool sync.Pool // *[]byte
+// firstRead is the buffer a body is first read into: small, so that a
+// client that announces a large body and sends little of it holds little.
+const firstRead = 16 << 10
 
-// maxPooled: larger buffers are left to the garbage collector, so that a
-// few big requests do not pin their memory.
-const maxPooled = 4 << 20
-
-// getBuf returns an empty buffer with room for n bytes.
-func getBuf(n int) []byte {
-	if bp, ok := bufPool.Get().(*[]byte); ok {
-		if cap(*bp) >= n {
-			return (*bp)[:0]
-		}
-		bufPool.Put(bp)
+// readAll reads r to its end, failing with errTooLarge past limit bytes,
+// into a buffer that doubles as it fills, each size reserved from hold
+// before it is allocated. hint (a Content-Length, -1: none) only ever
+// makes the first buffer smaller: the buffer grows from bytes that came,
+// never from what a client says it will send.
+func readAll(ctx context.Context, r io.Reader, limit, hint int64, hold *inputs.Hold) ([]byte, error) {
+	first := int64(firstRead)
+	if hint >= 0 && hint+1 < first {
+		first = hint + 1 // room to see the end without growing
 	}
-	return make([]byte, 0, n)
-}
-
-func putBuf(b []byte) {
-	if cap(b) == 0 || cap(b) > maxPooled {
-		return
+	b, err := reserveBuf(ctx, hold, inputs.BufClass(int(min(first, limit+1))))
+	if err != nil {
+		return nil, err
 	}
-	b = b[:0]
-	bufPool.Put(&b)
-}
-
-// readAll reads r to its end, failing with errTooLarge past limit bytes.
-// hint is the expected length (-1 or 0: unknown).
-func readAll(r io.Reader, limit, hint int64) ([]byte, error) {
-	size := int64(64 << 10)
-	if hint > 0 {
-		size = hint + 1 // room to see the end without growing
-	}
-	if size > limit+1 {
-		size = limit + 1
-	}
-	b := getBuf(int(size))
 	for {
 		if len(b) == cap(b) {
-			// Grow, never past limit+1: one byte over is enough to know.
-			bigger := make([]byte, len(b), min(2*int64(cap(b))+512, limit+1))
-			copy(bigger, b)
-			putBuf(b)
+			// Double, never past limit+1: one byte over is enough to know.
+			size := inputs.BufClass(int(min(2*int64(cap(b)), limit+1)))
+			bigger, err := reserveBuf(ctx, hold, size)
+			if err != nil {
+				releaseBuf(hold, b)
+				return nil, err
+			}
+			bigger = append(bigger, b...)
+			releaseBuf(hold, b)
 			b = bigger
 		}
 		n, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
 		if int64(len(b)) > limit {
-			putBuf(b)
+			releaseBuf(hold, b)
 			return nil, errTooLarge
 		}
 		if err == io.EOF {
 			return b, nil
 		}
 		if err != nil {
-			putBuf(b)
+			releaseBuf(hold, b)
 			return nil, err
 		}
 	}
+}
+
+// reserveBuf reserves size bytes from hold, then returns an empty buffer
+// of that capacity.
+func reserveBuf(ctx context.Context, hold *inputs.Hold, size int) ([]byte, error) {
+	if err := hold.Grow(ctx, int64(size)); err != nil {
+		return nil, err
+	}
+	return inputs.GetBuf(size), nil
+}
+
+// releaseBuf gives b back to its pool and its capacity to hold.
+func releaseBuf(hold *inputs.Hold, b []byte) {
+	hold.Release(int64(cap(b)))
+	inputs.PutBuf(b)
 }
 
 // errReader remembers the last error of the raw body, to tell a broken

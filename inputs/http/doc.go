@@ -31,10 +31,13 @@
 //	400 {"error": "line 3: invalid JSON: ..."}  nothing of the request is stored
 //	401 missing or wrong "Authorization: Bearer <token>" (WWW-Authenticate: Bearer)
 //	404 another path; 405 another method (Allow: POST)
-//	413 a body over max_body_bytes, before or after decompression
+//	413 a body over max_body_bytes, before or after decompression; more
+//	    records than max_records_per_request; a request that needs more
+//	    memory than the inputs' budget gives one (nothing is stored)
 //	422 an Idempotency-Key already used for a request with another tag or body
 //	415 a Content-Encoding other than gzip or identity
-//	503 the WAL is full, or the server is stopping (Retry-After: 1)
+//	503 the WAL is full, the inputs' memory budget had no room for the
+//	    request in time, or the server is stopping (Retry-After: 1)
 //	500 the WAL failed
 //
 // Lines and array elements in error messages are numbered from 1.
@@ -48,6 +51,16 @@
 // "http:" and the key (inputs.HTTPChunkID), apart from forward chunk ids. A request answered 503 after waiting for room may have
 // been stored nonetheless (the WAL took it as the wait ran out); sent again
 // with its Idempotency-Key, it is not stored twice.
+//
+// A request's body, decompressed, and the records parsed from it are
+// reserved from the inputs' memory budget (inputs.Budget) before they are
+// allocated: the body is read into a buffer that starts small (16 KiB, or
+// the Content-Length when that is less) and doubles as bytes arrive, never
+// sized from a Content-Length. A request that finds no room waits for up
+// to 5 s, then is answered 503 (reason memory_full), as it is at once when
+// every request and connection holding part of the budget waits for more
+// and it holds the most; one that needs more than the budget gives one is
+// answered 413 (reason over_memory_budget).
 //
 // Bad input is answered and counted (forwarder_input_rejected_total, by
 // reason) and logged at debug level only; it never stops the server or

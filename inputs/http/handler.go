@@ -1,6 +1,7 @@
 package httpin
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -17,21 +18,24 @@ import (
 // Reasons a request is refused, the reason label of
 // forwarder_input_rejected_total{input="http"}.
 const (
-	reasonMalformed   = "malformed"            // not JSON, not objects, broken gzip, an Idempotency-Key too long
-	reasonKeyReused   = "idempotency_conflict" // an Idempotency-Key already used for another request
-	reasonBadTime     = "bad_time"             // a time field that is no time
-	reasonBadTag      = "bad_tag"              // missing, too long, or with control characters
-	reasonTooLarge    = "too_large"            // over max_body_bytes, raw or decompressed, or over wal.max_bytes
-	reasonUnauth      = "unauthorized"         // missing or wrong bearer token
-	reasonEncoding    = "unsupported_encoding" // a Content-Encoding other than gzip
-	reasonWALFull     = "wal_full"             // no room in the WAL in time, or no space on disk
-	reasonWALError    = "wal_error"            // the WAL failed or is closed
-	reasonReadError   = "read_error"           // the body could not be read (the connection broke or timed out)
-	reasonShutdown    = "shutting_down"        // the server is stopping
-	reasonCanceled    = "canceled"             // the client went away before its records were stored
-	reasonBadMethod   = "bad_method"           // not POST
-	reasonNotFound    = "not_found"            // not /v1/logs
-	maxIdempotencyKey = inputs.MaxClientChunkID
+	reasonMalformed      = "malformed"            // not JSON, not objects, broken gzip, an Idempotency-Key too long
+	reasonKeyReused      = "idempotency_conflict" // an Idempotency-Key already used for another request
+	reasonBadTime        = "bad_time"             // a time field that is no time
+	reasonBadTag         = "bad_tag"              // missing, too long, or with control characters
+	reasonTooLarge       = "too_large"            // over max_body_bytes, raw or decompressed, or over wal.max_bytes
+	reasonUnauth         = "unauthorized"         // missing or wrong bearer token
+	reasonEncoding       = "unsupported_encoding" // a Content-Encoding other than gzip
+	reasonWALFull        = "wal_full"             // no room in the WAL in time, or no space on disk
+	reasonWALError       = "wal_error"            // the WAL failed or is closed
+	reasonReadError      = "read_error"           // the body could not be read (the connection broke or timed out)
+	reasonShutdown       = "shutting_down"        // the server is stopping
+	reasonCanceled       = "canceled"             // the client went away before its records were stored
+	reasonBadMethod      = "bad_method"           // not POST
+	reasonNotFound       = "not_found"            // not /v1/logs
+	reasonTooManyRecords = "too_many_records"     // over max_records_per_request
+	reasonOverBudget     = "over_memory_budget"   // more than the inputs' memory budget holds for one request
+	reasonNoRoom         = "memory_full"          // no room in the inputs' memory budget in time
+	maxIdempotencyKey    = inputs.MaxClientChunkID
 )
 
 func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
@@ -73,34 +77,71 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 		s.walFull(w, r)
 		return
 	}
-	body, err := readBody(w, r, gzipped, int64(s.cfg.MaxBodyBytes))
+	// Everything the request holds of the inputs' budget is given back
+	// once it is answered; the body as soon as it is parsed.
+	hold := s.p.Budget.Hold(input)
+	defer hold.ReleaseAll()
+	ctx, cancel := context.WithTimeout(r.Context(), s.memoryWait)
+	defer cancel()
+	body, err := readBody(ctx, w, r, gzipped, int64(s.cfg.MaxBodyBytes), hold)
 	if err != nil {
 		var be *bodyError
-		if errors.As(err, &be) {
+		switch {
+		case errors.As(err, &be):
 			s.reject(w, r, be.status, be.reason, be.Error())
-			return
+		case s.budgetRefused(w, r, err):
+		default:
+			s.reject(w, r, http.StatusBadRequest, reasonReadError, err.Error())
 		}
-		s.reject(w, r, http.StatusBadRequest, reasonReadError, err.Error())
 		return
 	}
 	var id wal.AppendOptions
 	if key != "" {
 		id = wal.AppendOptions{ChunkID: inputs.HTTPChunkID(key), ChunkDigest: requestDigest(tag, body)}
 	}
-	out := getBuf(len(body))
-	recs, stats, err := parseInto(&out, body, tag, s.cfg.TimeField, time.Now())
-	putBuf(body)
-	defer putBuf(out) // after the store: the records point into it
+	var out []byte
+	pctx, cancelParse := context.WithTimeout(r.Context(), s.memoryWait)
+	defer cancelParse()
+	recs, stats, err := parseInto(&out, body, tag, s.cfg.TimeField, time.Now(),
+		limits{maxRecords: s.cfg.MaxRecordsPerRequest, hold: hold, ctx: pctx})
+	releaseBuf(hold, body)
+	defer func() { // after the store: the records point into out
+		releaseBuf(hold, out)
+		releaseRecords(hold, recs)
+	}()
 	if err != nil {
 		var bad *badRequest
-		if errors.As(err, &bad) {
-			s.reject(w, r, http.StatusBadRequest, bad.reason, bad.msg)
-			return
+		switch {
+		case errors.As(err, &bad):
+			s.reject(w, r, cmp.Or(bad.status, http.StatusBadRequest), bad.reason, bad.msg)
+		case s.budgetRefused(w, r, err):
+		default:
+			s.reject(w, r, http.StatusBadRequest, reasonMalformed, err.Error())
 		}
-		s.reject(w, r, http.StatusBadRequest, reasonMalformed, err.Error())
 		return
 	}
 	s.store(w, r, routed, id, recs, stats)
+}
+
+// budgetRefused answers a request the inputs' memory budget could not
+// hold, and reports whether err was that: 413 for a request larger than the
+// budget ever holds for one, 503 with Retry-After when there was no room in
+// time.
+func (s *Server) budgetRefused(w http.ResponseWriter, r *http.Request, err error) bool {
+	switch {
+	case errors.Is(err, inputs.ErrOverBudget):
+		s.rejectErr(w, r, http.StatusRequestEntityTooLarge, reasonOverBudget,
+			"request needs more memory than the forwarder gives one request (its memory_limit): nothing was stored; send fewer or smaller records per request", err)
+	case errors.Is(err, inputs.ErrNoRoom) && r.Context().Err() != nil:
+		s.reject(w, r, http.StatusServiceUnavailable, reasonCanceled, "request canceled")
+	case errors.Is(err, inputs.ErrNoRoom):
+		w.Header().Set("Retry-After", "1")
+		s.rejectErr(w, r, http.StatusServiceUnavailable, reasonNoRoom,
+			"the forwarder's inputs are holding all the memory they may (memory_limit): nothing was stored; retry later", err)
+	default:
+		return false
+	}
+	return true
 }
 
 // requestDigest is what an Idempotency-Key stands for: the request's tag

@@ -152,6 +152,12 @@ func TestResponses(t *testing.T) {
 			status: 413, resp: `{"error":"body larger than 1024 bytes"}`, reason: "too_large"},
 		{name: "gzip bomb", cfg: func(c *config.HTTP) { c.MaxBodyBytes = 64 << 10 }, headers: []string{"Content-Encoding", "gzip"},
 			body: bomb, status: 413, resp: `{"error":"body larger than 65536 bytes"}`, reason: "too_large"},
+		{name: "records over the limit", cfg: func(c *config.HTTP) { c.MaxRecordsPerRequest = 2 }, body: []byte("{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n"),
+			status: 413, resp: `{"error":"more than 2 records in one request (max_records_per_request): nothing was stored; send them in several requests"}`, reason: "too_many_records"},
+		{name: "array elements over the limit", cfg: func(c *config.HTTP) { c.MaxRecordsPerRequest = 2 }, body: []byte(`[{"a":1},{"a":2},{"a":3}]`),
+			status: 413, respHas: "more than 2 records in one request", reason: "too_many_records"},
+		{name: "records at the limit", cfg: func(c *config.HTTP) { c.MaxRecordsPerRequest = 2 }, body: []byte(`[{"a":1},{"a":2}]`),
+			status: 200, resp: `{"stored":2}`, stored: []string{`{"a":1}`, `{"a":2}`}},
 
 		// 401
 		{name: "no token", cfg: withToken, body: []byte(`{"a":1}`),

@@ -66,6 +66,8 @@ type setup struct {
 	routed       func(tag string) bool
 	appender     func(w *wal.WAL) inputs.Appender // wraps the WAL; nil: the WAL itself
 	storeTimeout time.Duration
+	memoryWait   time.Duration
+	budget       int64          // the inputs' budget; 0: the default
 	stopTimeout  time.Duration  // Serve's grace for requests in flight
 	certPool     *x509.CertPool // the client trusts it; set with TLS
 	log          *slog.Logger
@@ -78,6 +80,8 @@ func withConfig(f func(*config.HTTP)) option     { return func(s *setup) { f(&s.
 func withWAL(o wal.Options) option               { return func(s *setup) { s.walOpts = o } }
 func withRouted(f func(string) bool) option      { return func(s *setup) { s.routed = f } }
 func withStoreTimeout(d time.Duration) option    { return func(s *setup) { s.storeTimeout = d } }
+func withMemoryWait(d time.Duration) option      { return func(s *setup) { s.memoryWait = d } }
+func withBudget(n int64) option                  { return func(s *setup) { s.budget = n } }
 func withShutdownTimeout(d time.Duration) option { return func(s *setup) { s.stopTimeout = d } }
 func withCertPool(p *x509.CertPool) option       { return func(s *setup) { s.certPool = p } }
 func withLogger(l *slog.Logger) option           { return func(s *setup) { s.log = l } }
@@ -103,9 +107,16 @@ func newEnv(t testing.TB, opts ...option) *env {
 		app = st.appender(w)
 	}
 	m := inputs.NewMetrics(prometheus.NewRegistry())
-	s := New(st.cfg, &inputs.Pipeline{WAL: app, Routed: st.routed, Metrics: m}, st.log)
+	p := &inputs.Pipeline{WAL: app, Routed: st.routed, Metrics: m}
+	if st.budget > 0 {
+		p.Budget = inputs.NewBudget(st.budget, m)
+	}
+	s := New(st.cfg, p, st.log)
 	if st.storeTimeout > 0 {
 		s.storeTimeout = st.storeTimeout
+	}
+	if st.memoryWait > 0 {
+		s.memoryWait = st.memoryWait
 	}
 	if st.stopTimeout > 0 {
 		s.shutdownTimeout = st.stopTimeout

@@ -31,6 +31,11 @@ const (
 	// storeTimeout is how long a request waits for room in a full WAL
 	// before the client is told 503 and to retry.
 	storeTimeout = 5 * time.Second
+	// memoryWait is how long a request waits for room in the inputs'
+	// memory budget, in all, before the client is told 503 and to retry.
+	memoryWait = 5 * time.Second
+	// defaultMaxRecords is max_records_per_request when none is given.
+	defaultMaxRecords = 100_000
 	// shutdownTimeout bounds how long Serve waits for in-flight requests
 	// once its context ends.
 	shutdownTimeout = 5 * time.Second
@@ -45,6 +50,7 @@ type Server struct {
 	auth *bearer // nil: no token configured
 
 	storeTimeout    time.Duration
+	memoryWait      time.Duration
 	shutdownTimeout time.Duration
 	// listen binds the address (a variable so that tests can put faults
 	// under the listener).
@@ -73,6 +79,9 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 	if cfg.ReadHeaderTimeout <= 0 {
 		cfg.ReadHeaderTimeout = config.Duration(defaultReadHeaderTimeout)
 	}
+	if cfg.MaxRecordsPerRequest <= 0 {
+		cfg.MaxRecordsPerRequest = defaultMaxRecords
+	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -81,11 +90,17 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 		q.Metrics = inputs.NewMetrics(nil)
 		p = &q
 	}
+	if p.Budget == nil {
+		q := *p
+		q.Budget = inputs.NewBudget(inputs.DefaultBudget, p.Metrics)
+		p = &q
+	}
 	s := &Server{
 		cfg:             cfg,
 		p:               p,
 		log:             log,
 		storeTimeout:    storeTimeout,
+		memoryWait:      memoryWait,
 		shutdownTimeout: shutdownTimeout,
 		listen:          net.Listen,
 	}
