@@ -37,6 +37,8 @@ type Pipeline struct {
 	// Budget bounds the bytes both inputs hold (see Budget). Nil: each
 	// input makes one of DefaultBudget bytes for itself.
 	Budget *Budget
+	// Unrouted, if set, warns of the tags no sink matched.
+	Unrouted *UnroutedLog
 }
 
 // DefaultBudget is the budget of an input given none: what the default
@@ -51,10 +53,20 @@ const DefaultBudget = 48 << 20
 // append (recs is modified).
 func (p *Pipeline) Store(ctx context.Context, input string, recs []wal.Record, id wal.AppendOptions) (wal.Result, error) {
 	kept := recs[:0]
+	runTag, run := "", 0 // a run of unrouted records of one tag, noted at once
 	for _, r := range recs {
 		if p.Routed == nil || p.Routed(r.Tag) {
 			kept = append(kept, r)
+			continue
 		}
+		if run > 0 && r.Tag != runTag {
+			p.Unrouted.Note(runTag, run)
+			run = 0
+		}
+		runTag, run = r.Tag, run+1
+	}
+	if run > 0 {
+		p.Unrouted.Note(runTag, run)
 	}
 	if n := len(recs) - len(kept); n > 0 {
 		p.Metrics.Unrouted.WithLabelValues(input).Add(float64(n))

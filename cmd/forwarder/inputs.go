@@ -18,7 +18,8 @@ import (
 // of memory_limit.
 func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]actor, *inputs.Pipeline, error) {
 	m := inputs.NewMetrics(reg)
-	p := &inputs.Pipeline{WAL: w, Metrics: m, Routed: routed(cfg.Sinks), Budget: inputs.NewBudget(cfg.InputMemory(), m)}
+	p := &inputs.Pipeline{WAL: w, Metrics: m, Routed: routed(cfg.Sinks), Budget: inputs.NewBudget(cfg.InputMemory(), m),
+		Unrouted: &inputs.UnroutedLog{Log: log}}
 	var actors []actor
 	if c := cfg.Inputs.Forward; c != nil {
 		s := forward.New(*c, p, log)
