@@ -70,21 +70,28 @@ func (s *Server) newConn(nc net.Conn, slot *inputs.Slot) *conn {
 	return c
 }
 
-// closeIfIdle closes the connection unless it is in the middle of a message.
-func (c *conn) closeIfIdle() {
+// shutdownLinger is how long a connection of a stopping server waits for
+// the next message: what its client wrote before the listener closed may
+// still be in the socket, and is read, stored and acknowledged, not
+// dropped; then the connection closes.
+const shutdownLinger = 250 * time.Millisecond
+
+// stopReading is the server stopping: an idle connection reads only what
+// arrives within shutdownLinger, one in the middle of a message finishes
+// it (within the server's drain time).
+func (c *conn) stopReading() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gone = true
 	if !c.busy {
-		c.nc.Close()
+		c.nc.SetReadDeadline(time.Now().Add(shutdownLinger))
 	}
 }
 
-func (c *conn) setBusy(b bool) bool {
+func (c *conn) setBusy(b bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.busy = b
-	return !c.gone
 }
 
 // closing reports whether the server is closing the connection.
@@ -103,7 +110,9 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 	defer c.nc.Close()
 	defer c.hold.ReleaseAll()
 	defer c.dropBuf()
-	c.ctx = ctx
+	// Waits for memory and decoding go on while the server stops, until it
+	// gives up on stores too: a message that has arrived is finished.
+	c.ctx = storeCtx
 	log := c.s.log.With("remote", c.remote)
 	if !c.handshakeBy.IsZero() {
 		if err := c.handshake(); err != nil {
@@ -125,7 +134,7 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 			}
 			return
 		}
-		dctx, cancel := context.WithDeadline(ctx, c.msgBy)
+		dctx, cancel := context.WithDeadline(storeCtx, c.msgBy)
 		c.dec.ctx = dctx
 		m, err := c.dec.decode(msg)
 		cancel()
@@ -170,9 +179,7 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 				return
 			}
 		}
-		if !c.setBusy(false) {
-			return // the server is closing
-		}
+		c.setBusy(false) // a stopping server reads on what its client had sent
 	}
 }
 
@@ -298,6 +305,9 @@ func (c *conn) next() ([]byte, error) {
 	}
 	c.drop()
 	deadline := c.within(time.Now().Add(idleTimeout))
+	if c.closing() {
+		deadline = time.Now().Add(shutdownLinger) // what is still in the socket, then no more
+	}
 	started := false
 	empty := 0 // reads in a row that returned nothing and no error
 	for {
@@ -307,9 +317,8 @@ func (c *conn) next() ([]byte, error) {
 				started = true
 				deadline = c.within(time.Now().Add(messageTimeout))
 				c.msgBy = deadline
-				if !c.setBusy(true) {
-					return nil, errClosing
-				}
+				c.setBusy(true) // a stopping server lets it finish
+
 			}
 			n, err := c.fr.next(pending)
 			switch {
@@ -332,6 +341,9 @@ func (c *conn) next() ([]byte, error) {
 		c.buf = c.buf[:len(c.buf)+n]
 		c.read += int64(n)
 		if err != nil {
+			if len(c.buf) == c.start && isTimeout(err) && c.closing() {
+				return nil, errClosing // nothing more came before the server stops
+			}
 			if len(c.buf) > c.start && (errors.Is(err, io.EOF) || isTimeout(err)) {
 				return nil, &badMessage{reason: reasonFor(err), offset: -1, err: errIncomplete(len(c.buf)-c.start, err)}
 			}

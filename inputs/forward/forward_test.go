@@ -3,7 +3,9 @@ package forward
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"slices"
@@ -274,5 +276,47 @@ func TestIntegerTimeRange(t *testing.T) {
 		case m.records[0].Time != tt.want:
 			t.Errorf("time % x: %d, want %d", tt.time, m.records[0].Time, tt.want)
 		}
+	}
+}
+
+// A stopping server reads what its clients had already sent, stores it and
+// then closes: a client without acks that wrote messages just before the
+// stop loses none of them (it used to lose those still in the socket).
+func TestStopReadsWhatWasSent(t *testing.T) {
+	w, err := wal.Open(t.TempDir(), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	srv := New(defaultCfg(), &inputs.Pipeline{WAL: w, Metrics: inputs.NewMetrics(nil)}, slog.New(slog.DiscardHandler))
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	c, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = 300
+	var all []byte
+	for i := range n {
+		all = append(all, messageMode("app", eventTime(time.Now()), record("i", i), nil)...)
+	}
+	if _, err := c.Write(all); err != nil {
+		t.Fatal(err)
+	}
+	cancel() // the stop, with most of the messages still in the socket
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	recs, err := w.Read(1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != n {
+		t.Fatalf("%d of %d messages written before the stop were stored", len(recs), n)
 	}
 }

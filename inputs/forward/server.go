@@ -121,9 +121,10 @@ func serverTLS(c config.TLS) (*tls.Config, error) {
 // Addr is the listener's address, once started.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
-// Serve accepts connections until ctx ends. Then it stops accepting,
-// closes idle connections, lets connections that are storing a message
-// finish and ack it (for up to a few seconds), and returns.
+// Serve accepts connections until ctx ends. Then it stops accepting, reads
+// what connections' clients had already sent (shutdownLinger), lets
+// connections that are in a message finish, store and ack it (for up to a
+// few seconds), and returns.
 func (s *Server) Serve(ctx context.Context) error {
 	s.log.Info("listening", "address", s.ln.Addr().String(), "tls", s.tls != nil, "handshake", s.cfg.SharedKey != "")
 	if need := messageMemory(int64(s.cfg.MaxMessageBytes), int64(s.cfg.MaxRecordsPerMessage)); need > s.p.Budget.Limit() {
@@ -139,7 +140,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.ln.Close()
 		s.mu.Lock()
 		for c := range s.conns {
-			c.closeIfIdle()
+			c.stopReading()
 		}
 		s.mu.Unlock()
 	}()
