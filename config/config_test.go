@@ -62,7 +62,8 @@ func load(t *testing.T, text string) *Config {
 	return cfg
 }
 
-// The defaults as DESIGN.md states them, written out rather than taken from Default.
+// The defaults as README.md's configuration table states them, written out rather than
+// taken from Default.
 var (
 	designDefaults = Config{
 		DataDir:         "/var/lib/forwarder",

@@ -81,7 +81,7 @@ type decoder struct {
 }
 
 // decode decodes one message: Message, Forward, PackedForward or
-// CompressedPackedForward (DESIGN.md; NOTES.md has the shapes). On error
+// CompressedPackedForward (doc.go has the shapes). On error
 // it holds nothing of the message.
 func (d *decoder) decode(full []byte) (*message, error) {
 	m, err := d.decodeInto(full)

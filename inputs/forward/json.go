@@ -16,7 +16,7 @@ import (
 
 // transcoder turns a msgpack record into the compact JSON object the WAL
 // stores, in one pass and without intermediate maps, so key order is the
-// sender's. The rules (DESIGN.md, "Records and their bytes"):
+// sender's. The rules (doc.go, and README's forward input section):
 //   - binary values become base64 strings;
 //   - a map key that is not a string becomes its JSON text, as a string
 //     (1 → "1", true → "true");
