@@ -57,6 +57,9 @@ func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
 	for _, in := range all {
 		s.intents.add(in)
 		if in.Delivered {
+			if err := s.checkDelivered(ctx, st, in); err != nil {
+				return err
+			}
 			continue
 		}
 		p := in.partition()
@@ -204,6 +207,25 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string,
 		return resultPartial, len(missing), nil
 	}
 	return resultDelivered, 0, nil
+}
+
+// checkDelivered forgets the intent of a delivered call none of whose
+// events the WAL holds for its stream any more: the records were dropped
+// (wal.when_full: drop_oldest), or the sink's names changed and they are
+// another stream's now. Nothing would delete it otherwise.
+func (s *Sink) checkDelivered(ctx context.Context, st sinks.State, in *intent) error {
+	p := in.partition()
+	recs, err := st.ReadRange(in.First, in.Last, func(r *sinks.Record) bool { return s.partition(r, false) == p })
+	if err != nil {
+		return fmt.Errorf("read records %d to %d for the delivered call to stream %q of group %q: %w", in.First, in.Last, in.Stream, in.Group, err)
+	}
+	for _, e := range s.allEvents(recs) {
+		if in.covers(&e) {
+			return nil
+		}
+	}
+	s.log.Debug("forgetting the intent of a delivered call whose records the stream no longer has in the WAL", "sink", s.name, "group", in.Group, "stream", in.Stream)
+	return s.forget(ctx, st, in)
 }
 
 // forget deletes the intent of a call that is to be sent again.

@@ -1,7 +1,9 @@
 package cloudwatch
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -16,11 +18,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	cwl "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/emulator/cloudwatchlogs"
+	"github.com/logfwd/forwarder/internal/mototest"
 	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/sinks"
@@ -44,11 +49,12 @@ type proxy struct {
 	rp   *httputil.ReverseProxy
 	stop chan struct{}
 
-	mu     sync.Mutex
-	n      map[string]int
-	rule   func(op string, n int) string
-	hung   int
-	answer map[string]string // op -> an error code to answer every request of it with
+	mu       sync.Mutex
+	n        map[string]int
+	rule     func(op string, n int) string
+	hung     int
+	answer   map[string]string // op -> an error code to answer every request of it with
+	byStream map[string]string // stream -> what to do with its PutLogEvents, before rule
 }
 
 func newProxy(t *testing.T, target string, rule func(op string, n int) string) *proxy {
@@ -57,7 +63,8 @@ func newProxy(t *testing.T, target string, rule func(op string, n int) string) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{t: t, rp: httputil.NewSingleHostReverseProxy(u), stop: make(chan struct{}), n: map[string]int{}, rule: rule, answer: map[string]string{}}
+	p := &proxy{t: t, rp: httputil.NewSingleHostReverseProxy(u), stop: make(chan struct{}), n: map[string]int{}, rule: rule,
+		answer: map[string]string{}, byStream: map[string]string{}}
 	p.rp.ErrorLog = log.New(io.Discard, "", 0)
 	srv := httptest.NewServer(p)
 	t.Cleanup(func() {
@@ -71,11 +78,21 @@ func newProxy(t *testing.T, target string, rule func(op string, n int) string) *
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "Logs_20140328.")
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var in struct{ LogStreamName string }
+	_ = json.Unmarshal(body, &in)
 	p.mu.Lock()
 	p.n[op]++
 	what := pass
 	if p.rule != nil {
 		what = p.rule(op, p.n[op])
+	}
+	if w, ok := p.byStream[in.LogStreamName]; ok && op == "PutLogEvents" {
+		what = w
 	}
 	code := p.answer[op]
 	if what == hang || what == land {
@@ -134,6 +151,13 @@ func landPuts(op string, n int) string {
 		return land
 	}
 	return pass
+}
+
+// setStream says what to do with the PutLogEvents calls to stream.
+func (p *proxy) setStream(stream, what string) {
+	p.mu.Lock()
+	p.byStream[stream] = what
+	p.mu.Unlock()
 }
 
 func (p *proxy) setAnswer(op, code string) {
@@ -658,5 +682,106 @@ func TestIntentsCoverTheirCallsEvents(t *testing.T) {
 		if rebuilt := s.allEvents(recs); len(rebuilt) != len(evs) {
 			t.Fatalf("rebuilt %d events of %d", len(rebuilt), len(evs))
 		}
+	}
+}
+
+// After the stream template changed, intents of the old streams are
+// forgotten at start (their records go to the new stream), not kept for
+// ever.
+func TestRecoverForgetsIntentsOfRenamedStreams(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, func(op string, n int) string {
+		if op == "PutLogEvents" && n == 3 {
+			return hang
+		}
+		return pass
+	})
+	cfg := streamCfg(p.url)
+	e.restart(cfg)
+	rec, parts := bigRecord(time.Now())
+	e.append(rec)
+	e.runUntilHung(p, 1)
+	if n := e.intentsLeft(); n != 2 {
+		t.Fatalf("%d intents, want 2", n)
+	}
+	cfg.LogStream = "renamed"
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	got := e.copies("g", "renamed")
+	for i, part := range parts {
+		if got[part] != 1 {
+			t.Errorf("part %d stored %d times in the renamed stream, want once", i+1, got[part])
+		}
+	}
+	if n := e.intentsLeft(); n != 0 {
+		t.Errorf("%d intents left", n)
+	}
+	if e.indoubt(resultUnresolved) != 1 {
+		t.Errorf("unresolved %v, want 1", e.indoubt(resultUnresolved))
+	}
+}
+
+// serviceEvents reads group/stream from a service through the SDK, from
+// the head until the forward token comes back unchanged, and counts the
+// messages.
+func serviceEvents(t *testing.T, url, group, stream string) map[string]int {
+	t.Helper()
+	cl := cwl.New(cwl.Options{Region: "us-east-1", BaseEndpoint: aws.String(url), Credentials: staticAWS().Credentials})
+	in := &cwl.GetLogEventsInput{LogGroupName: aws.String(group), LogStreamName: aws.String(stream), StartFromHead: aws.Bool(true)}
+	out := map[string]int{}
+	for range 1000 {
+		page, err := cl.GetLogEvents(context.Background(), in)
+		if err != nil {
+			t.Fatalf("GetLogEvents %s %s: %v", group, stream, err)
+		}
+		for _, e := range page.Events {
+			out[aws.ToString(e.Message)]++
+		}
+		if in.NextToken != nil && aws.ToString(page.NextForwardToken) == *in.NextToken {
+			return out
+		}
+		in.NextToken = page.NextForwardToken
+	}
+	t.Fatal("the forward token never came back unchanged")
+	return nil
+}
+
+// Against moto_server: a call that landed is found with moto's
+// GetLogEvents and not sent again; one that did not land is sent again.
+func TestRecoverMoto(t *testing.T) {
+	motoURL := mototest.Start(t)
+	e := newEnv(t, nil)
+	p := newProxy(t, motoURL, nil)
+	cfg := streamCfg(p.url)
+	cfg.LogStream = "${tag}"
+	e.restart(cfg)
+	e.prime("landed", "lost")
+	p.setStream("landed", land)
+	p.setStream("lost", hang)
+	now := time.Now()
+	for i := range 30 {
+		e.append(wal.Record{Time: now.Add(time.Duration(i) * time.Millisecond).UnixNano(), Tag: "landed", Body: fmt.Appendf(nil, `{"log":"m%d"}`, i)})
+	}
+	for i := range 20 {
+		e.append(wal.Record{Time: now.Add(time.Duration(i) * time.Millisecond).UnixNano(), Tag: "lost", Body: fmt.Appendf(nil, `{"log":"n%d"}`, i)})
+	}
+	e.runUntilHung(p, 2)
+	p.setStream("landed", pass)
+	p.setStream("lost", pass)
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	landed, lost := serviceEvents(t, motoURL, "g", "landed"), serviceEvents(t, motoURL, "g", "lost")
+	for i := range 30 {
+		if n := landed[fmt.Sprintf(`{"log":"m%d"}`, i)]; n != 1 {
+			t.Errorf("m%d stored %d times in moto, want once", i, n)
+		}
+	}
+	for i := range 20 {
+		if n := lost[fmt.Sprintf(`{"log":"n%d"}`, i)]; n != 1 {
+			t.Errorf("n%d stored %d times in moto, want once", i, n)
+		}
+	}
+	if e.indoubt(resultDelivered) != 1 || e.indoubt(resultResent) != 1 {
+		t.Errorf("in doubt: delivered %v, resent %v; want 1 and 1 (partial %v, unresolved %v)", e.indoubt(resultDelivered), e.indoubt(resultResent), e.indoubt(resultPartial), e.indoubt(resultUnresolved))
 	}
 }
