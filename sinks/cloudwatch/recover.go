@@ -174,7 +174,7 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string,
 	for _, e := range call {
 		need[eventKey{e.ts, e.msg}]++
 	}
-	found, err := s.readWindow(ctx, in, need)
+	found, earlier, err := s.readWindow(ctx, in, need)
 	if errors.Is(err, errNoRead) {
 		return resultUnresolved, len(call), s.forget(ctx, st, in)
 	}
@@ -182,6 +182,13 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string,
 		return "", 0, err
 	}
 	missing := unmatched(call, found)
+	if len(missing) == len(call) && len(unmatched(call, earlier)) == 0 && s.skewed.CompareAndSwap(false, true) {
+		// Every event is there, ingested before the call started: this
+		// host's clock is ahead of the service's (or identical events came
+		// earlier). Sent again: a duplicate rather than a loss.
+		s.log.Warn("a call in doubt has every event in the stream, ingested before the call started: identical events of earlier calls, or this host's clock is ahead of CloudWatch Logs' (check NTP: calls in doubt would be sent again, duplicates, until it is right); the call is sent again",
+			"sink", s.name, "group", in.Group, "stream", in.Stream)
+	}
 	switch {
 	case len(missing) == len(call):
 		s.log.Debug("a call in doubt did not land: it is sent again", "sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events)
@@ -268,10 +275,13 @@ func unmatched(call []event, found map[eventKey]int) [][2]uint64 {
 // readWindow reads the intent's stream over its call's time window, from
 // the head, page after page until the forward token comes back unchanged
 // (a page may be short or empty while events remain), and counts the
-// events that need holds. A stream or group that does not exist holds
-// none. ThrottlingException waits and reads the page again.
-func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int) (map[eventKey]int, error) {
-	found := map[eventKey]int{}
+// events that need holds: in found those ingested at or after the call
+// started, in earlier the others, which an earlier call stored (an
+// identical event of the same millisecond is not one of this call's). A
+// stream or group that does not exist holds none. ThrottlingException
+// waits and reads the page again.
+func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int) (found, earlier map[eventKey]int, err error) {
+	found, earlier = map[eventKey]int{}, map[eventKey]int{}
 	input := &cloudwatchlogs.GetLogEventsInput{
 		LogGroupName: aws.String(in.Group), LogStreamName: aws.String(in.Stream),
 		StartTime: aws.Int64(in.MinTime), EndTime: aws.Int64(in.MaxTime + 1), StartFromHead: aws.Bool(true),
@@ -279,7 +289,7 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 	throttled := 0
 	for {
 		if err := s.reads.wait(ctx); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		pageCtx, cancel := context.WithTimeout(ctx, readTimeout)
 		out, err := s.api.GetLogEvents(pageCtx, input)
@@ -289,13 +299,13 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 			var ae smithy.APIError
 			switch {
 			case errors.As(err, &missing):
-				return found, nil
+				return found, earlier, nil
 			case errors.As(err, &ae) && (ae.ErrorCode() == "AccessDeniedException" || ae.ErrorCode() == "AccessDenied"):
 				if s.noRead.CompareAndSwap(false, true) {
 					s.log.Warn("GetLogEvents is refused: PutLogEvents calls a crash leaves in doubt are sent again, which may duplicate their events; grant logs:GetLogEvents on the sink's log groups to resolve them",
 						"sink", s.name, "group", in.Group, "error", awserr.Clean(err))
 				}
-				return nil, errNoRead
+				return nil, nil, errNoRead
 			case errors.As(err, &ae) && ae.ErrorCode() == "ThrottlingException" && ctx.Err() == nil:
 				throttled++
 				wait := min(time.Second<<min(throttled-1, 5), 30*time.Second)
@@ -304,22 +314,26 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 				case <-t.C:
 				case <-ctx.Done():
 					t.Stop()
-					return nil, ctx.Err()
+					return nil, nil, ctx.Err()
 				}
 				continue
 			}
-			return nil, classify(err, in.Group, in.Stream)
+			return nil, nil, classify(err, in.Group, in.Stream)
 		}
 		throttled = 0
 		for _, e := range out.Events {
 			k := eventKey{aws.ToInt64(e.Timestamp), aws.ToString(e.Message)}
-			if _, ok := need[k]; ok {
+			switch _, ok := need[k]; {
+			case !ok:
+			case aws.ToInt64(e.IngestionTime) >= in.Started:
 				found[k]++
+			default:
+				earlier[k]++
 			}
 		}
 		next := aws.ToString(out.NextForwardToken)
 		if next == "" || input.NextToken != nil && next == *input.NextToken {
-			return found, nil
+			return found, earlier, nil
 		}
 		input.NextToken = aws.String(next)
 	}

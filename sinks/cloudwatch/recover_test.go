@@ -343,13 +343,13 @@ func TestRecoverCallThatDidNotLand(t *testing.T) {
 	}
 }
 
-// Events the service refused in a call whose answer was lost (too new by
-// its clock, an hour behind the sink's) are not found; only they are sent
-// again, and dead-lettered when refused again. The others are not
-// duplicated.
+// Events the service refused in a call whose answer was lost (older than
+// the group's retention of a day by its clock, two minutes ahead of the
+// sink's) are not found; only they are sent again, and dead-lettered when
+// refused again. The others are not duplicated.
 func TestRecoverPartialCall(t *testing.T) {
 	e := newEnv(t, nil)
-	e.emu = cloudwatchlogs.New(cloudwatchlogs.Options{Now: func() time.Time { return time.Now().Add(-time.Hour) }})
+	e.emu = cloudwatchlogs.New(cloudwatchlogs.Options{Now: func() time.Time { return time.Now().Add(2 * time.Minute) }})
 	url, err := e.emu.Start("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -357,12 +357,13 @@ func TestRecoverPartialCall(t *testing.T) {
 	t.Cleanup(func() { e.emu.Close() })
 	p := newProxy(t, url, nil)
 	cfg := streamCfg(p.url)
+	cfg.RetentionDays = 1
 	e.restart(cfg)
 	e.prime()
 	p.setRule(landPuts)
 	now := time.Now()
+	e.appendLines(3, now.Add(-24*time.Hour+time.Minute), "old") // within a day of the sink's clock: one batch with the others
 	e.appendLines(7, now, "m")
-	e.appendLines(3, now.Add(90*time.Minute), "ahead")
 	e.runUntilHung(p, 1)
 	if got := len(e.emu.Events("g", "s")); got != 1+7 {
 		t.Fatalf("%d events stored, want the first and the 7 the service's clock allows", got)
@@ -375,7 +376,7 @@ func TestRecoverPartialCall(t *testing.T) {
 	}
 	dead := map[string]string{}
 	queue.DeadLetters(e.w, "cw", func(d queue.DeadLetter) error { dead[string(d.Body)] = d.Reason; return nil })
-	want := map[string]string{`{"log":"ahead0"}`: "too_new", `{"log":"ahead1"}`: "too_new", `{"log":"ahead2"}`: "too_new"}
+	want := map[string]string{`{"log":"old0"}`: "expired", `{"log":"old1"}`: "expired", `{"log":"old2"}`: "expired"}
 	if !reflect.DeepEqual(dead, want) {
 		t.Errorf("dead letters %v, want %v", dead, want)
 	}
@@ -783,5 +784,67 @@ func TestRecoverMoto(t *testing.T) {
 	}
 	if e.indoubt(resultDelivered) != 1 || e.indoubt(resultResent) != 1 {
 		t.Errorf("in doubt: delivered %v, resent %v; want 1 and 1 (partial %v, unresolved %v)", e.indoubt(resultDelivered), e.indoubt(resultResent), e.indoubt(resultPartial), e.indoubt(resultUnresolved))
+	}
+}
+
+// An event identical to one of the call in doubt (same millisecond, same
+// message) that an earlier call stored is not taken for it: the call did
+// not land and is sent again, and both records are in the stream.
+func TestRecoverEarlierIdenticalEventIsNotTheCalls(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, nil)
+	cfg := streamCfg(p.url)
+	e.restart(cfg)
+	at := time.Now()
+	same := wal.Record{Time: at.UnixNano(), Tag: "t", Body: []byte(`{"log":"same"}`)}
+	e.append(same)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	p.setRule(func(op string, n int) string {
+		if op == "PutLogEvents" {
+			return hang
+		}
+		return pass
+	})
+	time.Sleep(5 * time.Millisecond) // the next call starts in a later millisecond than the first was stored
+	e.append(same)
+	e.runUntilHung(p, 1)
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	if n := e.copies("g", "s")[`{"log":"same"}`]; n != 2 {
+		t.Errorf("%d copies of the two identical records, want 2", n)
+	}
+	if e.indoubt(resultResent) != 1 {
+		t.Errorf("resent %v, want 1", e.indoubt(resultResent))
+	}
+}
+
+// A host clock ahead of the service's makes a call that landed look
+// ingested before it started: it is sent again (a duplicate, not a loss),
+// with one warning that says to check the clock.
+func TestRecoverClockAheadSendsAgain(t *testing.T) {
+	e := newEnv(t, nil)
+	e.emu = cloudwatchlogs.New(cloudwatchlogs.Options{Now: func() time.Time { return time.Now().Add(-time.Minute) }})
+	url, err := e.emu.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.emu.Close() })
+	p := newProxy(t, url, nil)
+	cfg := streamCfg(p.url)
+	e.restart(cfg)
+	e.prime()
+	p.setRule(landPuts)
+	e.appendLines(10, time.Now(), "m")
+	e.runUntilHung(p, 1)
+	logs := e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	got := e.copies("g", "s")
+	for i := range 10 {
+		if n := got[fmt.Sprintf(`{"log":"m%d"}`, i)]; n != 2 {
+			t.Errorf("m%d stored %d times, want twice", i, n)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "check NTP") {
+		t.Errorf("%d warnings, want one about the clock:\n%s", n, logs)
 	}
 }

@@ -63,6 +63,7 @@ type Sink struct {
 	// noRead is set once GetLogEvents was refused (AccessDenied): calls in
 	// doubt are then sent again, for the rest of the run.
 	noRead atomic.Bool
+	skewed atomic.Bool // the clock warning was given
 
 	m metrics
 }
