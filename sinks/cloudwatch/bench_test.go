@@ -165,3 +165,59 @@ func BenchmarkIngestAndDrain(b *testing.B) {
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "records/s")
 	reportCalls(b, calls, sends)
 }
+
+// BenchmarkRecoverStreams times the resolution at start of 64 calls in
+// doubt, one per stream, 100 events each, that landed (the emulator
+// answers reads after 50 ms, as a distant service would): from the
+// drainer's start to its leaving the recovering state, with settle passed
+// already, at read_rate 10 (the default) and 100.
+func BenchmarkRecoverStreams(b *testing.B) {
+	const streams, events = 64, 100
+	for _, rate := range []int{10, 100} {
+		b.Run(fmt.Sprintf("streams=%d/read_rate=%d", streams, rate), func(b *testing.B) {
+			b.StopTimer()
+			for range b.N {
+				e := newEnv(b, nil)
+				p := newProxy(b, e.url, nil)
+				cfg := streamCfg(p.url)
+				cfg.LogStream = "${tag}"
+				cfg.MaxConcurrentStreams = streams
+				cfg.ReadRate = rate
+				e.restart(cfg)
+				var tags []string
+				for i := range streams {
+					tags = append(tags, fmt.Sprint("s", i))
+				}
+				e.prime(tags...)
+				p.setRule(landPuts)
+				now := time.Now()
+				var recs []wal.Record
+				for i := range streams * events {
+					recs = append(recs, wal.Record{Time: now.Add(time.Duration(i/streams) * time.Millisecond).UnixNano(), Tag: tags[i%streams],
+						Body: fmt.Appendf(nil, `{"log":"line %d of the call in doubt"}`, i)})
+				}
+				e.append(recs...)
+				e.runUntilHung(p, streams)
+				e.emu.SetLatency(50 * time.Millisecond)
+				e.restart(cfg)
+				d := queue.New(e.w, "cw", e.sink, queue.Options{Metrics: e.qm, Fingerprint: e.sink.Fingerprint()})
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				b.StartTimer()
+				go func() { done <- d.Run(ctx) }()
+				for d.Status().State != "running" {
+					time.Sleep(time.Millisecond)
+				}
+				b.StopTimer()
+				cancel()
+				if err := <-done; err != nil {
+					b.Fatal(err)
+				}
+				if n := e.indoubt(resultDelivered); n != streams {
+					b.Fatalf("%v calls found delivered, want %d", n, streams)
+				}
+			}
+			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/resolution")
+		})
+	}
+}

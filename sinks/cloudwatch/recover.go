@@ -279,12 +279,17 @@ func unmatched(call []event, found map[eventKey]int) [][2]uint64 {
 // started, in earlier the others, which an earlier call stored (an
 // identical event of the same millisecond is not one of this call's). A
 // stream or group that does not exist holds none. ThrottlingException
-// waits and reads the page again.
+// waits and reads the page again. Once every event needed is found, the
+// rest of the window is not read.
 func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int) (found, earlier map[eventKey]int, err error) {
 	found, earlier = map[eventKey]int{}, map[eventKey]int{}
 	input := &cloudwatchlogs.GetLogEventsInput{
 		LogGroupName: aws.String(in.Group), LogStreamName: aws.String(in.Stream),
 		StartTime: aws.Int64(in.MinTime), EndTime: aws.Int64(in.MaxTime + 1), StartFromHead: aws.Bool(true),
+	}
+	left := 0 // events needed and not found yet
+	for _, n := range need {
+		left += n
 	}
 	throttled := 0
 	for {
@@ -326,13 +331,15 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 			switch _, ok := need[k]; {
 			case !ok:
 			case aws.ToInt64(e.IngestionTime) >= in.Started:
-				found[k]++
+				if found[k]++; found[k] <= need[k] {
+					left--
+				}
 			default:
 				earlier[k]++
 			}
 		}
 		next := aws.ToString(out.NextForwardToken)
-		if next == "" || input.NextToken != nil && next == *input.NextToken {
+		if left == 0 || next == "" || input.NextToken != nil && next == *input.NextToken {
 			return found, earlier, nil
 		}
 		input.NextToken = aws.String(next)

@@ -44,7 +44,7 @@ const (
 // emulator, moto): rule says, for the nth request of an operation
 // (from 1), what to do with it.
 type proxy struct {
-	t    *testing.T
+	t    testing.TB
 	url  string
 	rp   *httputil.ReverseProxy
 	stop chan struct{}
@@ -57,7 +57,7 @@ type proxy struct {
 	byStream map[string]string // stream -> what to do with its PutLogEvents, before rule
 }
 
-func newProxy(t *testing.T, target string, rule func(op string, n int) string) *proxy {
+func newProxy(t testing.TB, target string, rule func(op string, n int) string) *proxy {
 	t.Helper()
 	u, err := url.Parse(target)
 	if err != nil {
@@ -368,6 +368,7 @@ func TestRecoverPartialCall(t *testing.T) {
 	if got := len(e.emu.Events("g", "s")); got != 1+7 {
 		t.Fatalf("%d events stored, want the first and the 7 the service's clock allows", got)
 	}
+	e.emu.SetSparsePages(2) // what is not found is looked for to the end, past empty pages
 	e.restart(cfg)
 	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
 	e.expectOnce(7, "m")

@@ -42,7 +42,7 @@ func baseCfg(endpoint string) config.CloudWatch {
 }
 
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	emu  *cloudwatchlogs.Server
 	url  string
 	w    *wal.WAL
@@ -51,7 +51,7 @@ type env struct {
 	sink *Sink
 }
 
-func newEnv(t *testing.T, mod func(*config.CloudWatch)) *env {
+func newEnv(t testing.TB, mod func(*config.CloudWatch)) *env {
 	t.Helper()
 	e := &env{t: t, emu: cloudwatchlogs.New(cloudwatchlogs.Options{}), reg: prometheus.NewRegistry()}
 	url, err := e.emu.Start("127.0.0.1:0")
