@@ -189,6 +189,18 @@ func (is *intents) done(partition string, last uint64) [][]byte {
 	return keys
 }
 
+// has reports whether in is still one of the intents.
+func (is *intents) has(in *intent) bool {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	for _, x := range is.byPart[in.partition()] {
+		if x == in {
+			return true
+		}
+	}
+	return false
+}
+
 func (is *intents) remove(in *intent) {
 	is.mu.Lock()
 	defer is.mu.Unlock()

@@ -96,6 +96,9 @@ func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
 				next++
 				mu.Unlock()
 				for _, in := range byPart[p] {
+					if !s.intents.has(in) {
+						continue // a call resolved before it took it along
+					}
 					result, n, err := s.resolve(ctx, st, in)
 					mu.Lock()
 					if err != nil {
@@ -157,11 +160,10 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string,
 			"sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events, "rebuilt", len(call))
 		return resultUnresolved, len(call), s.forget(ctx, st, in)
 	}
-	if s.noRead.Load() {
-		return resultUnresolved, len(call), s.forget(ctx, st, in)
-	}
+	// Settle counts from the call's start; at most settle from now, should
+	// the clock have gone back since.
 	settle := time.Duration(s.cfg.Settle)
-	if wait := time.Until(time.UnixMilli(in.Started).Add(settle)); wait > 0 {
+	if wait := min(time.Until(time.UnixMilli(in.Started).Add(settle)), settle); wait > 0 && !s.noRead.Load() {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
@@ -169,6 +171,9 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string,
 			t.Stop()
 			return "", 0, ctx.Err()
 		}
+	}
+	if s.noRead.Load() {
+		return resultUnresolved, len(call), s.forget(ctx, st, in)
 	}
 	need := make(map[eventKey]int, len(call))
 	for _, e := range call {

@@ -32,14 +32,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		if !in.Delivered {
 			continue
 		}
-		delivered = func(e *event) bool {
-			for _, in := range known {
-				if in.delivered(e) {
-					return true
-				}
-			}
-			return false
-		}
+		delivered = func(e *event) bool { return deliveredBy(known, e) }
 		for _, rj := range in.Rejected {
 			if rj.Seq >= b.First() && rj.Seq <= b.Last() {
 				out.Rejected = append(out.Rejected, rj)
