@@ -166,6 +166,10 @@ type CloudWatch struct {
 	MessageKey           string            `yaml:"message_key"`            // ship this field's value instead of the whole body
 	FlushInterval        Duration          `yaml:"flush_interval"`         // longest wait before a partial batch is sent
 	MaxConcurrentStreams int               `yaml:"max_concurrent_streams"` // streams with a request in flight at once
+	// Settle is how old a PutLogEvents call a crash left in doubt must be
+	// before the stream is read back to see whether it landed.
+	Settle   Duration `yaml:"settle"`
+	ReadRate int      `yaml:"read_rate"` // GetLogEvents calls a second while resolving calls in doubt
 }
 
 // Values of the keys that take one of a fixed set.

@@ -106,6 +106,8 @@ var (
 		LogGroupClass:        "STANDARD",
 		FlushInterval:        Duration(5 * time.Second),
 		MaxConcurrentStreams: 64,
+		Settle:               Duration(10 * time.Second),
+		ReadRate:             10,
 	}
 )
 
@@ -227,6 +229,8 @@ func TestFullConfig(t *testing.T) {
 					MessageKey:           "log",
 					FlushInterval:        Duration(2 * time.Second),
 					MaxConcurrentStreams: 8,
+					Settle:               Duration(30 * time.Second),
+					ReadRate:             5,
 				},
 			},
 		},
@@ -486,6 +490,8 @@ var badConfigs = []struct {
 		`7: sink "cloudwatch": log_group_class: "COLD" is not one of STANDARD, INFREQUENT_ACCESS`,
 		`8: sink "cloudwatch": flush_interval: must be greater than 0, not 0s`,
 		`9: sink "cloudwatch": max_concurrent_streams: must be 1 to 10000, not 0`,
+		`10: sink "cloudwatch": settle: must be at most 1h, not 2h (every start with calls in doubt waits that long)`,
+		`11: sink "cloudwatch": read_rate: must be 1 to 1000, not 0`,
 	}},
 	// The unset variable is reported once: not again as a missing bucket.
 	{"unset_env.yaml", []string{`5: environment variable FORWARDER_TEST_UNSET_VARIABLE is not set`}},

@@ -83,6 +83,8 @@ func defaultCloudWatch() *CloudWatch {
 		LogGroupClass:        LogGroupClassStandard,
 		FlushInterval:        Duration(5 * time.Second),
 		MaxConcurrentStreams: 64,
+		Settle:               Duration(10 * time.Second),
+		ReadRate:             10,
 	}
 }
 

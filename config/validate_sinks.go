@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/logfwd/forwarder/template"
 )
@@ -123,6 +124,10 @@ func (cw *CloudWatch) validate(s section) {
 	s.oneOf("log_group_class", cw.LogGroupClass, LogGroupClassStandard, LogGroupClassInfrequentAccess)
 	s.positive("flush_interval", cw.FlushInterval)
 	s.between("max_concurrent_streams", cw.MaxConcurrentStreams, 1, 10000)
+	if cw.Settle > Duration(time.Hour) {
+		s.invalid("settle", "must be at most 1h, not %s (every start with calls in doubt waits that long)", cw.Settle)
+	}
+	s.between("read_rate", cw.ReadRate, 1, 1000)
 }
 
 func joinInts(ns []int) string {

@@ -13,10 +13,12 @@
 // acknowledged (a forward chunk's ack, an HTTP 200):
 //   - S3: each acknowledged record exactly once (no duplicates at all; none
 //     missing unless `forwarder wal dead-letters` lists it for the sink);
-//   - CloudWatch Logs: each acknowledged record at least once, in the group
-//     and stream its fields name, and at most
-//     kills × max_concurrent_streams × 10,000 duplicates (the batch in
-//     flight on each stream at each kill).
+//   - CloudWatch Logs: each acknowledged record in the group and stream its
+//     fields name, exactly once: the calls a kill leaves in doubt are
+//     resolved at the next start by reading the stream back. With events
+//     readable only after settle (TestKillLoopReadDelay), at least once,
+//     with no more duplicates than the events the forwarder says it sent
+//     again without finding them.
 //
 // TestDiskFull mounts a tmpfs as the data directory and so needs root (or
 // CAP_SYS_ADMIN); without it, it skips and says why.

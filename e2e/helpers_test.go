@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,6 +36,10 @@ var childEnv = []string{
 const (
 	bucket       = "e2e-archive"
 	cwMaxStreams = 64 // max_concurrent_streams in every configuration
+	// cwSettle is how old a call in doubt is before its stream is read
+	// back (settle): the emulators in the test process make events readable
+	// at once, unless a test sets a read delay.
+	cwSettle = 200 * time.Millisecond
 )
 
 // freeAddr returns a loopback address with a port nobody listens on now.
@@ -114,7 +119,9 @@ func cwSink(name, endpoint, logStream string) string {
     log_stream: %q
     flush_interval: 200ms
     max_concurrent_streams: %d
-`, name, endpoint, logStream, cwMaxStreams)
+    settle: %s
+    read_rate: 200
+`, name, endpoint, logStream, cwMaxStreams, cwSettle)
 }
 
 // newConfig is the usual configuration: free loopback ports, dataDir, an
@@ -358,6 +365,27 @@ func (f *forwarder) logSummary() string {
 		parts = append(parts, fmt.Sprintf("%dx %s", counts[k], k))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// logSum sums the integer values of key= in the lines of every run that
+// contain msg.
+func (f *forwarder) logSum(msg, key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	re := regexp.MustCompile(`\b` + regexp.QuoteMeta(key) + `=(\d+)`)
+	n := 0
+	for _, r := range f.runs {
+		for _, l := range strings.Split(r.String(), "\n") {
+			if !strings.Contains(l, msg) {
+				continue
+			}
+			if m := re.FindStringSubmatch(l); m != nil {
+				v, _ := strconv.Atoi(m[1])
+				n += v
+			}
+		}
+	}
+	return n
 }
 
 // logCount counts the lines of every run that contain s.

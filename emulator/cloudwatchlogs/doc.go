@@ -154,7 +154,9 @@
 // startFromHead=true reads from the oldest event forwards and the default
 // reads the newest page. nextForwardToken and nextBackwardToken are always
 // present; at either end the token sent comes back unchanged. Anything else
-// is "The specified nextToken is invalid.".
+// is "The specified nextToken is invalid.". As in the service, a page may be
+// short or empty while events remain (see SetSparsePages): a reader goes on
+// until the forward token comes back unchanged.
 //
 // FilterLogEvents: the group's streams, or those of logStreamNames (1-100;
 // names that do not exist are ignored) or logStreamNamePrefix (not both);
@@ -208,6 +210,15 @@
 //     whether the batch landed. A resend stores the batch again, as AWS would.
 //
 // SetLegacySequenceTokens(on) switches the PutLogEvents token rules above.
+//
+// Two switches change what reads see, not requests:
+//   - SetReadDelay(d): GetLogEvents and FilterLogEvents see an event only
+//     once d has passed since its ingestionTime (by Options.Now), as a
+//     service whose events become readable a moment after the call that
+//     stored them (CloudWatch Logs documents no bound on that moment);
+//   - SetSparsePages(n): a forward GetLogEvents read serves, while events
+//     remain, an empty page (its nextForwardToken is "f/1" and the position
+//     in 55 digits) and then a page of at most n events, alternately.
 //
 // # Inspection
 //

@@ -40,6 +40,21 @@ type getLogEventsOut struct {
 
 func readToken(dir byte, pos int) string { return fmt.Sprintf("%c/%056d", dir, pos) }
 
+// sparseToken is the forward token after the empty page at pos that
+// SetSparsePages serves: "f/1" and pos in 55 digits.
+func sparseToken(pos int) string { return fmt.Sprintf("f/1%055d", pos) }
+
+// readable keeps the events ingested at or before ms (SetReadDelay).
+func readable(events []storedEvent, ms int64) []storedEvent {
+	var out []storedEvent
+	for _, ev := range events {
+		if ev.IngestionTime <= ms {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
 func (s *Server) getLogEvents(body []byte) (any, *apiError) {
 	var in getLogEventsIn
 	if e := decode(body, &in); e != nil {
@@ -61,17 +76,23 @@ func (s *Server) getLogEvents(body []byte) (any, *apiError) {
 	}
 	var dir byte
 	pos := 0
+	emptyServed := false // a sparse forward page: the empty page at pos was served
 	if in.NextToken != nil {
 		t := *in.NextToken
 		if !readTokenRE.MatchString(t) {
 			return nil, badNextToken()
 		}
-		p, err := strconv.ParseInt(t[2:], 10, 64)
-		if err != nil || p > 1<<40 {
+		digits := t[2:]
+		if digits[0] == '1' {
+			emptyServed, digits = true, digits[1:]
+		}
+		p, err := strconv.ParseInt(digits, 10, 64)
+		if err != nil || p > 1<<40 || emptyServed && t[0] != 'f' {
 			return nil, badNextToken()
 		}
 		dir, pos = t[0], int(p)
 	}
+	delay, sparse := s.readSwitches()
 
 	s.mu.RLock()
 	g := s.groups[groupName]
@@ -98,6 +119,9 @@ func (s *Server) getLogEvents(body []byte) (any, *apiError) {
 	if in.EndTime != nil {
 		view = view[:sort.Search(len(view), func(i int) bool { return view[i].Timestamp >= *in.EndTime })]
 	}
+	if delay > 0 {
+		view = readable(view, s.nowMs()-delay.Milliseconds())
+	}
 	n := len(view)
 	if dir == 0 {
 		if in.StartFromHead != nil && *in.StartFromHead {
@@ -107,6 +131,18 @@ func (s *Server) getLogEvents(body []byte) (any, *apiError) {
 		}
 	}
 	pos = min(pos, n)
+
+	if dir == 'f' && sparse > 0 && pos < n {
+		if !emptyServed {
+			// An empty page while events remain: the reader must go on.
+			return getLogEventsOut{Events: []outputEvent{}, NextForwardToken: sparseToken(pos), NextBackwardToken: readToken('b', pos)}, nil
+		}
+		limit = min(limit, sparse)
+	}
+	if dir == 'f' && pos == n && in.NextToken != nil {
+		// The end: the token sent comes back unchanged.
+		return getLogEventsOut{Events: []outputEvent{}, NextForwardToken: *in.NextToken, NextBackwardToken: readToken('b', pos)}, nil
+	}
 
 	var from, to int
 	if dir == 'f' {
@@ -241,6 +277,8 @@ func (s *Server) filterLogEvents(body []byte) (any, *apiError) {
 		return nil, groupNotFound()
 	}
 
+	delay, _ := s.readSwitches()
+	readyMs := s.nowMs() - delay.Milliseconds()
 	var matched []filteredEvent
 	for _, st := range streams {
 		st.mu.Lock()
@@ -251,7 +289,7 @@ func (s *Server) filterLogEvents(body []byte) (any, *apiError) {
 			if in.EndTime != nil && ev.Timestamp > *in.EndTime {
 				continue
 			}
-			if !matchTerms(ev.Message, terms) {
+			if !matchTerms(ev.Message, terms) || delay > 0 && ev.IngestionTime > readyMs {
 				continue
 			}
 			matched = append(matched, filteredEvent{

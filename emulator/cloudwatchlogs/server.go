@@ -37,6 +37,8 @@ type Options struct {
 	DropRate             float64       // SetDropResponses
 	LegacySequenceTokens bool          // SetLegacySequenceTokens
 	DenyAll              string        // SetDenyAll
+	ReadDelay            time.Duration // SetReadDelay
+	SparsePages          int           // SetSparsePages
 }
 
 // Event is one stored log event.
@@ -94,6 +96,8 @@ type Server struct {
 	dropRate     float64
 	legacyTokens bool
 	denyCode     string
+	readDelay    time.Duration
+	sparsePages  int
 
 	lifeMu    sync.RWMutex // the fields below, and inflight.Add against Close
 	started   bool
@@ -163,6 +167,8 @@ func New(opts Options) *Server {
 	s.SetDropResponses(opts.DropRate)
 	s.SetLegacySequenceTokens(opts.LegacySequenceTokens)
 	s.SetDenyAll(opts.DenyAll)
+	s.SetReadDelay(opts.ReadDelay)
+	s.SetSparsePages(opts.SparsePages)
 	return s
 }
 
@@ -274,6 +280,33 @@ func (s *Server) SetDenyAll(code string) {
 	s.swMu.Lock()
 	defer s.swMu.Unlock()
 	s.denyCode = code
+}
+
+// SetReadDelay makes stored events readable through GetLogEvents and
+// FilterLogEvents only once d has passed since their ingestion (by
+// Options.Now), as events reach CloudWatch Logs' readers a moment after the
+// call that stored them. 0 turns it off. Events and Groups are not delayed.
+func (s *Server) SetReadDelay(d time.Duration) {
+	s.swMu.Lock()
+	defer s.swMu.Unlock()
+	s.readDelay = max(d, 0)
+}
+
+// SetSparsePages makes forward GetLogEvents pages (startFromHead, or an
+// f/ token) short and uneven, as the service's pages may be: while events
+// remain, an empty page comes first, then a page of at most n events, and
+// so on. A reader that stops at an empty page, instead of when the token
+// comes back unchanged, misses events. 0 turns it off.
+func (s *Server) SetSparsePages(n int) {
+	s.swMu.Lock()
+	defer s.swMu.Unlock()
+	s.sparsePages = max(n, 0)
+}
+
+func (s *Server) readSwitches() (delay time.Duration, sparse int) {
+	s.swMu.Lock()
+	defer s.swMu.Unlock()
+	return s.readDelay, s.sparsePages
 }
 
 func clamp01(f float64) float64 {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -399,4 +401,109 @@ func TestStartClose(t *testing.T) {
 	if !regexp.MustCompile(`^http://127\.0\.0\.1:[0-9]+$`).MatchString(url) {
 		t.Errorf("URL for :0 is %q", url)
 	}
+}
+
+// readAll reads a stream forward from the head over [from, to) until the
+// forward token comes back unchanged, and returns the messages and the pages.
+func readAll(t *testing.T, e *env, from, to int64, limit int32) (msgs []string, pages []int) {
+	t.Helper()
+	in := &cwl.GetLogEventsInput{LogGroupName: aws.String("g"), LogStreamName: aws.String("s"),
+		StartFromHead: aws.Bool(true), StartTime: aws.Int64(from), EndTime: aws.Int64(to)}
+	if limit > 0 {
+		in.Limit = aws.Int32(limit)
+	}
+	for range 1000 {
+		out, err := e.cl.GetLogEvents(context.Background(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, len(out.Events))
+		msgs = append(msgs, outMessages(out.Events)...)
+		if in.NextToken != nil && aws.ToString(out.NextForwardToken) == *in.NextToken {
+			return msgs, pages
+		}
+		in.NextToken = out.NextForwardToken
+	}
+	t.Fatal("the forward token never came back unchanged")
+	return nil, nil
+}
+
+func TestReadDelay(t *testing.T) {
+	e := newStream(t, Options{ReadDelay: 2 * time.Second})
+	e.mustPut(t, "g", "s", ev(fixedNow-10, "m00"), ev(fixedNow-5, "m01"))
+	// Stored, not yet readable.
+	if n := len(e.srv.Events("g", "s")); n != 2 {
+		t.Fatalf("Events: %d, want 2 stored", n)
+	}
+	if got, _ := readAll(t, e, fixedNow-100, fixedNow+1, 0); len(got) != 0 {
+		t.Fatalf("read %q before the delay passed", got)
+	}
+	out, err := e.cl.FilterLogEvents(context.Background(), &cwl.FilterLogEventsInput{LogGroupName: aws.String("g")})
+	if err != nil || len(out.Events) != 0 {
+		t.Fatalf("FilterLogEvents before the delay: %v, %d events", err, len(out.Events))
+	}
+	e.clock.ms.Add(1999)
+	e.mustPut(t, "g", "s", ev(fixedNow-7, "late"))
+	if got, _ := readAll(t, e, fixedNow-100, fixedNow+1, 0); len(got) != 0 {
+		t.Fatalf("read %q 1.999 s after the put", got)
+	}
+	e.clock.ms.Add(1)
+	if got, _ := readAll(t, e, fixedNow-100, fixedNow+1, 0); !reflect.DeepEqual(got, []string{"m00", "m01"}) {
+		t.Fatalf("read %q once the delay passed, want the first put", got)
+	}
+	e.srv.SetReadDelay(0)
+	if got, _ := readAll(t, e, fixedNow-100, fixedNow+1, 0); !reflect.DeepEqual(got, []string{"m00", "late", "m01"}) {
+		t.Fatalf("read %q without a delay", got)
+	}
+}
+
+func TestSparsePages(t *testing.T) {
+	e := newStream(t, Options{SparsePages: 4})
+	var batch []types.InputLogEvent
+	for i := range 10 {
+		batch = append(batch, ev(fixedNow-int64(100-i), fmt.Sprintf("m%02d", i)))
+	}
+	e.mustPut(t, "g", "s", batch...)
+	got, pages := readAll(t, e, fixedNow-1000, fixedNow, 0)
+	if !reflect.DeepEqual(got, seq(0, 10)) || !reflect.DeepEqual(pages, []int{0, 4, 0, 4, 0, 2, 0}) {
+		t.Fatalf("read %q in pages %v", got, pages)
+	}
+	// The limit still holds within a page.
+	if got, pages = readAll(t, e, fixedNow-1000, fixedNow, 3); !reflect.DeepEqual(got, seq(0, 10)) || !reflect.DeepEqual(pages, []int{0, 3, 0, 3, 0, 3, 0, 1, 0}) {
+		t.Fatalf("limit 3: read %q in pages %v", got, pages)
+	}
+	// Over a window, and an empty window.
+	if got, _ = readAll(t, e, fixedNow-95, fixedNow-90, 0); !reflect.DeepEqual(got, seq(5, 10)) {
+		t.Fatalf("window: read %q", got)
+	}
+	if got, pages = readAll(t, e, fixedNow, fixedNow+10, 0); len(got) != 0 || !reflect.DeepEqual(pages, []int{0, 0}) {
+		t.Fatalf("empty window: read %q in pages %v", got, pages)
+	}
+	// A reader that stops at the first empty page sees nothing.
+	out, err := e.cl.GetLogEvents(context.Background(), &cwl.GetLogEventsInput{LogGroupName: aws.String("g"), LogStreamName: aws.String("s"), StartFromHead: aws.Bool(true)})
+	if err != nil || len(out.Events) != 0 {
+		t.Fatalf("first page: %v, %d events, want an empty page", err, len(out.Events))
+	}
+	// The SDK's paginator reads everything.
+	p := cwl.NewGetLogEventsPaginator(e.cl, &cwl.GetLogEventsInput{LogGroupName: aws.String("g"), LogStreamName: aws.String("s"), StartFromHead: aws.Bool(true)},
+		func(o *cwl.GetLogEventsPaginatorOptions) { o.StopOnDuplicateToken = true })
+	got = nil
+	for p.HasMorePages() {
+		page, err := p.NextPage(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, outMessages(page.Events)...)
+	}
+	if !reflect.DeepEqual(got, seq(0, 10)) {
+		t.Fatalf("paginator read %q", got)
+	}
+	// Backward reads are as before; a backward token marked as after an empty page is refused.
+	back, err := e.cl.GetLogEvents(context.Background(), &cwl.GetLogEventsInput{LogGroupName: aws.String("g"), LogStreamName: aws.String("s"), Limit: aws.Int32(4)})
+	if err != nil || !reflect.DeepEqual(outMessages(back.Events), seq(6, 10)) {
+		t.Fatalf("backward page: %v %q", err, outMessages(back.Events))
+	}
+	_, err = e.cl.GetLogEvents(context.Background(), &cwl.GetLogEventsInput{LogGroupName: aws.String("g"), LogStreamName: aws.String("s"),
+		NextToken: aws.String("b/1" + strings.Repeat("0", 55))})
+	wantIPE(t, err, "The specified nextToken is invalid.")
 }

@@ -1,6 +1,8 @@
 // Package cloudwatch is the CloudWatch Logs sink: it ships records to log
 // streams named from each record (log_group, log_stream templates), one
-// PutLogEvents in flight per stream.
+// PutLogEvents in flight per stream, each call recorded before it is made
+// so that a crash neither loses nor repeats it (see Exactly once across
+// crashes).
 //
 // # Delivery
 //
@@ -20,6 +22,98 @@
 // tags) and the stream (create_stream), then is sent again. What exists is
 // remembered in a bounded cache, so millions of short-lived streams do not
 // grow memory; creation calls stay off the hot path.
+//
+// # Exactly once across crashes
+//
+// PutLogEvents has no idempotency key, and since 2023 it never answers
+// DataAlreadyAcceptedException: whether a call a crash interrupted landed
+// can only be learnt by reading the stream. So Send, for each call of a
+// batch (a batch is one call unless a message is split in parts):
+//
+//  1. commits, durably, the call's intent: sink-state key
+//     "call/<group>\x00<stream>\x00<seq of the call's first event, 20
+//     digits>.<its part>" → JSON {v, group, stream, batch_first (the
+//     batch's first sequence number), first, last (the smallest and
+//     largest sequence numbers of the call's records), events, min_ts,
+//     max_ts (milliseconds), from_seq, from_part, to_seq, to_part (the
+//     call's first and last events), sha256 (hex, of the events in order,
+//     each its timestamp and its message's length as 8-byte big-endian
+//     integers, then the message), started (Unix milliseconds, just before
+//     the commit)}, and delivered, missing and rejected once known;
+//  2. calls PutLogEvents;
+//  3. when calls of the batch follow, rewrites the intent with delivered
+//     true (and the records the answer rejected), so that a failure of a
+//     later call sends again only the calls that did not land;
+//  4. returns Outcome.DeleteState = the stream's intents up to the batch's
+//     last record: the drainer deletes them in the WAL transaction that
+//     records the batch as delivered and moves the cursor.
+//
+// A batch's events are sorted by (timestamp, record, part) and cut into
+// calls in that order, so an intent names its call's events without
+// holding them: they are the events of the stream's records from first to
+// last that lie from (min_ts, from_seq, from_part) to (max_ts, to_seq,
+// to_part). Events of a delivered call are left out when the batch is sent
+// again, except those listed in missing.
+//
+// Recover, which the drainer calls at start before it reads a record,
+// takes every intent not known to be delivered: it rebuilds the call's
+// events from the WAL (State.ReadRange from batch_first to last, keeping
+// the stream's records) and checks them against events and sha256; waits
+// until the call is settle old (events become readable a moment after the
+// call; no bound is documented); reads the stream with GetLogEvents over
+// min_ts to max_ts + 1 ms, from the head, page after page until
+// nextForwardToken comes back unchanged (a page may be empty while events
+// remain), at most read_rate calls a second for the sink, waiting out
+// ThrottlingException; and matches the call's events with those read as
+// multisets of (timestamp, message), counting only events the service
+// ingested at or after started (an identical event of the same
+// millisecond that an earlier call stored is not one of this call's).
+// Then, by forwarder_cloudwatch_indoubt_calls_total's result:
+//
+//   - delivered: every event found. When the call was all that was left of
+//     its batch, a delivered mark up to last is committed with the intent's
+//     deletion (State.Delivered) and the drainer skips its records; else
+//     the intent is kept with delivered true and the batch's other records
+//     are sent when the drainer reads them;
+//   - resent: none found (or no stream): the intent is deleted and the
+//     drainer sends the call again;
+//   - partial: some found (events the service rejected, other writers):
+//     the intent is kept, delivered, with missing, and only those events
+//     are sent again; those the service rejects again are dead-lettered;
+//   - unresolved: sent again without knowing: GetLogEvents answered
+//     AccessDenied (one warning naming logs:GetLogEvents, then the same for
+//     every call in doubt of the run), or the WAL no longer holds the
+//     call's events as they were (wal.when_full: drop_oldest dropped some,
+//     the names changed, or message_key renders them otherwise now).
+//
+// Other GetLogEvents errors fail Recover with their class; the drainer
+// calls it again (what was resolved stays resolved). At the end Recover
+// logs one line, "resolved PutLogEvents calls a crash left in doubt, by
+// reading their streams back", with calls, delivered, resent, partial,
+// unresolved, events_sent_again and took. Intents of delivered calls none
+// of whose records the WAL still holds for their stream are deleted at
+// start.
+//
+// # Guarantee
+//
+// For streams this forwarder writes alone (the default names put
+// ${hostname} in them) and events readable within settle of their call,
+// every record the WAL acknowledged is in its stream exactly once, across
+// crashes of the process and of the machine and restarts, or is
+// dead-lettered. The exceptions are stated where they arise:
+//
+//   - events not yet readable when the stream is read: the call is sent
+//     again, a duplicate counted as resent, never a loss;
+//   - a host clock ahead of CloudWatch Logs' by more than a call's latency:
+//     calls that landed look ingested before they started and are sent
+//     again (duplicates; one warning says to check the clock);
+//   - another writer that stores in the stream, after the call started,
+//     events identical (millisecond and message) to some of the call's:
+//     those are taken as delivered;
+//   - a call whose answer is lost while the process runs (a timeout, a
+//     dropped connection) is sent again at once: at least once;
+//   - AccessDenied on GetLogEvents, drop_oldest and a change of the names
+//     or of message_key while calls are in doubt: at least once.
 //
 // # Events
 //
@@ -57,4 +151,14 @@
 // sink may not create pause the sink (sink-permanent); an
 // InvalidParameterException that checks before sending did not foresee
 // dead-letters that call's records; network errors and 5xx are retried.
+//
+// # Metrics
+//
+// Labelled by sink: forwarder_cloudwatch_put_log_events_total,
+// forwarder_cloudwatch_events_total, forwarder_cloudwatch_created_total,
+// forwarder_cloudwatch_sequence_token_retries_total,
+// forwarder_cloudwatch_name_fallback_total,
+// forwarder_cloudwatch_name_sanitised_total, and
+// forwarder_cloudwatch_indoubt_calls_total{result} (delivered, resent,
+// partial, unresolved).
 package cloudwatch

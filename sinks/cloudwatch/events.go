@@ -24,9 +24,10 @@ const (
 
 // event is one log event and the record it came from.
 type event struct {
-	ts  int64 // milliseconds
-	msg string
-	seq uint64
+	ts   int64 // milliseconds
+	msg  string
+	seq  uint64
+	part int // index of the part of a split message; 0 for a message that is not split
 }
 
 // message returns what a record ships as: its body, or the message_key field.
@@ -44,9 +45,13 @@ func (s *Sink) messageBytes(r *sinks.Record) []byte {
 	return r.Body
 }
 
-// events turns a batch into events, sorted by time, and the records that
-// are too old or too new to send.
-func (s *Sink) events(recs []sinks.Record, now time.Time) ([]event, []sinks.Rejection) {
+// events turns a batch into events, sorted by time (then record and part:
+// the sort is stable), and the records that are too old or too new to
+// send. delivered, when not nil, leaves out the events it reports as
+// delivered already; a record with such an event is sent (what is left of
+// it) whatever its age, so that a record is never dead-lettered after part
+// of it was delivered.
+func (s *Sink) events(recs []sinks.Record, now time.Time, delivered func(*event) bool) ([]event, []sinks.Rejection) {
 	var evs []event
 	var rejected []sinks.Rejection
 	oldest := now.Add(-maxAge).UnixMilli()
@@ -54,24 +59,51 @@ func (s *Sink) events(recs []sinks.Record, now time.Time) ([]event, []sinks.Reje
 	for i := range recs {
 		r := &recs[i]
 		ts := r.Time / int64(time.Millisecond)
+		n := len(evs)
+		var skipped bool
+		evs, skipped = s.recordEvents(evs, r, ts, delivered)
 		switch {
+		case skipped:
 		case ts < oldest:
+			evs = evs[:n]
 			rejected = append(rejected, sinks.Rejection{Seq: r.Seq, Reason: "too_old"})
-			continue
 		case ts > newest:
+			evs = evs[:n]
 			rejected = append(rejected, sinks.Rejection{Seq: r.Seq, Reason: "too_new"})
-			continue
-		}
-		msg := s.message(r)
-		if !utf8.ValidString(msg) { // bodies are valid; a message_key value may not be after unescaping
-			msg = string([]rune(msg))
-		}
-		for _, part := range split(msg) {
-			evs = append(evs, event{ts: ts, msg: part, seq: r.Seq})
 		}
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].ts < evs[j].ts })
 	return evs, rejected
+}
+
+// allEvents are the events of recs, sorted as events sorts them, with no
+// record left out for its age: what Recover rebuilds a call from.
+func (s *Sink) allEvents(recs []sinks.Record) []event {
+	var evs []event
+	for i := range recs {
+		evs, _ = s.recordEvents(evs, &recs[i], recs[i].Time/int64(time.Millisecond), nil)
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].ts < evs[j].ts })
+	return evs
+}
+
+// recordEvents appends r's events (one, or the parts of a split message)
+// but those delivered reports, and says whether it left one out.
+func (s *Sink) recordEvents(evs []event, r *sinks.Record, ts int64, delivered func(*event) bool) ([]event, bool) {
+	msg := s.message(r)
+	if !utf8.ValidString(msg) { // bodies are valid; a message_key value may not be after unescaping
+		msg = string([]rune(msg))
+	}
+	skipped := false
+	for i, part := range split(msg) {
+		e := event{ts: ts, msg: part, seq: r.Seq, part: i}
+		if delivered != nil && delivered(&e) {
+			skipped = true
+			continue
+		}
+		evs = append(evs, e)
+	}
+	return evs, skipped
 }
 
 // split cuts a message longer than one event can hold into numbered parts.

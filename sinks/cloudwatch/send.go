@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -17,26 +18,61 @@ import (
 )
 
 // Send delivers one stream's batch: one PutLogEvents at a time, in order.
+// Before each call it commits the call's intent (see doc.go); a call that
+// succeeds while later calls of the batch are still to be made is marked
+// delivered, so that a failure of a later call sends again only the calls
+// that did not land. The intents go with the batch's delivery
+// (Outcome.DeleteState).
 func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {
 	group, stream := splitPartition(b.Partition)
-	evs, rejected := s.events(b.Records, s.now())
+	known := s.intents.of(b.Partition)
+	var delivered func(*event) bool
 	var out sinks.Outcome
-	out.Rejected = rejected
-	for _, call := range calls(evs) {
+	for _, in := range known {
+		if !in.Delivered {
+			continue
+		}
+		delivered = func(e *event) bool { return deliveredBy(known, e) }
+		for _, rj := range in.Rejected {
+			if rj.Seq >= b.First() && rj.Seq <= b.Last() {
+				out.Rejected = append(out.Rejected, rj)
+			}
+		}
+	}
+	evs, rejected := s.events(b.Records, s.now(), delivered)
+	out.Rejected = append(out.Rejected, rejected...)
+	cs := calls(evs)
+	for i, call := range cs {
+		in := newIntent(b.Partition, b.First(), call, time.Now().UnixMilli())
+		if err := putIntent(ctx, b.State, in); err != nil {
+			return sinks.Outcome{}, sinks.NewRetryable("state", err)
+		}
+		s.intents.add(in)
 		rj, err := s.put(ctx, group, stream, call)
 		if err != nil {
 			var e *sinks.Error
-			if errors.As(err, &e) && e.Class == sinks.RecordPermanent {
-				for _, ev := range call { // this call's records are refused for good
-					rj = append(rj, sinks.Rejection{Seq: ev.seq, Reason: e.Reason})
-				}
-			} else {
+			if !errors.As(err, &e) || e.Class != sinks.RecordPermanent {
 				return sinks.Outcome{}, err
+			}
+			for _, ev := range call { // this call's records are refused for good
+				rj = append(rj, sinks.Rejection{Seq: ev.seq, Reason: e.Reason})
+			}
+		}
+		if i < len(cs)-1 {
+			// Later calls may fail: this one is not to be sent again. Should
+			// the commit fail, a retry in this process still skips it, and
+			// after a crash Recover reads the stream for it.
+			done := *in
+			done.Delivered, done.Rejected = true, rj
+			s.intents.add(&done)
+			if err := putIntent(ctx, b.State, &done); err != nil {
+				return sinks.Outcome{}, sinks.NewRetryable("state", err)
 			}
 		}
 		out.Rejected = append(out.Rejected, rj...)
 	}
 	out.Rejected = dedupRejections(out.Rejected)
+	out.DeleteState = s.intents.done(b.Partition, b.Last())
 	return out, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -25,6 +26,7 @@ type logsAPI interface {
 	CreateLogGroup(context.Context, *cloudwatchlogs.CreateLogGroupInput, ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.CreateLogGroupOutput, error)
 	CreateLogStream(context.Context, *cloudwatchlogs.CreateLogStreamInput, ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.CreateLogStreamOutput, error)
 	PutRetentionPolicy(context.Context, *cloudwatchlogs.PutRetentionPolicyInput, ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.PutRetentionPolicyOutput, error)
+	GetLogEvents(context.Context, *cloudwatchlogs.GetLogEventsInput, ...func(*cloudwatchlogs.Options)) (*cloudwatchlogs.GetLogEventsOutput, error)
 }
 
 var _ logsAPI = (*cloudwatchlogs.Client)(nil)
@@ -56,17 +58,29 @@ type Sink struct {
 	tokens *lru // stream → last nextSequenceToken
 	known  *lru // groups and streams that exist
 
+	intents intents // intents of calls in the sink's state
+	reads   *limiter
+	// noRead is set once GetLogEvents was refused (AccessDenied): calls in
+	// doubt are then sent again, for the rest of the run.
+	noRead atomic.Bool
+	skewed atomic.Bool // the clock warning was given
+
 	m metrics
 }
 
 type metrics struct {
 	fallback, sanitised, tokenRetries, created, puts, events prometheus.Counter
+	indoubt                                                  *prometheus.CounterVec // by result
 }
 
 // New builds the sink for sink configuration name/cfg.
 func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) (*Sink, error) {
 	s := &Sink{name: name, hostname: opts.Hostname, cfg: cfg, log: opts.Logger, now: opts.Now,
 		tokens: newLRU(100000), known: newLRU(100000)}
+	if cfg.ReadRate <= 0 {
+		cfg.ReadRate = 10 // config's default, for a configuration not made by package config
+	}
+	s.cfg, s.reads = cfg, newLimiter(cfg.ReadRate)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -119,6 +133,12 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 		created: counter(opts.Registerer, "forwarder_cloudwatch_created_total", "Log groups and streams created.", label),
 		puts:    counter(opts.Registerer, "forwarder_cloudwatch_put_log_events_total", "PutLogEvents calls that succeeded.", label),
 		events:  counter(opts.Registerer, "forwarder_cloudwatch_events_total", "Log events accepted (a split message counts each part).", label),
+		indoubt: counterVec(opts.Registerer, "forwarder_cloudwatch_indoubt_calls_total",
+			"PutLogEvents calls a crash left in doubt, resolved at start by reading the stream back: delivered (every event found, none sent again), resent (none found), partial (those not found sent again), unresolved (sent again without knowing: GetLogEvents refused, or the WAL no longer holds the call's records).",
+			label, "result"),
+	}
+	for _, r := range []string{resultDelivered, resultResent, resultPartial, resultUnresolved} {
+		s.m.indoubt.WithLabelValues(r)
 	}
 	return s, nil
 }
@@ -129,6 +149,18 @@ func counter(reg prometheus.Registerer, name, help string, labels prometheus.Lab
 		if err := reg.Register(c); err != nil {
 			if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
 				return are.ExistingCollector.(prometheus.Counter)
+			}
+		}
+	}
+	return c
+}
+
+func counterVec(reg prometheus.Registerer, name, help string, labels prometheus.Labels, label string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, []string{label})
+	if reg != nil {
+		if err := reg.Register(c); err != nil {
+			if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
+				return are.ExistingCollector.(*prometheus.CounterVec)
 			}
 		}
 	}
@@ -153,10 +185,17 @@ func (s *Sink) Limits() sinks.Limits {
 }
 
 // Partition is the record's log group and stream.
-func (s *Sink) Partition(r *sinks.Record) string {
+func (s *Sink) Partition(r *sinks.Record) string { return s.partition(r, true) }
+
+// partition is Partition, counting and noting fallbacks and sanitised
+// values only when count is set (Recover renders records a second time).
+func (s *Sink) partition(r *sinks.Record, count bool) string {
 	d := &template.Data{Tag: r.Tag, Body: r.Body, Time: time.Unix(0, r.Time)}
 	g, n1 := s.group.Render(d, s.cfg.Fallback)
 	st, n2 := s.stream.Render(d, s.cfg.Fallback)
+	if !count {
+		return groupName(g, s.cfg.Fallback) + "\x00" + streamName(st, s.cfg.Fallback)
+	}
 	if (n1|n2)&template.Missing != 0 {
 		s.m.fallback.Inc()
 		if n1&template.Missing != 0 {

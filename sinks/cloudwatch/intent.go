@@ -1,0 +1,245 @@
+package cloudwatch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// intentPrefix starts the sink-state key of every intent:
+// call/<group>\x00<stream>\x00<seq of the call's first event, 20 digits>.<its part>.
+const intentPrefix = "call/"
+
+const intentVersion = 1
+
+// intent is committed to the sink's state before a PutLogEvents call and
+// deleted in the transaction that records its batch as delivered. It names
+// the call's events without holding them: they are the events of the
+// stream's records from first to last whose (timestamp, seq, part) lies
+// from (min_ts, from_seq, from_part) to (max_ts, to_seq, to_part), which
+// is how a batch's sorted events are cut into calls (see doc.go).
+type intent struct {
+	Version    int    `json:"v"`
+	Group      string `json:"group"`
+	Stream     string `json:"stream"`
+	BatchFirst uint64 `json:"batch_first"` // sequence number of the batch's first record
+	First      uint64 `json:"first"`       // smallest and largest sequence numbers of the call's records
+	Last       uint64 `json:"last"`
+	Events     int    `json:"events"`
+	MinTime    int64  `json:"min_ts"` // milliseconds, of the call's first and last events
+	MaxTime    int64  `json:"max_ts"`
+	FromSeq    uint64 `json:"from_seq"` // the call's first event: its record and part
+	FromPart   int    `json:"from_part"`
+	ToSeq      uint64 `json:"to_seq"` // the call's last event
+	ToPart     int    `json:"to_part"`
+	SHA256     string `json:"sha256"`  // hex, of the (timestamp, message) list; see digest
+	Started    int64  `json:"started"` // Unix milliseconds when the call started
+	// Delivered: the call landed (its answer came back and a later call of
+	// the batch is still to be made, or Recover found its events in the
+	// stream). Its events are not sent again, except Missing.
+	Delivered bool `json:"delivered,omitempty"`
+	// Missing are the events (record, part) of a delivered call that
+	// Recover did not find in the stream: they are sent again.
+	Missing [][2]uint64 `json:"missing,omitempty"`
+	// Rejected are the call's records the service rejected in its answer,
+	// dead-lettered when the batch is delivered.
+	Rejected []sinks.Rejection `json:"rejected,omitempty"`
+}
+
+func (in *intent) partition() string { return in.Group + "\x00" + in.Stream }
+
+func (in *intent) key() []byte {
+	return fmt.Appendf(nil, "%s%s\x00%020d.%d", intentPrefix, in.partition(), in.FromSeq, in.FromPart)
+}
+
+// newIntent describes call, a slice of a batch's sorted events.
+func newIntent(partition string, batchFirst uint64, call []event, startedMs int64) *intent {
+	group, stream := splitPartition(partition)
+	first, last := call[0].seq, call[0].seq
+	for _, e := range call {
+		first, last = min(first, e.seq), max(last, e.seq)
+	}
+	from, to := call[0], call[len(call)-1]
+	return &intent{Version: intentVersion, Group: group, Stream: stream, BatchFirst: batchFirst,
+		First: first, Last: last, Events: len(call), MinTime: from.ts, MaxTime: to.ts,
+		FromSeq: from.seq, FromPart: from.part, ToSeq: to.seq, ToPart: to.part,
+		SHA256: digest(call), Started: startedMs}
+}
+
+// covers reports whether e is one of the call's events.
+func (in *intent) covers(e *event) bool {
+	if e.seq < in.First || e.seq > in.Last {
+		return false
+	}
+	return !eventBefore(e.ts, e.seq, e.part, in.MinTime, in.FromSeq, in.FromPart) &&
+		!eventBefore(in.MaxTime, in.ToSeq, in.ToPart, e.ts, e.seq, e.part)
+}
+
+// delivered reports whether e is an event of a delivered call that is not
+// to be sent again.
+func (in *intent) delivered(e *event) bool {
+	if !in.Delivered || !in.covers(e) {
+		return false
+	}
+	for _, m := range in.Missing {
+		if m[0] == e.seq && m[1] == uint64(e.part) {
+			return false
+		}
+	}
+	return true
+}
+
+// eventBefore orders events as a batch's calls are cut: by timestamp, then
+// record, then part.
+func eventBefore(ts int64, seq uint64, part int, ts2 int64, seq2 uint64, part2 int) bool {
+	switch {
+	case ts != ts2:
+		return ts < ts2
+	case seq != seq2:
+		return seq < seq2
+	}
+	return part < part2
+}
+
+// digest is the hex SHA-256 of the events in order, each as its timestamp
+// (8 bytes, big-endian), its message's length (8 bytes, big-endian) and
+// the message.
+func digest(evs []event) string {
+	h := sha256.New()
+	var n [16]byte
+	for _, e := range evs {
+		binary.BigEndian.PutUint64(n[:8], uint64(e.ts))
+		binary.BigEndian.PutUint64(n[8:], uint64(len(e.msg)))
+		h.Write(n[:])
+		h.Write([]byte(e.msg))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// putIntent commits in durably.
+func putIntent(ctx context.Context, st sinks.State, in *intent) error {
+	v, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	if err := st.Put(ctx, in.key(), v); err != nil {
+		return fmt.Errorf("commit intent of a call to stream %q of group %q: %w", in.Stream, in.Group, err)
+	}
+	return nil
+}
+
+// intents are the intents in the sink's state, by partition, as this
+// process knows them: what Recover loaded and what Send committed.
+type intents struct {
+	mu     sync.Mutex
+	byPart map[string][]*intent
+}
+
+func (is *intents) of(partition string) []*intent {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	return append([]*intent(nil), is.byPart[partition]...)
+}
+
+// add records in, replacing an intent of the same call (a retry).
+func (is *intents) add(in *intent) {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	if is.byPart == nil {
+		is.byPart = map[string][]*intent{}
+	}
+	p := in.partition()
+	list := is.byPart[p]
+	for i, old := range list {
+		if old.FromSeq == in.FromSeq && old.FromPart == in.FromPart {
+			list[i] = in
+			return
+		}
+	}
+	is.byPart[p] = append(list, in)
+}
+
+// done removes the partition's intents whose records are all at or
+// before last and returns their keys.
+func (is *intents) done(partition string, last uint64) [][]byte {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	var keys [][]byte
+	kept := is.byPart[partition][:0]
+	for _, in := range is.byPart[partition] {
+		if in.Last <= last {
+			keys = append(keys, in.key())
+		} else {
+			kept = append(kept, in)
+		}
+	}
+	if len(kept) == 0 {
+		delete(is.byPart, partition)
+	} else {
+		is.byPart[partition] = kept
+	}
+	return keys
+}
+
+// has reports whether in is still one of the intents.
+func (is *intents) has(in *intent) bool {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	for _, x := range is.byPart[in.partition()] {
+		if x == in {
+			return true
+		}
+	}
+	return false
+}
+
+func (is *intents) remove(in *intent) {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	p := in.partition()
+	list := is.byPart[p]
+	for i, old := range list {
+		if old == in {
+			is.byPart[p] = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(is.byPart[p]) == 0 {
+		delete(is.byPart, p)
+	}
+}
+
+func (is *intents) reset() {
+	is.mu.Lock()
+	is.byPart = nil
+	is.mu.Unlock()
+}
+
+// loadIntents reads every intent in st, oldest call first.
+func loadIntents(st sinks.State) ([]*intent, error) {
+	var all []*intent
+	err := st.Scan([]byte(intentPrefix), func(k, v []byte) error {
+		in := new(intent)
+		if err := json.Unmarshal(v, in); err != nil {
+			return fmt.Errorf("intent %q is damaged: %w", strings.ToValidUTF8(string(k), "?"), err)
+		}
+		if in.Version != intentVersion {
+			return fmt.Errorf("intent %q has format version %d, this build reads %d", strings.ToValidUTF8(string(k), "?"), in.Version, intentVersion)
+		}
+		if in.Events < 1 || in.First > in.Last || string(in.key()) != string(k) {
+			return fmt.Errorf("intent %q is damaged: it does not describe a call", strings.ToValidUTF8(string(k), "?"))
+		}
+		all = append(all, in)
+		return nil
+	})
+	sort.SliceStable(all, func(i, j int) bool { return all[i].Started < all[j].Started })
+	return all, err
+}

@@ -1,0 +1,387 @@
+package cloudwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/logfwd/forwarder/internal/awserr"
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// What Recover made of a call in doubt: the result label of
+// forwarder_cloudwatch_indoubt_calls_total.
+const (
+	resultDelivered  = "delivered"  // every event found: nothing sent again
+	resultResent     = "resent"     // none found: the call is sent again
+	resultPartial    = "partial"    // some found: the others are sent again
+	resultUnresolved = "unresolved" // sent again without knowing
+)
+
+// readTimeout bounds one GetLogEvents page.
+const readTimeout = 30 * time.Second
+
+// errNoRead: GetLogEvents is refused (AccessDenied).
+var errNoRead = errors.New("cloudwatch: GetLogEvents refused")
+
+// Recover resolves the PutLogEvents calls a crash left in doubt, before the
+// drainer reads a record: for each intent not known to be delivered, it
+// waits until the call is settle old, reads the stream back over the
+// call's time window and looks for the call's events (see doc.go). A call
+// found whole is recorded as delivered (with a delivered mark when it was
+// all that was left of its batch, so the drainer skips its records); one
+// found in part keeps an intent that names the events to send again; one
+// not found is sent again by the drainer.
+//
+// GetLogEvents failing does not fail Recover for good: a classified error
+// is returned and the drainer calls Recover again (an intent resolved
+// stays resolved); AccessDenied makes every call in doubt be sent again,
+// for the rest of the run. Recover returns an unclassified error only when
+// the WAL fails or an intent is damaged.
+func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
+	all, err := loadIntents(st)
+	if err != nil {
+		return fmt.Errorf("read intents: %w", err)
+	}
+	s.intents.reset()
+	byPart := map[string][]*intent{}
+	var parts []string
+	for _, in := range all {
+		s.intents.add(in)
+		if in.Delivered {
+			if err := s.checkDelivered(ctx, st, in); err != nil {
+				return err
+			}
+			continue
+		}
+		p := in.partition()
+		if byPart[p] == nil {
+			parts = append(parts, p)
+		}
+		byPart[p] = append(byPart[p], in)
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	start := time.Now()
+	var (
+		mu       sync.Mutex
+		counts   = map[string]int{}
+		again    int // events the drainer sends again
+		firstErr error
+		next     int
+		wg       sync.WaitGroup
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// A stream's intents one after the other (they may share a batch), a
+	// few streams at once: the reads' rate is the limiter's.
+	for range min(len(parts), 4) {
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				if next == len(parts) || firstErr != nil {
+					mu.Unlock()
+					return
+				}
+				p := parts[next]
+				next++
+				mu.Unlock()
+				for _, in := range byPart[p] {
+					if !s.intents.has(in) {
+						continue // a call resolved before it took it along
+					}
+					result, n, err := s.resolve(ctx, st, in)
+					mu.Lock()
+					if err != nil {
+						if firstErr == nil {
+							firstErr = err
+							cancel()
+						}
+						mu.Unlock()
+						return
+					}
+					counts[result]++
+					again += n
+					mu.Unlock()
+					s.m.indoubt.WithLabelValues(result).Inc()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := counts[resultDelivered] + counts[resultResent] + counts[resultPartial] + counts[resultUnresolved]; n > 0 {
+		s.log.Info("resolved PutLogEvents calls a crash left in doubt, by reading their streams back", "sink", s.name,
+			"calls", n, resultDelivered, counts[resultDelivered], resultResent, counts[resultResent], resultPartial, counts[resultPartial],
+			resultUnresolved, counts[resultUnresolved], "events_sent_again", again, "took", time.Since(start).Round(time.Millisecond))
+	}
+	return firstErr
+}
+
+// eventKey is what a read-back event is matched on.
+type eventKey struct {
+	ts  int64
+	msg string
+}
+
+// resolve decides one call in doubt and records the outcome in st. It
+// returns the result and how many of the call's events the drainer sends
+// again.
+func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string, int, error) {
+	p := in.partition()
+	recs, err := st.ReadRange(in.BatchFirst, in.Last, func(r *sinks.Record) bool { return s.partition(r, false) == p })
+	if err != nil {
+		return "", 0, fmt.Errorf("read records %d to %d for the call in doubt to stream %q of group %q: %w", in.BatchFirst, in.Last, in.Stream, in.Group, err)
+	}
+	var call []event
+	covered := true // every event of the batch up to in.Last is this call's or a delivered one's
+	known := s.intents.of(p)
+	for _, e := range s.allEvents(recs) {
+		if in.covers(&e) {
+			call = append(call, e)
+			continue
+		}
+		if !deliveredBy(known, &e) {
+			covered = false
+		}
+	}
+	if len(call) != in.Events || digest(call) != in.SHA256 {
+		// The WAL dropped records of the call (wal.when_full: drop_oldest),
+		// or their messages are rendered otherwise now (message_key).
+		s.log.Warn("a PutLogEvents call a crash left in doubt cannot be rebuilt from the WAL: what is left of its records is sent again, which may duplicate events",
+			"sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events, "rebuilt", len(call))
+		return resultUnresolved, len(call), s.forget(ctx, st, in)
+	}
+	// Settle counts from the call's start; at most settle from now, should
+	// the clock have gone back since.
+	settle := time.Duration(s.cfg.Settle)
+	if wait := min(time.Until(time.UnixMilli(in.Started).Add(settle)), settle); wait > 0 && !s.noRead.Load() {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return "", 0, ctx.Err()
+		}
+	}
+	if s.noRead.Load() {
+		return resultUnresolved, len(call), s.forget(ctx, st, in)
+	}
+	need := make(map[eventKey]int, len(call))
+	for _, e := range call {
+		need[eventKey{e.ts, e.msg}]++
+	}
+	found, earlier, err := s.readWindow(ctx, in, need)
+	if errors.Is(err, errNoRead) {
+		return resultUnresolved, len(call), s.forget(ctx, st, in)
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	missing := unmatched(call, found)
+	if len(missing) == len(call) && len(unmatched(call, earlier)) == 0 && s.skewed.CompareAndSwap(false, true) {
+		// Every event is there, ingested before the call started: this
+		// host's clock is ahead of the service's (or identical events came
+		// earlier). Sent again: a duplicate rather than a loss.
+		s.log.Warn("a call in doubt has every event in the stream, ingested before the call started: identical events of earlier calls, or this host's clock is ahead of CloudWatch Logs' (check NTP: calls in doubt would be sent again, duplicates, until it is right); the call is sent again",
+			"sink", s.name, "group", in.Group, "stream", in.Stream)
+	}
+	switch {
+	case len(missing) == len(call):
+		s.log.Debug("a call in doubt did not land: it is sent again", "sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events)
+		return resultResent, len(call), s.forget(ctx, st, in)
+	case len(missing) == 0 && covered:
+		// All that was left of the batch: a delivered mark makes the
+		// drainer skip its records.
+		keys := s.intents.done(p, in.Last)
+		if err := st.Delivered(ctx, p, in.Last, keys); err != nil {
+			return "", 0, sinks.NewRetryable("state", fmt.Errorf("record delivery of the call in doubt to stream %q of group %q: %w", in.Stream, in.Group, err))
+		}
+		return resultDelivered, 0, nil
+	}
+	done := *in
+	done.Delivered, done.Missing = true, missing
+	if err := putIntent(ctx, st, &done); err != nil {
+		return "", 0, sinks.NewRetryable("state", err)
+	}
+	s.intents.add(&done)
+	if len(missing) > 0 {
+		s.log.Info("a call in doubt landed in part: the events not found in the stream are sent again",
+			"sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events, "not_found", len(missing))
+		return resultPartial, len(missing), nil
+	}
+	return resultDelivered, 0, nil
+}
+
+// checkDelivered forgets the intent of a delivered call none of whose
+// events the WAL holds for its stream any more: the records were dropped
+// (wal.when_full: drop_oldest), or the sink's names changed and they are
+// another stream's now. Nothing would delete it otherwise.
+func (s *Sink) checkDelivered(ctx context.Context, st sinks.State, in *intent) error {
+	p := in.partition()
+	recs, err := st.ReadRange(in.First, in.Last, func(r *sinks.Record) bool { return s.partition(r, false) == p })
+	if err != nil {
+		return fmt.Errorf("read records %d to %d for the delivered call to stream %q of group %q: %w", in.First, in.Last, in.Stream, in.Group, err)
+	}
+	for _, e := range s.allEvents(recs) {
+		if in.covers(&e) {
+			return nil
+		}
+	}
+	s.log.Debug("forgetting the intent of a delivered call whose records the stream no longer has in the WAL", "sink", s.name, "group", in.Group, "stream", in.Stream)
+	return s.forget(ctx, st, in)
+}
+
+// forget deletes the intent of a call that is to be sent again.
+func (s *Sink) forget(ctx context.Context, st sinks.State, in *intent) error {
+	if err := st.Delete(ctx, in.key()); err != nil {
+		return sinks.NewRetryable("state", fmt.Errorf("delete intent of a call to stream %q of group %q: %w", in.Stream, in.Group, err))
+	}
+	s.intents.remove(in)
+	return nil
+}
+
+func deliveredBy(known []*intent, e *event) bool {
+	for _, in := range known {
+		if in.delivered(e) {
+			return true
+		}
+	}
+	return false
+}
+
+// unmatched matches the call's events against those found, as multisets
+// of (timestamp, message), and returns the events (record, part) left
+// without a match. Of identical events, the last ones of the call are left.
+func unmatched(call []event, found map[eventKey]int) [][2]uint64 {
+	var missing [][2]uint64
+	for _, e := range call {
+		k := eventKey{e.ts, e.msg}
+		if found[k] > 0 {
+			found[k]--
+			continue
+		}
+		missing = append(missing, [2]uint64{e.seq, uint64(e.part)})
+	}
+	sort.Slice(missing, func(i, j int) bool {
+		return missing[i][0] < missing[j][0] || missing[i][0] == missing[j][0] && missing[i][1] < missing[j][1]
+	})
+	return missing
+}
+
+// readWindow reads the intent's stream over its call's time window, from
+// the head, page after page until the forward token comes back unchanged
+// (a page may be short or empty while events remain), and counts the
+// events that need holds: in found those ingested at or after the call
+// started, in earlier the others, which an earlier call stored (an
+// identical event of the same millisecond is not one of this call's). A
+// stream or group that does not exist holds none. ThrottlingException
+// waits and reads the page again. Once every event needed is found, the
+// rest of the window is not read.
+func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int) (found, earlier map[eventKey]int, err error) {
+	found, earlier = map[eventKey]int{}, map[eventKey]int{}
+	input := &cloudwatchlogs.GetLogEventsInput{
+		LogGroupName: aws.String(in.Group), LogStreamName: aws.String(in.Stream),
+		StartTime: aws.Int64(in.MinTime), EndTime: aws.Int64(in.MaxTime + 1), StartFromHead: aws.Bool(true),
+	}
+	left := 0 // events needed and not found yet
+	for _, n := range need {
+		left += n
+	}
+	throttled := 0
+	for {
+		if err := s.reads.wait(ctx); err != nil {
+			return nil, nil, err
+		}
+		pageCtx, cancel := context.WithTimeout(ctx, readTimeout)
+		out, err := s.api.GetLogEvents(pageCtx, input)
+		cancel()
+		if err != nil {
+			var missing *types.ResourceNotFoundException
+			var ae smithy.APIError
+			switch {
+			case errors.As(err, &missing):
+				return found, earlier, nil
+			case errors.As(err, &ae) && (ae.ErrorCode() == "AccessDeniedException" || ae.ErrorCode() == "AccessDenied"):
+				if s.noRead.CompareAndSwap(false, true) {
+					s.log.Warn("GetLogEvents is refused: PutLogEvents calls a crash leaves in doubt are sent again, which may duplicate their events; grant logs:GetLogEvents on the sink's log groups to resolve them",
+						"sink", s.name, "group", in.Group, "error", awserr.Clean(err))
+				}
+				return nil, nil, errNoRead
+			case errors.As(err, &ae) && ae.ErrorCode() == "ThrottlingException" && ctx.Err() == nil:
+				throttled++
+				wait := min(time.Second<<min(throttled-1, 5), 30*time.Second)
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return nil, nil, ctx.Err()
+				}
+				continue
+			}
+			return nil, nil, classify(err, in.Group, in.Stream)
+		}
+		throttled = 0
+		for _, e := range out.Events {
+			k := eventKey{aws.ToInt64(e.Timestamp), aws.ToString(e.Message)}
+			switch _, ok := need[k]; {
+			case !ok:
+			case aws.ToInt64(e.IngestionTime) >= in.Started:
+				if found[k]++; found[k] <= need[k] {
+					left--
+				}
+			default:
+				earlier[k]++
+			}
+		}
+		next := aws.ToString(out.NextForwardToken)
+		if left == 0 || next == "" || input.NextToken != nil && next == *input.NextToken {
+			return found, earlier, nil
+		}
+		input.NextToken = aws.String(next)
+	}
+}
+
+// limiter spaces calls evenly at a rate a second, without bursts.
+type limiter struct {
+	mu    sync.Mutex
+	every time.Duration
+	next  time.Time
+}
+
+func newLimiter(perSecond int) *limiter {
+	return &limiter{every: time.Second / time.Duration(perSecond)}
+}
+
+// wait returns when the caller may make its call.
+func (l *limiter) wait(ctx context.Context) error {
+	l.mu.Lock()
+	now := time.Now()
+	at := l.next
+	if at.Before(now) {
+		at = now
+	}
+	l.next = at.Add(l.every)
+	l.mu.Unlock()
+	d := time.Until(at)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

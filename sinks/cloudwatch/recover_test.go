@@ -1,0 +1,851 @@
+package cloudwatch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	cwl "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/emulator/cloudwatchlogs"
+	"github.com/logfwd/forwarder/internal/mototest"
+	"github.com/logfwd/forwarder/internal/syncbuf"
+	"github.com/logfwd/forwarder/queue"
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// What the proxy does with a request.
+const (
+	pass = ""     // forward it
+	fail = "fail" // answer 503 ServiceUnavailableException without forwarding
+	hang = "hang" // never forward nor answer: the call did not land
+	land = "land" // forward it, then never answer: the call landed, its answer is lost
+)
+
+// proxy stands between the sink and a CloudWatch Logs service (the
+// emulator, moto): rule says, for the nth request of an operation
+// (from 1), what to do with it.
+type proxy struct {
+	t    testing.TB
+	url  string
+	rp   *httputil.ReverseProxy
+	stop chan struct{}
+
+	mu       sync.Mutex
+	n        map[string]int
+	rule     func(op string, n int) string
+	hung     int
+	answer   map[string]string // op -> an error code to answer every request of it with
+	byStream map[string]string // stream -> what to do with its PutLogEvents, before rule
+}
+
+func newProxy(t testing.TB, target string, rule func(op string, n int) string) *proxy {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{t: t, rp: httputil.NewSingleHostReverseProxy(u), stop: make(chan struct{}), n: map[string]int{}, rule: rule,
+		answer: map[string]string{}, byStream: map[string]string{}}
+	p.rp.ErrorLog = log.New(io.Discard, "", 0)
+	srv := httptest.NewServer(p)
+	t.Cleanup(func() {
+		close(p.stop)
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	p.url = srv.URL
+	return p
+}
+
+func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "Logs_20140328.")
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var in struct{ LogStreamName string }
+	_ = json.Unmarshal(body, &in)
+	p.mu.Lock()
+	p.n[op]++
+	what := pass
+	if p.rule != nil {
+		what = p.rule(op, p.n[op])
+	}
+	if w, ok := p.byStream[in.LogStreamName]; ok && op == "PutLogEvents" {
+		what = w
+	}
+	code := p.answer[op]
+	if what == hang || what == land {
+		p.hung++
+	}
+	p.mu.Unlock()
+	if code != "" {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.Header().Set("X-Amzn-ErrorType", code)
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"__type":%q,"message":"answered by the test's proxy"}`, code)
+		return
+	}
+	switch what {
+	case fail:
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.Header().Set("X-Amzn-ErrorType", "ServiceUnavailableException")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"__type":"ServiceUnavailableException","message":"failed by the test's proxy"}`)
+		return
+	case land:
+		p.rp.ServeHTTP(httptest.NewRecorder(), r.Clone(context.WithoutCancel(r.Context())))
+		fallthrough
+	case hang:
+		select {
+		case <-r.Context().Done():
+		case <-p.stop:
+		}
+		return
+	}
+	p.rp.ServeHTTP(w, r)
+}
+
+func (p *proxy) count(op string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n[op]
+}
+
+func (p *proxy) hanging() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hung
+}
+
+// setRule replaces the rule; counts go on.
+func (p *proxy) setRule(rule func(op string, n int) string) {
+	p.mu.Lock()
+	p.rule = rule
+	p.mu.Unlock()
+}
+
+// landPuts lets every PutLogEvents land and keeps its answer.
+func landPuts(op string, n int) string {
+	if op == "PutLogEvents" {
+		return land
+	}
+	return pass
+}
+
+// setStream says what to do with the PutLogEvents calls to stream.
+func (p *proxy) setStream(stream, what string) {
+	p.mu.Lock()
+	p.byStream[stream] = what
+	p.mu.Unlock()
+}
+
+func (p *proxy) setAnswer(op, code string) {
+	p.mu.Lock()
+	p.answer[op] = code
+	p.mu.Unlock()
+}
+
+// restart replaces the sink with a new one of the configuration cfg, as a
+// new process would have, logging into the returned buffer.
+func (e *env) restart(cfg config.CloudWatch) *syncbuf.Buffer {
+	e.t.Helper()
+	buf := &syncbuf.Buffer{}
+	e.reg = prometheus.NewRegistry()
+	sink, err := New(context.Background(), "cw", cfg, Options{Hostname: "host1", AWS: staticAWS(), Registerer: e.reg,
+		Logger: slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.sink = sink
+	e.qm = queue.NewMetrics(nil)
+	return buf
+}
+
+// runUntilHung drains until the proxy holds hung requests, then stops the
+// drainer, which cancels them: what a crash during those calls leaves,
+// intents committed and no answer.
+func (e *env) runUntilHung(p *proxy, hung int) {
+	e.t.Helper()
+	d := queue.New(e.w, "cw", e.sink, queue.Options{Metrics: e.qm, RetryMin: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		ShutdownTimeout: 10 * time.Millisecond, Fingerprint: e.sink.Fingerprint()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	if !waitUntil(10*time.Second, func() bool { return p.hanging() >= hung }) {
+		cancel()
+		<-done
+		e.t.Fatalf("the proxy holds %d requests, want %d; status %+v", p.hanging(), hung, d.Status())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		e.t.Fatal(err)
+	}
+	p.setRule(nil) // the next process gets answers
+}
+
+func waitUntil(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
+}
+
+// copies counts the stored events of group/stream by message.
+func (e *env) copies(group, stream string) map[string]int {
+	out := map[string]int{}
+	for _, ev := range e.emu.Events(group, stream) {
+		out[ev.Message]++
+	}
+	return out
+}
+
+func (e *env) indoubt(result string) float64 {
+	return testutil.ToFloat64(e.sink.m.indoubt.WithLabelValues(result))
+}
+
+func (e *env) intentsLeft() int {
+	n := 0
+	e.w.ScanState("cw", []byte("s/"+intentPrefix), func(k, v []byte) error { n++; return nil })
+	return n
+}
+
+// prime delivers a first record to each of the streams (g/s when none is
+// named, else tags whose ${tag} streams are these), so that they exist.
+func (e *env) prime(streams ...string) {
+	e.t.Helper()
+	if len(streams) == 0 {
+		e.appendLines(1, time.Now().Add(-time.Second), "first")
+	}
+	for _, tag := range streams {
+		e.append(wal.Record{Time: time.Now().Add(-time.Second).UnixNano(), Tag: tag, Body: []byte(`{"log":"first"}`)})
+	}
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+}
+
+func streamCfg(url string) config.CloudWatch {
+	cfg := baseCfg(url)
+	cfg.LogGroup, cfg.LogStream = "g", "s"
+	cfg.FlushInterval = config.Duration(time.Millisecond)
+	return cfg
+}
+
+// appendLines appends n records of stream g/s, a millisecond apart, with
+// messages prefix0 .. prefixN-1.
+func (e *env) appendLines(n int, at time.Time, prefix string) {
+	e.t.Helper()
+	var recs []wal.Record
+	for i := range n {
+		recs = append(recs, wal.Record{Time: at.Add(time.Duration(i) * time.Millisecond).UnixNano(), Tag: "t",
+			Body: fmt.Appendf(nil, `{"log":"%s%d"}`, prefix, i)})
+	}
+	e.append(recs...)
+}
+
+// expectOnce fails unless g/s holds each of the n lines exactly once and
+// nothing else.
+func (e *env) expectOnce(n int, prefix string) {
+	e.t.Helper()
+	got := e.copies("g", "s")
+	dups := 0
+	for i := range n {
+		msg := fmt.Sprintf(`{"log":"%s%d"}`, prefix, i)
+		switch c := got[msg]; {
+		case c == 0:
+			e.t.Errorf("%s lost", msg)
+		case c > 1:
+			dups += c - 1
+		}
+		delete(got, msg)
+	}
+	delete(got, `{"log":"first0"}`) // prime's
+	if dups > 0 || len(got) > 0 {
+		e.t.Errorf("%d duplicate events, %d unknown ones", dups, len(got))
+	}
+}
+
+// A call that landed, and whose answer a crash lost, is found in the
+// stream at the next start and not sent again: its records are skipped.
+func TestRecoverCallThatLanded(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, nil)
+	cfg := streamCfg(p.url)
+	e.restart(cfg)
+	e.prime()
+	p.setRule(landPuts)
+	e.appendLines(50, time.Now(), "m")
+	e.runUntilHung(p, 1)
+	if n := e.intentsLeft(); n != 1 {
+		t.Fatalf("%d intents after the interrupted call, want 1", n)
+	}
+	logs := e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.expectOnce(50, "m")
+	if e.indoubt(resultDelivered) != 1 || p.count("PutLogEvents") != 3 {
+		t.Errorf("in doubt: delivered %v, PutLogEvents calls %d; want 1 and 3 (the first record's two, the one in doubt)\n%s", e.indoubt(resultDelivered), p.count("PutLogEvents"), logs)
+	}
+	if n := testutil.ToFloat64(e.qm.Skipped.WithLabelValues("cw")); n != 50 {
+		t.Errorf("%v records skipped as delivered, want 50", n)
+	}
+	if n := e.intentsLeft(); n != 0 {
+		t.Errorf("%d intents left", n)
+	}
+	if !strings.Contains(logs.String(), `msg="resolved PutLogEvents calls a crash left in doubt, by reading their streams back" sink=cw calls=1 delivered=1 resent=0 partial=0 unresolved=0 events_sent_again=0`) {
+		t.Errorf("no summary line:\n%s", logs)
+	}
+}
+
+// A call that never reached the service is sent again: nothing lost.
+func TestRecoverCallThatDidNotLand(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, func(op string, n int) string {
+		if op == "PutLogEvents" && n == 1 {
+			return hang
+		}
+		return pass
+	})
+	cfg := streamCfg(p.url)
+	e.restart(cfg)
+	e.appendLines(30, time.Now(), "m")
+	e.runUntilHung(p, 1)
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.expectOnce(30, "m")
+	if e.indoubt(resultResent) != 1 {
+		t.Errorf("in doubt: resent %v, want 1", e.indoubt(resultResent))
+	}
+	if n := e.intentsLeft(); n != 0 {
+		t.Errorf("%d intents left", n)
+	}
+}
+
+// Events the service refused in a call whose answer was lost (older than
+// the group's retention of a day by its clock, two minutes ahead of the
+// sink's) are not found; only they are sent again, and dead-lettered when
+// refused again. The others are not duplicated.
+func TestRecoverPartialCall(t *testing.T) {
+	e := newEnv(t, nil)
+	e.emu = cloudwatchlogs.New(cloudwatchlogs.Options{Now: func() time.Time { return time.Now().Add(2 * time.Minute) }})
+	url, err := e.emu.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.emu.Close() })
+	p := newProxy(t, url, nil)
+	cfg := streamCfg(p.url)
+	cfg.RetentionDays = 1
+	e.restart(cfg)
+	e.prime()
+	p.setRule(landPuts)
+	now := time.Now()
+	e.appendLines(3, now.Add(-24*time.Hour+time.Minute), "old") // within a day of the sink's clock: one batch with the others
+	e.appendLines(7, now, "m")
+	e.runUntilHung(p, 1)
+	if got := len(e.emu.Events("g", "s")); got != 1+7 {
+		t.Fatalf("%d events stored, want the first and the 7 the service's clock allows", got)
+	}
+	e.emu.SetSparsePages(2) // what is not found is looked for to the end, past empty pages
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.expectOnce(7, "m")
+	if e.indoubt(resultPartial) != 1 {
+		t.Errorf("in doubt: partial %v, want 1", e.indoubt(resultPartial))
+	}
+	dead := map[string]string{}
+	queue.DeadLetters(e.w, "cw", func(d queue.DeadLetter) error { dead[string(d.Body)] = d.Reason; return nil })
+	want := map[string]string{`{"log":"old0"}`: "expired", `{"log":"old1"}`: "expired", `{"log":"old2"}`: "expired"}
+	if !reflect.DeepEqual(dead, want) {
+		t.Errorf("dead letters %v, want %v", dead, want)
+	}
+	if n := e.intentsLeft(); n != 0 {
+		t.Errorf("%d intents left", n)
+	}
+}
+
+// The read back pages until the forward token comes back unchanged: pages
+// may be empty while events remain.
+func TestRecoverReadsEveryPage(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, nil)
+	cfg := streamCfg(p.url)
+	e.restart(cfg)
+	e.prime()
+	p.setRule(landPuts)
+	e.appendLines(40, time.Now(), "m")
+	e.runUntilHung(p, 1)
+	e.emu.SetSparsePages(3)
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.expectOnce(40, "m")
+	if e.indoubt(resultDelivered) != 1 {
+		t.Errorf("in doubt: delivered %v, want 1", e.indoubt(resultDelivered))
+	}
+	if n := p.count("GetLogEvents"); n < 27 {
+		t.Errorf("%d GetLogEvents calls, want at least 27 (40 events 3 a page, an empty page before each)", n)
+	}
+}
+
+// Events not yet readable when the stream is read (the service's delay
+// longer than settle) make a call that landed look lost: it is sent
+// again, a duplicate that is counted, never a loss.
+func TestRecoverReadDelayPastSettle(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, nil)
+	cfg := streamCfg(p.url)
+	cfg.Settle = config.Duration(50 * time.Millisecond)
+	e.restart(cfg)
+	e.prime()
+	p.setRule(landPuts)
+	e.emu.SetReadDelay(time.Hour)
+	e.appendLines(20, time.Now(), "m")
+	e.runUntilHung(p, 1)
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	got := e.copies("g", "s")
+	for i := range 20 {
+		if n := got[fmt.Sprintf(`{"log":"m%d"}`, i)]; n != 2 {
+			t.Errorf("m%d stored %d times, want twice (landed, not seen, sent again)", i, n)
+		}
+	}
+	if e.indoubt(resultResent) != 1 {
+		t.Errorf("in doubt: resent %v, want 1", e.indoubt(resultResent))
+	}
+}
+
+// The stream is read once the call is settle old, not before: events that
+// become readable within settle are found.
+func TestRecoverWaitsSettle(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, nil)
+	cfg := streamCfg(p.url)
+	cfg.Settle = config.Duration(time.Second)
+	e.restart(cfg)
+	e.prime()
+	p.setRule(landPuts)
+	e.emu.SetReadDelay(600 * time.Millisecond)
+	e.appendLines(20, time.Now(), "m")
+	e.runUntilHung(p, 1)
+	called := time.Now()
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	if d := time.Since(called); d < 900*time.Millisecond {
+		t.Errorf("resolved %v after the call, before settle (1s)", d)
+	}
+	e.emu.SetReadDelay(0)
+	e.expectOnce(20, "m")
+	if e.indoubt(resultDelivered) != 1 {
+		t.Errorf("in doubt: delivered %v, want 1", e.indoubt(resultDelivered))
+	}
+}
+
+// GetLogEvents refused: one warning naming the permission, and the calls
+// in doubt are sent again (at least once, as without reads).
+func TestRecoverAccessDeniedSendsAgain(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, nil)
+	cfg := streamCfg(p.url)
+	cfg.LogStream = "${tag}"
+	e.restart(cfg)
+	e.prime("s0", "s1", "s2")
+	p.setRule(landPuts)
+	now := time.Now()
+	for i := range 3 {
+		e.append(wal.Record{Time: now.UnixNano(), Tag: fmt.Sprint("s", i), Body: []byte(`{"log":"x"}`)})
+	}
+	e.runUntilHung(p, 3)
+	p.setAnswer("GetLogEvents", "AccessDeniedException")
+	logs := e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	for i := range 3 {
+		if got := e.copiesOf(fmt.Sprint("s", i)); got[`{"log":"x"}`] != 2 {
+			t.Errorf("stream s%d: %v, want x twice (landed, then sent again without knowing)", i, got)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "grant logs:GetLogEvents") {
+		t.Errorf("%d warnings, want one naming logs:GetLogEvents:\n%s", n, logs)
+	}
+	// Streams are resolved a few at once: those already reading when the
+	// first was refused are refused too; none reads after.
+	if e.indoubt(resultUnresolved) != 3 || p.count("GetLogEvents") > 3 {
+		t.Errorf("unresolved %v, GetLogEvents calls %d; want 3 and at most 3", e.indoubt(resultUnresolved), p.count("GetLogEvents"))
+	}
+}
+
+// ThrottlingException on a read waits and reads again.
+func TestRecoverThrottledRead(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, nil)
+	cfg := streamCfg(p.url)
+	e.restart(cfg)
+	e.prime()
+	p.setRule(landPuts)
+	e.appendLines(10, time.Now(), "m")
+	e.runUntilHung(p, 1)
+	p.setAnswer("GetLogEvents", "ThrottlingException")
+	go func() {
+		waitUntil(10*time.Second, func() bool { return p.count("GetLogEvents") >= 1 })
+		p.setAnswer("GetLogEvents", "")
+	}()
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.expectOnce(10, "m")
+	if e.indoubt(resultDelivered) != 1 || p.count("GetLogEvents") < 2 {
+		t.Errorf("delivered %v after %d reads, want 1 after at least 2", e.indoubt(resultDelivered), p.count("GetLogEvents"))
+	}
+}
+
+// Reads keep read_rate: ten calls in doubt in ten streams, 5 reads a
+// second, take at least 1.8 s.
+func TestRecoverKeepsReadRate(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, nil)
+	cfg := streamCfg(p.url)
+	cfg.LogStream = "${tag}"
+	cfg.ReadRate = 5
+	cfg.MaxConcurrentStreams = 10
+	e.restart(cfg)
+	var tags []string
+	for i := range 10 {
+		tags = append(tags, fmt.Sprint("s", i))
+	}
+	e.prime(tags...)
+	p.setRule(landPuts)
+	now := time.Now()
+	for i := range 10 {
+		e.append(wal.Record{Time: now.UnixNano(), Tag: fmt.Sprint("s", i), Body: []byte(`{"log":"second"}`)})
+	}
+	e.runUntilHung(p, 10)
+	e.restart(cfg)
+	start := time.Now()
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	if d := time.Since(start); d < 1800*time.Millisecond {
+		t.Errorf("10 reads at 5 a second took %v", d)
+	}
+	if e.indoubt(resultDelivered) != 10 {
+		t.Errorf("delivered %v, want 10", e.indoubt(resultDelivered))
+	}
+	for i := range 10 {
+		if got := e.copiesOf(fmt.Sprint("s", i)); got[`{"log":"second"}`] != 1 {
+			t.Errorf("stream s%d: %v", i, got)
+		}
+	}
+}
+
+func (e *env) copiesOf(stream string) map[string]int { return e.copies("g", stream) }
+
+// bigRecord is one record whose message is split into parts: three calls.
+func bigRecord(at time.Time) (wal.Record, []string) {
+	msg := strings.Repeat("abcdefghij", 250000) // 2.5 MB: three parts
+	return wal.Record{Time: at.UnixNano(), Tag: "t", Body: []byte(msg)}, split(msg)
+}
+
+// A batch of several calls whose second call fails sends again the calls
+// that did not land, not the first.
+func TestSeveralCallsFailureResendsOnlyTheRest(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, func(op string, n int) string {
+		if op == "PutLogEvents" && n == 3 { // 1: no group yet; 2: part 1; 3: part 2
+			return fail
+		}
+		return pass
+	})
+	cfg := streamCfg(p.url)
+	e.restart(cfg)
+	rec, parts := bigRecord(time.Now())
+	if len(parts) != 3 {
+		t.Fatalf("%d parts", len(parts))
+	}
+	e.append(rec)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	got := e.copies("g", "s")
+	for i, part := range parts {
+		if got[part] != 1 {
+			t.Errorf("part %d stored %d times, want once", i+1, got[part])
+		}
+	}
+	if n := p.count("PutLogEvents"); n != 5 {
+		t.Errorf("%d PutLogEvents calls, want 5 (the creation's, parts 1 and 2, parts 2 and 3)", n)
+	}
+	if n := e.intentsLeft(); n != 0 {
+		t.Errorf("%d intents left", n)
+	}
+}
+
+// A crash after a batch's first call was delivered, during its second,
+// sends neither the first again nor loses the rest.
+func TestSeveralCallsCrashResendsOnlyTheRest(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, func(op string, n int) string {
+		if op == "PutLogEvents" && n == 3 {
+			return hang
+		}
+		return pass
+	})
+	cfg := streamCfg(p.url)
+	e.restart(cfg)
+	rec, parts := bigRecord(time.Now())
+	e.append(rec)
+	e.runUntilHung(p, 1)
+	if n := e.intentsLeft(); n != 2 {
+		t.Fatalf("%d intents, want 2 (part 1 delivered, part 2 in doubt)", n)
+	}
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	got := e.copies("g", "s")
+	for i, part := range parts {
+		if got[part] != 1 {
+			t.Errorf("part %d stored %d times, want once", i+1, got[part])
+		}
+	}
+	if e.indoubt(resultResent) != 1 {
+		t.Errorf("in doubt: resent %v, want 1 (part 2)", e.indoubt(resultResent))
+	}
+	if n := e.intentsLeft(); n != 0 {
+		t.Errorf("%d intents left", n)
+	}
+}
+
+func TestUnmatched(t *testing.T) {
+	ev := func(ts int64, msg string, seq uint64) event { return event{ts: ts, msg: msg, seq: seq} }
+	call := []event{ev(1, "a", 1), ev(1, "a", 2), ev(2, "b", 3), ev(3, "c", 4)}
+	for _, c := range []struct {
+		name    string
+		found   map[eventKey]int
+		missing [][2]uint64
+	}{
+		{"all", map[eventKey]int{{1, "a"}: 2, {2, "b"}: 1, {3, "c"}: 1}, nil},
+		{"none", map[eventKey]int{}, [][2]uint64{{1, 0}, {2, 0}, {3, 0}, {4, 0}}},
+		{"one of two identical events", map[eventKey]int{{1, "a"}: 1, {2, "b"}: 1, {3, "c"}: 1}, [][2]uint64{{2, 0}}},
+		{"partial", map[eventKey]int{{2, "b"}: 1}, [][2]uint64{{1, 0}, {2, 0}, {4, 0}}},
+		{"more copies than the call holds (another writer)", map[eventKey]int{{1, "a"}: 5, {2, "b"}: 2, {3, "c"}: 1}, nil},
+		{"same message, another time", map[eventKey]int{{1, "a"}: 2, {2, "b"}: 1, {4, "c"}: 1}, [][2]uint64{{4, 0}}},
+	} {
+		if got := unmatched(call, c.found); !reflect.DeepEqual(got, c.missing) {
+			t.Errorf("%s: missing %v, want %v", c.name, got, c.missing)
+		}
+	}
+}
+
+// Each event of a batch is covered by the intent of exactly the call it
+// is cut into, whatever the order of times and records and however
+// messages are split.
+func TestIntentsCoverTheirCallsEvents(t *testing.T) {
+	s := &Sink{}
+	now := time.Now()
+	big := strings.Repeat("x", 2_500_000)
+	var recs []sinks.Record
+	for i, c := range []struct {
+		dt  time.Duration
+		msg string
+	}{{5, "a"}, {1, big}, {1, "b"}, {0, "c"}, {9, big}, {5, "d"}, {1, "e"}} {
+		recs = append(recs, sinks.Record{Seq: uint64(10 + i), Time: now.Add(c.dt * time.Millisecond).UnixNano(), Body: []byte(c.msg)})
+	}
+	evs, _ := s.events(recs, now, nil)
+	cs := calls(evs)
+	if len(cs) < 5 {
+		t.Fatalf("%d calls, want the parts of two big messages apart", len(cs))
+	}
+	var ins []*intent
+	for _, call := range cs {
+		ins = append(ins, newIntent("g\x00s", 10, call, 0))
+	}
+	for ci, call := range cs {
+		for _, e := range call {
+			for ii, in := range ins {
+				if in.covers(&e) != (ii == ci) {
+					t.Errorf("event of record %d part %d (call %d): covered by intent %d is %v", e.seq, e.part, ci, ii, in.covers(&e))
+				}
+			}
+		}
+		if rebuilt := s.allEvents(recs); len(rebuilt) != len(evs) {
+			t.Fatalf("rebuilt %d events of %d", len(rebuilt), len(evs))
+		}
+	}
+}
+
+// After the stream template changed, intents of the old streams are
+// forgotten at start (their records go to the new stream), not kept for
+// ever.
+func TestRecoverForgetsIntentsOfRenamedStreams(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, func(op string, n int) string {
+		if op == "PutLogEvents" && n == 3 {
+			return hang
+		}
+		return pass
+	})
+	cfg := streamCfg(p.url)
+	e.restart(cfg)
+	rec, parts := bigRecord(time.Now())
+	e.append(rec)
+	e.runUntilHung(p, 1)
+	if n := e.intentsLeft(); n != 2 {
+		t.Fatalf("%d intents, want 2", n)
+	}
+	cfg.LogStream = "renamed"
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	got := e.copies("g", "renamed")
+	for i, part := range parts {
+		if got[part] != 1 {
+			t.Errorf("part %d stored %d times in the renamed stream, want once", i+1, got[part])
+		}
+	}
+	if n := e.intentsLeft(); n != 0 {
+		t.Errorf("%d intents left", n)
+	}
+	if e.indoubt(resultUnresolved) != 1 {
+		t.Errorf("unresolved %v, want 1", e.indoubt(resultUnresolved))
+	}
+}
+
+// serviceEvents reads group/stream from a service through the SDK, from
+// the head until the forward token comes back unchanged, and counts the
+// messages.
+func serviceEvents(t *testing.T, url, group, stream string) map[string]int {
+	t.Helper()
+	cl := cwl.New(cwl.Options{Region: "us-east-1", BaseEndpoint: aws.String(url), Credentials: staticAWS().Credentials})
+	in := &cwl.GetLogEventsInput{LogGroupName: aws.String(group), LogStreamName: aws.String(stream), StartFromHead: aws.Bool(true)}
+	out := map[string]int{}
+	for range 1000 {
+		page, err := cl.GetLogEvents(context.Background(), in)
+		if err != nil {
+			t.Fatalf("GetLogEvents %s %s: %v", group, stream, err)
+		}
+		for _, e := range page.Events {
+			out[aws.ToString(e.Message)]++
+		}
+		if in.NextToken != nil && aws.ToString(page.NextForwardToken) == *in.NextToken {
+			return out
+		}
+		in.NextToken = page.NextForwardToken
+	}
+	t.Fatal("the forward token never came back unchanged")
+	return nil
+}
+
+// Against moto_server: a call that landed is found with moto's
+// GetLogEvents and not sent again; one that did not land is sent again.
+func TestRecoverMoto(t *testing.T) {
+	motoURL := mototest.Start(t)
+	e := newEnv(t, nil)
+	p := newProxy(t, motoURL, nil)
+	cfg := streamCfg(p.url)
+	cfg.LogStream = "${tag}"
+	e.restart(cfg)
+	e.prime("landed", "lost")
+	p.setStream("landed", land)
+	p.setStream("lost", hang)
+	now := time.Now()
+	for i := range 30 {
+		e.append(wal.Record{Time: now.Add(time.Duration(i) * time.Millisecond).UnixNano(), Tag: "landed", Body: fmt.Appendf(nil, `{"log":"m%d"}`, i)})
+	}
+	for i := range 20 {
+		e.append(wal.Record{Time: now.Add(time.Duration(i) * time.Millisecond).UnixNano(), Tag: "lost", Body: fmt.Appendf(nil, `{"log":"n%d"}`, i)})
+	}
+	e.runUntilHung(p, 2)
+	p.setStream("landed", pass)
+	p.setStream("lost", pass)
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	landed, lost := serviceEvents(t, motoURL, "g", "landed"), serviceEvents(t, motoURL, "g", "lost")
+	for i := range 30 {
+		if n := landed[fmt.Sprintf(`{"log":"m%d"}`, i)]; n != 1 {
+			t.Errorf("m%d stored %d times in moto, want once", i, n)
+		}
+	}
+	for i := range 20 {
+		if n := lost[fmt.Sprintf(`{"log":"n%d"}`, i)]; n != 1 {
+			t.Errorf("n%d stored %d times in moto, want once", i, n)
+		}
+	}
+	if e.indoubt(resultDelivered) != 1 || e.indoubt(resultResent) != 1 {
+		t.Errorf("in doubt: delivered %v, resent %v; want 1 and 1 (partial %v, unresolved %v)", e.indoubt(resultDelivered), e.indoubt(resultResent), e.indoubt(resultPartial), e.indoubt(resultUnresolved))
+	}
+}
+
+// An event identical to one of the call in doubt (same millisecond, same
+// message) that an earlier call stored is not taken for it: the call did
+// not land and is sent again, and both records are in the stream.
+func TestRecoverEarlierIdenticalEventIsNotTheCalls(t *testing.T) {
+	e := newEnv(t, nil)
+	p := newProxy(t, e.url, nil)
+	cfg := streamCfg(p.url)
+	e.restart(cfg)
+	at := time.Now()
+	same := wal.Record{Time: at.UnixNano(), Tag: "t", Body: []byte(`{"log":"same"}`)}
+	e.append(same)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	p.setRule(func(op string, n int) string {
+		if op == "PutLogEvents" {
+			return hang
+		}
+		return pass
+	})
+	time.Sleep(5 * time.Millisecond) // the next call starts in a later millisecond than the first was stored
+	e.append(same)
+	e.runUntilHung(p, 1)
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	if n := e.copies("g", "s")[`{"log":"same"}`]; n != 2 {
+		t.Errorf("%d copies of the two identical records, want 2", n)
+	}
+	if e.indoubt(resultResent) != 1 {
+		t.Errorf("resent %v, want 1", e.indoubt(resultResent))
+	}
+}
+
+// A host clock ahead of the service's makes a call that landed look
+// ingested before it started: it is sent again (a duplicate, not a loss),
+// with one warning that says to check the clock.
+func TestRecoverClockAheadSendsAgain(t *testing.T) {
+	e := newEnv(t, nil)
+	e.emu = cloudwatchlogs.New(cloudwatchlogs.Options{Now: func() time.Time { return time.Now().Add(-time.Minute) }})
+	url, err := e.emu.Start("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.emu.Close() })
+	p := newProxy(t, url, nil)
+	cfg := streamCfg(p.url)
+	e.restart(cfg)
+	e.prime()
+	p.setRule(landPuts)
+	e.appendLines(10, time.Now(), "m")
+	e.runUntilHung(p, 1)
+	logs := e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	got := e.copies("g", "s")
+	for i := range 10 {
+		if n := got[fmt.Sprintf(`{"log":"m%d"}`, i)]; n != 2 {
+			t.Errorf("m%d stored %d times, want twice", i, n)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "check NTP") {
+		t.Errorf("%d warnings, want one about the clock:\n%s", n, logs)
+	}
+}
