@@ -25,6 +25,7 @@ func slowSinks(e *env) []string {
 // and exits 0 within shutdown_timeout: every acknowledged record is in S3
 // exactly once and in CloudWatch at least once, and nothing is left.
 func TestScaleInDrains(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, func(c *fwdConfig) { c.ShutdownTimeout = "20s" })
 	cfg := e.f.cfg
 	cfg.Sinks = slowSinks(e)

@@ -13,6 +13,7 @@ import (
 // the reasons too_old and too_new, which `forwarder wal dead-letters` lists;
 // S3 still has every record, once.
 func TestOldAndFutureEvents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, nil)
 	e.f.start()
 	now := time.Now()

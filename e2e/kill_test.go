@@ -33,6 +33,7 @@ func TestKillLoop(t *testing.T) {
 // duplicates are counted, and bounded by the events of the calls sent
 // again at each start; nothing is missing.
 func TestKillLoopReadDelay(t *testing.T) {
+	t.Parallel()
 	kills, maxGap := 4, 1500*time.Millisecond
 	if long {
 		kills, maxGap = 30, 3*time.Second

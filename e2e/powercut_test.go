@@ -29,6 +29,7 @@ func powerCutEnv(t *testing.T) (*env, func() *faultfs.Mount, *faultfs.Mount) {
 // acknowledged. At the end every acknowledged record is in S3 exactly once
 // and in CloudWatch Logs at least once.
 func TestPowerCutLoop(t *testing.T) {
+	t.Parallel()
 	cuts, maxGap := 3, 1500*time.Millisecond
 	if long {
 		cuts, maxGap = 30, 3*time.Second
@@ -101,6 +102,7 @@ func TestPowerCutLoop(t *testing.T) {
 // then cut; once the disk is sound and the service started again, every
 // record that was acknowledged reaches both destinations.
 func TestFailedFsyncStopsTheService(t *testing.T) {
+	t.Parallel()
 	e, remount, m := powerCutEnv(t)
 	e.f.start()
 	ld := startLoad(e.f.cfg, e.led, 1, 1, clientOpts{Prefix: "eio", Batch: 20, Pause: 10 * time.Millisecond, AckTimeout: 5 * time.Second})

@@ -23,6 +23,7 @@ import (
 // phase 1b and phase 2, exactly once, and whatever of phase 1a retention had
 // not deleted yet.
 func TestRestartWithChangedConfig(t *testing.T) {
+	t.Parallel()
 	const bucket2 = "e2e-archive2"
 	e := newEnv(t, nil)
 	if err := e.s3.CreateBucket(bucket2); err != nil {
