@@ -35,7 +35,7 @@ type transcoder struct {
 	invalidUTF8 bool // the last record had invalid UTF-8 replaced
 	// grow returns dst, or a copy of it, with room for n more bytes; nil:
 	// a copy from the runtime (decoding without a budget).
-	grow func(dst []byte, n int) ([]byte, error)
+	grow jsonstr.GrowFunc
 }
 
 // room returns dst with room for n more bytes.
@@ -244,28 +244,11 @@ func (t *transcoder) base64(dst, b []byte) ([]byte, error) {
 }
 
 // str appends s as a JSON string (internal/jsonstr: what JSON requires
-// escaped, each byte of invalid UTF-8 as \ufffd). It makes room for s as it
-// is, and when an escape does not fit, for the rest of s with one escape:
-// a string is never given six times its length up front.
+// escaped, each byte of invalid UTF-8 as \ufffd), with room from grow only.
 func (t *transcoder) str(dst, s []byte) ([]byte, error) {
-	dst, err := t.room(dst, len(s)+2)
-	if err != nil {
-		return dst, err
-	}
-	dst = append(dst, '"')
-	for {
-		// The escaper writes within the room, less the closing quote's byte.
-		out, n, replaced := jsonstr.AppendContentWithin(dst[:len(dst):cap(dst)-1], s)
-		dst = dst[:len(out)]
-		t.invalidUTF8 = t.invalidUTF8 || replaced
-		if s = s[n:]; len(s) == 0 {
-			break
-		}
-		if dst, err = t.room(dst, len(s)+jsonstr.MaxEscape+1); err != nil {
-			return dst, err
-		}
-	}
-	return append(dst, '"'), nil
+	dst, replaced, err := jsonstr.AppendGrow(dst, s, t.grow)
+	t.invalidUTF8 = t.invalidUTF8 || replaced
+	return dst, err
 }
 
 // readExt reads any msgpack extension: its type and data.

@@ -53,43 +53,46 @@ import (
 	"unicode/utf8"
 )
 
-// Text is what the functions take: a string or a byte slice. Neither is
-// retained.
-type Text interface{ ~string | ~[]byte }
+// text is what the scan takes: the exported functions are not generic, so
+// that a call from another package is one call, not two.
+type text interface{ ~string | ~[]byte }
 
-// Replacement is what each byte of invalid UTF-8 becomes.
-const Replacement = `\ufffd`
+// replacement is what each byte of invalid UTF-8 becomes.
+const replacement = `\ufffd`
 
-// MaxEscape is the longest that one byte of s becomes.
-const MaxEscape = 6
+// maxEscape is the longest that one byte of a string becomes.
+const maxEscape = 6
 
 // Append appends s to dst as a JSON string, quotes included, and reports
 // whether it replaced invalid UTF-8.
-func Append[T Text](dst []byte, s T) ([]byte, bool) {
-	dst = append(dst, '"')
-	dst, _, replaced := appendContent(dst, s, false)
-	return append(dst, '"'), replaced
+func Append(dst []byte, s string) ([]byte, bool) {
+	dst, replaced, _ := appendString(dst, s, nil, true)
+	return dst, replaced
 }
 
 // AppendContent appends s to dst escaped for a JSON string, without the
 // quotes, and reports whether it replaced invalid UTF-8.
-func AppendContent[T Text](dst []byte, s T) ([]byte, bool) {
-	dst, _, replaced := appendContent(dst, s, false)
+func AppendContent(dst []byte, s string) ([]byte, bool) {
+	dst, replaced, _ := appendString(dst, s, nil, false)
 	return dst, replaced
 }
 
-// AppendContentWithin appends what AppendContent appends, but never beyond
-// cap(dst): it stops before the first byte of s whose escape, with what
-// comes before it, does not fit, and returns how many bytes of s it took
-// (len(s) when all). It is for callers that account for the memory they
-// use: they make room for at least the rest of s and one escape (6 bytes)
-// and call it again with the rest. dst is never reallocated.
-func AppendContentWithin[T Text](dst []byte, s T) ([]byte, int, bool) {
-	return appendContent(dst, s, true)
+// GrowFunc returns dst, or a copy of it, with room for n more bytes.
+type GrowFunc func(dst []byte, n int) ([]byte, error)
+
+// AppendGrow appends s to dst as Append does, for callers that account for
+// the memory they use: dst gets more room only from grow, never from
+// append. It asks for room for s as it is and the quotes, then, when an
+// escape does not fit, for the rest of s with one escape: a string is
+// never given six times its length up front. An error of grow is returned
+// as it is, with dst as it was when grow failed. With a nil grow, dst
+// grows as append grows it.
+func AppendGrow(dst, s []byte, grow GrowFunc) ([]byte, bool, error) {
+	return appendString(dst, s, grow, true)
 }
 
 // ContentLen is the length of what AppendContent appends for s.
-func ContentLen[T Text](s T) int {
+func ContentLen(s string) int {
 	n, start := 0, 0
 	for {
 		i := next(s, start)
@@ -102,33 +105,64 @@ func ContentLen[T Text](s T) int {
 	}
 }
 
-func appendContent[T Text](dst []byte, s T, within bool) ([]byte, int, bool) {
+// appendString appends s escaped, in quotes or not. With grow (AppendGrow,
+// always quoted), dst has room for what is left of s and the closing
+// quote, and keeps it: an escape that would take more makes room first.
+func appendString[T text](dst []byte, s T, grow GrowFunc, quoted bool) ([]byte, bool, error) {
+	if grow != nil && cap(dst)-len(dst) < len(s)+2 {
+		var err error
+		if dst, err = grow(dst, len(s)+2); err != nil {
+			return dst, false, err
+		}
+	}
+	if quoted {
+		dst = append(dst, '"')
+	}
+	// The scan of next, inline: most strings are short, and a call per
+	// string and per escape shows in the forward transcoder.
 	replaced := false
 	start := 0
-	for {
-		i := next(s, start)
+	for i := 0; i < len(s); {
+		for i+8 <= len(s) && plainWord(load64(s, i)) {
+			i += 8
+		}
 		if i == len(s) {
 			break
 		}
 		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+		} else if n := runeLen(s, i); n > 0 {
+			i += n
+			continue
+		}
 		esc := escapes[c]
-		if within && cap(dst)-len(dst) < i-start+len(esc) {
-			return dst, start, replaced
+		// s[start:i], the escape, the rest after i and the quote.
+		if grow != nil && cap(dst)-len(dst) < len(s)-start+len(esc) {
+			var err error
+			if dst, err = grow(dst, len(s)-start+maxEscape); err != nil {
+				return dst, replaced, err
+			}
 		}
 		dst = append(dst, s[start:i]...)
 		dst = append(dst, esc...)
 		replaced = replaced || c >= utf8.RuneSelf
-		start = i + 1
+		i++
+		start = i
 	}
-	if within && cap(dst)-len(dst) < len(s)-start {
-		return dst, start, replaced
+	dst = append(dst, s[start:]...)
+	if quoted {
+		dst = append(dst, '"')
 	}
-	return append(dst, s[start:]...), len(s), replaced
+	return dst, replaced, nil
 }
 
 // next returns the index of the first byte of s at or after i that is not
-// written as it is, or len(s).
-func next[T Text](s T, i int) int {
+// written as it is, or len(s). appendContent has the same scan.
+func next[T text](s T, i int) int {
 	for i < len(s) {
 		// Eight bytes at a time while none needs escaping or is beyond ASCII.
 		for i+8 <= len(s) && plainWord(load64(s, i)) {
@@ -165,7 +199,7 @@ var escapes = func() (e [256]string) {
 	e['\n'], e['\r'], e['\t'] = `\n`, `\r`, `\t`
 	e['"'], e['\\'] = `\"`, `\\`
 	for c := utf8.RuneSelf; c < 256; c++ {
-		e[c] = Replacement
+		e[c] = replacement
 	}
 	return e
 }()
@@ -188,7 +222,7 @@ func plainWord(x uint64) bool {
 }
 
 // load64 is the little-endian word at s[i:i+8].
-func load64[T Text](s T, i int) uint64 {
+func load64[T text](s T, i int) uint64 {
 	s = s[i : i+8]
 	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
@@ -198,7 +232,7 @@ func load64[T Text](s T, i int) uint64 {
 // s[i], a byte of 0x80 or above, or 0 when there is none: where
 // utf8.DecodeRune returns RuneError of length 1. The ranges are those of
 // the Unicode standard's table of well-formed sequences.
-func runeLen[T Text](s T, i int) int {
+func runeLen[T text](s T, i int) int {
 	c := s[i]
 	lo, hi := byte(0x80), byte(0xbf) // the second byte's range
 	var n int

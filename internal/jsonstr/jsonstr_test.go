@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -44,7 +45,7 @@ func TestRules(t *testing.T) {
 		if string(got) != "x"+tc.want || replaced != tc.replaced {
 			t.Errorf("AppendContent(%q) = %s, %v; want %s, %v", tc.in, got[1:], replaced, tc.want, tc.replaced)
 		}
-		gotB, replacedB := AppendContent(nil, []byte(tc.in))
+		gotB, replacedB, _ := appendString(nil, []byte(tc.in), nil, false)
 		if string(gotB) != tc.want || replacedB != tc.replaced {
 			t.Errorf("AppendContent([]byte(%q)) = %s, %v; want %s, %v", tc.in, gotB, replacedB, tc.want, tc.replaced)
 		}
@@ -142,7 +143,7 @@ func replaced(s []byte) string {
 // check tests everything the package promises for s.
 func check(t *testing.T, s []byte) {
 	t.Helper()
-	out, repl := Append(nil, s)
+	out, repl, _ := AppendGrow(nil, s, nil)
 	if !json.Valid(out) {
 		t.Fatalf("Append(%q) = %s: not JSON", s, out)
 	}
@@ -186,36 +187,68 @@ func check(t *testing.T, s []byte) {
 			t.Fatalf("Append(%q) = %s: %q escaped", s, out, kept)
 		}
 	}
-	if n := ContentLen(s); n != len(content) {
+	if n := ContentLen(string(s)); n != len(content) {
 		t.Fatalf("ContentLen(%q) = %d, Append wrote %d", s, n, len(content))
 	}
 	if str, strRepl := Append(nil, string(s)); !bytes.Equal(str, out) || strRepl != repl {
 		t.Fatalf("Append(string %q) = %s, Append([]byte) = %s", s, str, out)
 	}
-	// Within, from every capacity short of enough: the same bytes, in place.
-	for spare := range min(len(content)+1, 3*MaxEscape) {
-		dst := make([]byte, 0, spare)
-		rest, calls := s, 0
-		for {
-			before := dst
-			out, n, _ := AppendContentWithin(dst, rest)
-			if cap(out) != cap(before) || (cap(out) > 0 && &out[:1][0] != &before[:1][0]) {
-				t.Fatalf("AppendContentWithin(%q) reallocated", rest)
-			}
-			dst, rest = out, rest[n:]
-			if len(rest) == 0 {
-				break
-			}
-			if calls++; calls > 2*len(s)+2 {
-				t.Fatalf("AppendContentWithin(%q) makes no progress with room for the rest and one escape", rest)
-			}
-			grown := make([]byte, len(dst), len(dst)+len(rest)+MaxEscape)
-			copy(grown, dst)
-			dst = grown
+	// AppendGrow, from every spare capacity up to enough: the same bytes,
+	// with no room but what grow gave.
+	for spare := range len(out) + 2 {
+		g := &tightGrower{t: t, last: make([]byte, 1, 1+spare)}
+		got, growRepl, err := AppendGrow(g.last, s, g.grow)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !bytes.Equal(dst, content) {
-			t.Fatalf("AppendContentWithin in pieces (spare %d) = %s, want %s", spare, dst, content)
+		g.check(got)
+		if string(got[1:]) != string(out) || growRepl != repl {
+			t.Fatalf("AppendGrow(%q) from %d spare = %s, %v; Append = %s", s, spare, got[1:], growRepl, out)
 		}
+	}
+}
+
+// tightGrower gives AppendGrow exactly the room it asks for, and fails the
+// test when the buffer it is handed (or, with check, AppendGrow's output)
+// is not the one it gave last: an append that grew the buffer by itself.
+type tightGrower struct {
+	t    *testing.T
+	last []byte
+}
+
+func (g *tightGrower) grow(dst []byte, n int) ([]byte, error) {
+	g.check(dst)
+	g.last = make([]byte, len(dst), len(dst)+n)
+	copy(g.last, dst)
+	return g.last, nil
+}
+
+func (g *tightGrower) check(out []byte) {
+	g.t.Helper()
+	if cap(out) != cap(g.last) || &out[:1][0] != &g.last[:1][0] {
+		g.t.Fatalf("the buffer grew by itself (cap %d, last given %d)", cap(out), cap(g.last))
+	}
+}
+
+// A failing grow: its error, and nothing appended past the room there was.
+func TestAppendGrowError(t *testing.T) {
+	errFull := errors.New("full")
+	full := func(dst []byte, n int) ([]byte, error) { return dst, errFull }
+	dst := make([]byte, 0, 5)
+	if out, _, err := AppendGrow(dst, []byte("abc"), full); err != nil || string(out) != `"abc"` {
+		t.Errorf("AppendGrow with room enough: %s, %v", out, err)
+	}
+	for _, s := range []string{"a\"b", strings.Repeat("\n", 10)} {
+		dst := make([]byte, 0, len(s)+2)
+		if out, _, err := AppendGrow(dst, []byte(s), full); !errors.Is(err, errFull) || cap(out) != cap(dst) {
+			t.Errorf("AppendGrow(%q) with a failing grow: %s (cap %d), %v", s, out, cap(out), err)
+		}
+		if _, _, err := AppendGrow(nil, []byte(s), full); !errors.Is(err, errFull) {
+			t.Errorf("AppendGrow(nil, %q): %v, want the grow error", s, err)
+		}
+	}
+	if out, _, err := AppendGrow(nil, []byte("a\x01"), nil); err != nil || string(out) != `"a\u0001"` {
+		t.Errorf("AppendGrow with a nil grow: %s, %v", out, err) // Append's
 	}
 }
 
