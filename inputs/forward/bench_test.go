@@ -91,3 +91,65 @@ func BenchmarkForwardAck(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTranscode decodes PackedForward messages of 1,000 records into
+// their JSON bodies, in process, without a WAL or a connection: the
+// msgpack-to-JSON transcoder and the decoder around it. "plain" are the
+// records of BenchmarkForwardAck (ASCII, nothing to escape); "escapes" the
+// same with quotes, a tab, a newline, non-ASCII text and one invalid byte
+// in every log line.
+func BenchmarkTranscode(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		msg  []byte
+	}{
+		{"plain", benchPacked(1000, "x")},
+		{"escapes", benchPackedEscapes(1000, "x")},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			d := decoder{maxUnpacked: 64 << 20, now: time.Now}
+			m, err := d.decode(c.msg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			size := 0
+			for _, r := range m.records {
+				size += len(r.Body)
+			}
+			m.release()
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				m, err := d.decode(c.msg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				m.release()
+			}
+			b.ReportMetric(float64(1000)*float64(b.N)/b.Elapsed().Seconds(), "records/s")
+		})
+	}
+}
+
+// benchPackedEscapes is benchPacked with log lines that need escaping.
+func benchPackedEscapes(n int, chunk string) []byte {
+	r := rand.New(rand.NewSource(1))
+	var packed []byte
+	now := time.Now()
+	for i := 0; i < n; i++ {
+		rec := msgp.AppendMapHeader(nil, 3)
+		rec = msgp.AppendString(rec, "log")
+		rec = msgp.AppendString(rec, fmt.Sprintf("%s\tWARN \"request\" method=GET path=/api/v1/élément/%d status=200 durée_ms=%d\xff request_id=%016x\n",
+			now.Format(time.RFC3339Nano), r.Intn(100000), r.Intn(900), r.Uint64()))
+		rec = msgp.AppendString(rec, "stream")
+		rec = msgp.AppendString(rec, "stderr")
+		rec = msgp.AppendString(rec, "kubernetes")
+		rec = msgp.AppendMapHeader(rec, 2)
+		rec = msgp.AppendString(rec, "namespace_name")
+		rec = msgp.AppendString(rec, "shop")
+		rec = msgp.AppendString(rec, "pod_name")
+		rec = msgp.AppendString(rec, fmt.Sprintf("web-7d9f8b6c4-%05d", r.Intn(40)))
+		packed = append(packed, entry(eventTime(now), rec)...)
+	}
+	return packedMode("pod.shop.web", packed, false, options(chunk))
+}

@@ -9,9 +9,10 @@ import (
 	"slices"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/logfwd/forwarder/internal/jsonstr"
 )
 
 // transcoder turns a msgpack record into the compact JSON object the WAL
@@ -24,7 +25,8 @@ import (
 //   - EventTime (ext 0) and msgpack timestamps (ext -1) become RFC 3339
 //     strings with nanoseconds, UTC; other extension values become base64
 //     strings of their data;
-//   - invalid UTF-8 in strings is replaced with U+FFFD and counted.
+//   - invalid UTF-8 in strings is replaced, each byte with the escape
+//     \ufffd (U+FFFD), and counted.
 //
 // The JSON is appended to a buffer that never grows by itself: every
 // append makes sure of its room first, and more room comes from grow,
@@ -33,7 +35,7 @@ type transcoder struct {
 	invalidUTF8 bool // the last record had invalid UTF-8 replaced
 	// grow returns dst, or a copy of it, with room for n more bytes; nil:
 	// a copy from the runtime (decoding without a budget).
-	grow func(dst []byte, n int) ([]byte, error)
+	grow jsonstr.GrowFunc
 }
 
 // room returns dst with room for n more bytes.
@@ -241,86 +243,12 @@ func (t *transcoder) base64(dst, b []byte) ([]byte, error) {
 	return append(dst, '"'), nil
 }
 
-const hexDigits = "0123456789abcdef"
-
-const (
-	lowBits  = 0x0101010101010101
-	highBits = 0x8080808080808080
-)
-
-// plainWord reports whether none of the eight bytes in x is a control character, '"', '\\'
-// or a byte of 0x80 or above: bytes a JSON string takes as they are. A byte b is zero
-// exactly when (b-1) &^ b has its high bit set and no lower byte borrowed; a borrow only
-// happens above a byte that is itself a match, so "none" is exact.
-func plainWord(x uint64) bool {
-	ctl := (x - lowBits*0x20) &^ x
-	q := x ^ (lowBits * '"')
-	bs := x ^ (lowBits * '\\')
-	return (ctl|(q-lowBits)&^q|(bs-lowBits)&^bs|x)&highBits == 0
-}
-
-// str appends s as a JSON string, escaping what JSON requires and
-// replacing invalid UTF-8 with U+FFFD. It makes room for s as it is, and
-// at each escape for the rest of s with this escape (at most 6 bytes for
-// 1): a string is never given six times its length up front.
+// str appends s as a JSON string (internal/jsonstr: what JSON requires
+// escaped, each byte of invalid UTF-8 as \ufffd), with room from grow only.
 func (t *transcoder) str(dst, s []byte) ([]byte, error) {
-	dst, err := t.room(dst, len(s)+2)
-	if err != nil {
-		return dst, err
-	}
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		// Eight bytes at a time while none needs escaping or is beyond ASCII.
-		for i+8 <= len(s) && plainWord(binary.LittleEndian.Uint64(s[i:])) {
-			i += 8
-		}
-		if i == len(s) {
-			break
-		}
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			// Room for what is left of s, this byte as up to 6.
-			if dst, err = t.room(dst, len(s)-start+6); err != nil {
-				return dst, err
-			}
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRune(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			if dst, err = t.room(dst, len(s)-start+3); err != nil {
-				return dst, err
-			}
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, "\ufffd"...)
-			t.invalidUTF8 = true
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"'), nil
+	dst, replaced, err := jsonstr.AppendGrow(dst, s, t.grow)
+	t.invalidUTF8 = t.invalidUTF8 || replaced
+	return dst, err
 }
 
 // readExt reads any msgpack extension: its type and data.

@@ -13,7 +13,10 @@
 //   - time_key (default "@timestamp"), when the body has no top-level member
 //     of that name: the event time in UTC as RFC 3339 with nine fractional
 //     digits, always 30 characters: "2025-06-15T15:06:40.123456789Z";
-//   - tag_key (default empty: off), likewise: the record's tag.
+//   - tag_key (default empty: off), likewise: the record's tag, as a JSON
+//     string (package internal/jsonstr: `"`, `\` and control characters
+//     escaped, each byte of invalid UTF-8, which only tags stored before
+//     the inputs refused them can hold, as \ufffd).
 //
 // A body that is not a JSON object is written as it is.
 //

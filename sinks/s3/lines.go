@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/logfwd/forwarder/internal/jsonscan"
+	"github.com/logfwd/forwarder/internal/jsonstr"
 	"github.com/logfwd/forwarder/sinks"
 )
 
@@ -20,6 +20,10 @@ const timestampLen = 30
 // under timeKey and the tag under tagKey when the body has no member of
 // that name. The added members come first, right after the body's opening
 // brace, in that order; the body's bytes follow unchanged (no re-encoding).
+// The tag is escaped by internal/jsonstr, whose rule for invalid UTF-8 (each
+// byte as \ufffd) is the one this sink always wrote: forward records stored
+// before the inputs refused such tags can have it, and Recover rebuilds the
+// lines of an intent byte for byte (internal/jsonstr's doc says more).
 type liner struct {
 	timePrefix, tagPrefix []byte // `"key":"`, nil when the key is off
 	timeKey, tagKey       *memberFinder
@@ -60,7 +64,7 @@ func (l *liner) lineLen(r *sinks.Record) int {
 		added++
 	}
 	if addTag {
-		n += len(l.tagPrefix) + jsonStringLen(r.Tag) + 1
+		n += len(l.tagPrefix) + jsonstr.ContentLen(r.Tag) + 1
 		added++
 	}
 	if added > 0 {
@@ -90,7 +94,7 @@ func (l *liner) appendLine(dst []byte, r *sinks.Record, ts *timestamps) []byte {
 			dst = append(dst, ',')
 		}
 		dst = append(dst, l.tagPrefix...)
-		dst = appendJSONStringContent(dst, r.Tag)
+		dst, _ = jsonstr.AppendContent(dst, r.Tag)
 		dst = append(dst, '"')
 	}
 	if rest {
@@ -159,85 +163,6 @@ func (c *timestamps) append(dst []byte, ns int64) []byte {
 	return append(dst, b[:]...)
 }
 
-// jsonString appends s as a JSON string, quotes included.
-func jsonString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	dst = appendJSONStringContent(dst, s)
-	return append(dst, '"')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendJSONStringContent appends s escaped for a JSON string, without the
-// quotes: " and \ and control characters escaped, invalid UTF-8 replaced
-// with U+FFFD, everything else as it is.
-func appendJSONStringContent(dst []byte, s string) []byte {
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			dst = append(dst, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				dst = append(dst, '\\', c)
-			case '\n':
-				dst = append(dst, '\\', 'n')
-			case '\r':
-				dst = append(dst, '\\', 'r')
-			case '\t':
-				dst = append(dst, '\\', 't')
-			default:
-				dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			dst = append(dst, s[start:i]...)
-			dst = append(dst, `\ufffd`...)
-			i++
-			start = i
-			continue
-		}
-		i += size
-	}
-	return append(dst, s[start:]...)
-}
-
-// jsonStringLen is len(appendJSONStringContent(nil, s)), without allocating.
-func jsonStringLen(s string) int {
-	n := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		switch {
-		case c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf:
-			n++
-			i++
-		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
-			n += 2
-			i++
-		case c < utf8.RuneSelf:
-			n += 6
-			i++
-		default:
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				n += 6
-			} else {
-				n += size
-			}
-			i += size
-		}
-	}
-	return n
-}
-
 // memberFinder tells whether a JSON object has a top-level member of a
 // given name. Sizing and writing a line ask it for every record, so it
 // first tries to rule the member out with fast byte searches.
@@ -253,7 +178,8 @@ type memberFinder struct {
 }
 
 func newMemberFinder(key string) *memberFinder {
-	f := &memberFinder{key: key, quoted: jsonString(nil, key), plain: true}
+	quoted, _ := jsonstr.Append(nil, key)
+	f := &memberFinder{key: key, quoted: quoted, plain: true}
 	for i := 0; i < len(key); i++ {
 		if c := key[i]; c < 0x20 || c == '"' || c == '\\' || c == '/' {
 			f.plain = false
