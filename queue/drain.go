@@ -12,16 +12,16 @@ import (
 // reached 0: the sink is paused, or its drainer ended.
 var ErrNotDrained = errors.New("queue: not drained")
 
-// drainer is the Drain request shared by a Drainer and its loop.
-type drainer struct {
+// drainRequest is the Drain request shared by a Drainer and its loop.
+type drainRequest struct {
 	once  sync.Once
 	start chan struct{} // closed by Drain: deliver everything, now
 	done  chan error    // the loop's answer, once; buffered
 	exit  chan struct{} // closed when Run returns
 }
 
-func newDrainRequest() drainer {
-	return drainer{start: make(chan struct{}), done: make(chan error, 1), exit: make(chan struct{})}
+func newDrainRequest() drainRequest {
+	return drainRequest{start: make(chan struct{}), done: make(chan error, 1), exit: make(chan struct{})}
 }
 
 // Drain makes the drainer deliver every record the WAL holds now, without

@@ -93,7 +93,7 @@ type Drainer struct {
 	paused, buffered                     prometheus.Gauge
 	sendDuration                         prometheus.Observer
 
-	drain drainer // Drain's request to the loop
+	drain drainRequest // Drain's request to the loop
 
 	mu     sync.Mutex
 	status Status
