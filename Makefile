@@ -12,9 +12,9 @@ LDFLAGS  := -X main.version=$(VERSION)
 
 # Fuzz targets: package, target name, and the number of inputs make test tries
 # (about 10 seconds each on 2 cores).
-FUZZ_TARGETS := ./inputs/forward:FuzzDecode:60000 ./inputs/http:FuzzParseBody:100000 \
-	./inputs/http:FuzzRequest:40000 \
-	./inputs/http:FuzzScanner:80000 ./template:FuzzLookup:400000
+FUZZ_TARGETS := ./inputs/forward:FuzzDecode:60000 ./inputs/httpin:FuzzParseBody:100000 \
+	./inputs/httpin:FuzzRequest:40000 \
+	./inputs/httpin:FuzzScanner:80000 ./template:FuzzLookup:400000
 
 all: build
 

@@ -19,7 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	cwemu "github.com/logfwd/forwarder/emulator/cloudwatchlogs"
-	s3emu "github.com/logfwd/forwarder/emulator/s3"
+	s3emu "github.com/logfwd/forwarder/emulator/s3emu"
 )
 
 var staticCreds = aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	cwemu "github.com/logfwd/forwarder/emulator/cloudwatchlogs"
-	s3emu "github.com/logfwd/forwarder/emulator/s3"
+	s3emu "github.com/logfwd/forwarder/emulator/s3emu"
 	"github.com/logfwd/forwarder/internal/syncbuf"
 )
 

@@ -19,7 +19,7 @@ import (
 )
 
 // TestHostileClientsRSS runs the hostile clients of the inputs' tests
-// (inputs/forward and inputs/http TestHostileClients) against the real
+// (inputs/forward and inputs/httpin TestHostileClients) against the real
 // binary with the default memory_limit (128 MiB), one forwarder per probe,
 // and measures its anonymous memory (RssAnon) meanwhile; a well-behaved
 // client must be acknowledged during each. It is what BENCHMARKS.md

@@ -1,7 +1,7 @@
 // Package inputs holds what the forward and HTTP inputs share: the view of
 // the WAL they append to, the routing rule that keeps records no sink
 // wants out of the WAL, the UTF-8 rule for record bodies, and their
-// metrics. The protocols live in inputs/forward and inputs/http.
+// metrics. The protocols live in inputs/forward and inputs/httpin.
 package inputs
 
 import (

@@ -1,5 +1,5 @@
 // Package sinks defines what the drainer (package queue) and a destination
-// (sinks/cloudwatch, sinks/s3) agree on: the record view a sink sees, how a
+// (sinks/cloudwatch, sinks/s3sink) agree on: the record view a sink sees, how a
 // sink declares its partitions and batch rules, the small state store it
 // gets, and the classes of errors a send can end in. It imports nothing of
 // the project, so a sink never depends on the WAL or the drainer.

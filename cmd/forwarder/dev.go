@@ -13,7 +13,7 @@ import (
 
 	"github.com/logfwd/forwarder/config"
 	cwemu "github.com/logfwd/forwarder/emulator/cloudwatchlogs"
-	s3emu "github.com/logfwd/forwarder/emulator/s3"
+	s3emu "github.com/logfwd/forwarder/emulator/s3emu"
 	"github.com/logfwd/forwarder/wal"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/sinks/cloudwatch"
-	s3sink "github.com/logfwd/forwarder/sinks/s3"
+	s3sink "github.com/logfwd/forwarder/sinks/s3sink"
 	"github.com/logfwd/forwarder/wal"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/inputs"
 	"github.com/logfwd/forwarder/inputs/forward"
-	httpin "github.com/logfwd/forwarder/inputs/http"
+	httpin "github.com/logfwd/forwarder/inputs/httpin"
 	"github.com/logfwd/forwarder/wal"
 )
 

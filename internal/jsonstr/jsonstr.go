@@ -29,7 +29,7 @@
 // the sink rebuilds the object of each intent from the WAL and checks the
 // lines against the length and CRC-32C the intent recorded before it
 // uploads again under the same key, where the conditional write compares
-// SHA-256s (sinks/s3 doc.go). A line is the body as stored plus the time
+// SHA-256s (sinks/s3sink doc.go). A line is the body as stored plus the time
 // and the tag; the tag is escaped here. The S3 line builder always wrote
 // `\ufffd` for invalid UTF-8, and a WAL written before the inputs refused
 // such tags can hold forward records whose tags have it: writing U+FFFD

@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	s3emu "github.com/logfwd/forwarder/emulator/s3"
+	s3emu "github.com/logfwd/forwarder/emulator/s3emu"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )

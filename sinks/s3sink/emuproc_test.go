@@ -13,7 +13,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 
-	s3emu "github.com/logfwd/forwarder/emulator/s3"
+	s3emu "github.com/logfwd/forwarder/emulator/s3emu"
 )
 
 // emuChildEnv, when set, makes this test binary an emulator process (see

@@ -24,7 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/logfwd/forwarder/config"
-	s3emu "github.com/logfwd/forwarder/emulator/s3"
+	s3emu "github.com/logfwd/forwarder/emulator/s3emu"
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"

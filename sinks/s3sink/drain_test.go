@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/logfwd/forwarder/config"
-	s3emu "github.com/logfwd/forwarder/emulator/s3"
+	s3emu "github.com/logfwd/forwarder/emulator/s3emu"
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/wal"
 )
