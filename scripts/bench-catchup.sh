@@ -14,15 +14,20 @@
 # read again from the WAL (forwarder_sink_reread_records_total). Default
 # configuration but for the endpoints. With BENCH_CATCHUP_BACKLOG (e.g. 5GiB), also a
 # backlog of that size behind both sinks, down for BENCH_OUTAGE seconds and then up:
-# the catch-up's rate and the longest pause between two deliveries. Needs ports
-# 4599, 25224, 18080, 19880, and about twice the backlog of disk in BENCH_DIR.
+# the catch-up's rate, the longest pause between two deliveries, and the longest
+# but the one before the last delivery (the tail: a partial batch or object waiting its age). Needs ports
+# 4599, 25224, 18080, 19880 (each plus BENCH_PORT_OFFSET, default 0), and about twice
+# the backlog of disk in BENCH_DIR.
 set -euo pipefail
 
 records=${BENCH_RECORDS:-1000000}
 dir=${BENCH_DIR:-$(mktemp -d /tmp/forwarder-catchup.XXXXXX)}
 mkdir -p "$dir"
 root=$(cd "$(dirname "$0")/.." && pwd)
-for port in 4599 25224 18080 19880; do
+off=${BENCH_PORT_OFFSET:-0}
+standin_port=$((4599 + off)) forward_port=$((25224 + off)) http_port=$((18080 + off))
+export BENCH_ADMIN=127.0.0.1:$((19880 + off)) BENCH_STANDIN=127.0.0.1:$standin_port
+for port in $standin_port $forward_port $http_port ${BENCH_ADMIN#*:}; do
 	if ss -ltn "sport = :$port" | grep -q LISTEN; then
 		echo "bench-catchup: port $port is in use; stop what listens there first" >&2
 		exit 1
@@ -32,7 +37,7 @@ done
 fwd=${BENCH_FORWARDER:-$dir/forwarder} # another build of the forwarder, to compare
 loadgen=$dir/loadgen
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_EC2_METADATA_DISABLED=true
-endpoint=http://127.0.0.1:4599
+endpoint=http://$BENCH_STANDIN
 
 pids=()
 cleanup() {
@@ -48,9 +53,9 @@ data_dir: $2
 log: {level: info, format: text}
 wal: {max_bytes: 100GiB}
 inputs:
-  forward: {listen: "127.0.0.1:25224"}
-  http: {listen: "127.0.0.1:18080"}
-admin: {listen: "127.0.0.1:19880"}
+  forward: {listen: "127.0.0.1:$forward_port"}
+  http: {listen: "127.0.0.1:$http_port"}
+admin: {listen: "$BENCH_ADMIN"}
 sinks:
 YAML
 	if [ "$3" = s3 ]; then
@@ -80,14 +85,14 @@ start_fwd() {
 	"$fwd" run -c "$1" 2>>"$2" &
 	PID=$!
 	pids+=("$PID")
-	until curl -sf -o /dev/null http://127.0.0.1:19880/readyz; do
+	until curl -sf -o /dev/null "http://$BENCH_ADMIN/readyz"; do
 		kill -0 "$PID" 2>/dev/null || { echo "bench-catchup: the forwarder exited:" >&2; tail -20 "$2" >&2; exit 1; }
 		sleep 0.01
 	done
 }
 
 start_standin() {
-	"$loadgen" standin -listen 127.0.0.1:4599 >/dev/null &
+	"$loadgen" standin -listen "$BENCH_STANDIN" >/dev/null &
 	STANDIN=$!
 	pids+=("$STANDIN")
 	until curl -s -o /dev/null "$endpoint/_standin/stats"; do sleep 0.01; done
@@ -112,7 +117,7 @@ cpu() { awk '{print ($14+$15)/100}' "/proc/$1/stat"; }
 # counts delivered, and the stand-in's first and last delivery (seconds after T0_NS).
 measure() {
 	python3 - "$1" "$records" "${BENCH_QUIET:-5}" <<'PY'
-import datetime, json, sys, time, urllib.request
+import datetime, json, os, sys, time, urllib.request
 t0 = int(sys.argv[1]) / 1e9
 want = int(sys.argv[2])
 quiet = float(sys.argv[3])
@@ -123,17 +128,17 @@ def ts(s):
 n = 0
 while True:
     try:
-        n = [s for s in get("http://127.0.0.1:19880/status")["sinks"] if s["sink"] == "sink"][0]["delivered_records"]
+        n = [s for s in get("http://" + os.environ["BENCH_ADMIN"] + "/status")["sinks"] if s["sink"] == "sink"][0]["delivered_records"]
     except Exception:
         pass
-    st = get("http://127.0.0.1:4599/_standin/stats")
+    st = get("http://" + os.environ["BENCH_STANDIN"] + "/_standin/stats")
     now = time.time()
     last = ts(st["last"]) if st.get("last") else None
     if n >= want or (last is not None and now - last > quiet) or (last is None and now - t0 > 120):
         break
     time.sleep(0.1)
 time.sleep(1.2)  # the forwarder's status is updated every second
-n = [s for s in get("http://127.0.0.1:19880/status")["sinks"] if s["sink"] == "sink"][0]["delivered_records"]
+n = [s for s in get("http://" + os.environ["BENCH_ADMIN"] + "/status")["sinks"] if s["sink"] == "sink"][0]["delivered_records"]
 first = ts(st["first"]) - t0 if st.get("first") else 0
 print(n, first, (last - t0) if last else 0)
 PY
@@ -161,7 +166,7 @@ for sink in ${BENCH_SINKS-s3 cloudwatch}; do
 			log=$dir/$sink-$tags-$mode.log
 			: >"$log"
 			start_fwd "$dir/c.yaml" "$log"
-			"$loadgen" forward -addr 127.0.0.1:25224 -conns "$conns" -batch 1000 -size 250 -messages "$msgs" -duration 0 \
+			"$loadgen" forward -addr "127.0.0.1:$forward_port" -conns "$conns" -batch 1000 -size 250 -messages "$msgs" -duration 0 \
 				-tag pod.bench -tags "$tags" -json >/dev/null
 			if [ "$mode" = restart ]; then
 				kill -TERM "$PID"; wait "$PID" || true
@@ -178,7 +183,7 @@ for sink in ${BENCH_SINKS-s3 cloudwatch}; do
 			watch_rss "$PID" "$dir/peak"
 			read -r n first last < <(measure "$t0")
 			c=$(python3 -c "print($(cpu "$PID") - $c0)")
-			reread=$(curl -s http://127.0.0.1:19880/metrics | awk '/^forwarder_sink_reread_records_total/{print $2}')
+			reread=$(curl -s "http://$BENCH_ADMIN/metrics" | awk '/^forwarder_sink_reread_records_total/{print $2}')
 			report "$sink, $tags tag(s), $mode" "$n" "$first" "$last" "$c" "$(cat "$dir/peak")" "${reread:-0}"
 			kill -TERM "$PID"; wait "$PID" || true
 			kill "$STANDIN"; wait "$STANDIN" 2>/dev/null || true
@@ -211,22 +216,22 @@ YAML
 	t0=$(date +%s%N)
 	c0=$(cpu "$PID")
 	python3 - "$t0" <<'PY'
-import datetime, json, sys, time, urllib.request
+import datetime, json, os, sys, time, urllib.request
 t0 = int(sys.argv[1]) / 1e9
 def get(url):
     return json.load(urllib.request.urlopen(url, timeout=5))
 def ts(s):
     return datetime.datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 while True:
-    st = get("http://127.0.0.1:4599/_standin/stats")
-    sinks = {s["sink"]: s for s in get("http://127.0.0.1:19880/status")["sinks"]}
+    st = get("http://" + os.environ["BENCH_STANDIN"] + "/_standin/stats")
+    sinks = {s["sink"]: s for s in get("http://" + os.environ["BENCH_ADMIN"] + "/status")["sinks"]}
     now = time.time()
     last = ts(st["last"]) if st.get("last") else None
     if sinks["cloudwatch"]["lag_records"] == 0 and last is not None and now - last > 5 or last is None and now - t0 > 120:
         break
     time.sleep(0.5)
 time.sleep(1.2)
-sinks = {s["sink"]: s for s in get("http://127.0.0.1:19880/status")["sinks"]}
+sinks = {s["sink"]: s for s in get("http://" + os.environ["BENCH_ADMIN"] + "/status")["sinks"]}
 for name, s in sorted(sinks.items()):
     print(f"{name}: {s['delivered_records']:,} records delivered, {s['lag_records']:,} waiting")
 span = ts(st["last"]) - ts(st["first"])
@@ -236,6 +241,9 @@ print(f"first delivery {ts(st['first']) - t0:.2f} s after the endpoint came up; 
 for kind, what in (("logs", "PutLogEvents"), ("objects", "objects")):
     if st.get(f"gap_{kind}_end"):
         print(f"longest pause between two {what}: {st[f'max_gap_{kind}_ms'] / 1000:.2f} s, ended {ts(st[f'gap_{kind}_end']) - t0:.2f} s after the endpoint came up")
+    if st.get(f"earlier_gap_{kind}_end"):
+        print(f"  longest pause before the last of the {what} (not the tail): {st[f'max_earlier_gap_{kind}_ms'] / 1000:.2f} s, "
+              f"ended {ts(st[f'earlier_gap_{kind}_end']) - t0:.2f} s after the endpoint came up")
 PY
 	echo "forwarder CPU $(python3 -c "print(round($(cpu "$PID") - $c0, 1))") s during the catch-up, peak RssAnon $(($(cat "$dir/peak") / 1024)) MiB"
 	kill -TERM "$PID"; wait "$PID" || true

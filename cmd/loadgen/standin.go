@@ -42,6 +42,12 @@ type kindTimes struct {
 	last   time.Time
 	maxGap time.Duration // longest time between two deliveries of the kind
 	gapEnd time.Time     // when it ended
+	// lastGap is the time before the latest delivery; maxEarlier the
+	// longest gap before that one: a pause that was not the tail (the last,
+	// partial object waiting out its age).
+	lastGap, maxEarlier time.Duration
+	earlierEnd          time.Time
+	lastAt              time.Time // when the latest gap ended
 }
 
 const (
@@ -93,6 +99,12 @@ type standinStats struct {
 	MaxGapObjectsMs float64   `json:"max_gap_objects_ms"`
 	GapLogsEnd      time.Time `json:"gap_logs_end,omitzero"`
 	GapObjectsEnd   time.Time `json:"gap_objects_end,omitzero"`
+	// The same but for the gap before the latest delivery of the kind: the
+	// longest pause that was not the tail.
+	MaxEarlierGapLogsMs    float64   `json:"max_earlier_gap_logs_ms"`
+	MaxEarlierGapObjectsMs float64   `json:"max_earlier_gap_objects_ms"`
+	EarlierGapLogsEnd      time.Time `json:"earlier_gap_logs_end,omitzero"`
+	EarlierGapObjectsEnd   time.Time `json:"earlier_gap_objects_end,omitzero"`
 }
 
 func (s *standin) stats() standinStats {
@@ -102,7 +114,10 @@ func (s *standin) stats() standinStats {
 		Parts: s.parts.Load(), BodyBytes: s.bodyBytes.Load(), First: s.first, Last: s.last,
 		MaxGapLogsMs:    float64(s.kinds[kindLogs].maxGap) / float64(time.Millisecond),
 		MaxGapObjectsMs: float64(s.kinds[kindObjects].maxGap) / float64(time.Millisecond),
-		GapLogsEnd:      s.kinds[kindLogs].gapEnd, GapObjectsEnd: s.kinds[kindObjects].gapEnd}
+		GapLogsEnd:      s.kinds[kindLogs].gapEnd, GapObjectsEnd: s.kinds[kindObjects].gapEnd,
+		MaxEarlierGapLogsMs:    float64(s.kinds[kindLogs].maxEarlier) / float64(time.Millisecond),
+		MaxEarlierGapObjectsMs: float64(s.kinds[kindObjects].maxEarlier) / float64(time.Millisecond),
+		EarlierGapLogsEnd:      s.kinds[kindLogs].earlierEnd, EarlierGapObjectsEnd: s.kinds[kindObjects].earlierEnd}
 }
 
 func (s *standin) delivered(kind int) {
@@ -112,12 +127,24 @@ func (s *standin) delivered(kind int) {
 		s.first = now
 	}
 	s.last = now
-	k := &s.kinds[kind]
-	if !k.last.IsZero() && now.Sub(k.last) > k.maxGap {
-		k.maxGap, k.gapEnd = now.Sub(k.last), now
-	}
-	k.last = now
+	s.kinds[kind].delivered(now)
 	s.mu.Unlock()
+}
+
+// delivered notes a delivery of the kind at now.
+func (k *kindTimes) delivered(now time.Time) {
+	if k.last.IsZero() {
+		k.last = now
+		return
+	}
+	gap := now.Sub(k.last)
+	if gap > k.maxGap {
+		k.maxGap, k.gapEnd = gap, now
+	}
+	if k.lastGap > k.maxEarlier {
+		k.maxEarlier, k.earlierEnd = k.lastGap, k.lastAt
+	}
+	k.lastGap, k.lastAt, k.last = gap, now, now
 }
 
 var eventKey = []byte(`"timestamp"`)

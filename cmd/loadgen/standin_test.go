@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -72,5 +73,28 @@ func TestStandinAnswersTheSinksCalls(t *testing.T) {
 	}
 	if st.Objects != 2 || st.Parts != 1 || st.LogCalls != 1 || st.Events != 3 || st.First.IsZero() {
 		t.Fatalf("stats %+v, want 2 objects, 1 part, 1 PutLogEvents of 3 events", st)
+	}
+}
+
+// The earlier gap is the longest pause but the one before the latest
+// delivery: a stall in the middle of a catch-up shows there even when the
+// tail (the last object waiting out its age) is longer.
+func TestStandinGapsSetTheTailApart(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var k kindTimes
+	for _, at := range []time.Duration{0, time.Second, 2 * time.Second, 9 * time.Second, 10 * time.Second, 310 * time.Second} {
+		k.delivered(t0.Add(at))
+	}
+	if k.maxGap != 300*time.Second || !k.gapEnd.Equal(t0.Add(310*time.Second)) {
+		t.Errorf("longest gap %v ending %v, want 300s ending at 310s", k.maxGap, k.gapEnd.Sub(t0))
+	}
+	if k.maxEarlier != 7*time.Second || !k.earlierEnd.Equal(t0.Add(9*time.Second)) {
+		t.Errorf("longest earlier gap %v ending %v, want 7s ending at 9s", k.maxEarlier, k.earlierEnd.Sub(t0))
+	}
+	var one kindTimes
+	one.delivered(t0)
+	one.delivered(t0.Add(time.Minute))
+	if one.maxEarlier != 0 || one.maxGap != time.Minute {
+		t.Errorf("two deliveries: earlier %v, longest %v; want 0 and 1m", one.maxEarlier, one.maxGap)
 	}
 }
