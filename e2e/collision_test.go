@@ -18,6 +18,9 @@ import (
 // object of the first is overwritten, and the second's records wait in its
 // WAL, neither dropped nor dead-lettered.
 func TestReplicasSharingKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: two replicas and their S3 conflicts; make test runs it")
+	}
 	t.Parallel()
 	srv, url := startS3(t)
 	sink := s3Sink("archive", url, bucket) + "    key: \"shared/${tag}/${seq}.json.gz\"\n"

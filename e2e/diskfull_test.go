@@ -26,6 +26,9 @@ import (
 //
 // Mounting needs root (or CAP_SYS_ADMIN); without it the test skips.
 func TestDiskFull(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: fills a tmpfs under load; make test runs it")
+	}
 	mnt := t.TempDir()
 	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=8m"); err != nil {
 		t.Skipf("TestDiskFull mounts a tmpfs as the forwarder's data_dir, which needs root or CAP_SYS_ADMIN (euid %d): %v", os.Geteuid(), err)

@@ -17,6 +17,9 @@ import (
 // acknowledged record is in S3 exactly once and in CloudWatch at least
 // once; the scaled-in replica left nothing in its WAL.
 func TestFleet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: three replicas, a kill and a scale-in (about 15 s); make test runs it")
+	}
 	t.Parallel()
 	_, s3URL := startS3(t)
 	_, cwURL := startCW(t)

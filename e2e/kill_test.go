@@ -19,6 +19,9 @@ import (
 // and in CloudWatch Logs exactly once: the PutLogEvents calls a kill left
 // in doubt are resolved at the next start by reading their streams back.
 func TestKillLoop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a SIGKILL loop of the binary; make test runs it")
+	}
 	kills, maxGap := 10, 1500*time.Millisecond
 	if long {
 		kills, maxGap = 100, 3*time.Second
@@ -33,6 +36,9 @@ func TestKillLoop(t *testing.T) {
 // duplicates are counted, and bounded by the events of the calls sent
 // again at each start; nothing is missing.
 func TestKillLoopReadDelay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a SIGKILL loop of the binary; make test runs it")
+	}
 	t.Parallel()
 	kills, maxGap := 4, 1500*time.Millisecond
 	if long {

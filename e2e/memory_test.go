@@ -20,6 +20,9 @@ import (
 // backlog grows and then while it drains. Everything acknowledged is then
 // delivered.
 func TestMemoryBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the binary under load for about 40 s; make test runs it")
+	}
 	e := newEnv(t, nil)
 	e.s3.SetFailures(1)
 	e.cw.SetFailures(1, 503)

@@ -16,6 +16,9 @@ import (
 // emulator, for both S3 and CloudWatch Logs: one short run without kills;
 // every acknowledged record is delivered, in S3 exactly once.
 func TestMoto(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: moto_server, started for the test; make test runs it")
+	}
 	t.Parallel()
 	url := mototest.Start(t) // fails, saying pip install 'moto[server]', without moto_server
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -11,6 +11,9 @@ import (
 // (one sink's outage holds back neither the other nor the inputs); once S3
 // answers again, everything acknowledged is delivered.
 func TestSinkOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: an S3 outage of several seconds; make test runs it")
+	}
 	outage := 5 * time.Second
 	if long {
 		outage = 30 * time.Second

@@ -29,6 +29,9 @@ func powerCutEnv(t *testing.T) (*env, func() *faultfs.Mount, *faultfs.Mount) {
 // acknowledged. At the end every acknowledged record is in S3 exactly once
 // and in CloudWatch Logs at least once.
 func TestPowerCutLoop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: power cuts of the binary on faultfs; make test runs it")
+	}
 	t.Parallel()
 	cuts, maxGap := 3, 1500*time.Millisecond
 	if long {

@@ -23,6 +23,9 @@ import (
 // phase 1b and phase 2, exactly once, and whatever of phase 1a retention had
 // not deleted yet.
 func TestRestartWithChangedConfig(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: several restarts of the binary; make test runs it")
+	}
 	t.Parallel()
 	const bucket2 = "e2e-archive2"
 	e := newEnv(t, nil)

@@ -15,6 +15,9 @@ import (
 // gets it after 5 s), forward acks wait. Once S3 accepts again, everything
 // acknowledged arrives.
 func TestWALFullBlock(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: fills a WAL through the binary (about 30 s); make test runs it")
+	}
 	t.Parallel()
 	hold := 3 * time.Second
 	if long {
@@ -94,6 +97,9 @@ func TestWALFullBlock(t *testing.T) {
 // counted as dropped for it (forwarder_wal_dropped_records_total and
 // `forwarder wal stats`), the oldest ones.
 func TestWALFullDropOldest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: fills a WAL through the binary (about 30 s); make test runs it")
+	}
 	t.Parallel()
 	batches := 100
 	if long {

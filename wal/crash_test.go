@@ -106,6 +106,9 @@ type ackedAppend struct {
 // and the sink state committed with it agree. WAL_CRASH_RUNS sets the
 // number of kills (make crash runs 200).
 func TestCrashKeepsAcknowledgedRecords(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a SIGKILL loop of a child process; make test runs it")
+	}
 	runs := 20
 	if v := os.Getenv("WAL_CRASH_RUNS"); v != "" {
 		runs, _ = strconv.Atoi(v)

@@ -118,6 +118,9 @@ func verifyAfterCut(t *testing.T, dir, label string, rep faultfs.CutReport, tall
 // WAL_POWERCUT_RUNS sets the number of random cuts (20; make powercut runs
 // 500) and WAL_POWERCUT_SEED replays one run's cut times and choices.
 func TestPowerCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: power cuts on faultfs (about 15 s); make test runs it")
+	}
 	if why := faultfs.Unavailable(); why != "" {
 		t.Skipf("%s (README: Tests that skip)", why)
 	}

@@ -17,6 +17,9 @@ import (
 // dev ports by an offset at which all of them are free, so that a forwarder dev of the
 // developer's own may run beside it.
 func TestDevMode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts forwarder dev and its emulators (about 10 s); make test runs it")
+	}
 	dir := t.TempDir()
 	offset := freeDevOffset(t)
 	off := strconv.Itoa(offset)

@@ -54,6 +54,9 @@ type probe struct {
 // server's memory beyond its budget, stop a well-behaved client from being
 // acknowledged meanwhile, or get anything stored.
 func TestHostileClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: hostile clients, some of them slow on purpose; make test runs it")
+	}
 	probes := []probe{
 		{name: "unfinished 16 MB messages", conns: 20, msg: unfinishedMessage},
 		{name: "a 16 MB PING after the TLS handshake", conns: 30, handshake: true, msg: hugePing, whole: true, reason: "handshake"},

@@ -51,6 +51,9 @@ type hostileRequest struct {
 // memory beyond its budget, stop a well-behaved client from being answered
 // 200 meanwhile, or get anything stored.
 func TestHostileClients(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: hostile clients, some of them slow on purpose; make test runs it")
+	}
 	probes := []hostileRequest{
 		{name: "unfinished 15 MB bodies", conns: 40, body: func(testing.TB) []byte { return bytes.Repeat([]byte("{}\n"), 5_000_000) }},
 		{name: "Content-Length of 16 MiB and 5 bytes sent", conns: 40, length: 16 << 20, body: func(testing.TB) []byte { return []byte(`{"a":`) }, whole: true},
