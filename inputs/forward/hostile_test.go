@@ -25,18 +25,20 @@ import (
 
 // The bounds of the probes, with the runtime's memory limit at the default
 // memory_limit, 128 MiB, as run sets it:
-//   - holdBound: what the server may hold (the live heap once the probe has
+//   - Hold: what the server may hold (the live heap once the probe has
 //     taken what it will, above the heap before it): the inputs' budget at
 //     the default memory_limit and its reserve for small messages (48 and
 //     3 MiB: messages, decompressed entries and records), and 8 MiB for the
 //     rest: connection and TLS state, the WAL;
-//   - heapBound: what the whole heap, garbage included, may reach meanwhile:
+//   - Heap: what the whole heap, garbage included, may reach meanwhile:
 //     the memory limit, and a quarter for the collector to catch up (it
 //     reached 137 MiB once, without -race).
-const (
-	holdBound = 51<<20 + 8<<20
-	heapBound = 128<<20 + 32<<20
-)
+var bounds = heaptest.Bounds{
+	Limit: 128 << 20,
+	Hold:  51<<20 + 8<<20,
+	Heap:  128<<20 + 32<<20,
+	Gauge: 51 << 20, // the budget and its reserve
+}
 
 // probe is a hostile client, run on many connections at once.
 type probe struct {
@@ -88,29 +90,8 @@ func TestHostileClients(t *testing.T) {
 			if !p.whole {
 				msg = msg[:len(msg)-1]
 			}
-			defer heaptest.Limit(128 << 20)() // the default memory_limit, as run sets it
-			base := heaptest.Live()
-			watch := heaptest.Watch(2 * time.Millisecond)
-			defer watch.Stop()
-
 			var wg sync.WaitGroup
 			var hostile []net.Conn
-			for range p.conns {
-				c := connect()
-				hostile = append(hostile, c)
-				wg.Go(func() {
-					if p.handshake {
-						c.SetReadDeadline(time.Now().Add(10 * time.Second))
-						readHELO(t, c)
-					}
-					c.SetWriteDeadline(time.Now().Add(30 * time.Second))
-					c.Write(msg) // fails once the server closes the connection
-				})
-			}
-			// The server has taken what it will of them: the heap no
-			// longer grows (or it refused them all).
-			steady := heaptest.Steady(200*time.Millisecond, 8*time.Second)
-
 			// A well-behaved client is served meanwhile.
 			good := func() net.Conn {
 				c := connect()
@@ -119,22 +100,21 @@ func TestHostileClients(t *testing.T) {
 				}
 				return c
 			}
-			start := time.Now()
-			sendAndAck(t, good(), "good-1")
-			t.Logf("a well-behaved client acknowledged in %v", time.Since(start).Round(time.Millisecond))
-			peak := watch.Stop()
-			held := testutil.ToFloat64(f.metrics.MemoryHeld.WithLabelValues("forward"))
-			t.Logf("the server holds %.1f MiB (of its budget: %.1f MiB); the heap peaked at %.1f MiB, %.1f MiB of it the test's own",
-				float64(steady-base)/(1<<20), held/(1<<20), float64(peak)/(1<<20), float64(base)/(1<<20))
-			if steady-base > holdBound {
-				t.Errorf("under %d hostile connections the server holds %d bytes of heap, more than %d", p.conns, steady-base, holdBound)
-			}
-			if peak > heapBound {
-				t.Errorf("under %d hostile connections the heap reached %d bytes, more than %d", p.conns, peak, heapBound)
-			}
-			if held > 51<<20 {
-				t.Errorf("forwarder_input_memory_bytes is %v, above the budget and its reserve", held)
-			}
+			heaptest.Probe(t, bounds, p.conns, func() {
+				for range p.conns {
+					c := connect()
+					hostile = append(hostile, c)
+					wg.Go(func() {
+						if p.handshake {
+							c.SetReadDeadline(time.Now().Add(10 * time.Second))
+							readHELO(t, c)
+						}
+						c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+						c.Write(msg) // fails once the server closes the connection
+					})
+				}
+			}, func() { sendAndAck(t, good(), "good-1") },
+				func() float64 { return testutil.ToFloat64(f.metrics.MemoryHeld.WithLabelValues("forward")) })
 
 			if p.whole {
 				waitCount(t, f, p.reason, float64(p.conns))

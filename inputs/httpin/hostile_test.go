@@ -21,18 +21,20 @@ import (
 
 // The bounds of the probes, with the runtime's memory limit at the default
 // memory_limit, 128 MiB, as run sets it:
-//   - holdBound: what the server may hold (the live heap once the probe has
+//   - Hold: what the server may hold (the live heap once the probe has
 //     taken what it will, above the heap before it): the inputs' budget at
 //     the default memory_limit and its reserve for small requests (48 and
 //     3 MiB: bodies, decompressed, and the records parsed from them), and
 //     8 MiB for the rest: connection state, net/http's buffers, the WAL;
-//   - heapBound: what the whole heap, garbage included, may reach meanwhile:
+//   - Heap: what the whole heap, garbage included, may reach meanwhile:
 //     the memory limit, and a quarter for the collector to catch up (it
 //     reached 137 MiB once, without -race).
-const (
-	holdBound = 51<<20 + 8<<20
-	heapBound = 128<<20 + 32<<20
-)
+var bounds = heaptest.Bounds{
+	Limit: 128 << 20,
+	Hold:  51<<20 + 8<<20,
+	Heap:  128<<20 + 32<<20,
+	Gauge: 51 << 20, // the budget and its reserve
+}
 
 // hostileRequest is what a hostile client sends: headers and a body, all of
 // it (whole) or all but its last byte, the connection then kept open.
@@ -73,52 +75,32 @@ func TestHostileClients(t *testing.T) {
 				body = body[:len(body)-1]
 			}
 			req := append([]byte(fmt.Sprintf("POST /v1/logs/hostile HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n%s\r\n", length, p.headers)), body...)
-			defer heaptest.Limit(128 << 20)() // the default memory_limit, as run sets it
-			base := heaptest.Live()
-			watch := heaptest.Watch(2 * time.Millisecond)
-			defer watch.Stop()
-
 			var wg sync.WaitGroup
 			var hostile []net.Conn
 			statuses := make(chan int, p.conns)
-			for range p.conns {
-				c := dialRaw(t, e)
-				hostile = append(hostile, c)
-				wg.Go(func() {
-					c.SetDeadline(time.Now().Add(30 * time.Second))
-					if _, err := c.Write(req); err != nil || length > len(body) && p.whole {
-						return // refused while sending, or a body that never ends
-					}
-					if p.whole {
-						if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
-							statuses <- resp.StatusCode
-							resp.Body.Close()
+			heaptest.Probe(t, bounds, p.conns, func() {
+				for range p.conns {
+					c := dialRaw(t, e)
+					hostile = append(hostile, c)
+					wg.Go(func() {
+						c.SetDeadline(time.Now().Add(30 * time.Second))
+						if _, err := c.Write(req); err != nil || length > len(body) && p.whole {
+							return // refused while sending, or a body that never ends
 						}
-					}
-				})
-			}
-			// The server has taken what it will of them.
-			steady := heaptest.Steady(200*time.Millisecond, 8*time.Second)
-
-			// A well-behaved client is answered meanwhile.
-			start := time.Now()
-			if r := e.post("/v1/logs/good", []byte(`{"good":1}`)); r.status != 200 {
-				t.Fatalf("a well-behaved client: %d %s", r.status, r.body)
-			}
-			t.Logf("a well-behaved client answered in %v", time.Since(start).Round(time.Millisecond))
-			peak := watch.Stop()
-			held := testutil.ToFloat64(e.m.MemoryHeld.WithLabelValues(input))
-			t.Logf("the server holds %.1f MiB (of its budget: %.1f MiB); the heap peaked at %.1f MiB, %.1f MiB of it the test's own",
-				float64(steady-base)/(1<<20), held/(1<<20), float64(peak)/(1<<20), float64(base)/(1<<20))
-			if steady-base > holdBound {
-				t.Errorf("under %d hostile connections the server holds %d bytes of heap, more than %d", p.conns, steady-base, holdBound)
-			}
-			if peak > heapBound {
-				t.Errorf("under %d hostile connections the heap reached %d bytes, more than %d", p.conns, peak, heapBound)
-			}
-			if held > 51<<20 {
-				t.Errorf("forwarder_input_memory_bytes is %v, above the budget and its reserve", held)
-			}
+						if p.whole {
+							if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+								statuses <- resp.StatusCode
+								resp.Body.Close()
+							}
+						}
+					})
+				}
+			}, func() {
+				// A well-behaved client is answered meanwhile.
+				if r := e.post("/v1/logs/good", []byte(`{"good":1}`)); r.status != 200 {
+					t.Fatalf("a well-behaved client: %d %s", r.status, r.body)
+				}
+			}, func() float64 { return testutil.ToFloat64(e.m.MemoryHeld.WithLabelValues(input)) })
 
 			if p.whole && p.status != 0 {
 				for range p.conns {

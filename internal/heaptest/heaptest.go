@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -103,4 +104,49 @@ func (w *Watcher) Stop() int64 {
 	w.once.Do(func() { close(w.stop) })
 	<-w.done
 	return w.Peak()
+}
+
+// Bounds are what a server may take while hostile clients press on it,
+// with the runtime's memory limit at Limit.
+type Bounds struct {
+	Limit int64 // the runtime's memory limit during the probe: memory_limit, as run sets it
+	// Hold is what the server may hold: the live heap once the hostile
+	// clients have got what they will, above the heap before they started.
+	Hold int64
+	// Heap is what the whole heap, garbage included, may reach meanwhile.
+	Heap int64
+	// Gauge is what the server's own account of its memory may show.
+	Gauge float64
+}
+
+// Probe runs hostile, which starts conns hostile clients and returns while
+// they go on; waits until the heap is steady (the server has taken what it
+// will of them); runs good, a well-behaved client's exchange, which must
+// succeed meanwhile; then checks the heap against b and gauge (the
+// server's own account of its memory, read once good is done) against
+// b.Gauge.
+func Probe(t testing.TB, b Bounds, conns int, hostile, good func(), gauge func() float64) {
+	t.Helper()
+	defer Limit(b.Limit)()
+	base := Live()
+	watch := Watch(2 * time.Millisecond)
+	defer watch.Stop()
+	hostile()
+	steady := Steady(200*time.Millisecond, 8*time.Second)
+	start := time.Now()
+	good()
+	t.Logf("a well-behaved client served in %v", time.Since(start).Round(time.Millisecond))
+	peak := watch.Stop()
+	held := gauge()
+	t.Logf("the server holds %.1f MiB (by its own account: %.1f MiB); the heap peaked at %.1f MiB, %.1f MiB of it the test's own",
+		float64(steady-base)/(1<<20), held/(1<<20), float64(peak)/(1<<20), float64(base)/(1<<20))
+	if steady-base > b.Hold {
+		t.Errorf("under %d hostile connections the server holds %d bytes of heap, more than %d", conns, steady-base, b.Hold)
+	}
+	if peak > b.Heap {
+		t.Errorf("under %d hostile connections the heap reached %d bytes, more than %d", conns, peak, b.Heap)
+	}
+	if held > b.Gauge {
+		t.Errorf("under %d hostile connections the server accounts for %v bytes, more than %v", conns, held, b.Gauge)
+	}
 }
