@@ -16,16 +16,24 @@ import (
 // benchPacked returns a PackedForward message of n records of about 250
 // bytes of JSON each, shaped like Kubernetes container logs.
 func benchPacked(n int, chunk string) []byte {
+	return benchPackedLines(n, chunk, "stdout", func(r *rand.Rand, now time.Time) string {
+		return fmt.Sprintf("%s INFO http request method=GET path=/api/v1/items/%d status=200 duration_ms=%d request_id=%016x",
+			now.Format(time.RFC3339Nano), r.Intn(100000), r.Intn(900), r.Uint64())
+	})
+}
+
+// benchPackedLines is a PackedForward message of n container log records
+// of stream whose log lines line makes.
+func benchPackedLines(n int, chunk, stream string, line func(*rand.Rand, time.Time) string) []byte {
 	r := rand.New(rand.NewSource(1))
 	var packed []byte
 	now := time.Now()
 	for i := 0; i < n; i++ {
 		rec := msgp.AppendMapHeader(nil, 3)
 		rec = msgp.AppendString(rec, "log")
-		rec = msgp.AppendString(rec, fmt.Sprintf("%s INFO http request method=GET path=/api/v1/items/%d status=200 duration_ms=%d request_id=%016x",
-			now.Format(time.RFC3339Nano), r.Intn(100000), r.Intn(900), r.Uint64()))
+		rec = msgp.AppendString(rec, line(r, now))
 		rec = msgp.AppendString(rec, "stream")
-		rec = msgp.AppendString(rec, "stdout")
+		rec = msgp.AppendString(rec, stream)
 		rec = msgp.AppendString(rec, "kubernetes")
 		rec = msgp.AppendMapHeader(rec, 2)
 		rec = msgp.AppendString(rec, "namespace_name")
@@ -133,23 +141,8 @@ func BenchmarkTranscode(b *testing.B) {
 
 // benchPackedEscapes is benchPacked with log lines that need escaping.
 func benchPackedEscapes(n int, chunk string) []byte {
-	r := rand.New(rand.NewSource(1))
-	var packed []byte
-	now := time.Now()
-	for i := 0; i < n; i++ {
-		rec := msgp.AppendMapHeader(nil, 3)
-		rec = msgp.AppendString(rec, "log")
-		rec = msgp.AppendString(rec, fmt.Sprintf("%s\tWARN \"request\" method=GET path=/api/v1/élément/%d status=200 durée_ms=%d\xff request_id=%016x\n",
-			now.Format(time.RFC3339Nano), r.Intn(100000), r.Intn(900), r.Uint64()))
-		rec = msgp.AppendString(rec, "stream")
-		rec = msgp.AppendString(rec, "stderr")
-		rec = msgp.AppendString(rec, "kubernetes")
-		rec = msgp.AppendMapHeader(rec, 2)
-		rec = msgp.AppendString(rec, "namespace_name")
-		rec = msgp.AppendString(rec, "shop")
-		rec = msgp.AppendString(rec, "pod_name")
-		rec = msgp.AppendString(rec, fmt.Sprintf("web-7d9f8b6c4-%05d", r.Intn(40)))
-		packed = append(packed, entry(eventTime(now), rec)...)
-	}
-	return packedMode("pod.shop.web", packed, false, options(chunk))
+	return benchPackedLines(n, chunk, "stderr", func(r *rand.Rand, now time.Time) string {
+		return fmt.Sprintf("%s\tWARN \"request\" method=GET path=/api/v1/élément/%d status=200 durée_ms=%d\xff request_id=%016x\n",
+			now.Format(time.RFC3339Nano), r.Intn(100000), r.Intn(900), r.Uint64())
+	})
 }
