@@ -11,9 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/logfwd/forwarder/internal/testseed"
 )
 
 // record is one log record a client sends: a unique id, the namespace and
@@ -541,10 +544,11 @@ type load struct {
 
 // startLoad starts nFwd forward clients and nHTTP HTTP clients against
 // cfg's inputs; their ids start with opts.Prefix and "f" or "h" and a number.
-func startLoad(cfg fwdConfig, led *ledger, nFwd, nHTTP int, opts clientOpts) *load {
+// Their records' sizes and fields come from a seed the test's log shows.
+func startLoad(t testing.TB, cfg fwdConfig, led *ledger, nFwd, nHTTP int, opts clientOpts) *load {
 	opts.setDefaults()
 	l := &load{stopCh: make(chan struct{})}
-	seed := rand.Uint64()
+	seed := uint64(testseed.Seed(t, "E2E_LOAD_SEED", "the clients' records"))
 	for i := range nFwd {
 		o := opts
 		o.Prefix = fmt.Sprintf("%sf%d", opts.Prefix, i)

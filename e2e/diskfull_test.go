@@ -53,7 +53,7 @@ func TestDiskFull(t *testing.T) {
 	})
 	e.s3.SetFailures(1)
 	e.f.start()
-	ld := startLoad(e.f.cfg, e.led, 1, 2, clientOpts{Prefix: "s", Batch: 100, LogBytes: 400, AckTimeout: 3 * time.Minute})
+	ld := startLoad(t, e.f.cfg, e.led, 1, 2, clientOpts{Prefix: "s", Batch: 100, LogBytes: 400, AckTimeout: 3 * time.Minute})
 	diskFull := func() bool {
 		st, err := e.f.status()
 		return err == nil && st.WAL.DiskFull

@@ -32,7 +32,7 @@ func TestScaleInDrains(t *testing.T) {
 	e.f.setConfig(cfg)
 	e.f.start()
 	send := func(prefix string) {
-		ld := startLoad(e.f.cfg, e.led, 1, 1, clientOpts{Prefix: prefix, Batch: 100, Batches: 20})
+		ld := startLoad(t, e.f.cfg, e.led, 1, 1, clientOpts{Prefix: prefix, Batch: 100, Batches: 20})
 		ld.wait()
 		fwd, http := ld.stats()
 		for _, err := range append(fwd.Errors, http.Errors...) {

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"testing"
 	"time"
+
+	"github.com/logfwd/forwarder/internal/testseed"
 )
 
 // TestKillLoop sends continuously through both inputs while the forwarder is
@@ -62,8 +64,8 @@ func killLoop(t *testing.T, e *env, kills int, maxGap time.Duration, cwDups int)
 	e.f.setConfig(cfg)
 	e.cw.SetLatency(50 * time.Millisecond)
 	e.f.start()
-	ld := startLoad(e.f.cfg, e.led, 2, 2, clientOpts{Prefix: "k", Batch: 50, Pause: 25 * time.Millisecond})
-	seed := rand.Uint64()
+	ld := startLoad(t, e.f.cfg, e.led, 2, 2, clientOpts{Prefix: "k", Batch: 50, Pause: 25 * time.Millisecond})
+	seed := uint64(testseed.Seed(t, "E2E_KILL_SEED", "the kill times"))
 	rng := rand.New(rand.NewPCG(seed, seed))
 	var prev int
 	stalled := 0

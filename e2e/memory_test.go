@@ -34,7 +34,7 @@ func TestMemoryBound(t *testing.T) {
 		batches = 150
 	}
 	most := watchBuffered(e.f)
-	ld := startLoad(e.f.cfg, e.led, 4, 2, clientOpts{Prefix: "m", Batch: 1000, Batches: batches, LogBytes: 200})
+	ld := startLoad(t, e.f.cfg, e.led, 4, 2, clientOpts{Prefix: "m", Batch: 1000, Batches: batches, LogBytes: 200})
 	ld.wait()
 	// The shares are full: the drainers wait with what they hold.
 	time.Sleep(2 * time.Second)

@@ -33,7 +33,7 @@ func TestMoto(t *testing.T) {
 	if long {
 		run = 20 * time.Second
 	}
-	ld := startLoad(f.cfg, led, 1, 1, clientOpts{Prefix: "m", Batch: 50, Pause: 50 * time.Millisecond})
+	ld := startLoad(t, f.cfg, led, 1, 1, clientOpts{Prefix: "m", Batch: 50, Pause: 50 * time.Millisecond})
 	time.Sleep(run)
 	ld.halt()
 	fwd, http := ld.stats()

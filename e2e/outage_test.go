@@ -20,7 +20,7 @@ func TestSinkOutage(t *testing.T) {
 	}
 	e := newEnv(t, nil)
 	e.f.start()
-	ld := startLoad(e.f.cfg, e.led, 1, 1, clientOpts{Prefix: "o", Batch: 50, Pause: 25 * time.Millisecond})
+	ld := startLoad(t, e.f.cfg, e.led, 1, 1, clientOpts{Prefix: "o", Batch: 50, Pause: 25 * time.Millisecond})
 	time.Sleep(time.Second)
 
 	const cwDelivered = `forwarder_sink_delivered_records_total{sink="cloudwatch"}`

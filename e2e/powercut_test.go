@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/logfwd/forwarder/internal/faultfs"
+	"github.com/logfwd/forwarder/internal/testseed"
 )
 
 // powerCutEnv is an env whose forwarder keeps its data_dir on faultfs
@@ -43,8 +44,8 @@ func TestPowerCutLoop(t *testing.T) {
 	e.f.setConfig(cfg)
 	e.cw.SetLatency(50 * time.Millisecond)
 	e.f.start()
-	ld := startLoad(e.f.cfg, e.led, 2, 2, clientOpts{Prefix: "p", Batch: 50, Pause: 25 * time.Millisecond})
-	seed := rand.Uint64()
+	ld := startLoad(t, e.f.cfg, e.led, 2, 2, clientOpts{Prefix: "p", Batch: 50, Pause: 25 * time.Millisecond})
+	seed := uint64(testseed.Seed(t, "E2E_POWERCUT_SEED", "the cut times and what each cut keeps"))
 	rng := rand.New(rand.NewPCG(seed, seed))
 	var dropped int64
 	var torn, dirOps, inCommit int
@@ -108,7 +109,7 @@ func TestFailedFsyncStopsTheService(t *testing.T) {
 	t.Parallel()
 	e, remount, m := powerCutEnv(t)
 	e.f.start()
-	ld := startLoad(e.f.cfg, e.led, 1, 1, clientOpts{Prefix: "eio", Batch: 20, Pause: 10 * time.Millisecond, AckTimeout: 5 * time.Second})
+	ld := startLoad(t, e.f.cfg, e.led, 1, 1, clientOpts{Prefix: "eio", Batch: 20, Pause: 10 * time.Millisecond, AckTimeout: 5 * time.Second})
 	if !waitFor(30*time.Second, func() bool { _, a := e.led.counts(); return a >= 200 }) {
 		t.Fatal("fewer than 200 records acknowledged within 30s")
 	}

@@ -34,7 +34,7 @@ func TestRestartWithChangedConfig(t *testing.T) {
 	}
 	e.f.start()
 	send := func(prefix string, batches int) {
-		ld := startLoad(e.f.cfg, e.led, 1, 1, clientOpts{Prefix: prefix, Batch: 50, Batches: batches, Pause: 10 * time.Millisecond})
+		ld := startLoad(t, e.f.cfg, e.led, 1, 1, clientOpts{Prefix: prefix, Batch: 50, Batches: batches, Pause: 10 * time.Millisecond})
 		ld.wait()
 		fwd, http := ld.stats()
 		for _, err := range append(fwd.Errors, http.Errors...) {

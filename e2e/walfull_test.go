@@ -26,7 +26,7 @@ func TestWALFullBlock(t *testing.T) {
 	e := newEnv(t, func(c *fwdConfig) { c.WALMaxBytes, c.WALWhenFull = "1MiB", "block" })
 	e.s3.SetDenyAll(true)
 	e.f.start()
-	ld := startLoad(e.f.cfg, e.led, 1, 1, clientOpts{Prefix: "b", Batch: 100, AckTimeout: 3 * time.Minute})
+	ld := startLoad(t, e.f.cfg, e.led, 1, 1, clientOpts{Prefix: "b", Batch: 100, AckTimeout: 3 * time.Minute})
 	if !waitFor(30*time.Second, func() bool { st, err := e.f.status(); return err == nil && st.WAL.Full }) {
 		st, _ := e.f.status()
 		t.Fatalf("the WAL did not fill within 30s: %+v\n%s", st.WAL, e.f.tail(20))
@@ -108,7 +108,7 @@ func TestWALFullDropOldest(t *testing.T) {
 	e := newEnv(t, func(c *fwdConfig) { c.WALMaxBytes, c.WALWhenFull = "1MiB", "drop_oldest" })
 	e.s3.SetDenyAll(true)
 	e.f.start()
-	ld := startLoad(e.f.cfg, e.led, 1, 1, clientOpts{Prefix: "d", Batch: 100, Batches: batches})
+	ld := startLoad(t, e.f.cfg, e.led, 1, 1, clientOpts{Prefix: "d", Batch: 100, Batches: batches})
 	ld.wait()
 	fwd, httpSt := ld.stats()
 	const droppedS3, droppedCW = `forwarder_wal_dropped_records_total{sink="archive"}`, `forwarder_wal_dropped_records_total{sink="cloudwatch"}`

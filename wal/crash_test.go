@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/logfwd/forwarder/internal/testseed"
 )
 
 const (
@@ -114,11 +116,7 @@ func TestCrashKeepsAcknowledgedRecords(t *testing.T) {
 		runs, _ = strconv.Atoi(v)
 	}
 	dir := t.TempDir()
-	seed := time.Now().UnixNano()
-	if v := os.Getenv("WAL_CRASH_SEED"); v != "" {
-		seed, _ = strconv.ParseInt(v, 10, 64)
-	}
-	t.Logf("seed %d (WAL_CRASH_SEED replays the kill times)", seed)
+	seed := testseed.Seed(t, "WAL_CRASH_SEED", "the kill times")
 	rng := rand.New(rand.NewSource(seed))
 	var acked []ackedAppend
 	var maxCursor uint64

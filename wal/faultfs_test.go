@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/logfwd/forwarder/internal/faultfs"
+	"github.com/logfwd/forwarder/internal/testseed"
 )
 
 // faultAppenders appends from four goroutines until stop is closed and
@@ -137,7 +138,8 @@ func TestFailedFsyncOnFaultfsIsFatal(t *testing.T) {
 	}
 	a := startFaultAppenders(w, 10*time.Second)
 	waitUntil(t, 10*time.Second, "appending", func() bool { n, _ := a.count(); return n >= 20 })
-	m.FailSyncs(rand.Int63n(256 << 10))
+	rng := rand.New(rand.NewSource(testseed.Seed(t, "WAL_FAULT_SEED", "after how many bytes fsyncs fail")))
+	m.FailSyncs(rng.Int63n(256 << 10))
 	select {
 	case <-w.Fatal():
 	case <-time.After(10 * time.Second):
@@ -221,7 +223,8 @@ func TestNoSpaceOnFaultfs(t *testing.T) {
 					}
 				}
 			}()
-			m.NoSpace(rand.Int63n(128<<10), statfs)
+			rng := rand.New(rand.NewSource(testseed.Seed(t, "WAL_FAULT_SEED", "after how many bytes writes fail")))
+			m.NoSpace(rng.Int63n(128<<10), statfs)
 			waitUntil(t, 20*time.Second, "refusing appends", func() bool {
 				if statfs {
 					return w.DiskFull()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/logfwd/forwarder/internal/faultfs"
+	"github.com/logfwd/forwarder/internal/testseed"
 )
 
 // Power cuts. Every test in crash_test.go kills a process: the kernel keeps
@@ -128,11 +129,7 @@ func TestPowerCut(t *testing.T) {
 	if v := os.Getenv("WAL_POWERCUT_RUNS"); v != "" {
 		runs, _ = strconv.Atoi(v)
 	}
-	seed := time.Now().UnixNano()
-	if v := os.Getenv("WAL_POWERCUT_SEED"); v != "" {
-		seed, _ = strconv.ParseInt(v, 10, 64)
-	}
-	t.Logf("seed %d (WAL_POWERCUT_SEED replays the cut times and what each cut keeps)", seed)
+	seed := testseed.Seed(t, "WAL_POWERCUT_SEED", "the cut times and what each cut keeps")
 	rng := rand.New(rand.NewSource(seed))
 	tally := &powerTally{checked: map[uint64]bool{}}
 	start := time.Now()

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/logfwd/forwarder/inputs"
+	"github.com/logfwd/forwarder/internal/testseed"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -68,11 +69,7 @@ func TestCrashAckedRecordsExactlyOnce(t *testing.T) {
 	}
 	dir := t.TempDir()
 	addr := freeAddr(t)
-	seed := time.Now().UnixNano()
-	if v := os.Getenv("FORWARD_CRASH_SEED"); v != "" {
-		seed, _ = strconv.ParseInt(v, 10, 64)
-	}
-	t.Logf("seed %d (FORWARD_CRASH_SEED replays the kill times)", seed)
+	seed := testseed.Seed(t, "FORWARD_CRASH_SEED", "the kill times")
 	rng := rand.New(rand.NewSource(seed))
 	acked := map[int]bool{}
 	next := 0
