@@ -241,5 +241,8 @@
 //
 // Any number of clients may call at once. Calls on one stream run one at a
 // time, from validation against the stream to storage; calls on different
-// streams run in parallel.
+// streams run in parallel. Every operation decodes, validates, then looks up
+// its group and stream under the server's lock (one helper, handler.go), so
+// a call that creates or deletes a group or stream waits for the calls in
+// progress.
 package cloudwatchlogs
