@@ -160,7 +160,8 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 	s.m.created.Inc()
 	s.log.Info("created log group", "sink", s.name, "group", group, "retention_days", s.cfg.RetentionDays, "class", s.cfg.LogGroupClass)
 	if s.cfg.RetentionDays > 0 {
-		return s.createCall(ctx, kindRetention, s.creates.groups, func(ctx context.Context) error {
+		// The group's turn covers its retention: one call of each a turn.
+		return s.createCall(ctx, kindRetention, nil, func(ctx context.Context) error {
 			_, err := s.api.PutRetentionPolicy(ctx, &cloudwatchlogs.PutRetentionPolicyInput{
 				LogGroupName: aws.String(group), RetentionInDays: aws.Int32(int32(s.cfg.RetentionDays))})
 			return err
@@ -174,10 +175,19 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 // backoff and is made again, and every other creation call of lim waits
 // as long (the quota is the account's); throttled calls are logged once a
 // minute at most, together. Only the context ends the waiting.
+//
+// With lim nil, the call is made at once and its retries at the pace of
+// the groups' pacer.
 func (s *Sink) createCall(ctx context.Context, kind string, lim *pacer, call func(context.Context) error) error {
+	unpaced := lim == nil
+	if unpaced {
+		lim = s.creates.groups
+	}
 	for attempt := 0; ; attempt++ {
-		if err := lim.wait(ctx); err != nil {
-			return err
+		if !unpaced || attempt > 0 {
+			if err := lim.wait(ctx); err != nil {
+				return err
+			}
 		}
 		err := call(ctx)
 		var exists *types.ResourceAlreadyExistsException
