@@ -170,6 +170,12 @@ type CloudWatch struct {
 	// before the stream is read back to see whether it landed.
 	Settle   Duration `yaml:"settle"`
 	ReadRate int      `yaml:"read_rate"` // GetLogEvents calls a second while resolving calls in doubt
+	// CreateRate is how many log streams the sink creates a second, for all
+	// its streams: CreateLogStream has an account-wide quota (README).
+	CreateRate int `yaml:"create_rate"`
+	// GroupCreateRate is how many log groups it creates a second (each a
+	// CreateLogGroup and, with retention_days, a PutRetentionPolicy).
+	GroupCreateRate int `yaml:"group_create_rate"`
 }
 
 // Values of the keys that take one of a fixed set.

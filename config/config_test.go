@@ -108,6 +108,8 @@ var (
 		MaxConcurrentStreams: 64,
 		Settle:               Duration(10 * time.Second),
 		ReadRate:             10,
+		CreateRate:           10,
+		GroupCreateRate:      1,
 	}
 )
 
@@ -231,6 +233,8 @@ func TestFullConfig(t *testing.T) {
 					MaxConcurrentStreams: 8,
 					Settle:               Duration(30 * time.Second),
 					ReadRate:             5,
+					CreateRate:           20,
+					GroupCreateRate:      2,
 				},
 			},
 		},
@@ -463,6 +467,10 @@ var badConfigs = []struct {
 		`4: unknown key "brokers" in sink "kafka"`,
 		`5: sink "my archive": name: "my archive" may hold only letters, digits, _ and -`,
 		`5: sink "my archive": type is required (s3 or cloudwatch)`,
+	}},
+	{"cloudwatch_create_rate.yaml", []string{
+		`6: sink "cloudwatch": create_rate: must be 1 to 1000, not 0`,
+		`7: sink "cloudwatch": group_create_rate: must be 1 to 1000, not 5000`,
 	}},
 	{"missing_bucket.yaml", []string{`2: sink "archive": bucket is required`}},
 	{"templates.yaml", []string{

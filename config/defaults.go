@@ -85,6 +85,8 @@ func defaultCloudWatch() *CloudWatch {
 		MaxConcurrentStreams: 64,
 		Settle:               Duration(10 * time.Second),
 		ReadRate:             10,
+		CreateRate:           10,
+		GroupCreateRate:      1,
 	}
 }
 

@@ -128,6 +128,8 @@ func (cw *CloudWatch) validate(s section) {
 		s.invalid("settle", "must be at most 1h, not %s (every start with calls in doubt waits that long)", cw.Settle)
 	}
 	s.between("read_rate", cw.ReadRate, 1, 1000)
+	s.between("create_rate", cw.CreateRate, 1, 1000)
+	s.between("group_create_rate", cw.GroupCreateRate, 1, 1000)
 }
 
 func joinInts(ns []int) string {

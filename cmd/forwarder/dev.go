@@ -130,7 +130,13 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "forwarder dev: create bucket: %v\n", err)
 		return exitFail
 	}
-	cw := cwemu.New(cwemu.Options{})
+	// Creation has AWS's quotas, so that dev shows what many new streams
+	// do; reads do not, so that forwarder dev ls can read every stream.
+	quotas := map[string]int{}
+	for _, op := range []string{"CreateLogGroup", "CreateLogStream", "PutRetentionPolicy"} {
+		quotas[op] = cwemu.AWSQuota(op, "us-east-1")
+	}
+	cw := cwemu.New(cwemu.Options{Quotas: quotas})
 	defer cw.Close()
 	cwURL, err := cw.Start(ports.cw)
 	if err != nil {

@@ -200,9 +200,17 @@
 //     ServiceUnavailableException, 500 or another 5xx as InternalFailure;
 //  5. the method, target, Content-Type and body size are checked (see
 //     Protocol);
-//  6. SetThrottle(n): PutLogEvents above n calls a second gets 400
-//     ThrottlingException "Rate exceeded" and stores nothing; a token bucket
-//     of n calls refilled continuously on the real clock; 0 turns it off;
+//  6. quotas: an operation above its quota of calls a second gets 400
+//     ThrottlingException "Rate exceeded" ({"__type":"ThrottlingException",
+//     "message":"Rate exceeded"}, x-amzn-ErrorType: ThrottlingException, as
+//     AWS answers and as the SDK reads it into *types.ThrottlingException)
+//     and does nothing; a token bucket of one second's worth of calls
+//     refilled continuously on the real clock. Options.AWSQuotas gives every
+//     operation AWS's default quota for the Region (AWSQuota: CreateLogStream
+//     50, CreateLogGroup 10, PutRetentionPolicy 5, PutLogEvents 5,000, ...);
+//     Options.Quotas and SetQuota(op, n) set one (0 turns it off);
+//     SetThrottle(n) is SetQuota("PutLogEvents", n). Without them there is
+//     no quota. Throttled(op) counts the throttled answers;
 //  7. the operation runs;
 //  8. SetDropResponses(rate): that fraction of PutLogEvents calls (whatever
 //     their outcome) closes the connection without an answer, after the
@@ -226,11 +234,15 @@
 // with their retention, class, KMS key, tags and streams (event counts,
 // stored message bytes, first and last timestamps); a stream's events; the
 // number of requests per operation, whatever their outcome (requests with no
-// Logs_20140328 target count under "").
+// Logs_20140328 target count under ""); Throttled, the requests per
+// operation its quota refused; Quotas, the quotas in force.
 //
 // # Concurrency
 //
 // Any number of clients may call at once. Calls on one stream run one at a
 // time, from validation against the stream to storage; calls on different
-// streams run in parallel.
+// streams run in parallel. Every operation decodes, validates, then looks up
+// its group and stream under the server's lock (one helper, handler.go), so
+// a call that creates or deletes a group or stream waits for the calls in
+// progress.
 package cloudwatchlogs

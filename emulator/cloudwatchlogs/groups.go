@@ -117,55 +117,56 @@ type createLogGroupIn struct {
 }
 
 func (s *Server) createLogGroup(body []byte) (any, *apiError) {
-	var in createLogGroupIn
-	if e := decode(body, &in); e != nil {
-		return nil, e
-	}
-	if e := checkGroupName("logGroupName", in.LogGroupName); e != nil {
-		return nil, e
-	}
-	name := *in.LogGroupName
-	if strings.HasPrefix(name, "aws/") {
-		return nil, invalidParam("Log group names can't start with the string 'aws/'.")
-	}
-	class := "STANDARD"
-	if in.LogGroupClass != nil {
-		class = *in.LogGroupClass
-		if class != "STANDARD" && class != "INFREQUENT_ACCESS" {
-			return nil, validation(class, "logGroupClass", "Member must satisfy enum value set: [STANDARD, INFREQUENT_ACCESS]")
-		}
-	}
-	kms := ""
-	if in.KmsKeyID != nil {
-		kms = *in.KmsKeyID
-		if e := checkLength(kms, "kmsKeyId", 0, 256); e != nil {
-			return nil, e
-		}
-	}
-	if in.Tags != nil {
-		if len(in.Tags) < 1 || len(in.Tags) > 50 {
-			return nil, validation("{...}", "tags", "Member must have length between 1 and 50")
-		}
-		for k, v := range in.Tags {
-			if e := checkLength(k, "tags", 1, 128); e != nil {
-				return nil, e
+	var class, kms string
+	return serve(s, body, handler[createLogGroupIn]{write: true, find: findNothing,
+		check: func(in *createLogGroupIn) (string, string, *apiError) {
+			if e := checkGroupName("logGroupName", in.LogGroupName); e != nil {
+				return "", "", e
 			}
-			if e := checkLength(v, "tags."+k, 0, 256); e != nil {
-				return nil, e
+			name := *in.LogGroupName
+			if strings.HasPrefix(name, "aws/") {
+				return "", "", invalidParam("Log group names can't start with the string 'aws/'.")
 			}
-		}
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.groups[name]; ok {
-		return nil, clientErr("ResourceAlreadyExistsException", "The specified log group already exists")
-	}
-	g := &group{name: name, created: s.nowMs(), class: class, kms: kms, tags: map[string]string{}, streams: map[string]*stream{}}
-	for k, v := range in.Tags {
-		g.tags[k] = v
-	}
-	s.groups[name] = g
-	return nil, nil
+			class = "STANDARD"
+			if in.LogGroupClass != nil {
+				class = *in.LogGroupClass
+				if class != "STANDARD" && class != "INFREQUENT_ACCESS" {
+					return "", "", validation(class, "logGroupClass", "Member must satisfy enum value set: [STANDARD, INFREQUENT_ACCESS]")
+				}
+			}
+			if in.KmsKeyID != nil {
+				kms = *in.KmsKeyID
+				if e := checkLength(kms, "kmsKeyId", 0, 256); e != nil {
+					return "", "", e
+				}
+			}
+			if in.Tags != nil {
+				if len(in.Tags) < 1 || len(in.Tags) > 50 {
+					return "", "", validation("{...}", "tags", "Member must have length between 1 and 50")
+				}
+				for k, v := range in.Tags {
+					if e := checkLength(k, "tags", 1, 128); e != nil {
+						return "", "", e
+					}
+					if e := checkLength(v, "tags."+k, 0, 256); e != nil {
+						return "", "", e
+					}
+				}
+			}
+			return name, "", nil
+		},
+		run: func(in *createLogGroupIn, _ *group, _ *stream) (any, *apiError) {
+			name := *in.LogGroupName
+			if _, ok := s.groups[name]; ok {
+				return nil, clientErr("ResourceAlreadyExistsException", "The specified log group already exists")
+			}
+			g := &group{name: name, created: s.nowMs(), class: class, kms: kms, tags: map[string]string{}, streams: map[string]*stream{}}
+			for k, v := range in.Tags {
+				g.tags[k] = v
+			}
+			s.groups[name] = g
+			return nil, nil
+		}})
 }
 
 type streamIn struct {
@@ -174,51 +175,28 @@ type streamIn struct {
 }
 
 func (s *Server) createLogStream(body []byte) (any, *apiError) {
-	var in streamIn
-	if e := decode(body, &in); e != nil {
-		return nil, e
-	}
-	if e := checkGroupName("logGroupName", in.LogGroupName); e != nil {
-		return nil, e
-	}
-	if e := checkStreamName("logStreamName", in.LogStreamName); e != nil {
-		return nil, e
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	g := s.groups[*in.LogGroupName]
-	if g == nil {
-		return nil, groupNotFound()
-	}
-	if _, ok := g.streams[*in.LogStreamName]; ok {
-		return nil, clientErr("ResourceAlreadyExistsException", "The specified log stream already exists")
-	}
-	g.streams[*in.LogStreamName] = &stream{name: *in.LogStreamName, created: s.nowMs()}
-	return nil, nil
+	return serve(s, body, handler[streamIn]{write: true, find: findGroup,
+		check: func(in *streamIn) (string, string, *apiError) {
+			return checkGroupAndStream(in.LogGroupName, in.LogStreamName)
+		},
+		run: func(in *streamIn, g *group, _ *stream) (any, *apiError) {
+			if _, ok := g.streams[*in.LogStreamName]; ok {
+				return nil, clientErr("ResourceAlreadyExistsException", "The specified log stream already exists")
+			}
+			g.streams[*in.LogStreamName] = &stream{name: *in.LogStreamName, created: s.nowMs()}
+			return nil, nil
+		}})
 }
 
 func (s *Server) deleteLogStream(body []byte) (any, *apiError) {
-	var in streamIn
-	if e := decode(body, &in); e != nil {
-		return nil, e
-	}
-	if e := checkGroupName("logGroupName", in.LogGroupName); e != nil {
-		return nil, e
-	}
-	if e := checkStreamName("logStreamName", in.LogStreamName); e != nil {
-		return nil, e
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	g := s.groups[*in.LogGroupName]
-	if g == nil {
-		return nil, groupNotFound()
-	}
-	if _, ok := g.streams[*in.LogStreamName]; !ok {
-		return nil, streamNotFound()
-	}
-	delete(g.streams, *in.LogStreamName)
-	return nil, nil
+	return serve(s, body, handler[streamIn]{write: true, find: findStream,
+		check: func(in *streamIn) (string, string, *apiError) {
+			return checkGroupAndStream(in.LogGroupName, in.LogStreamName)
+		},
+		run: func(in *streamIn, g *group, _ *stream) (any, *apiError) {
+			delete(g.streams, *in.LogStreamName)
+			return nil, nil
+		}})
 }
 
 type groupIn struct {
@@ -226,72 +204,58 @@ type groupIn struct {
 	RetentionInDays *int32  `json:"retentionInDays"`
 }
 
-func (s *Server) deleteLogGroup(body []byte) (any, *apiError) {
-	var in groupIn
-	if e := decode(body, &in); e != nil {
-		return nil, e
-	}
+// checkGroupIn validates logGroupName and names it.
+func checkGroupIn(in *groupIn) (string, string, *apiError) {
 	if e := checkGroupName("logGroupName", in.LogGroupName); e != nil {
-		return nil, e
+		return "", "", e
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.groups[*in.LogGroupName]; !ok {
-		return nil, groupNotFound()
-	}
-	delete(s.groups, *in.LogGroupName)
-	return nil, nil
+	return *in.LogGroupName, "", nil
+}
+
+func (s *Server) deleteLogGroup(body []byte) (any, *apiError) {
+	return serve(s, body, handler[groupIn]{write: true, find: findGroup, check: checkGroupIn,
+		run: func(in *groupIn, _ *group, _ *stream) (any, *apiError) {
+			delete(s.groups, *in.LogGroupName)
+			return nil, nil
+		}})
 }
 
 func (s *Server) putRetentionPolicy(body []byte) (any, *apiError) {
-	var in groupIn
-	if e := decode(body, &in); e != nil {
-		return nil, e
-	}
-	if e := checkGroupName("logGroupName", in.LogGroupName); e != nil {
-		return nil, e
-	}
-	if in.RetentionInDays == nil {
-		return nil, notNull("retentionInDays")
-	}
-	days := *in.RetentionInDays
-	valid := false
-	for _, d := range retentionDays {
-		valid = valid || d == days
-	}
-	if !valid {
-		set := make([]string, len(retentionDays))
-		for i, d := range retentionDays {
-			set[i] = strconv.Itoa(int(d))
-		}
-		return nil, validation(days, "retentionInDays", "Member must satisfy enum value set: ["+strings.Join(set, ", ")+"]")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	g := s.groups[*in.LogGroupName]
-	if g == nil {
-		return nil, groupNotFound()
-	}
-	g.retention = days
-	return nil, nil
+	return serve(s, body, handler[groupIn]{write: true, find: findGroup,
+		check: func(in *groupIn) (string, string, *apiError) {
+			name, _, e := checkGroupIn(in)
+			if e != nil {
+				return "", "", e
+			}
+			if in.RetentionInDays == nil {
+				return "", "", notNull("retentionInDays")
+			}
+			days := *in.RetentionInDays
+			valid := false
+			for _, d := range retentionDays {
+				valid = valid || d == days
+			}
+			if !valid {
+				set := make([]string, len(retentionDays))
+				for i, d := range retentionDays {
+					set[i] = strconv.Itoa(int(d))
+				}
+				return "", "", validation(days, "retentionInDays", "Member must satisfy enum value set: ["+strings.Join(set, ", ")+"]")
+			}
+			return name, "", nil
+		},
+		run: func(in *groupIn, g *group, _ *stream) (any, *apiError) {
+			g.retention = *in.RetentionInDays
+			return nil, nil
+		}})
 }
 
 func (s *Server) deleteRetentionPolicy(body []byte) (any, *apiError) {
-	var in groupIn
-	if e := decode(body, &in); e != nil {
-		return nil, e
-	}
-	if e := checkGroupName("logGroupName", in.LogGroupName); e != nil {
-		return nil, e
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	g := s.groups[*in.LogGroupName]
-	if g == nil {
-		return nil, groupNotFound()
-	}
-	g.retention = 0
-	return nil, nil
+	return serve(s, body, handler[groupIn]{write: true, find: findGroup, check: checkGroupIn,
+		run: func(_ *groupIn, g *group, _ *stream) (any, *apiError) {
+			g.retention = 0
+			return nil, nil
+		}})
 }
 
 type describeLogGroupsIn struct {
@@ -320,75 +284,74 @@ type describeLogGroupsOut struct {
 }
 
 func (s *Server) describeLogGroups(body []byte) (any, *apiError) {
-	var in describeLogGroupsIn
-	if e := decode(body, &in); e != nil {
-		return nil, e
-	}
-	if in.LogGroupNamePattern != nil {
-		return nil, invalidParam("logGroupNamePattern is not supported by this emulator; use logGroupNamePrefix.")
-	}
-	prefix := ""
-	if in.LogGroupNamePrefix != nil {
-		if e := checkGroupName("logGroupNamePrefix", in.LogGroupNamePrefix); e != nil {
-			return nil, e
-		}
-		prefix = *in.LogGroupNamePrefix
-	}
-	if in.LogGroupClass != nil && *in.LogGroupClass != "STANDARD" && *in.LogGroupClass != "INFREQUENT_ACCESS" {
-		return nil, validation(*in.LogGroupClass, "logGroupClass", "Member must satisfy enum value set: [STANDARD, INFREQUENT_ACCESS]")
-	}
-	if e := checkLimit(in.Limit, 50); e != nil {
-		return nil, e
-	}
-	limit := 50
-	if in.Limit != nil {
-		limit = int(*in.Limit)
-	}
-	after := ""
-	if in.NextToken != nil {
-		var ok bool
-		if after, ok = decodeToken(*in.NextToken, "g"); !ok || after == "" {
-			return nil, badNextToken()
-		}
-	}
-
-	s.mu.RLock()
-	var groups []*group
-	for name, g := range s.groups {
-		if strings.HasPrefix(name, prefix) && name > after &&
-			(in.LogGroupClass == nil || *in.LogGroupClass == g.class) {
-			groups = append(groups, g)
-		}
-	}
-	sort.Slice(groups, func(i, j int) bool { return groups[i].name < groups[j].name })
-	out := describeLogGroupsOut{LogGroups: []logGroupOut{}}
-	for i, g := range groups {
-		if i == limit {
-			tok := encodeToken("g/" + groups[i-1].name)
-			out.NextToken = &tok
-			break
-		}
-		o := logGroupOut{
-			LogGroupName:  g.name,
-			CreationTime:  g.created,
-			Arn:           s.groupArn(g.name) + ":*",
-			LogGroupArn:   s.groupArn(g.name),
-			KmsKeyID:      g.kms,
-			LogGroupClass: g.class,
-		}
-		if g.retention > 0 {
-			r := g.retention
-			o.RetentionInDays = &r
-		}
-		for _, st := range g.streams {
-			st.mu.Lock()
-			o.StoredBytes += st.bytes
-			st.mu.Unlock()
-		}
-		out.LogGroups = append(out.LogGroups, o)
-	}
-	s.mu.RUnlock()
-	return out, nil
+	var prefix, after string
+	var limit int
+	return serve(s, body, handler[describeLogGroupsIn]{find: findNothing,
+		check: func(in *describeLogGroupsIn) (string, string, *apiError) {
+			if in.LogGroupNamePattern != nil {
+				return "", "", invalidParam("logGroupNamePattern is not supported by this emulator; use logGroupNamePrefix.")
+			}
+			if in.LogGroupNamePrefix != nil {
+				if e := checkGroupName("logGroupNamePrefix", in.LogGroupNamePrefix); e != nil {
+					return "", "", e
+				}
+				prefix = *in.LogGroupNamePrefix
+			}
+			if in.LogGroupClass != nil && *in.LogGroupClass != "STANDARD" && *in.LogGroupClass != "INFREQUENT_ACCESS" {
+				return "", "", validation(*in.LogGroupClass, "logGroupClass", "Member must satisfy enum value set: [STANDARD, INFREQUENT_ACCESS]")
+			}
+			if e := checkLimit(in.Limit, 50); e != nil {
+				return "", "", e
+			}
+			limit = 50
+			if in.Limit != nil {
+				limit = int(*in.Limit)
+			}
+			if in.NextToken != nil {
+				var ok bool
+				if after, ok = decodeToken(*in.NextToken, "g"); !ok || after == "" {
+					return "", "", badNextToken()
+				}
+			}
+			return "", "", nil
+		},
+		run: func(in *describeLogGroupsIn, _ *group, _ *stream) (any, *apiError) {
+			var groups []*group
+			for name, g := range s.groups {
+				if strings.HasPrefix(name, prefix) && name > after &&
+					(in.LogGroupClass == nil || *in.LogGroupClass == g.class) {
+					groups = append(groups, g)
+				}
+			}
+			sort.Slice(groups, func(i, j int) bool { return groups[i].name < groups[j].name })
+			out := describeLogGroupsOut{LogGroups: []logGroupOut{}}
+			for i, g := range groups {
+				if i == limit {
+					tok := encodeToken("g/" + groups[i-1].name)
+					out.NextToken = &tok
+					break
+				}
+				o := logGroupOut{
+					LogGroupName:  g.name,
+					CreationTime:  g.created,
+					Arn:           s.groupArn(g.name) + ":*",
+					LogGroupArn:   s.groupArn(g.name),
+					KmsKeyID:      g.kms,
+					LogGroupClass: g.class,
+				}
+				if g.retention > 0 {
+					r := g.retention
+					o.RetentionInDays = &r
+				}
+				for _, st := range g.streams {
+					st.mu.Lock()
+					o.StoredBytes += st.bytes
+					st.mu.Unlock()
+				}
+				out.LogGroups = append(out.LogGroups, o)
+			}
+			return out, nil
+		}})
 }
 
 type describeLogStreamsIn struct {
@@ -418,117 +381,113 @@ type describeLogStreamsOut struct {
 }
 
 func (s *Server) describeLogStreams(body []byte) (any, *apiError) {
-	var in describeLogStreamsIn
-	if e := decode(body, &in); e != nil {
-		return nil, e
-	}
-	groupName, e := resolveGroup(in.LogGroupName, in.LogGroupIdentifier)
-	if e != nil {
-		return nil, e
-	}
-	prefix := ""
-	if in.LogStreamNamePrefix != nil {
-		if e := checkStreamName("logStreamNamePrefix", in.LogStreamNamePrefix); e != nil {
-			return nil, e
-		}
-		prefix = *in.LogStreamNamePrefix
-	}
-	byTime := false
-	if in.OrderBy != nil {
-		switch *in.OrderBy {
-		case "LogStreamName":
-		case "LastEventTime":
-			byTime = true
-		default:
-			return nil, validation(*in.OrderBy, "orderBy", "Member must satisfy enum value set: [LogStreamName, LastEventTime]")
-		}
-	}
-	if byTime && in.LogStreamNamePrefix != nil {
-		return nil, invalidParam("Cannot order by LastEventTime with a logStreamNamePrefix.")
-	}
-	desc := in.Descending != nil && *in.Descending
-	if e := checkLimit(in.Limit, 50); e != nil {
-		return nil, e
-	}
-	limit := 50
-	if in.Limit != nil {
-		limit = int(*in.Limit)
-	}
-	cursor, offset := "", 0
-	if in.NextToken != nil {
-		var ok bool
-		if byTime {
-			var v string
-			if v, ok = decodeToken(*in.NextToken, "o"); ok {
-				var err error
-				offset, err = strconv.Atoi(v)
-				ok = err == nil && offset >= 0
+	var prefix, cursor string
+	var byTime, desc bool
+	var limit, offset int
+	return serve(s, body, handler[describeLogStreamsIn]{find: findGroup,
+		check: func(in *describeLogStreamsIn) (string, string, *apiError) {
+			groupName, e := resolveGroup(in.LogGroupName, in.LogGroupIdentifier)
+			if e != nil {
+				return "", "", e
 			}
-		} else {
-			cursor, ok = decodeToken(*in.NextToken, "n")
-			ok = ok && cursor != ""
-		}
-		if !ok {
-			return nil, badNextToken()
-		}
-	}
-
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	g := s.groups[groupName]
-	if g == nil {
-		return nil, groupNotFound()
-	}
-	type row struct {
-		out  logStreamOut
-		last int64
-	}
-	var rows []row
-	for name, st := range g.streams {
-		if !strings.HasPrefix(name, prefix) {
-			continue
-		}
-		if cursor != "" && ((!desc && name <= cursor) || (desc && name >= cursor)) {
-			continue
-		}
-		si := st.info()
-		o := logStreamOut{
-			LogStreamName: name,
-			CreationTime:  si.CreationTime,
-			Arn:           s.streamArn(g.name, name),
-		}
-		if si.Events > 0 {
-			o.FirstEventTimestamp, o.LastEventTimestamp = &si.FirstEventTimestamp, &si.LastEventTimestamp
-			o.LastIngestionTime = &si.LastIngestionTime
-		}
-		st.mu.Lock()
-		o.UploadSequenceToken = st.token()
-		st.mu.Unlock()
-		rows = append(rows, row{o, si.LastEventTimestamp})
-	}
-	sort.Slice(rows, func(i, j int) bool {
-		a, b := rows[i], rows[j]
-		if byTime && a.last != b.last {
-			return (a.last < b.last) != desc
-		}
-		return (a.out.LogStreamName < b.out.LogStreamName) != desc
-	})
-	if byTime {
-		rows = rows[min(offset, len(rows)):]
-	}
-	out := describeLogStreamsOut{LogStreams: []logStreamOut{}}
-	for i, r := range rows {
-		if i == limit {
-			var tok string
+			if in.LogStreamNamePrefix != nil {
+				if e := checkStreamName("logStreamNamePrefix", in.LogStreamNamePrefix); e != nil {
+					return "", "", e
+				}
+				prefix = *in.LogStreamNamePrefix
+			}
+			if in.OrderBy != nil {
+				switch *in.OrderBy {
+				case "LogStreamName":
+				case "LastEventTime":
+					byTime = true
+				default:
+					return "", "", validation(*in.OrderBy, "orderBy", "Member must satisfy enum value set: [LogStreamName, LastEventTime]")
+				}
+			}
+			if byTime && in.LogStreamNamePrefix != nil {
+				return "", "", invalidParam("Cannot order by LastEventTime with a logStreamNamePrefix.")
+			}
+			desc = in.Descending != nil && *in.Descending
+			if e := checkLimit(in.Limit, 50); e != nil {
+				return "", "", e
+			}
+			limit = 50
+			if in.Limit != nil {
+				limit = int(*in.Limit)
+			}
+			cursor, offset = "", 0
+			if in.NextToken != nil {
+				var ok bool
+				if byTime {
+					var v string
+					if v, ok = decodeToken(*in.NextToken, "o"); ok {
+						var err error
+						offset, err = strconv.Atoi(v)
+						ok = err == nil && offset >= 0
+					}
+				} else {
+					cursor, ok = decodeToken(*in.NextToken, "n")
+					ok = ok && cursor != ""
+				}
+				if !ok {
+					return "", "", badNextToken()
+				}
+			}
+			return groupName, "", nil
+		},
+		run: func(in *describeLogStreamsIn, g *group, _ *stream) (any, *apiError) {
+			type row struct {
+				out  logStreamOut
+				last int64
+			}
+			var rows []row
+			for name, st := range g.streams {
+				if !strings.HasPrefix(name, prefix) {
+					continue
+				}
+				if cursor != "" && ((!desc && name <= cursor) || (desc && name >= cursor)) {
+					continue
+				}
+				si := st.info()
+				o := logStreamOut{
+					LogStreamName: name,
+					CreationTime:  si.CreationTime,
+					Arn:           s.streamArn(g.name, name),
+				}
+				if si.Events > 0 {
+					o.FirstEventTimestamp, o.LastEventTimestamp = &si.FirstEventTimestamp, &si.LastEventTimestamp
+					o.LastIngestionTime = &si.LastIngestionTime
+				}
+				st.mu.Lock()
+				o.UploadSequenceToken = st.token()
+				st.mu.Unlock()
+				rows = append(rows, row{o, si.LastEventTimestamp})
+			}
+			sort.Slice(rows, func(i, j int) bool {
+				a, b := rows[i], rows[j]
+				if byTime && a.last != b.last {
+					return (a.last < b.last) != desc
+				}
+				return (a.out.LogStreamName < b.out.LogStreamName) != desc
+			})
 			if byTime {
-				tok = encodeToken("o/" + strconv.Itoa(offset+limit))
-			} else {
-				tok = encodeToken("n/" + rows[i-1].out.LogStreamName)
+				rows = rows[min(offset, len(rows)):]
 			}
-			out.NextToken = &tok
-			break
-		}
-		out.LogStreams = append(out.LogStreams, r.out)
-	}
-	return out, nil
+			out := describeLogStreamsOut{LogStreams: []logStreamOut{}}
+			for i, r := range rows {
+				if i == limit {
+					var tok string
+					if byTime {
+						tok = encodeToken("o/" + strconv.Itoa(offset+limit))
+					} else {
+						tok = encodeToken("n/" + rows[i-1].out.LogStreamName)
+					}
+					out.NextToken = &tok
+					break
+				}
+				out.LogStreams = append(out.LogStreams, r.out)
+			}
+			return out, nil
+		}})
 }

@@ -191,7 +191,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return // the client went away
 	}
-	if op == "PutLogEvents" && !s.allowPut() {
+	if !s.allow(op) {
+		s.countThrottled(op)
 		writeError(w, reqID, clientErr("ThrottlingException", "Rate exceeded"))
 		return
 	}
@@ -224,24 +225,6 @@ func quote(s string) string {
 func (s *Server) requestID() string {
 	n := s.requestIDs.Add(1)
 	return fmt.Sprintf("%08x-0000-4000-8000-%012x", uint32(n>>48), n&0xffffffffffff)
-}
-
-// allowPut takes a token from the PutLogEvents bucket.
-func (s *Server) allowPut() bool {
-	s.swMu.Lock()
-	defer s.swMu.Unlock()
-	if s.throttle <= 0 {
-		return true
-	}
-	now := time.Now()
-	rate := float64(s.throttle)
-	s.tokens = min(rate, s.tokens+now.Sub(s.tokensAt).Seconds()*rate)
-	s.tokensAt = now
-	if s.tokens < 1 {
-		return false
-	}
-	s.tokens--
-	return true
 }
 
 // dropConnection closes the connection without writing a response.

@@ -47,155 +47,143 @@ type putLogEventsOut struct {
 func int32p(v int) *int32 { x := int32(v); return &x }
 
 func (s *Server) putLogEvents(body []byte) (any, *apiError) {
-	var in putLogEventsIn
-	if e := decode(body, &in); e != nil {
-		return nil, e
-	}
-	if e := checkGroupName("logGroupName", in.LogGroupName); e != nil {
-		return nil, e
-	}
-	if e := checkStreamName("logStreamName", in.LogStreamName); e != nil {
-		return nil, e
-	}
-	if in.LogEvents == nil {
-		return nil, notNull("logEvents")
-	}
-	raw := *in.LogEvents
-	if len(raw) == 0 {
-		return nil, validation("[]", "logEvents", "Member must have length greater than or equal to 1")
-	}
-	if len(raw) > MaxBatchEvents {
-		return nil, invalidParam("1 validation error detected: Value at 'logEvents' failed to satisfy constraint: Member must have length less than or equal to %d", MaxBatchEvents)
-	}
-
-	events := make([]storedEvent, len(raw))
-	total := 0
-	h := sha256.New()
-	for i, ev := range raw {
-		path := fmt.Sprintf("logEvents.%d.member", i+1)
-		if ev.Timestamp == nil {
-			return nil, notNull(path + ".timestamp")
-		}
-		msg, e := decodeMessage(ev.Message, path+".message")
-		if e != nil {
-			return nil, e
-		}
-		if len(msg) == 0 {
-			return nil, validation("", path+".message", "Member must have length greater than or equal to 1")
-		}
-		size := len(msg) + EventOverhead
-		if size > MaxEventBytes {
-			return nil, invalidParam("Log event too large: %d bytes exceeds limit of %d", size, MaxEventBytes)
-		}
-		total += size
-		events[i].Timestamp = *ev.Timestamp
-		events[i].Message = msg
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(msg)))
-		h.Write(n[:])
-		h.Write([]byte(msg))
-	}
-	if total > MaxBatchBytes {
-		return nil, invalidParam("Upload too large: %d bytes exceeds limit of %d", total, MaxBatchBytes)
-	}
-	for i := 1; i < len(events); i++ {
-		if events[i].Timestamp < events[i-1].Timestamp {
-			return nil, invalidParam("Log events in a single PutLogEvents request must be in chronological order.")
-		}
-	}
+	var events []storedEvent
 	var hash [32]byte
-	h.Sum(hash[:0])
-
-	s.mu.RLock()
-	g := s.groups[*in.LogGroupName]
-	var st *stream
-	var retention int32
-	if g != nil {
-		st = g.streams[*in.LogStreamName]
-		retention = g.retention
-	}
-	s.mu.RUnlock()
-	if g == nil {
-		return nil, groupNotFound()
-	}
-	if st == nil {
-		return nil, streamNotFound()
-	}
-
-	s.swMu.Lock()
-	legacy := s.legacyTokens
-	s.swMu.Unlock()
-
-	st.mu.Lock()
-	defer st.mu.Unlock()
-
-	current := st.token()
-	if legacy {
-		given := ""
-		if in.SequenceToken != nil {
-			given = *in.SequenceToken
-		}
-		if given != current {
-			expected := any(nil)
-			shown := "null"
-			if current != "" {
-				expected, shown = current, current
+	return serve(s, body, handler[putLogEventsIn]{find: findStream,
+		check: func(in *putLogEventsIn) (string, string, *apiError) {
+			if e := checkGroupName("logGroupName", in.LogGroupName); e != nil {
+				return "", "", e
 			}
-			if st.puts > 0 && given == st.prevToken && hash == st.lastHash {
-				e := clientErr("DataAlreadyAcceptedException", "The given batch of log events has already been accepted. The next batch can be sent with sequenceToken: %s", shown)
-				e.Extra = map[string]any{"expectedSequenceToken": expected}
-				return nil, e
+			if e := checkStreamName("logStreamName", in.LogStreamName); e != nil {
+				return "", "", e
 			}
-			e := clientErr("InvalidSequenceTokenException", "The given sequenceToken is invalid. The next expected sequenceToken is: %s", shown)
-			e.Extra = map[string]any{"expectedSequenceToken": expected}
-			return nil, e
-		}
-	}
+			if in.LogEvents == nil {
+				return "", "", notNull("logEvents")
+			}
+			raw := *in.LogEvents
+			if len(raw) == 0 {
+				return "", "", validation("[]", "logEvents", "Member must have length greater than or equal to 1")
+			}
+			if len(raw) > MaxBatchEvents {
+				return "", "", invalidParam("1 validation error detected: Value at 'logEvents' failed to satisfy constraint: Member must have length less than or equal to %d", MaxBatchEvents)
+			}
 
-	// Events are sorted, so each rule rejects a prefix or a suffix.
-	now := s.nowMs()
-	n := len(events)
-	tooOld := sort.Search(n, func(i int) bool { return events[i].Timestamp >= now-MaxPastAgeMs })
-	expired := 0
-	if retention > 0 {
-		expired = sort.Search(n, func(i int) bool { return events[i].Timestamp >= now-int64(retention)*dayMs })
-	}
-	tooNew := sort.Search(n, func(i int) bool { return events[i].Timestamp > now+MaxFutureSkewMs })
-	lo, hi := max(tooOld, expired), tooNew
-	if hi-lo > 1 && events[hi-1].Timestamp-events[lo].Timestamp > MaxBatchSpanMs {
-		return nil, invalidParam("The batch of log events in a single PutLogEvents request cannot span more than 24 hours.")
-	}
+			events = make([]storedEvent, len(raw))
+			total := 0
+			h := sha256.New()
+			for i, ev := range raw {
+				path := fmt.Sprintf("logEvents.%d.member", i+1)
+				if ev.Timestamp == nil {
+					return "", "", notNull(path + ".timestamp")
+				}
+				msg, e := decodeMessage(ev.Message, path+".message")
+				if e != nil {
+					return "", "", e
+				}
+				if len(msg) == 0 {
+					return "", "", validation("", path+".message", "Member must have length greater than or equal to 1")
+				}
+				size := len(msg) + EventOverhead
+				if size > MaxEventBytes {
+					return "", "", invalidParam("Log event too large: %d bytes exceeds limit of %d", size, MaxEventBytes)
+				}
+				total += size
+				events[i].Timestamp = *ev.Timestamp
+				events[i].Message = msg
+				var n [8]byte
+				binary.BigEndian.PutUint64(n[:], uint64(len(msg)))
+				h.Write(n[:])
+				h.Write([]byte(msg))
+			}
+			if total > MaxBatchBytes {
+				return "", "", invalidParam("Upload too large: %d bytes exceeds limit of %d", total, MaxBatchBytes)
+			}
+			for i := 1; i < len(events); i++ {
+				if events[i].Timestamp < events[i-1].Timestamp {
+					return "", "", invalidParam("Log events in a single PutLogEvents request must be in chronological order.")
+				}
+			}
+			h.Sum(hash[:0])
+			return *in.LogGroupName, *in.LogStreamName, nil
+		},
+		run: func(in *putLogEventsIn, g *group, st *stream) (any, *apiError) {
+			retention := g.retention
 
-	out := putLogEventsOut{}
-	if tooOld > 0 || expired > tooOld || tooNew < n {
-		info := &rejectedInfo{}
-		if tooOld > 0 {
-			info.TooOldLogEventEndIndex = int32p(tooOld)
-		}
-		if expired > tooOld {
-			info.ExpiredLogEventEndIndex = int32p(expired)
-		}
-		if tooNew < n {
-			info.TooNewLogEventStartIndex = int32p(tooNew)
-		}
-		out.RejectedLogEventsInfo = info
-	}
+			s.swMu.Lock()
+			legacy := s.legacyTokens
+			s.swMu.Unlock()
 
-	if hi > lo {
-		batch := events[lo:hi]
-		for i := range batch {
-			batch[i].IngestionTime = now
-			batch[i].id = s.eventIDs.Add(1)
-			st.bytes += int64(len(batch[i].Message))
-		}
-		st.insert(batch)
-		st.lastIngestion = now
-	}
-	st.prevToken = current
-	st.lastHash = hash
-	st.puts++
-	out.NextSequenceToken = st.token()
-	return out, nil
+			st.mu.Lock()
+			defer st.mu.Unlock()
+
+			current := st.token()
+			if legacy {
+				given := ""
+				if in.SequenceToken != nil {
+					given = *in.SequenceToken
+				}
+				if given != current {
+					expected := any(nil)
+					shown := "null"
+					if current != "" {
+						expected, shown = current, current
+					}
+					if st.puts > 0 && given == st.prevToken && hash == st.lastHash {
+						e := clientErr("DataAlreadyAcceptedException", "The given batch of log events has already been accepted. The next batch can be sent with sequenceToken: %s", shown)
+						e.Extra = map[string]any{"expectedSequenceToken": expected}
+						return nil, e
+					}
+					e := clientErr("InvalidSequenceTokenException", "The given sequenceToken is invalid. The next expected sequenceToken is: %s", shown)
+					e.Extra = map[string]any{"expectedSequenceToken": expected}
+					return nil, e
+				}
+			}
+
+			// Events are sorted, so each rule rejects a prefix or a suffix.
+			now := s.nowMs()
+			n := len(events)
+			tooOld := sort.Search(n, func(i int) bool { return events[i].Timestamp >= now-MaxPastAgeMs })
+			expired := 0
+			if retention > 0 {
+				expired = sort.Search(n, func(i int) bool { return events[i].Timestamp >= now-int64(retention)*dayMs })
+			}
+			tooNew := sort.Search(n, func(i int) bool { return events[i].Timestamp > now+MaxFutureSkewMs })
+			lo, hi := max(tooOld, expired), tooNew
+			if hi-lo > 1 && events[hi-1].Timestamp-events[lo].Timestamp > MaxBatchSpanMs {
+				return nil, invalidParam("The batch of log events in a single PutLogEvents request cannot span more than 24 hours.")
+			}
+
+			out := putLogEventsOut{}
+			if tooOld > 0 || expired > tooOld || tooNew < n {
+				info := &rejectedInfo{}
+				if tooOld > 0 {
+					info.TooOldLogEventEndIndex = int32p(tooOld)
+				}
+				if expired > tooOld {
+					info.ExpiredLogEventEndIndex = int32p(expired)
+				}
+				if tooNew < n {
+					info.TooNewLogEventStartIndex = int32p(tooNew)
+				}
+				out.RejectedLogEventsInfo = info
+			}
+
+			if hi > lo {
+				batch := events[lo:hi]
+				for i := range batch {
+					batch[i].IngestionTime = now
+					batch[i].id = s.eventIDs.Add(1)
+					st.bytes += int64(len(batch[i].Message))
+				}
+				st.insert(batch)
+				st.lastIngestion = now
+			}
+			st.prevToken = current
+			st.lastHash = hash
+			st.puts++
+			out.NextSequenceToken = st.token()
+			return out, nil
+		}})
 }
 
 // decodeMessage turns a JSON string into a Go string, refusing invalid UTF-8:

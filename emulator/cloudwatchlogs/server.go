@@ -28,9 +28,18 @@ type Options struct {
 	// seed from the time of day.
 	Seed uint64
 
+	// AWSQuotas gives every operation AWS's default quota for Region
+	// (AWSQuota): calls above it are throttled as AWS throttles them. Quotas
+	// sets operations' quotas in calls a second, by operation name, over
+	// those (0 or less: none). The zero value has no quota, so that a
+	// test's bursts of calls are not throttled; tests of quotas and
+	// forwarder dev turn them on. SetQuota changes one at any time.
+	AWSQuotas bool
+	Quotas    map[string]int
+
 	// Initial values of the test switches; each has a setter of the same
 	// meaning that can be called at any time.
-	ThrottlePerSecond    int           // SetThrottle
+	ThrottlePerSecond    int           // SetThrottle (0: Quotas decide)
 	FailureRate          float64       // SetFailures
 	FailureStatus        int           // SetFailures (default 503)
 	Latency              time.Duration // SetLatency
@@ -82,14 +91,13 @@ type Server struct {
 	mu     sync.RWMutex // groups, group fields, group.streams
 	groups map[string]*group
 
-	callsMu sync.Mutex
-	calls   map[string]int
+	callsMu   sync.Mutex
+	calls     map[string]int
+	throttled map[string]int // ThrottlingException answers of the quotas
 
 	swMu         sync.Mutex // the switches and the generator
 	rng          *rand.Rand
-	throttle     int
-	tokens       float64 // PutLogEvents bucket
-	tokensAt     time.Time
+	quotas       map[string]*bucket // by operation
 	failRate     float64
 	failStatus   int
 	latency      time.Duration
@@ -140,12 +148,13 @@ type storedEvent struct {
 // New returns a Server with no log groups.
 func New(opts Options) *Server {
 	s := &Server{
-		region:  opts.Region,
-		account: opts.AccountID,
-		now:     opts.Now,
-		groups:  map[string]*group{},
-		calls:   map[string]int{},
-		closing: make(chan struct{}),
+		region:    opts.Region,
+		account:   opts.AccountID,
+		now:       opts.Now,
+		groups:    map[string]*group{},
+		calls:     map[string]int{},
+		throttled: map[string]int{},
+		closing:   make(chan struct{}),
 	}
 	if s.region == "" {
 		s.region = "us-east-1"
@@ -161,7 +170,7 @@ func New(opts Options) *Server {
 		seed = uint64(time.Now().UnixNano())
 	}
 	s.rng = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	s.SetThrottle(opts.ThrottlePerSecond)
+	s.initQuotas(opts)
 	s.SetFailures(opts.FailureRate, opts.FailureStatus)
 	s.SetLatency(opts.Latency)
 	s.SetDropResponses(opts.DropRate)
@@ -229,14 +238,9 @@ func (s *Server) Close() error {
 
 // SetThrottle limits PutLogEvents to callsPerSecond (a token bucket holding
 // one second's worth of calls, refilled continuously); calls above the rate
-// get ThrottlingException (400). 0 or less turns throttling off.
-func (s *Server) SetThrottle(callsPerSecond int) {
-	s.swMu.Lock()
-	defer s.swMu.Unlock()
-	s.throttle = max(callsPerSecond, 0)
-	s.tokens = float64(s.throttle)
-	s.tokensAt = time.Now()
-}
+// get ThrottlingException (400). 0 or less turns throttling off. It is
+// SetQuota("PutLogEvents", callsPerSecond).
+func (s *Server) SetThrottle(callsPerSecond int) { s.SetQuota("PutLogEvents", callsPerSecond) }
 
 // SetFailures makes that fraction (0..1) of all requests fail before they do
 // anything: status 503 answers ServiceUnavailableException, any other 5xx

@@ -23,6 +23,18 @@
 // remembered in a bounded cache, so millions of short-lived streams do not
 // grow memory; creation calls stay off the hot path.
 //
+// Creation calls have account-wide quotas (CreateLogStream 50 a second,
+// CreateLogGroup 10, PutRetentionPolicy 5), so they are paced for the whole
+// sink (create.go): create_rate CreateLogStream calls a second and
+// group_create_rate groups a second (CreateLogGroup, then
+// PutRetentionPolicy), evenly spaced, one waiter at a time in arrival
+// order; the streams of a group being created wait for that creation. A
+// ThrottlingException on a creation is waited out with backoff (every
+// creation of the sink waits, and the pace halves, at most once a second,
+// then climbs back as calls succeed) and the call is made again: counted,
+// and logged in one warning a minute at most for all streams, never
+// returned to the drainer.
+//
 // # Exactly once across crashes
 //
 // PutLogEvents has no idempotency key, and since 2023 it never answers
@@ -156,6 +168,9 @@
 //
 // Labelled by sink: forwarder_cloudwatch_put_log_events_total,
 // forwarder_cloudwatch_events_total, forwarder_cloudwatch_created_total,
+// forwarder_cloudwatch_creations_total{kind,outcome} (kind group, stream or
+// retention; outcome created, exists, throttled or failed),
+// forwarder_cloudwatch_creations_waiting (streams waiting for creation),
 // forwarder_cloudwatch_sequence_token_retries_total,
 // forwarder_cloudwatch_name_fallback_total,
 // forwarder_cloudwatch_name_sanitised_total, and

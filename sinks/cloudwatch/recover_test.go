@@ -182,6 +182,26 @@ func (e *env) restart(cfg config.CloudWatch) *syncbuf.Buffer {
 	return buf
 }
 
+// rerun starts the sink again with cfg, as the next process would, and
+// drains until the cursor reaches the last record; it returns the logs.
+func (e *env) rerun(cfg config.CloudWatch) *syncbuf.Buffer {
+	e.t.Helper()
+	logs := e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	return logs
+}
+
+// putRule is a proxy rule that answers the nth PutLogEvents with answer
+// and passes every other request.
+func putRule(nth int, answer string) func(op string, n int) string {
+	return func(op string, n int) string {
+		if op == "PutLogEvents" && n == nth {
+			return answer
+		}
+		return pass
+	}
+}
+
 // runUntilHung drains until the proxy holds hung requests, then stops the
 // drainer, which cancels them: what a crash during those calls leaves,
 // intents committed and no answer.
@@ -254,6 +274,42 @@ func streamCfg(url string) config.CloudWatch {
 	return cfg
 }
 
+// setup is how most tests here start: an emulator, a proxy in front of it
+// (or of target), and a sink of streamCfg(the proxy) started as a first
+// process would be.
+type setup struct {
+	now    func() time.Time              // the emulator's clock; nil: the real one
+	target string                        // the service behind the proxy; "": the emulator
+	rule   func(op string, n int) string // the proxy's rule
+	mod    func(*config.CloudWatch)      // changes to streamCfg
+}
+
+// newProxied starts what su describes and returns the environment, the
+// proxy and the sink's configuration (for the restarts that follow).
+func newProxied(t *testing.T, su setup) (*env, *proxy, config.CloudWatch) {
+	t.Helper()
+	e := newEnv(t, nil)
+	if su.now != nil {
+		e.emu = cloudwatchlogs.New(cloudwatchlogs.Options{Now: su.now})
+		url, err := e.emu.Start("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.url = url
+		t.Cleanup(func() { e.emu.Close() })
+	}
+	if su.target == "" {
+		su.target = e.url
+	}
+	p := newProxy(t, su.target, su.rule)
+	cfg := streamCfg(p.url)
+	if su.mod != nil {
+		su.mod(&cfg)
+	}
+	e.restart(cfg)
+	return e, p, cfg
+}
+
 // appendLines appends n records of stream g/s, a millisecond apart, with
 // messages prefix0 .. prefixN-1.
 func (e *env) appendLines(n int, at time.Time, prefix string) {
@@ -291,10 +347,7 @@ func (e *env) expectOnce(n int, prefix string) {
 // A call that landed, and whose answer a crash lost, is found in the
 // stream at the next start and not sent again: its records are skipped.
 func TestRecoverCallThatLanded(t *testing.T) {
-	e := newEnv(t, nil)
-	p := newProxy(t, e.url, nil)
-	cfg := streamCfg(p.url)
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{})
 	e.prime()
 	p.setRule(landPuts)
 	e.appendLines(50, time.Now(), "m")
@@ -302,8 +355,7 @@ func TestRecoverCallThatLanded(t *testing.T) {
 	if n := e.intentsLeft(); n != 1 {
 		t.Fatalf("%d intents after the interrupted call, want 1", n)
 	}
-	logs := e.restart(cfg)
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	logs := e.rerun(cfg)
 	e.expectOnce(50, "m")
 	if e.indoubt(resultDelivered) != 1 || p.count("PutLogEvents") != 3 {
 		t.Errorf("in doubt: delivered %v, PutLogEvents calls %d; want 1 and 3 (the first record's two, the one in doubt)\n%s", e.indoubt(resultDelivered), p.count("PutLogEvents"), logs)
@@ -321,19 +373,10 @@ func TestRecoverCallThatLanded(t *testing.T) {
 
 // A call that never reached the service is sent again: nothing lost.
 func TestRecoverCallThatDidNotLand(t *testing.T) {
-	e := newEnv(t, nil)
-	p := newProxy(t, e.url, func(op string, n int) string {
-		if op == "PutLogEvents" && n == 1 {
-			return hang
-		}
-		return pass
-	})
-	cfg := streamCfg(p.url)
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{rule: putRule(1, hang)})
 	e.appendLines(30, time.Now(), "m")
 	e.runUntilHung(p, 1)
-	e.restart(cfg)
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.rerun(cfg)
 	e.expectOnce(30, "m")
 	if e.indoubt(resultResent) != 1 {
 		t.Errorf("in doubt: resent %v, want 1", e.indoubt(resultResent))
@@ -348,17 +391,9 @@ func TestRecoverCallThatDidNotLand(t *testing.T) {
 // sink's) are not found; only they are sent again, and dead-lettered when
 // refused again. The others are not duplicated.
 func TestRecoverPartialCall(t *testing.T) {
-	e := newEnv(t, nil)
-	e.emu = cloudwatchlogs.New(cloudwatchlogs.Options{Now: func() time.Time { return time.Now().Add(2 * time.Minute) }})
-	url, err := e.emu.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.emu.Close() })
-	p := newProxy(t, url, nil)
-	cfg := streamCfg(p.url)
-	cfg.RetentionDays = 1
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{now: func() time.Time { return time.Now().Add(2 * time.Minute) }, mod: func(c *config.CloudWatch) {
+		c.RetentionDays = 1
+	}})
 	e.prime()
 	p.setRule(landPuts)
 	now := time.Now()
@@ -369,8 +404,7 @@ func TestRecoverPartialCall(t *testing.T) {
 		t.Fatalf("%d events stored, want the first and the 7 the service's clock allows", got)
 	}
 	e.emu.SetSparsePages(2) // what is not found is looked for to the end, past empty pages
-	e.restart(cfg)
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.rerun(cfg)
 	e.expectOnce(7, "m")
 	if e.indoubt(resultPartial) != 1 {
 		t.Errorf("in doubt: partial %v, want 1", e.indoubt(resultPartial))
@@ -389,17 +423,13 @@ func TestRecoverPartialCall(t *testing.T) {
 // The read back pages until the forward token comes back unchanged: pages
 // may be empty while events remain.
 func TestRecoverReadsEveryPage(t *testing.T) {
-	e := newEnv(t, nil)
-	p := newProxy(t, e.url, nil)
-	cfg := streamCfg(p.url)
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{})
 	e.prime()
 	p.setRule(landPuts)
 	e.appendLines(40, time.Now(), "m")
 	e.runUntilHung(p, 1)
 	e.emu.SetSparsePages(3)
-	e.restart(cfg)
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.rerun(cfg)
 	e.expectOnce(40, "m")
 	if e.indoubt(resultDelivered) != 1 {
 		t.Errorf("in doubt: delivered %v, want 1", e.indoubt(resultDelivered))
@@ -413,18 +443,15 @@ func TestRecoverReadsEveryPage(t *testing.T) {
 // longer than settle) make a call that landed look lost: it is sent
 // again, a duplicate that is counted, never a loss.
 func TestRecoverReadDelayPastSettle(t *testing.T) {
-	e := newEnv(t, nil)
-	p := newProxy(t, e.url, nil)
-	cfg := streamCfg(p.url)
-	cfg.Settle = config.Duration(50 * time.Millisecond)
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) {
+		c.Settle = config.Duration(50 * time.Millisecond)
+	}})
 	e.prime()
 	p.setRule(landPuts)
 	e.emu.SetReadDelay(time.Hour)
 	e.appendLines(20, time.Now(), "m")
 	e.runUntilHung(p, 1)
-	e.restart(cfg)
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.rerun(cfg)
 	got := e.copies("g", "s")
 	for i := range 20 {
 		if n := got[fmt.Sprintf(`{"log":"m%d"}`, i)]; n != 2 {
@@ -439,19 +466,16 @@ func TestRecoverReadDelayPastSettle(t *testing.T) {
 // The stream is read once the call is settle old, not before: events that
 // become readable within settle are found.
 func TestRecoverWaitsSettle(t *testing.T) {
-	e := newEnv(t, nil)
-	p := newProxy(t, e.url, nil)
-	cfg := streamCfg(p.url)
-	cfg.Settle = config.Duration(time.Second)
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) {
+		c.Settle = config.Duration(time.Second)
+	}})
 	e.prime()
 	p.setRule(landPuts)
 	e.emu.SetReadDelay(600 * time.Millisecond)
 	e.appendLines(20, time.Now(), "m")
 	e.runUntilHung(p, 1)
 	called := time.Now()
-	e.restart(cfg)
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.rerun(cfg)
 	if d := time.Since(called); d < 900*time.Millisecond {
 		t.Errorf("resolved %v after the call, before settle (1s)", d)
 	}
@@ -465,11 +489,9 @@ func TestRecoverWaitsSettle(t *testing.T) {
 // GetLogEvents refused: one warning naming the permission, and the calls
 // in doubt are sent again (at least once, as without reads).
 func TestRecoverAccessDeniedSendsAgain(t *testing.T) {
-	e := newEnv(t, nil)
-	p := newProxy(t, e.url, nil)
-	cfg := streamCfg(p.url)
-	cfg.LogStream = "${tag}"
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) {
+		c.LogStream = "${tag}"
+	}})
 	e.prime("s0", "s1", "s2")
 	p.setRule(landPuts)
 	now := time.Now()
@@ -478,8 +500,7 @@ func TestRecoverAccessDeniedSendsAgain(t *testing.T) {
 	}
 	e.runUntilHung(p, 3)
 	p.setAnswer("GetLogEvents", "AccessDeniedException")
-	logs := e.restart(cfg)
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	logs := e.rerun(cfg)
 	for i := range 3 {
 		if got := e.copiesOf(fmt.Sprint("s", i)); got[`{"log":"x"}`] != 2 {
 			t.Errorf("stream s%d: %v, want x twice (landed, then sent again without knowing)", i, got)
@@ -497,10 +518,7 @@ func TestRecoverAccessDeniedSendsAgain(t *testing.T) {
 
 // ThrottlingException on a read waits and reads again.
 func TestRecoverThrottledRead(t *testing.T) {
-	e := newEnv(t, nil)
-	p := newProxy(t, e.url, nil)
-	cfg := streamCfg(p.url)
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{})
 	e.prime()
 	p.setRule(landPuts)
 	e.appendLines(10, time.Now(), "m")
@@ -510,8 +528,7 @@ func TestRecoverThrottledRead(t *testing.T) {
 		waitUntil(10*time.Second, func() bool { return p.count("GetLogEvents") >= 1 })
 		p.setAnswer("GetLogEvents", "")
 	}()
-	e.restart(cfg)
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.rerun(cfg)
 	e.expectOnce(10, "m")
 	if e.indoubt(resultDelivered) != 1 || p.count("GetLogEvents") < 2 {
 		t.Errorf("delivered %v after %d reads, want 1 after at least 2", e.indoubt(resultDelivered), p.count("GetLogEvents"))
@@ -521,13 +538,11 @@ func TestRecoverThrottledRead(t *testing.T) {
 // Reads keep read_rate: ten calls in doubt in ten streams, 5 reads a
 // second, take at least 1.8 s.
 func TestRecoverKeepsReadRate(t *testing.T) {
-	e := newEnv(t, nil)
-	p := newProxy(t, e.url, nil)
-	cfg := streamCfg(p.url)
-	cfg.LogStream = "${tag}"
-	cfg.ReadRate = 5
-	cfg.MaxConcurrentStreams = 10
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) {
+		c.LogStream = "${tag}"
+		c.ReadRate = 5
+		c.MaxConcurrentStreams = 10
+	}})
 	var tags []string
 	for i := range 10 {
 		tags = append(tags, fmt.Sprint("s", i))
@@ -566,15 +581,7 @@ func bigRecord(at time.Time) (wal.Record, []string) {
 // A batch of several calls whose second call fails sends again the calls
 // that did not land, not the first.
 func TestSeveralCallsFailureResendsOnlyTheRest(t *testing.T) {
-	e := newEnv(t, nil)
-	p := newProxy(t, e.url, func(op string, n int) string {
-		if op == "PutLogEvents" && n == 3 { // 1: no group yet; 2: part 1; 3: part 2
-			return fail
-		}
-		return pass
-	})
-	cfg := streamCfg(p.url)
-	e.restart(cfg)
+	e, p, _ := newProxied(t, setup{rule: putRule(3, fail)}) // 1: no group yet; 2: part 1; 3: part 2
 	rec, parts := bigRecord(time.Now())
 	if len(parts) != 3 {
 		t.Fatalf("%d parts", len(parts))
@@ -598,23 +605,14 @@ func TestSeveralCallsFailureResendsOnlyTheRest(t *testing.T) {
 // A crash after a batch's first call was delivered, during its second,
 // sends neither the first again nor loses the rest.
 func TestSeveralCallsCrashResendsOnlyTheRest(t *testing.T) {
-	e := newEnv(t, nil)
-	p := newProxy(t, e.url, func(op string, n int) string {
-		if op == "PutLogEvents" && n == 3 {
-			return hang
-		}
-		return pass
-	})
-	cfg := streamCfg(p.url)
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{rule: putRule(3, hang)})
 	rec, parts := bigRecord(time.Now())
 	e.append(rec)
 	e.runUntilHung(p, 1)
 	if n := e.intentsLeft(); n != 2 {
 		t.Fatalf("%d intents, want 2 (part 1 delivered, part 2 in doubt)", n)
 	}
-	e.restart(cfg)
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.rerun(cfg)
 	got := e.copies("g", "s")
 	for i, part := range parts {
 		if got[part] != 1 {
@@ -691,15 +689,7 @@ func TestIntentsCoverTheirCallsEvents(t *testing.T) {
 // forgotten at start (their records go to the new stream), not kept for
 // ever.
 func TestRecoverForgetsIntentsOfRenamedStreams(t *testing.T) {
-	e := newEnv(t, nil)
-	p := newProxy(t, e.url, func(op string, n int) string {
-		if op == "PutLogEvents" && n == 3 {
-			return hang
-		}
-		return pass
-	})
-	cfg := streamCfg(p.url)
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{rule: putRule(3, hang)})
 	rec, parts := bigRecord(time.Now())
 	e.append(rec)
 	e.runUntilHung(p, 1)
@@ -707,8 +697,7 @@ func TestRecoverForgetsIntentsOfRenamedStreams(t *testing.T) {
 		t.Fatalf("%d intents, want 2", n)
 	}
 	cfg.LogStream = "renamed"
-	e.restart(cfg)
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.rerun(cfg)
 	got := e.copies("g", "renamed")
 	for i, part := range parts {
 		if got[part] != 1 {
@@ -752,11 +741,9 @@ func serviceEvents(t *testing.T, url, group, stream string) map[string]int {
 // GetLogEvents and not sent again; one that did not land is sent again.
 func TestRecoverMoto(t *testing.T) {
 	motoURL := mototest.Start(t)
-	e := newEnv(t, nil)
-	p := newProxy(t, motoURL, nil)
-	cfg := streamCfg(p.url)
-	cfg.LogStream = "${tag}"
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{target: motoURL, mod: func(c *config.CloudWatch) {
+		c.LogStream = "${tag}"
+	}})
 	e.prime("landed", "lost")
 	p.setStream("landed", land)
 	p.setStream("lost", hang)
@@ -770,8 +757,7 @@ func TestRecoverMoto(t *testing.T) {
 	e.runUntilHung(p, 2)
 	p.setStream("landed", pass)
 	p.setStream("lost", pass)
-	e.restart(cfg)
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.rerun(cfg)
 	landed, lost := serviceEvents(t, motoURL, "g", "landed"), serviceEvents(t, motoURL, "g", "lost")
 	for i := range 30 {
 		if n := landed[fmt.Sprintf(`{"log":"m%d"}`, i)]; n != 1 {
@@ -792,10 +778,7 @@ func TestRecoverMoto(t *testing.T) {
 // message) that an earlier call stored is not taken for it: the call did
 // not land and is sent again, and both records are in the stream.
 func TestRecoverEarlierIdenticalEventIsNotTheCalls(t *testing.T) {
-	e := newEnv(t, nil)
-	p := newProxy(t, e.url, nil)
-	cfg := streamCfg(p.url)
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{})
 	at := time.Now()
 	same := wal.Record{Time: at.UnixNano(), Tag: "t", Body: []byte(`{"log":"same"}`)}
 	e.append(same)
@@ -809,8 +792,7 @@ func TestRecoverEarlierIdenticalEventIsNotTheCalls(t *testing.T) {
 	time.Sleep(5 * time.Millisecond) // the next call starts in a later millisecond than the first was stored
 	e.append(same)
 	e.runUntilHung(p, 1)
-	e.restart(cfg)
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.rerun(cfg)
 	if n := e.copies("g", "s")[`{"log":"same"}`]; n != 2 {
 		t.Errorf("%d copies of the two identical records, want 2", n)
 	}
@@ -823,22 +805,12 @@ func TestRecoverEarlierIdenticalEventIsNotTheCalls(t *testing.T) {
 // ingested before it started: it is sent again (a duplicate, not a loss),
 // with one warning that says to check the clock.
 func TestRecoverClockAheadSendsAgain(t *testing.T) {
-	e := newEnv(t, nil)
-	e.emu = cloudwatchlogs.New(cloudwatchlogs.Options{Now: func() time.Time { return time.Now().Add(-time.Minute) }})
-	url, err := e.emu.Start("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.emu.Close() })
-	p := newProxy(t, url, nil)
-	cfg := streamCfg(p.url)
-	e.restart(cfg)
+	e, p, cfg := newProxied(t, setup{now: func() time.Time { return time.Now().Add(-time.Minute) }})
 	e.prime()
 	p.setRule(landPuts)
 	e.appendLines(10, time.Now(), "m")
 	e.runUntilHung(p, 1)
-	logs := e.restart(cfg)
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	logs := e.rerun(cfg)
 	got := e.copies("g", "s")
 	for i := range 10 {
 		if n := got[fmt.Sprintf(`{"log":"m%d"}`, i)]; n != 2 {

@@ -60,6 +60,7 @@ type Sink struct {
 
 	intents intents // intents of calls in the sink's state
 	reads   *limiter
+	creates *creation // pace and throttling of creation calls (create.go)
 	// noRead is set once GetLogEvents was refused (AccessDenied): calls in
 	// doubt are then sent again, for the rest of the run.
 	noRead atomic.Bool
@@ -71,6 +72,8 @@ type Sink struct {
 type metrics struct {
 	fallback, sanitised, tokenRetries, created, puts, events prometheus.Counter
 	indoubt                                                  *prometheus.CounterVec // by result
+	creations                                                *prometheus.CounterVec // by kind and outcome
+	waiting                                                  prometheus.Gauge       // streams waiting for creation
 }
 
 // New builds the sink for sink configuration name/cfg.
@@ -80,7 +83,14 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 	if cfg.ReadRate <= 0 {
 		cfg.ReadRate = 10 // config's default, for a configuration not made by package config
 	}
+	if cfg.CreateRate <= 0 {
+		cfg.CreateRate = 10 // as config's defaults
+	}
+	if cfg.GroupCreateRate <= 0 {
+		cfg.GroupCreateRate = 1
+	}
 	s.cfg, s.reads = cfg, newLimiter(cfg.ReadRate)
+	s.creates = newCreation(cfg.CreateRate, cfg.GroupCreateRate)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -136,9 +146,19 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 		indoubt: counterVec(opts.Registerer, "forwarder_cloudwatch_indoubt_calls_total",
 			"PutLogEvents calls a crash left in doubt, resolved at start by reading the stream back: delivered (every event found, none sent again), resent (none found), partial (those not found sent again), unresolved (sent again without knowing: GetLogEvents refused, or the WAL no longer holds the call's records).",
 			label, "result"),
+		creations: counterVec2(opts.Registerer, "forwarder_cloudwatch_creations_total",
+			"Creation calls by kind (group: CreateLogGroup, stream: CreateLogStream, retention: PutRetentionPolicy) and outcome (created, exists, throttled: ThrottlingException, waited out and made again, failed).",
+			label, "kind", "outcome"),
+		waiting: gauge(opts.Registerer, "forwarder_cloudwatch_creations_waiting",
+			"Streams waiting for their log group or stream to be created: their turn at create_rate or group_create_rate, or the backoff of a throttled creation call.", label),
 	}
 	for _, r := range []string{resultDelivered, resultResent, resultPartial, resultUnresolved} {
 		s.m.indoubt.WithLabelValues(r)
+	}
+	for _, k := range []string{kindGroup, kindStream, kindRetention} {
+		for _, o := range []string{outcomeCreated, outcomeExists, outcomeThrottled, outcomeFailed} {
+			s.m.creations.WithLabelValues(k, o)
+		}
 	}
 	return s, nil
 }

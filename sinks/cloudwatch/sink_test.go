@@ -38,6 +38,7 @@ func baseCfg(endpoint string) config.CloudWatch {
 		Endpoint: endpoint, LogGroup: "/eks/${record.kubernetes.namespace_name}", LogStream: "${record.kubernetes.pod_name|unknown}-${hostname}",
 		Fallback: "unknown", CreateGroup: true, CreateStream: true, RetentionDays: 30, LogGroupClass: "STANDARD",
 		FlushInterval: config.Duration(20 * time.Millisecond), MaxConcurrentStreams: 8, ReadRate: 1000,
+		CreateRate: 1000, GroupCreateRate: 1000, // creation at its own pace is create_test.go's
 	}
 }
 

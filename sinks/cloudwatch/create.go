@@ -1,0 +1,339 @@
+package cloudwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
+	"github.com/aws/smithy-go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// Kinds and outcomes of creation calls: the labels of
+// forwarder_cloudwatch_creations_total.
+const (
+	kindGroup     = "group"     // CreateLogGroup
+	kindStream    = "stream"    // CreateLogStream
+	kindRetention = "retention" // PutRetentionPolicy on a group the sink created
+
+	outcomeCreated   = "created"   // done (for retention: set)
+	outcomeExists    = "exists"    // ResourceAlreadyExistsException: someone else made it
+	outcomeThrottled = "throttled" // ThrottlingException: waited and made again
+	outcomeFailed    = "failed"    // any other error, returned to the drainer
+)
+
+// throttleSummaryEvery is how often, at most, throttled creation calls are
+// logged: one line for all of them, whatever the number of streams.
+const throttleSummaryEvery = time.Minute
+
+// creation is what the sink keeps to pace its creation calls: CreateLogStream,
+// CreateLogGroup and PutRetentionPolicy have account-wide quotas of calls a
+// second that every replica shares (see README).
+type creation struct {
+	streams *pacer // CreateLogStream, create_rate a second
+	groups  *pacer // CreateLogGroup and PutRetentionPolicy, group_create_rate a second
+
+	mu       sync.Mutex
+	inflight map[string]*groupCreation // groups being created, by name
+
+	throttleMu   sync.Mutex
+	throttledAt  time.Time      // when the last summary line was logged
+	throttledSum map[string]int // throttled calls since, by kind
+}
+
+// groupCreation is one group being created; the other streams of the group
+// wait for it instead of making the same calls.
+type groupCreation struct {
+	done chan struct{}
+	err  error
+}
+
+func newCreation(streamsPerSecond, groupsPerSecond int) *creation {
+	return &creation{streams: newPacer(streamsPerSecond), groups: newPacer(groupsPerSecond),
+		inflight: map[string]*groupCreation{}, throttledSum: map[string]int{}}
+}
+
+// create makes the group (when the sink may and it is not known to exist)
+// and the stream, each at its rate; a stream waiting its turn is counted
+// in forwarder_cloudwatch_creations_waiting.
+func (s *Sink) create(ctx context.Context, group, stream string) error {
+	s.m.waiting.Inc()
+	defer s.m.waiting.Dec()
+	groupKey := "\x00group\x00" + group
+	if s.cfg.CreateGroup {
+		if err := s.ensureGroup(ctx, group, groupKey); err != nil {
+			return classify(err, group, stream)
+		}
+	}
+	if !s.cfg.CreateStream {
+		return sinks.NewSinkPermanent("ResourceNotFoundException", fmt.Errorf(
+			"log stream %q of group %q does not exist and create_stream is false: create it or set create_stream: true in sink %q", stream, group, s.name))
+	}
+	err := s.createCall(ctx, kindStream, s.creates.streams, func(ctx context.Context) error {
+		_, err := s.api.CreateLogStream(ctx, &cloudwatchlogs.CreateLogStreamInput{LogGroupName: aws.String(group), LogStreamName: aws.String(stream)})
+		return err
+	})
+	var exists *types.ResourceAlreadyExistsException
+	var missing *types.ResourceNotFoundException
+	switch {
+	case err == nil:
+		s.m.created.Inc()
+		return nil
+	case errors.As(err, &exists):
+		return nil
+	case errors.As(err, &missing) && s.cfg.CreateGroup:
+		s.known.delete(groupKey) // deleted behind our back: create it on the next try
+		return sinks.NewRetryable("ResourceNotFoundException", fmt.Errorf("log group %q vanished: %w", group, err))
+	case errors.As(err, &missing):
+		return sinks.NewSinkPermanent("ResourceNotFoundException", fmt.Errorf(
+			"log group %q does not exist and create_group is false: create the group or set create_group: true in sink %q", group, s.name))
+	}
+	return classify(err, group, stream)
+}
+
+// ensureGroup creates the group unless it is known to exist. Streams of a
+// group being created wait for that creation and share its result.
+func (s *Sink) ensureGroup(ctx context.Context, group, groupKey string) error {
+	for {
+		if _, known := s.known.get(groupKey); known {
+			return nil
+		}
+		c := s.creates
+		c.mu.Lock()
+		if gc := c.inflight[group]; gc != nil {
+			c.mu.Unlock()
+			select {
+			case <-gc.done:
+				if gc.err != nil {
+					return gc.err
+				}
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		gc := &groupCreation{done: make(chan struct{})}
+		c.inflight[group] = gc
+		c.mu.Unlock()
+		gc.err = s.createGroup(ctx, group)
+		if gc.err == nil {
+			s.known.put(groupKey, "")
+		}
+		c.mu.Lock()
+		delete(c.inflight, group)
+		c.mu.Unlock()
+		close(gc.done)
+		return gc.err
+	}
+}
+
+func (s *Sink) createGroup(ctx context.Context, group string) error {
+	in := &cloudwatchlogs.CreateLogGroupInput{LogGroupName: aws.String(group)}
+	if s.cfg.LogGroupClass != "" {
+		in.LogGroupClass = types.LogGroupClass(s.cfg.LogGroupClass)
+	}
+	if s.cfg.KMSKeyID != "" {
+		in.KmsKeyId = aws.String(s.cfg.KMSKeyID)
+	}
+	if len(s.cfg.Tags) > 0 {
+		in.Tags = s.cfg.Tags
+	}
+	err := s.createCall(ctx, kindGroup, s.creates.groups, func(ctx context.Context) error {
+		_, err := s.api.CreateLogGroup(ctx, in)
+		return err
+	})
+	var exists *types.ResourceAlreadyExistsException
+	switch {
+	case errors.As(err, &exists):
+		return nil // someone else made it; its settings are theirs
+	case err != nil:
+		return err
+	}
+	s.m.created.Inc()
+	s.log.Info("created log group", "sink", s.name, "group", group, "retention_days", s.cfg.RetentionDays, "class", s.cfg.LogGroupClass)
+	if s.cfg.RetentionDays > 0 {
+		// The group's turn covers its retention: one call of each a turn.
+		return s.createCall(ctx, kindRetention, nil, func(ctx context.Context) error {
+			_, err := s.api.PutRetentionPolicy(ctx, &cloudwatchlogs.PutRetentionPolicyInput{
+				LogGroupName: aws.String(group), RetentionInDays: aws.Int32(int32(s.cfg.RetentionDays))})
+			return err
+		})
+	}
+	return nil
+}
+
+// createCall makes one creation call at the pace of lim and counts its
+// outcome. A ThrottlingException is not an error: the call waits with
+// backoff and is made again, and every other creation call of lim waits
+// as long (the quota is the account's); throttled calls are logged once a
+// minute at most, together. Only the context ends the waiting.
+//
+// With lim nil, the call is made at once and its retries at the pace of
+// the groups' pacer.
+func (s *Sink) createCall(ctx context.Context, kind string, lim *pacer, call func(context.Context) error) error {
+	unpaced := lim == nil
+	if unpaced {
+		lim = s.creates.groups
+	}
+	for attempt := 0; ; attempt++ {
+		if !unpaced || attempt > 0 {
+			if err := lim.wait(ctx); err != nil {
+				return err
+			}
+		}
+		err := call(ctx)
+		var exists *types.ResourceAlreadyExistsException
+		var ae smithy.APIError
+		switch {
+		case err == nil:
+			s.m.creations.WithLabelValues(kind, outcomeCreated).Inc()
+			lim.faster()
+			return nil
+		case errors.As(err, &exists):
+			s.m.creations.WithLabelValues(kind, outcomeExists).Inc()
+			return err
+		case errors.As(err, &ae) && ae.ErrorCode() == "ThrottlingException" && ctx.Err() == nil:
+			s.m.creations.WithLabelValues(kind, outcomeThrottled).Inc()
+			s.noteThrottled(kind)
+			lim.slower()
+			lim.pause(createBackoff(attempt))
+			continue
+		}
+		s.m.creations.WithLabelValues(kind, outcomeFailed).Inc()
+		return err
+	}
+}
+
+// createBackoff is the wait after a throttled creation call: 500 ms
+// doubling per attempt up to 16 s, the second half of it random.
+func createBackoff(attempt int) time.Duration {
+	d := 500 * time.Millisecond << min(attempt, 5)
+	return d/2 + rand.N(d/2+1)
+}
+
+// noteThrottled counts a throttled creation call and logs the summary
+// line when the last one is throttleSummaryEvery old.
+func (s *Sink) noteThrottled(kind string) {
+	c := s.creates
+	c.throttleMu.Lock()
+	c.throttledSum[kind]++
+	now := time.Now()
+	if !c.throttledAt.IsZero() && now.Sub(c.throttledAt) < throttleSummaryEvery {
+		c.throttleMu.Unlock()
+		return
+	}
+	sum := c.throttledSum
+	c.throttledSum, c.throttledAt = map[string]int{}, now
+	c.throttleMu.Unlock()
+	s.log.Warn("CloudWatch Logs throttled creation calls (an account-wide quota): they wait and are made again with backoff; lower create_rate or group_create_rate, or raise the quota, if this line repeats",
+		"sink", s.name, "streams", sum[kindStream], "groups", sum[kindGroup], "retention", sum[kindRetention], "every", throttleSummaryEvery)
+}
+
+// pacer spaces calls evenly at a rate a second, one waiter at a time in
+// the order they came: the next call's time is decided when its turn
+// comes, so that slowing down and pausing hold for every waiter at once.
+type pacer struct {
+	turn   chan struct{} // holds the turn while no one waits for a slot
+	mu     sync.Mutex    // the fields below
+	base   time.Duration // the interval as configured
+	every  time.Duration // the interval now
+	next   time.Time     // the earliest time of the next call
+	slowed time.Time     // when it last slowed down
+}
+
+func newPacer(perSecond int) *pacer {
+	p := &pacer{turn: make(chan struct{}, 1), base: time.Second / time.Duration(perSecond)}
+	p.every = p.base
+	p.turn <- struct{}{}
+	return p
+}
+
+// wait returns when the caller may make its call.
+func (p *pacer) wait(ctx context.Context) error {
+	select {
+	case <-p.turn:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { p.turn <- struct{}{} }()
+	for {
+		p.mu.Lock()
+		now := time.Now()
+		if !now.Before(p.next) {
+			p.next = now.Add(p.every)
+			p.mu.Unlock()
+			return nil
+		}
+		d := p.next.Sub(now)
+		p.mu.Unlock()
+		t := time.NewTimer(d) // a pause may have moved next meanwhile: look again
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}
+
+// pause makes the next call wait at least d from now.
+func (p *pacer) pause(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if at := time.Now().Add(d); at.After(p.next) {
+		p.next = at
+	}
+}
+
+// slower halves the rate, at most once a second and down to one call a
+// second: the service throttles, so the quota is below the rate (other
+// replicas use it too). faster takes the rate back up, a twentieth of the
+// way per call that succeeds, to the configured one.
+func (p *pacer) slower() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if now.Sub(p.slowed) < time.Second {
+		return // the calls throttled together count once
+	}
+	p.slowed = now
+	p.every = max(p.every, min(2*p.every, time.Second))
+}
+
+func (p *pacer) faster() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.every = max(p.base, p.every-p.every/20)
+}
+
+func gauge(reg prometheus.Registerer, name, help string, labels prometheus.Labels) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: labels})
+	if reg != nil {
+		if err := reg.Register(g); err != nil {
+			if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
+				return are.ExistingCollector.(prometheus.Gauge)
+			}
+		}
+	}
+	return g
+}
+
+func counterVec2(reg prometheus.Registerer, name, help string, labels prometheus.Labels, label1, label2 string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, []string{label1, label2})
+	if reg != nil {
+		if err := reg.Register(c); err != nil {
+			if are, ok := err.(prometheus.AlreadyRegisteredError); ok {
+				return are.ExistingCollector.(*prometheus.CounterVec)
+			}
+		}
+	}
+	return c
+}

@@ -1,0 +1,292 @@
+package cloudwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/emulator/cloudwatchlogs"
+	"github.com/logfwd/forwarder/internal/nettest"
+	"github.com/logfwd/forwarder/internal/syncbuf"
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// memState is a sink state in memory: Send only puts and deletes intents.
+type memState struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (st *memState) Get(key []byte) ([]byte, error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.m[string(key)], nil
+}
+
+func (st *memState) Scan(prefix []byte, fn func(key, value []byte) error) error {
+	st.mu.Lock()
+	var keys []string
+	for k := range st.m {
+		if strings.HasPrefix(k, string(prefix)) {
+			keys = append(keys, k)
+		}
+	}
+	st.mu.Unlock()
+	sort.Strings(keys)
+	for _, k := range keys {
+		v, _ := st.Get([]byte(k))
+		if err := fn([]byte(k), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (st *memState) Put(_ context.Context, key, value []byte) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.m[string(key)] = append([]byte(nil), value...)
+	return nil
+}
+
+func (st *memState) Delete(_ context.Context, key []byte) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	delete(st.m, string(key))
+	return nil
+}
+
+func (st *memState) ReadRange(first, last uint64, keep func(*sinks.Record) bool) ([]sinks.Record, error) {
+	return nil, errors.New("memState: ReadRange is not for Send")
+}
+
+func (st *memState) Delivered(context.Context, string, uint64, [][]byte) error {
+	return errors.New("memState: Delivered is not for Send")
+}
+
+// arrivals records when the emulator received each request, by operation.
+type arrivals struct {
+	h  http.Handler
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (a *arrivals) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "Logs_20140328.")
+	a.mu.Lock()
+	a.at[op] = append(a.at[op], time.Now())
+	a.mu.Unlock()
+	a.h.ServeHTTP(w, r)
+}
+
+// mostInOneSecond is the largest number of op's requests that arrived
+// within one second.
+func (a *arrivals) mostInOneSecond(op string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at := a.at[op]
+	most := 0
+	for i, j := 0, 0; j < len(at); j++ {
+		for at[j].Sub(at[i]) >= time.Second {
+			i++
+		}
+		most = max(most, j-i+1)
+	}
+	return most
+}
+
+// createEnv is a sink and an emulator with AWS's default quotas in one
+// synctest bubble, over in-memory connections: the bubble's clock paces
+// both, so that rates are measured exactly and minutes pass at once.
+type createEnv struct {
+	emu  *cloudwatchlogs.Server
+	arr  *arrivals
+	sink *Sink
+	reg  *prometheus.Registry
+	logs *syncbuf.Buffer
+	stop func()
+}
+
+func newCreateEnv(t *testing.T, mod func(*config.CloudWatch)) *createEnv {
+	e := &createEnv{emu: cloudwatchlogs.New(cloudwatchlogs.Options{AWSQuotas: true}), reg: prometheus.NewRegistry(), logs: &syncbuf.Buffer{}}
+	e.arr = &arrivals{h: e.emu, at: map[string][]time.Time{}}
+	ln := nettest.NewPipeListener()
+	srv := &http.Server{Handler: e.arr}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = srv.Serve(ln)
+	}()
+	tr := &http.Transport{DialContext: ln.Dial, MaxIdleConnsPerHost: 256}
+	awsCfg := staticAWS()
+	awsCfg.HTTPClient = &http.Client{Transport: tr}
+	cfg := baseCfg("http://cloudwatch.test")
+	cfg.CreateRate, cfg.GroupCreateRate = 10, 1 // config's defaults
+	if mod != nil {
+		mod(&cfg)
+	}
+	var err error
+	e.sink, err = New(context.Background(), "cw", cfg, Options{Hostname: "host1", AWS: awsCfg, Registerer: e.reg,
+		Logger: slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.stop = func() {
+		tr.CloseIdleConnections()
+		srv.Close()
+		<-served
+		e.emu.Close()
+	}
+	return e
+}
+
+// sendNewStreams sends one record to each of n new streams of two groups
+// at once, one Send per stream, and fails the test on any error.
+func (e *createEnv) sendNewStreams(t *testing.T, n int) {
+	st := &memState{m: map[string][]byte{}}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	now := time.Now()
+	for i := range n {
+		r := podRecord(fmt.Sprint("ns", i%2), fmt.Sprint("pod-", i), now, fmt.Sprint("line ", i))
+		rec := sinks.Record{Seq: uint64(i + 1), Time: r.Time, Tag: r.Tag, Body: r.Body}
+		b := &sinks.Batch{Partition: e.sink.Partition(&rec), Records: []sinks.Record{rec}, State: st, Final: true}
+		wg.Go(func() {
+			if _, err := e.sink.Send(context.Background(), b); err != nil {
+				errs <- fmt.Errorf("stream %d: %w", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	failed := 0
+	for err := range errs {
+		if failed++; failed <= 3 {
+			t.Error(err)
+		}
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d Sends failed", failed, n)
+	}
+}
+
+// expectEachOnce checks that every stream holds its one event, once.
+func (e *createEnv) expectEachOnce(t *testing.T, n int) {
+	seen := 0
+	for _, g := range e.emu.Groups() {
+		for _, s := range g.Streams {
+			evs := e.emu.Events(g.Name, s.Name)
+			pod := strings.TrimSuffix(s.Name, "-host1")
+			if len(evs) != 1 || !strings.Contains(evs[0].Message, `"line `+strings.TrimPrefix(pod, "pod-")+`"`) {
+				t.Errorf("stream %s of %s: %d events %v", s.Name, g.Name, len(evs), evs)
+			}
+			seen++
+		}
+	}
+	if seen != n {
+		t.Errorf("%d streams, want %d", seen, n)
+	}
+}
+
+func (e *createEnv) creations(kind, outcome string) float64 {
+	return testutil.ToFloat64(e.sink.m.creations.WithLabelValues(kind, outcome))
+}
+
+// 2,000 pods start at once: their streams are created at create_rate, not
+// in a burst the account's quota throttles; each event lands once.
+func TestNewStreamsCreatedAtCreateRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 2000
+		e := newCreateEnv(t, nil)
+		defer e.stop()
+		start := time.Now()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			e.sendNewStreams(t, n)
+		}()
+		time.Sleep(30 * time.Second)
+		if w := testutil.ToFloat64(e.sink.m.waiting); w < n/2 {
+			t.Errorf("after 30s, %v streams waiting for creation, want most of %d", w, n)
+		}
+		<-done
+		took := time.Since(start)
+		e.expectEachOnce(t, n)
+		if got := e.emu.Throttled("CreateLogStream") + e.emu.Throttled("CreateLogGroup") + e.emu.Throttled("PutRetentionPolicy"); got != 0 {
+			t.Errorf("%d creation calls throttled at the default rates", got)
+		}
+		if most := e.arr.mostInOneSecond("CreateLogStream"); most > 10 {
+			t.Errorf("%d CreateLogStream calls arrived within one second, create_rate is 10", most)
+		}
+		if most := e.arr.mostInOneSecond("CreateLogGroup") + e.arr.mostInOneSecond("PutRetentionPolicy"); most > 2 {
+			t.Errorf("%d group calls arrived within one second, group_create_rate is 1", most)
+		}
+		if c := e.emu.Calls("CreateLogStream"); c != n {
+			t.Errorf("%d CreateLogStream calls for %d streams", c, n)
+		}
+		if c := e.emu.Calls("CreateLogGroup"); c != 2 {
+			t.Errorf("%d CreateLogGroup calls for 2 groups", c)
+		}
+		if got := e.creations(kindStream, outcomeCreated); got != n {
+			t.Errorf("creations{stream,created} = %v, want %d", got, n)
+		}
+		if got := e.creations(kindGroup, outcomeCreated) + e.creations(kindRetention, outcomeCreated); got != 4 {
+			t.Errorf("creations{group and retention,created} = %v, want 4", got)
+		}
+		if w := testutil.ToFloat64(e.sink.m.waiting); w != 0 {
+			t.Errorf("%v streams still waiting", w)
+		}
+		// 2,000 streams at 10 a second: 200 s, and no more than a second beyond.
+		if took < 199*time.Second || took > 202*time.Second {
+			t.Errorf("creating %d streams took %v at 10 a second", n, took)
+		}
+		if strings.Contains(e.logs.String(), "level=WARN") {
+			t.Errorf("warnings:\n%s", e.logs)
+		}
+	})
+}
+
+// With create_rate above the account's quota, the throttled creations wait
+// and are made again: everything lands, and the log has one summary line a
+// minute at most, not one per stream.
+func TestThrottledCreationsRetriedQuietly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 2000
+		e := newCreateEnv(t, func(c *config.CloudWatch) { c.CreateRate = 200 })
+		defer e.stop()
+		start := time.Now()
+		e.sendNewStreams(t, n)
+		took := time.Since(start)
+		e.expectEachOnce(t, n)
+		throttled := e.emu.Throttled("CreateLogStream")
+		if throttled == 0 {
+			t.Fatal("no CreateLogStream was throttled at 200 a second: the test tested nothing")
+		}
+		if got := e.creations(kindStream, outcomeThrottled); got != float64(throttled) {
+			t.Errorf("creations{stream,throttled} = %v, the emulator throttled %d", got, throttled)
+		}
+		if got := e.creations(kindStream, outcomeCreated); got != n {
+			t.Errorf("creations{stream,created} = %v, want %d", got, n)
+		}
+		lines := strings.Count(e.logs.String(), "CloudWatch Logs throttled creation calls")
+		if most := 1 + int(took/throttleSummaryEvery); lines < 1 || lines > most {
+			t.Errorf("%d summary lines in %v (at most %d), for %d throttled calls:\n%s", lines, took, most, throttled, e.logs)
+		}
+		if w := strings.Count(e.logs.String(), "level=WARN"); w != lines {
+			t.Errorf("%d warnings besides the %d summary lines:\n%s", w-lines, lines, e.logs)
+		}
+		t.Logf("%d streams in %v; %d CreateLogStream calls throttled, %d summary lines", n, took, throttled, lines)
+	})
+}
