@@ -82,6 +82,9 @@ type s3Read struct {
 	Objects int
 	Lines   int
 	Bad     []string // lines without an id, objects that do not read
+	// Where is the key of the last object holding each id: with a
+	// duplicate's example, where the other copy is.
+	Where map[string]string
 }
 
 // readS3 reads every object of the bucket through the SDK: ListObjectsV2,
@@ -91,7 +94,7 @@ func readS3(t *testing.T, endpoint, bucket string) s3Read {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	cl := newS3Client(endpoint)
-	out := s3Read{Counts: map[string]int{}}
+	out := s3Read{Counts: map[string]int{}, Where: map[string]string{}}
 	p := s3.NewListObjectsV2Paginator(cl, &s3.ListObjectsV2Input{Bucket: aws.String(bucket)})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
@@ -132,6 +135,11 @@ func readS3(t *testing.T, endpoint, bucket string) s3Read {
 				}
 				out.Lines++
 				out.Counts[v.ID]++
+				if prev, ok := out.Where[v.ID]; ok && prev != key {
+					out.Where[v.ID] = prev + " and " + key
+				} else if !ok {
+					out.Where[v.ID] = key
+				}
 			}
 		}
 	}
@@ -290,7 +298,7 @@ func account(led map[string]bool, s3r s3Read, cw cwRead, dead map[string]map[str
 		}
 		if n > 1 {
 			tl.S3Dups += n - 1
-			tl.dupS3 = appendExample(tl.dupS3, fmt.Sprintf("%s×%d", id, n))
+			tl.dupS3 = appendExample(tl.dupS3, fmt.Sprintf("%s×%d in %s", id, n, s3r.Where[id]))
 		}
 	}
 	for id, places := range cw.Places {

@@ -45,9 +45,10 @@ type conn struct {
 	// zero once it is, or when there is none.
 	handshakeBy time.Time
 
-	mu   sync.Mutex
-	busy bool // between a message's first byte and its ack
-	gone bool
+	mu    sync.Mutex
+	busy  bool // between a message's first byte and its ack
+	gone  bool // the server is stopping
+	ended bool // the server reads no more from it (see endReads)
 }
 
 func (s *Server) newConn(nc net.Conn, slot *inputs.Slot) *conn {
@@ -88,6 +89,46 @@ func (c *conn) stopReading() {
 	}
 }
 
+// endReads is the server's time for reading at a stop running out: the
+// read in progress ends, and no other begins.
+func (c *conn) endReads() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ended = true
+	c.nc.SetReadDeadline(time.Now())
+}
+
+// readUntil sets the deadline of the next read, unless reading has ended.
+func (c *conn) readUntil(t time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return false
+	}
+	c.nc.SetReadDeadline(t)
+	return true
+}
+
+func (c *conn) readsEnded() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ended
+}
+
+// close ends the connection. A stopping server first half-closes it and
+// reads on for a moment what the client still sends: closing a socket with
+// unread bytes in it resets the connection, and a reset can destroy acks
+// on their way to the client, which would then send those chunks again.
+func (c *conn) close() {
+	if c.closing() {
+		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			c.nc.SetReadDeadline(time.Now().Add(closeLinger))
+			io.Copy(io.Discard, c.nc)
+		}
+	}
+	c.nc.Close()
+}
+
 func (c *conn) setBusy(b bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -107,7 +148,7 @@ func (c *conn) closing() bool {
 func (c *conn) serve(ctx, storeCtx context.Context) {
 	c.s.track(c, true)
 	defer c.s.track(c, false)
-	defer c.nc.Close()
+	defer c.close()
 	defer c.hold.ReleaseAll()
 	defer c.dropBuf()
 	// Waits for memory and decoding go on while the server stops, until it
@@ -336,13 +377,15 @@ func (c *conn) next() ([]byte, error) {
 		if err := c.makeRoom(max, deadline); err != nil {
 			return nil, err
 		}
-		c.nc.SetReadDeadline(deadline)
+		if !c.readUntil(deadline) {
+			return nil, errClosing // the server stops reading, in a message or not
+		}
 		n, err := c.nc.Read(c.buf[len(c.buf):cap(c.buf)])
 		c.buf = c.buf[:len(c.buf)+n]
 		c.read += int64(n)
 		if err != nil {
-			if len(c.buf) == c.start && isTimeout(err) && c.closing() {
-				return nil, errClosing // nothing more came before the server stops
+			if len(c.buf) == c.start && isTimeout(err) && c.closing() || isTimeout(err) && c.readsEnded() {
+				return nil, errClosing // nothing more came before the server stops, or it stopped reading
 			}
 			if len(c.buf) > c.start && (errors.Is(err, io.EOF) || isTimeout(err)) {
 				return nil, &badMessage{reason: reasonFor(err), offset: -1, err: errIncomplete(len(c.buf)-c.start, err)}

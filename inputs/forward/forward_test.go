@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -317,5 +319,85 @@ func TestStopReadsWhatWasSent(t *testing.T) {
 	}
 	if len(recs) != n {
 		t.Fatalf("%d of %d messages written before the stop were stored", len(recs), n)
+	}
+}
+
+// A stopping server stops reading a while after the stop even from clients
+// that keep sending, so that what it has read is stored and acknowledged
+// before it closes: nothing is stored without its ack. A message stored but
+// not acknowledged is sent again by the client, to another replica when it
+// fails over: a duplicate downstream.
+func TestStopWithClientsSending(t *testing.T) {
+	defer func(d time.Duration) { drainTimeout = d }(drainTimeout)
+	drainTimeout = time.Second // the clients keep sending: reading ends after it
+	f := start(t, defaultCfg(), wal.Options{})
+	const clients = 4
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	var wg sync.WaitGroup
+	for i := range clients {
+		c := f.dial()
+		wg.Go(func() {
+			for n := 0; ; n++ {
+				id := fmt.Sprintf("c%d-%d", i, n)
+				c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+				if _, err := c.Write(messageMode("app", eventTime(time.Now()), record("id", id), options(id))); err != nil {
+					return
+				}
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				got, err := readAckErr(c)
+				if err != nil {
+					return
+				}
+				if got != id {
+					t.Errorf("ack %q for chunk %q", got, id)
+					return
+				}
+				mu.Lock()
+				acked[id] = true
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	f.cancel()
+	if err := <-f.done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	f.cancel = nil
+	took := time.Since(start)
+	wg.Wait()
+	stored := map[string]bool{}
+	for _, r := range f.records() {
+		var v struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(r.Body, &v); err != nil {
+			t.Fatal(err)
+		}
+		stored[v.ID] = true
+	}
+	f.w.Close()
+	var unacked, lost []string
+	for id := range stored {
+		if !acked[id] {
+			unacked = append(unacked, id)
+		}
+	}
+	for id := range acked {
+		if !stored[id] {
+			lost = append(lost, id)
+		}
+	}
+	t.Logf("the stop took %v; %d messages stored, %d acknowledged", took.Round(time.Millisecond), len(stored), len(acked))
+	if len(lost) > 0 {
+		t.Errorf("acknowledged but not stored: %v", lost)
+	}
+	if len(unacked) > 0 {
+		t.Errorf("stored but never acknowledged (a failing-over client sends them again): %v", unacked)
+	}
+	if took >= drainTimeout+storeTimeout {
+		t.Errorf("the stop took %v: connections were closed with their stores cancelled", took)
 	}
 }

@@ -26,7 +26,9 @@ var (
 	idleTimeout    = 10 * time.Minute // between messages
 	messageTimeout = time.Minute      // from a message's first byte to its last
 	writeTimeout   = 30 * time.Second // for an ack or a handshake reply
-	drainTimeout   = 5 * time.Second  // at shutdown, for connections that are storing
+	drainTimeout   = 5 * time.Second  // at shutdown, for connections that are still reading
+	storeTimeout   = 5 * time.Second  // after drainTimeout, for what they have read to be stored and acknowledged
+	closeLinger    = 500 * time.Millisecond
 )
 
 // Server is the forward input: a TCP (or TLS) listener speaking the Fluent
@@ -176,13 +178,28 @@ func (s *Server) Serve(ctx context.Context) error {
 	select {
 	case <-done:
 	case <-time.After(drainTimeout):
-		cancelStores()
+		// Clients that kept sending: no connection reads another message
+		// (one still arriving is not stored, not acknowledged: its client
+		// sends it again). What was read is stored and acknowledged; a
+		// store cancelled here could land in the WAL without its ack, and a
+		// client failing over would send it to another replica: a
+		// duplicate downstream.
 		s.mu.Lock()
 		for c := range s.conns {
-			c.nc.Close()
+			c.endReads()
 		}
 		s.mu.Unlock()
-		<-done
+		select {
+		case <-done:
+		case <-time.After(storeTimeout):
+			cancelStores()
+			s.mu.Lock()
+			for c := range s.conns {
+				c.nc.Close()
+			}
+			s.mu.Unlock()
+			<-done
+		}
 	}
 	return acceptErr
 }
