@@ -22,7 +22,7 @@ func (l *loop) cutLargest(now time.Time) {
 		return p.mem
 	}
 	for _, p := range l.parts {
-		if !p.busy && !p.hasBatch() && size(p) > 0 && (largest == nil || size(p) > size(largest)) {
+		if p.phase == phaseGathering && size(p) > 0 && (largest == nil || size(p) > size(largest)) {
 			largest = p
 		}
 	}
@@ -48,9 +48,9 @@ func (l *loop) cutOldest(now time.Time) {
 	for _, p := range l.parts {
 		switch {
 		case !p.counted:
-		case p.finalize || p.busy && p.final:
+		case p.finalize || p.busy() && p.final:
 			closing++
-		case !p.busy && !p.hasBatch() && (oldest == nil || p.objectSince().Before(oldest.objectSince())):
+		case p.phase == phaseGathering && (oldest == nil || p.objectSince().Before(oldest.objectSince())):
 			oldest = p
 		}
 	}
@@ -66,7 +66,7 @@ func (l *loop) cutOldest(now time.Time) {
 // its carry is to be delivered.
 func (l *loop) scheduleQueue(p *partition, now time.Time) {
 	if len(p.queue) == 0 {
-		if p.spillFrom != 0 && !p.catchingUp && !p.hasBatch() && !p.busy {
+		if p.reading == readSpilled && p.phase == phaseGathering {
 			l.join(p)
 		}
 		if p.carry == nil {
@@ -164,9 +164,9 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 		}
 		p := l.due[0]
 		l.due.remove(p)
-		if !p.hasBatch() {
+		if p.phase == phaseGathering {
 			if len(p.queue) == 0 && p.carry == nil {
-				if p.idle() {
+				if p.empty() {
 					delete(l.parts, p.key)
 				} else {
 					l.scheduleQueue(p, now)
@@ -181,15 +181,13 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 			if len(p.queue) > 0 {
 				p.batch = l.cut(p, p.final)
 			}
-			// The carry alone: when it is due, or has no room for more.
-			p.flush = len(p.batch) == 0
-			p.final = p.final || p.flush
+			// The carry alone (flush): when it is due, or has no room for more.
+			p.final = p.final || len(p.batch) == 0
 		}
 		if l.paused != nil {
 			l.pauseRetryAt = now.Add(l.d.opts.PauseRetry)
 		}
-		p.busy = true
-		l.inflight++
+		l.startSend(p)
 		if l.retrying() {
 			l.probe = p
 		}

@@ -103,8 +103,7 @@ func (l *loop) onCommitted(c *commitReq, now time.Time) {
 		l.idlePending = false // a cursor move of advanceIdle
 		return
 	}
-	p.busy = false
-	l.inflight--
+	l.deliveryCommitted(p)
 	if l.limit < l.lim.Concurrency {
 		l.limit++ // additive increase after a throttle's decrease
 	}
@@ -113,7 +112,7 @@ func (l *loop) onCommitted(c *commitReq, now time.Time) {
 	l.deadLettered += uint64(c.dead)
 	d.delivered.Add(float64(delivered))
 	d.batches.Inc()
-	if p.idle() {
+	if p.empty() {
 		l.due.remove(p)
 		delete(l.parts, p.key)
 		return

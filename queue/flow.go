@@ -31,10 +31,10 @@ func (l *loop) endStreak() {
 func (l *loop) retryNow(now time.Time) {
 	var spilled []*partition
 	for _, p := range l.parts {
-		if p.hasBatch() && !p.busy && p.dueAt.After(now) {
+		if p.phase == phaseWaiting && p.dueAt.After(now) {
 			l.due.schedule(p, now)
 		}
-		if p.spillFrom != 0 && !p.catchingUp {
+		if p.reading == readSpilled {
 			spilled = append(spilled, p)
 		}
 	}
@@ -86,8 +86,7 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		return
 	}
 	l.failures[e.Class.String()+"/"+e.Reason]++
-	p.busy = false
-	l.inflight--
+	l.sendFailed(p)
 	l.dropPart(p, l.cursor, now) // what the WAL dropped while it was sent
 	switch e.Class {
 	case sinks.Throttled:

@@ -96,14 +96,14 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) {
 		p := l.parts[key]
 		switch {
 		case back:
-			if p == nil || !p.catchingUp || r.Seq < p.spillFrom {
+			if p == nil || p.reading != readCatchingUp || r.Seq < p.spillFrom {
 				continue
 			}
 			p.spillFrom = r.Seq + 1
 		case p == nil:
 			p = &partition{key: key, heapIdx: -1}
 			l.parts[key] = p
-		case p.spillFrom != 0:
+		case p.reading != readHead:
 			continue // the catch-up reader reads it again
 		}
 		p.need += len(r.Body)
@@ -150,7 +150,7 @@ func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 	mem := recordMem(&rec)
 	p.mem += mem
 	l.buffered += mem
-	if !p.busy && !p.hasBatch() {
+	if p.phase == phaseGathering {
 		l.scheduleQueue(p, now)
 	}
 	if !p.counted {

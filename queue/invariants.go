@@ -32,10 +32,13 @@ func (l *loop) check() error {
 			return fmt.Errorf("partition %q: counted open %v with %d queued and carry %v", key, p.counted, len(p.queue), p.carry != nil)
 		case p.heapIdx >= 0 && (p.heapIdx >= len(l.due) || l.due[p.heapIdx] != p):
 			return fmt.Errorf("partition %q: heap index %d is not its place", key, p.heapIdx)
-		case p.spillFrom != 0 && p.spillFrom <= l.cursor && !p.busy:
+		case p.spillFrom != 0 && p.spillFrom <= l.cursor && !p.busy():
 			return fmt.Errorf("partition %q: reads again from %d, at or below the cursor %d", key, p.spillFrom, l.cursor)
 		}
-		if fp := p.firstPending(); fp != 0 && fp <= l.cursor && !p.busy {
+		if err := p.checkPhase(l); err != nil {
+			return fmt.Errorf("partition %q: %w", key, err)
+		}
+		if fp := p.firstPending(); fp != 0 && fp <= l.cursor && !p.busy() {
 			return fmt.Errorf("partition %q: pending from %d, at or below the cursor %d", key, fp, l.cursor)
 		}
 		buffered += p.mem + p.batchMem + p.carryMem
@@ -44,11 +47,13 @@ func (l *loop) check() error {
 		if p.counted {
 			open++
 		}
-		if p.busy {
+		if p.busy() {
 			inflight++
 		}
 	}
 	switch {
+	case l.badMove != "":
+		return fmt.Errorf("a phase change the diagram does not have: %s", l.badMove)
 	case buffered != l.buffered:
 		return fmt.Errorf("buffered %d, the partitions hold %d", l.buffered, buffered)
 	case batched != l.batched:
@@ -68,7 +73,7 @@ func (l *loop) check() error {
 	// and what it leaves is looked at when it ends).
 	low := l.readPos
 	for _, p := range l.parts {
-		if fp := p.firstPending(); fp != 0 && fp < low && !(p.busy && fp <= l.cursor) {
+		if fp := p.firstPending(); fp != 0 && fp < low && !(p.busy() && fp <= l.cursor) {
 			low = fp
 		}
 	}
@@ -135,6 +140,29 @@ func (p *partition) checkRecords(records bool) error {
 		return fmt.Errorf("arrivals of %d records for %d queued", arrived, len(p.queue))
 	case bmem != p.batchMem:
 		return fmt.Errorf("batch memory %d, its records take %d", p.batchMem, bmem)
+	}
+	return nil
+}
+
+// checkPhase verifies that p's phase and reader agree with its fields
+// (doc.go, Partition phases).
+func (p *partition) checkPhase(l *loop) error {
+	_, joined := l.joined[p]
+	switch {
+	case p.phase > phaseCommitting:
+		return fmt.Errorf("no such phase: %v", p.phase)
+	case (p.phase == phaseGathering || p.phase == phaseCommitting) && (len(p.batch) > 0 || p.batchMem != 0):
+		return fmt.Errorf("%v with a batch of %d records, %d bytes", p.phase, len(p.batch), p.batchMem)
+	case p.hasBatch() && len(p.batch) == 0 && p.carry == nil:
+		return fmt.Errorf("%v with neither a batch nor a carry", p.phase)
+	case p.busy() && p.heapIdx >= 0:
+		return fmt.Errorf("%v, and due at %v", p.phase, p.dueAt)
+	case p.reading > readCatchingUp:
+		return fmt.Errorf("no such reader: %v", p.reading)
+	case (p.reading == readHead) != (p.spillFrom == 0):
+		return fmt.Errorf("read by the %v reader with spillFrom %d", p.reading, p.spillFrom)
+	case (p.reading == readCatchingUp) != joined:
+		return fmt.Errorf("read by the %v reader, joined to the catch-up %v", p.reading, joined)
 	}
 	return nil
 }

@@ -90,7 +90,8 @@ type loop struct {
 	draining, drainAnswered bool
 	drainTo                 uint64
 
-	checks int // steps checked (Options.checkInvariants)
+	checks  int    // steps checked (Options.checkInvariants)
+	badMove string // the first phase change the diagram does not have (see setPhase)
 }
 
 func newLoop(d *Drainer, cursor uint64) (*loop, error) {

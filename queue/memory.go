@@ -16,7 +16,7 @@ func recordMem(r *sinks.Record) int {
 func (l *loop) waitingBatches() int {
 	n := 0
 	for _, p := range l.parts {
-		if !p.busy && p.hasBatch() {
+		if p.phase == phaseWaiting {
 			n += p.batchMem + p.carryMem
 		}
 	}

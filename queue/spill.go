@@ -13,12 +13,12 @@ func (l *loop) spill(now time.Time) {
 		if l.buffered < l.d.opts.MaxBufferedBytes {
 			break
 		}
-		stuck := p.hasBatch() && !p.busy && p.dueAt.After(now)
+		stuck := p.phase == phaseWaiting && p.dueAt.After(now)
 		if !stuck || len(p.queue) == 0 || l.paused != nil {
 			continue
 		}
 		l.unjoin(p)
-		p.spillFrom = p.queue[0].Seq
+		p.spillFrom, p.reading = p.queue[0].Seq, readSpilled
 		l.d.spills.Inc()
 		p.batch = detach(p.batch)
 		l.dropQueue(p)

@@ -19,6 +19,7 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 	}
 	req := &commitReq{p: p, records: len(batch) + p.carryRecs}
 	l.unhold(p)
+	l.sendDelivered(p)
 	l.throttles = 0
 	at := time.Now()
 	dead := func(r *sinks.Record, reason string) {
@@ -90,12 +91,15 @@ func (l *loop) dropForced(now time.Time) {
 // records is given up, and the partition's records after them are read
 // again.
 func (l *loop) dropPart(p *partition, pos uint64, now time.Time) {
-	if p.carry != nil && p.carryFirst <= pos && !p.busy {
+	if p.carry != nil && p.carryFirst <= pos && !p.busy() {
 		l.release(p, pos+1, now)
 		return
 	}
-	if n := len(p.batch); n > 0 && !p.busy && p.batch[0].Seq <= pos {
+	if n := len(p.batch); n > 0 && !p.busy() && p.batch[0].Seq <= pos {
 		p.batch = dropUpTo(p.batch, pos)
+		if len(p.batch) == 0 {
+			l.batchDropped(p)
+		}
 		mem := 0
 		for i := range p.batch {
 			mem += recordMem(&p.batch[i])
