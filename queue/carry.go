@@ -42,14 +42,10 @@ func (l *loop) takeCarry(p *partition, c sinks.Carry, now time.Time) {
 		p.carryLast = p.batch[n-1].Seq
 		p.carryRecs += n
 	}
-	mem := c.Mem()
-	l.buffered += mem - p.carryMem - p.batchMem
-	l.carried += mem - p.carryMem
-	l.batched -= p.batchMem
 	clear(p.batch) // its array may hold the partition's queue too: let these bodies go
 	p.batch, p.batchMem, p.attempts = nil, 0, 0
-	p.carry, p.carryMem = c, mem
-	l.recount(p)
+	p.carry, p.carryMem = c, c.Mem()
+	l.touch(p)
 	if p.carryFirst <= l.cursor {
 		l.dropPart(p, l.cursor, now) // the WAL dropped some while it was sent
 		return
@@ -84,10 +80,7 @@ func (l *loop) release(p *partition, from uint64, now time.Time) {
 // unhold stops holding p's batch and carry: their memory leaves the loop's
 // counts. The caller clears the batch's records when it is done with them.
 func (l *loop) unhold(p *partition) {
-	l.buffered -= p.batchMem + p.carryMem
-	l.batched -= p.batchMem
-	l.carried -= p.carryMem
 	p.batch, p.batchMem, p.attempts = nil, 0, 0
 	p.carry, p.carryMem, p.carryRecs, p.carryFirst, p.carryLast = nil, 0, 0, 0, 0
-	l.recount(p)
+	l.touch(p)
 }

@@ -82,8 +82,7 @@ func (l *loop) caughtUp(done bool, now time.Time) {
 		p.reading, p.spillFrom = readHead, 0
 		switch {
 		case p.empty():
-			l.due.remove(p)
-			delete(l.parts, p.key)
+			l.forget(p)
 		case p.phase == phaseGathering:
 			l.scheduleQueue(p, now)
 		}

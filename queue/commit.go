@@ -113,8 +113,7 @@ func (l *loop) onCommitted(c *commitReq, now time.Time) {
 	d.delivered.Add(float64(delivered))
 	d.batches.Inc()
 	if p.empty() {
-		l.due.remove(p)
-		delete(l.parts, p.key)
+		l.forget(p)
 		return
 	}
 	l.scheduleQueue(p, now)

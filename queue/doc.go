@@ -25,13 +25,14 @@
 //
 // loop.check verifies these after every step of the loop in the tests:
 //
-//   - buffered is the memory of every record held: the sum over the
-//     partitions of their queues' (mem), batches' (batchMem) and carries'
-//     (carryMem) memory; batched and carried are the sums of the last two.
+//   - The memory account (mem, memory.go) sums over the partitions their
+//     queues' (mem), batches' (batchMem) and carries' (carryMem) memory, and
+//     that of the batches waiting to be sent again with their carries.
 //   - A partition's mem, size and arrivals agree with its queue record by
 //     record; its carry, batch and queue hold records in sequence order,
 //     each after the one before.
-//   - open counts the partitions that queue or carry records (counted).
+//   - open counts the partitions that queue or carry records (counted);
+//     closing those of them with a final batch due (finalize) or in flight.
 //   - inflight counts the partitions that are busy: a batch sending, or
 //     its delivery committing. At most one batch per partition is in flight.
 //   - cursor <= the low watermark (every record up to it is delivered,
@@ -39,6 +40,10 @@
 //     is past the cursor. The one exception is wal.when_full: drop_oldest,
 //     which moves the cursor past records a send in flight holds.
 //   - Every partition in the due heap is filed under its key at its index.
+//   - The heaps kept as partitions change (index.go: the largest queue and
+//     carry, the oldest open partition, the waiting ones by due time), the
+//     delivered marks' heap (marks.go) and the pending heap (pending.go)
+//     hold what a scan of the partitions finds, and in heap order.
 //
 // # Partition phases
 //

@@ -53,7 +53,7 @@ func (l *loop) startDrain(now time.Time) {
 	l.d.log.Info("draining: delivering every record in the WAL before stopping", "records", l.drainTo-min(l.cursor, l.drainTo))
 	for _, p := range l.parts {
 		if p.phase == phaseGathering && (len(p.queue) > 0 || p.carry != nil) {
-			l.due.schedule(p, now)
+			l.schedule(p, now)
 		}
 	}
 }

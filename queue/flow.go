@@ -32,7 +32,7 @@ func (l *loop) retryNow(now time.Time) {
 	var spilled []*partition
 	for _, p := range l.parts {
 		if p.phase == phaseWaiting && p.dueAt.After(now) {
-			l.due.schedule(p, now)
+			l.schedule(p, now)
 		}
 		if p.reading == readSpilled {
 			spilled = append(spilled, p)
@@ -96,7 +96,7 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		l.throttleUntil = now.Add(wait)
 		l.limit = max(1, l.limit/2)
 		d.log.Debug("throttled: all partitions wait", "reason", e.Reason, "wait", wait, "concurrency", l.limit)
-		l.due.schedule(p, l.throttleUntil)
+		l.schedule(p, l.throttleUntil)
 	case sinks.SinkPermanent:
 		if l.paused == nil {
 			d.log.Error("sink paused: the destination refuses every request until this is fixed; records stay in the WAL and nothing is dropped; retrying every "+d.opts.PauseRetry.String(),
@@ -105,13 +105,13 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		}
 		l.paused = e
 		l.pauseRetryAt = now.Add(d.opts.PauseRetry)
-		l.due.schedule(p, l.pauseRetryAt)
+		l.schedule(p, l.pauseRetryAt)
 	default:
 		d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
 		p.attempts++
 		wait := l.backoff(p.attempts)
 		d.log.Debug("send failed, will retry", "partition_attempt", p.attempts, "reason", e.Reason, "wait", wait, "error", e.Err)
-		l.due.schedule(p, now.Add(wait))
+		l.schedule(p, now.Add(wait))
 		l.failStreak++
 		if l.failParts == nil {
 			l.failParts = map[*partition]bool{}

@@ -87,7 +87,7 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) {
 		}
 		l.probeRec = sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
 		key := d.sink.Partition(&l.probeRec)
-		if m, ok := l.marks[key]; ok && r.Seq <= m {
+		if m, ok := l.marks.get(key); ok && r.Seq <= m {
 			if !back {
 				d.skipped.Inc()
 			}
@@ -147,14 +147,10 @@ func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 	size := l.d.sink.Size(&p.queue[len(p.queue)-1]) // rec itself would escape
 	p.sizes = append(p.sizes, int32(size))
 	p.size += size
-	mem := recordMem(&rec)
-	p.mem += mem
-	l.buffered += mem
+	p.mem += recordMem(&rec)
+	l.touch(p)
 	if p.phase == phaseGathering {
 		l.scheduleQueue(p, now)
-	}
-	if !p.counted {
-		l.recount(p)
 	}
 	l.notePending(p)
 }

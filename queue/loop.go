@@ -27,14 +27,19 @@ type loop struct {
 	readPos  uint64 // sequence number of the next record the reader delivers
 	parts    map[string]*partition
 	due      dueHeap
-	pending  pendingHeap       // the partitions' first pending records (pending.go)
-	marks    map[string]uint64 // delivered marks committed ahead of the cursor
-	route    []routed          // ingest's scratch
-	probeRec sinks.Record      // ingest's record for Partition (a local would escape: one allocation per record)
-	buffered int               // recordMem of every record held (queued and in batches) and the sink's carries
-	batched  int               // the part of buffered in batches
-	carried  int               // the part of buffered in carries (sinks.Carry.Mem)
-	open     int               // partitions with queued or carried records
+	pending  pendingHeap  // the partitions' first pending records (pending.go)
+	marks    markSet      // delivered marks committed ahead of the cursor (marks.go)
+	route    []routed     // ingest's scratch
+	probeRec sinks.Record // ingest's record for Partition (a local would escape: one allocation per record)
+	mem      memAccount   // recordMem of every record held (queued and in batches) and the sink's carries
+	open     int          // partitions with queued or carried records
+	closing  int          // of which closing: a final batch is due (finalize) or in flight
+	// Partitions by what cutLargest, cutOldest and spill look for (see
+	// index.go): gathering, by their queues' and their carries' memory;
+	// gathering and open, not closing, by their oldest record; waiting with
+	// records queued, by when they may send again.
+	largestQueue, largestCarry, oldest, stuck partHeap
+	epoch                                     time.Time // what the heaps' times count from
 	// idlePending: a cursor move of advanceIdle is queued for commit (at
 	// most one, so that the commit queue's room for deliveries holds).
 	idlePending bool
@@ -97,7 +102,9 @@ type loop struct {
 func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 	l := &loop{
 		d: d, lim: d.lim, cursor: cursor, readPos: cursor + 1,
-		parts: map[string]*partition{}, marks: map[string]uint64{}, limit: d.lim.Concurrency,
+		largestQueue: newPartHeap(slotQueue, true), largestCarry: newPartHeap(slotCarry, true),
+		oldest: newPartHeap(slotOldest, false), stuck: newPartHeap(slotStuck, true), epoch: time.Now(),
+		parts: map[string]*partition{}, marks: newMarkSet(), limit: d.lim.Concurrency,
 		failures: map[string]int{}, deadReasons: map[string]int{}, lastSummary: time.Now(), lastRouting: time.Now(),
 		quit: make(chan struct{}), in: make(chan read), readErr: make(chan error, 1), results: make(chan sendResult),
 		// Each busy partition has at most one delivery waiting to commit, at
@@ -108,7 +115,7 @@ func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 	}
 	if err := d.w.ScanState(d.name, []byte(prefixMark), func(k, v []byte) error {
 		if len(v) == 8 {
-			l.marks[string(k[len(prefixMark):])] = be64(v)
+			l.marks.set(string(k[len(prefixMark):]), be64(v))
 		}
 		return nil
 	}); err != nil {
@@ -160,7 +167,7 @@ func (l *loop) run(ctx context.Context) error {
 			return nil
 		}
 		in := l.in
-		if !stopping && l.buffered-l.batched >= d.opts.MaxBufferedBytes/2 {
+		if !stopping && l.mem.buffered()-l.mem.batched >= d.opts.MaxBufferedBytes/2 {
 			// Half the memory is queued or carried: send the largest
 			// partition now, so that the next batch can gather while this
 			// one is sent.
@@ -170,7 +177,7 @@ func (l *loop) run(ctx context.Context) error {
 			// More objects are open than the sink may have: close the oldest.
 			l.cutOldest(now)
 		}
-		if l.buffered >= d.opts.MaxBufferedBytes {
+		if l.mem.buffered() >= d.opts.MaxBufferedBytes {
 			// Free what partitions waiting out a retry have queued, so that
 			// the others keep being read.
 			l.spill(now)
@@ -178,7 +185,7 @@ func (l *loop) run(ctx context.Context) error {
 		// Batches waiting for a retry are not counted here: they are bounded
 		// by the partitions that fail, and counting them would let a few
 		// failing partitions stop every other one from being read.
-		if stopping || l.buffered >= d.opts.MaxBufferedBytes && l.buffered-l.waitingBatches() >= d.opts.MaxBufferedBytes {
+		if stopping || l.mem.buffered() >= d.opts.MaxBufferedBytes && l.mem.buffered()-l.mem.waiting >= d.opts.MaxBufferedBytes {
 			in = nil // push back on the reader
 		}
 		backIn := l.backIn

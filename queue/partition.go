@@ -59,6 +59,12 @@ type partition struct {
 	heapIdx int       // position in the due heap; -1 when not in it
 
 	pendingAt uint64 // firstPending as last pushed to loop.pending
+
+	// Its part in the loop's incremental structures (index.go), as last
+	// filed by loop.touch.
+	share   memShare     // in loop.mem
+	slots   [slots]int32 // places in the loop's partHeaps
+	closing bool         // counted in loop.closing
 }
 
 type arrival struct {

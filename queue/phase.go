@@ -80,6 +80,7 @@ func (l *loop) setPhase(p *partition, to phase) {
 		l.inflight--
 	}
 	p.phase = to
+	l.touch(p)
 }
 
 func (ph phase) inFlight() bool { return ph == phaseSending || ph == phaseCommitting }

@@ -52,10 +52,10 @@ func (l *loop) updateStatus() {
 	d.lagRecords.Set(float64(lag))
 	d.lagSeconds.Set(lagSec)
 	d.inflight.Set(float64(l.inflight))
-	d.buffered.Set(float64(l.buffered))
+	d.buffered.Set(float64(l.mem.buffered()))
 	d.setState(func(s *Status) {
 		s.State, s.Cursor, s.LagRecords, s.LagSeconds = state, l.cursor, lag, lagSec
-		s.InFlight, s.Concurrency, s.Partitions, s.Buffered = l.inflight, l.limit, len(l.parts), l.buffered
+		s.InFlight, s.Concurrency, s.Partitions, s.Buffered = l.inflight, l.limit, len(l.parts), l.mem.buffered()
 		s.CatchingUp = len(l.joined)
 		s.Delivered, s.DeadLettered = l.delivered, l.deadLettered
 		if l.lastErr != "" {
