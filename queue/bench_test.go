@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -28,7 +30,10 @@ func (s nullSink) Send(context.Context, *sinks.Batch) (sinks.Outcome, error) {
 // loop's invariants. Besides records/s it reports, per record drained, the
 // wall time (ns/record), the process's CPU time (cpu-ns/record: user and
 // system, every goroutine, the WAL's reads and the collector included) and
-// the allocations (allocs/record).
+// the allocations (allocs/record), and the records per batch delivered
+// (records/batch: with a fixed number of records, batches get smaller as
+// partitions get more, and what a batch costs, its Send and its commit,
+// is spread over fewer records).
 func BenchmarkDrain(b *testing.B) {
 	const n = 200000
 	for _, parts := range []int{10, 1000, 10000, 100000} {
@@ -47,9 +52,10 @@ func BenchmarkDrain(b *testing.B) {
 			var ms0, ms1 runtime.MemStats
 			runtime.ReadMemStats(&ms0)
 			cpu0 := cpuTime(b)
+			m := NewMetrics(nil)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				r := startUnchecked(w, fmt.Sprint("round", i), sink, Options{})
+				r := startUnchecked(w, fmt.Sprint("round", i), sink, Options{Metrics: m})
 				waitCursor(b, w, fmt.Sprint("round", i), last, time.Minute)
 				r.stop(b)
 			}
@@ -61,6 +67,11 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/recs, "ns/record")
 			b.ReportMetric(float64(cpu.Nanoseconds())/recs, "cpu-ns/record")
 			b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/recs, "allocs/record")
+			batches := 0.0
+			for i := 0; i < b.N; i++ {
+				batches += testutil.ToFloat64(m.Batches.WithLabelValues(fmt.Sprint("round", i)))
+			}
+			b.ReportMetric(recs/batches, "records/batch")
 		})
 	}
 }
