@@ -141,11 +141,8 @@ func (l *loop) cut(p *partition, final bool) []sinks.Record {
 func (l *loop) dispatch(now time.Time, ctx context.Context) {
 	l.dropForced(now)
 	for len(l.due) > 0 && !l.due[0].dueAt.After(now) && l.inflight < l.limit {
-		if now.Before(l.throttleUntil) || now.Before(l.retryUntil) {
+		if l.flow.holds(now, l.inflight) {
 			return
-		}
-		if l.paused != nil && (l.inflight > 0 || now.Before(l.pauseRetryAt)) {
-			return // one probe at a time, slowly
 		}
 		p := l.due[0]
 		l.due.remove(p)
@@ -169,15 +166,9 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 			// The carry alone (flush): when it is due, or has no room for more.
 			p.final = p.final || len(p.batch) == 0
 		}
-		if l.paused != nil {
-			l.pauseRetryAt = now.Add(l.d.opts.PauseRetry)
-		}
+		probe := l.flow.sending(p, now)
 		l.startSend(p)
-		if l.retrying() {
-			l.probe = p
-		}
 		b := &sinks.Batch{Partition: p.key, Records: p.batch, State: l.d.st, Carry: p.carry, Final: p.final}
-		probe := l.paused != nil
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()

@@ -104,9 +104,7 @@ func (l *loop) onCommitted(c *commitReq, now time.Time) {
 		return
 	}
 	l.deliveryCommitted(p)
-	if l.limit < l.lim.Concurrency {
-		l.limit++ // additive increase after a throttle's decrease
-	}
+	l.flow.committed()
 	delivered := c.records - c.dead
 	l.delivered += uint64(delivered)
 	l.deadLettered += uint64(c.dead)

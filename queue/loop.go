@@ -44,22 +44,8 @@ type loop struct {
 	// most one, so that the commit queue's room for deliveries holds).
 	idlePending bool
 	inflight    int // partitions sending or committing
-	limit       int // partitions allowed in flight: lowered on throttling, raised on success
 
-	throttleUntil time.Time
-	// failStreak counts retryable failures since the last success. From
-	// failingAfter on, the destination is taken to be down rather than one
-	// partition unlucky: the sink waits until retryUntil and sends one
-	// batch at a time, instead of every partition building and sending its
-	// request on its own schedule.
-	failStreak   int
-	retryUntil   time.Time
-	probe        *partition          // the one batch sent while retrying
-	probeFails   int                 // failed probes in a row: the sink-wide backoff's exponent
-	failParts    map[*partition]bool // the partitions of the streak
-	throttles    int
-	paused       *sinks.Error // set while a sink-permanent error pauses the sink
-	pauseRetryAt time.Time
+	flow // retries, throttling, the concurrency limit, pauses (flow.go)
 
 	delivered, deadLettered uint64
 	failures                map[string]int // failed sends by class/reason since the last summary
@@ -104,7 +90,8 @@ func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 		d: d, lim: d.lim, cursor: cursor, readPos: cursor + 1,
 		largestQueue: newPartHeap(slotQueue, true), largestCarry: newPartHeap(slotCarry, true),
 		oldest: newPartHeap(slotOldest, false), stuck: newPartHeap(slotStuck, true), epoch: time.Now(),
-		parts: map[string]*partition{}, marks: newMarkSet(), limit: d.lim.Concurrency,
+		parts: map[string]*partition{}, marks: newMarkSet(),
+		flow:     newFlow(d.lim.Concurrency, d.opts.RetryMin, d.opts.RetryMax, d.opts.PauseRetry),
 		failures: map[string]int{}, deadReasons: map[string]int{}, lastSummary: time.Now(), lastRouting: time.Now(),
 		quit: make(chan struct{}), in: make(chan read), readErr: make(chan error, 1), results: make(chan sendResult),
 		// Each busy partition has at most one delivery waiting to commit, at
@@ -252,14 +239,5 @@ func (l *loop) nextWake(now time.Time) time.Duration {
 	if len(l.due) > 0 {
 		wake = l.due[0].dueAt.Sub(now)
 	}
-	if l.throttleUntil.After(now) {
-		wake = max(wake, l.throttleUntil.Sub(now))
-	}
-	if l.retryUntil.After(now) {
-		wake = max(wake, l.retryUntil.Sub(now))
-	}
-	if l.paused != nil {
-		wake = max(wake, l.pauseRetryAt.Sub(now))
-	}
-	return max(wake, time.Millisecond)
+	return max(l.flow.wake(now, wake), time.Millisecond)
 }

@@ -20,7 +20,7 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 	req := &commitReq{p: p, records: len(batch) + p.carryRecs}
 	l.unhold(p)
 	l.sendDelivered(p)
-	l.throttles = 0
+	l.flow.delivered()
 	at := time.Now()
 	dead := func(r *sinks.Record, reason string) {
 		req.ops.Put(d.name, deadKey(r.Seq), encodeDeadLetter(r, reason, at))
