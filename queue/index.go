@@ -35,6 +35,13 @@ type partEntry struct {
 
 func newPartHeap(slot int, max bool) partHeap { return partHeap{max: max, slot: slot} }
 
+// initIndex makes the loop's empty heaps; their times count from epoch.
+func (l *loop) initIndex(epoch time.Time) {
+	l.largestQueue, l.largestCarry = newPartHeap(slotQueue, true), newPartHeap(slotCarry, true)
+	l.oldest, l.stuck = newPartHeap(slotOldest, false), newPartHeap(slotStuck, true)
+	l.epoch = epoch
+}
+
 func (h *partHeap) Len() int { return len(h.es) }
 
 // top is the partition on top and its key; nil when the heap is empty.

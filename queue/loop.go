@@ -88,8 +88,6 @@ type loop struct {
 func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 	l := &loop{
 		d: d, lim: d.lim, cursor: cursor, readPos: cursor + 1,
-		largestQueue: newPartHeap(slotQueue, true), largestCarry: newPartHeap(slotCarry, true),
-		oldest: newPartHeap(slotOldest, false), stuck: newPartHeap(slotStuck, true), epoch: time.Now(),
 		parts: map[string]*partition{}, marks: newMarkSet(),
 		flow:     newFlow(d.lim.Concurrency, d.opts.RetryMin, d.opts.RetryMax, d.opts.PauseRetry),
 		failures: map[string]int{}, deadReasons: map[string]int{}, lastSummary: time.Now(), lastRouting: time.Now(),
@@ -100,6 +98,7 @@ func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 		commits: make(chan *commitReq, d.lim.Concurrency+1), committed: make(chan *commitReq),
 		backIn: make(chan read), joined: map[*partition]struct{}{},
 	}
+	l.initIndex(time.Now())
 	if err := d.w.ScanState(d.name, []byte(prefixMark), func(k, v []byte) error {
 		if len(v) == 8 {
 			l.marks.set(string(k[len(prefixMark):]), be64(v))
