@@ -128,7 +128,7 @@ func (l *loop) run(ctx context.Context) error {
 	go func() { defer l.wg.Done(); l.read(readCtx, l.readPos, l.in, 0) }()
 	go func() { defer l.wg.Done(); l.commitLoop(commitCtx) }()
 
-	d.setState(func(s *Status) { s.State = "running"; s.Cursor = l.cursor })
+	d.setState(func(s *Status) { s.State = StateRunning; s.Cursor = l.cursor })
 	l.updateStatus() // lag is right from the start, not after the first tick
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
