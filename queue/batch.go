@@ -12,51 +12,38 @@ import (
 // batches that wait for more records. Until twice as much is carried as
 // queued, that is the largest queue: the sink may carry it on, in less
 // memory. Then it is the largest carry, whose batch is final.
+//
+// The largest are on top of the heaps of gathering partitions by their
+// queues' and their carries' memory (index.go).
 func (l *loop) cutLargest(now time.Time) {
-	carries := l.carried > 2*(l.buffered-l.batched-l.carried)
-	var largest *partition
-	size := func(p *partition) int {
-		if carries {
-			return p.carryMem
-		}
-		return p.mem
-	}
-	for _, p := range l.parts {
-		if !p.busy && !p.hasBatch() && size(p) > 0 && (largest == nil || size(p) > size(largest)) {
-			largest = p
-		}
+	carries := l.mem.carried > 2*l.mem.queued
+	largest, _ := l.largestQueue.top()
+	if carries {
+		largest, _ = l.largestCarry.top()
 	}
 	switch {
 	case largest == nil:
 	case carries && !largest.finalize:
 		// Already due or not, its next batch is final.
 		largest.finalize = true
-		l.due.schedule(largest, now)
+		l.schedule(largest, now) // and touched: it is closing
 		l.d.earlyCuts.Inc()
 	case !carries && largest.dueAt.After(now):
-		l.due.schedule(largest, now)
+		l.schedule(largest, now)
 		l.d.earlyCuts.Inc()
 	}
 }
 
 // cutOldest makes the open partition whose records waited longest due now,
 // with a final batch, while more partitions are open than Limits.MaxOpen
-// and than those already closing (a final batch due or being sent).
+// and than those already closing (a final batch due or being sent). Both
+// are kept as partitions change (index.go): loop.closing, and the heap of
+// open gathering partitions that are not closing by their oldest record.
 func (l *loop) cutOldest(now time.Time) {
-	closing := 0
-	var oldest *partition
-	for _, p := range l.parts {
-		switch {
-		case !p.counted:
-		case p.finalize || p.busy && p.final:
-			closing++
-		case !p.busy && !p.hasBatch() && (oldest == nil || p.objectSince().Before(oldest.objectSince())):
-			oldest = p
-		}
-	}
-	if oldest != nil && l.open-closing > l.lim.MaxOpen {
+	oldest, _ := l.oldest.top()
+	if oldest != nil && l.open-l.closing > l.lim.MaxOpen {
 		oldest.finalize = true
-		l.due.schedule(oldest, now)
+		l.schedule(oldest, now) // and touched: it is closing
 		l.d.earlyCuts.Inc()
 	}
 }
@@ -66,7 +53,7 @@ func (l *loop) cutOldest(now time.Time) {
 // its carry is to be delivered.
 func (l *loop) scheduleQueue(p *partition, now time.Time) {
 	if len(p.queue) == 0 {
-		if p.spillFrom != 0 && !p.catchingUp && !p.hasBatch() && !p.busy {
+		if p.reading == readSpilled && p.phase == phaseGathering {
 			l.join(p)
 		}
 		if p.carry == nil {
@@ -78,7 +65,7 @@ func (l *loop) scheduleQueue(p *partition, now time.Time) {
 		t = now
 	}
 	if p.heapIdx < 0 || t.Before(p.dueAt) {
-		l.due.schedule(p, t)
+		l.schedule(p, t)
 	}
 }
 
@@ -136,9 +123,7 @@ func (l *loop) cut(p *partition, final bool) []sinks.Record {
 	p.batchSince = p.since()
 	p.queue, p.sizes = p.queue[n:], p.sizes[n:]
 	p.taken(n)
-	if len(p.queue) == 0 {
-		l.recount(p)
-	} else if l.lim.MaxSpan > 0 {
+	if len(p.queue) > 0 && l.lim.MaxSpan > 0 {
 		p.resetSpan()
 	}
 	p.size -= size
@@ -147,8 +132,8 @@ func (l *loop) cut(p *partition, final bool) []sinks.Record {
 		mem += recordMem(&batch[i])
 	}
 	p.mem -= mem
-	p.batchMem = mem
-	l.batched += mem // still held, now by the batch
+	p.batchMem = mem // still held, now by the batch
+	l.touch(p)
 	return batch
 }
 
@@ -156,18 +141,15 @@ func (l *loop) cut(p *partition, final bool) []sinks.Record {
 func (l *loop) dispatch(now time.Time, ctx context.Context) {
 	l.dropForced(now)
 	for len(l.due) > 0 && !l.due[0].dueAt.After(now) && l.inflight < l.limit {
-		if now.Before(l.throttleUntil) || now.Before(l.retryUntil) {
+		if l.flow.holds(now, l.inflight) {
 			return
-		}
-		if l.paused != nil && (l.inflight > 0 || now.Before(l.pauseRetryAt)) {
-			return // one probe at a time, slowly
 		}
 		p := l.due[0]
 		l.due.remove(p)
-		if !p.hasBatch() {
+		if p.phase == phaseGathering {
 			if len(p.queue) == 0 && p.carry == nil {
-				if p.idle() {
-					delete(l.parts, p.key)
+				if p.empty() {
+					l.forget(p)
 				} else {
 					l.scheduleQueue(p, now)
 				}
@@ -181,20 +163,12 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 			if len(p.queue) > 0 {
 				p.batch = l.cut(p, p.final)
 			}
-			// The carry alone: when it is due, or has no room for more.
-			p.flush = len(p.batch) == 0
-			p.final = p.final || p.flush
+			// The carry alone (flush): when it is due, or has no room for more.
+			p.final = p.final || len(p.batch) == 0
 		}
-		if l.paused != nil {
-			l.pauseRetryAt = now.Add(l.d.opts.PauseRetry)
-		}
-		p.busy = true
-		l.inflight++
-		if l.retrying() {
-			l.probe = p
-		}
+		probe := l.flow.sending(p, now)
+		l.startSend(p)
 		b := &sinks.Batch{Partition: p.key, Records: p.batch, State: l.d.st, Carry: p.carry, Final: p.final}
-		probe := l.paused != nil
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()

@@ -34,8 +34,7 @@ func (l *loop) carriedRecord(p *partition, seq, first, last uint64) (sinks.Recor
 // the cursor stays before the carried records until a later batch
 // delivers them.
 func (l *loop) takeCarry(p *partition, c sinks.Carry, now time.Time) {
-	p.busy = false
-	l.inflight--
+	l.sendCarried(p)
 	if p.carry == nil {
 		p.carryFirst, p.carrySince = p.batch[0].Seq, p.batchSince
 	}
@@ -43,14 +42,10 @@ func (l *loop) takeCarry(p *partition, c sinks.Carry, now time.Time) {
 		p.carryLast = p.batch[n-1].Seq
 		p.carryRecs += n
 	}
-	mem := c.Mem()
-	l.buffered += mem - p.carryMem - p.batchMem
-	l.carried += mem - p.carryMem
-	l.batched -= p.batchMem
 	clear(p.batch) // its array may hold the partition's queue too: let these bodies go
-	p.batch, p.batchMem, p.flush, p.attempts = nil, 0, false, 0
-	p.carry, p.carryMem = c, mem
-	l.recount(p)
+	p.batch, p.batchMem, p.attempts = nil, 0, 0
+	p.carry, p.carryMem = c, c.Mem()
+	l.touch(p)
 	if p.carryFirst <= l.cursor {
 		l.dropPart(p, l.cursor, now) // the WAL dropped some while it was sent
 		return
@@ -65,8 +60,7 @@ func (l *loop) takeCarry(p *partition, c sinks.Carry, now time.Time) {
 func (l *loop) uncarry(p *partition, now time.Time) {
 	l.d.log.Warn("the sink refused a batch with records it had carried; reading them again to send them in batches of their own",
 		"partition_records", p.carryRecs+len(p.batch)+len(p.queue))
-	p.busy = false
-	l.inflight--
+	l.sendCarried(p)
 	p.noCarry = true
 	l.release(p, p.carryFirst, now)
 }
@@ -76,19 +70,17 @@ func (l *loop) uncarry(p *partition, now time.Time) {
 func (l *loop) release(p *partition, from uint64, now time.Time) {
 	clear(p.batch)
 	l.unhold(p)
+	l.batchDropped(p)
 	l.dropQueue(p)
 	l.unjoin(p)
-	p.spillFrom = from
+	p.spillFrom, p.reading = from, readSpilled
 	l.scheduleQueue(p, now)
 }
 
 // unhold stops holding p's batch and carry: their memory leaves the loop's
 // counts. The caller clears the batch's records when it is done with them.
 func (l *loop) unhold(p *partition) {
-	l.buffered -= p.batchMem + p.carryMem
-	l.batched -= p.batchMem
-	l.carried -= p.carryMem
-	p.batch, p.batchMem, p.flush, p.attempts = nil, 0, false, 0
+	p.batch, p.batchMem, p.attempts = nil, 0, 0
 	p.carry, p.carryMem, p.carryRecs, p.carryFirst, p.carryLast = nil, 0, 0, 0, 0
-	l.recount(p)
+	l.touch(p)
 }

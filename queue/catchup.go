@@ -25,10 +25,10 @@ import (
 // skip what they have.
 func (l *loop) join(p *partition) {
 	if p.spillFrom >= l.readPos {
-		p.spillFrom = 0 // nothing of it was passed by
+		p.spillFrom, p.reading = 0, readHead // nothing of it was passed by
 		return
 	}
-	p.catchingUp = true
+	p.reading = readCatchingUp
 	l.joined[p] = struct{}{}
 	if l.stopBack == nil || p.spillFrom < l.backPos {
 		l.startCatchUp(p.spillFrom)
@@ -37,10 +37,10 @@ func (l *loop) join(p *partition) {
 
 // unjoin takes p out of the catch-up: it is spilled again or given up.
 func (l *loop) unjoin(p *partition) {
-	if !p.catchingUp {
+	if p.reading != readCatchingUp {
 		return
 	}
-	p.catchingUp = false
+	p.reading = readSpilled
 	delete(l.joined, p)
 	if len(l.joined) == 0 {
 		l.stopCatchUp()
@@ -79,12 +79,11 @@ func (l *loop) caughtUp(done bool, now time.Time) {
 	l.stopCatchUp()
 	for p := range l.joined {
 		delete(l.joined, p)
-		p.catchingUp, p.spillFrom = false, 0
+		p.reading, p.spillFrom = readHead, 0
 		switch {
-		case p.idle():
-			l.due.remove(p)
-			delete(l.parts, p.key)
-		case !p.hasBatch() && !p.busy:
+		case p.empty():
+			l.forget(p)
+		case p.phase == phaseGathering:
 			l.scheduleQueue(p, now)
 		}
 	}

@@ -103,19 +103,15 @@ func (l *loop) onCommitted(c *commitReq, now time.Time) {
 		l.idlePending = false // a cursor move of advanceIdle
 		return
 	}
-	p.busy = false
-	l.inflight--
-	if l.limit < l.lim.Concurrency {
-		l.limit++ // additive increase after a throttle's decrease
-	}
+	l.deliveryCommitted(p)
+	l.flow.committed()
 	delivered := c.records - c.dead
 	l.delivered += uint64(delivered)
 	l.deadLettered += uint64(c.dead)
 	d.delivered.Add(float64(delivered))
 	d.batches.Inc()
-	if p.idle() {
-		l.due.remove(p)
-		delete(l.parts, p.key)
+	if p.empty() {
+		l.forget(p)
 		return
 	}
 	l.scheduleQueue(p, now)

@@ -25,13 +25,14 @@
 //
 // loop.check verifies these after every step of the loop in the tests:
 //
-//   - buffered is the memory of every record held: the sum over the
-//     partitions of their queues' (mem), batches' (batchMem) and carries'
-//     (carryMem) memory; batched and carried are the sums of the last two.
+//   - The memory account (mem, memory.go) sums over the partitions their
+//     queues' (mem), batches' (batchMem) and carries' (carryMem) memory, and
+//     that of the batches waiting to be sent again with their carries.
 //   - A partition's mem, size and arrivals agree with its queue record by
 //     record; its carry, batch and queue hold records in sequence order,
 //     each after the one before.
-//   - open counts the partitions that queue or carry records (counted).
+//   - open counts the partitions that queue or carry records (counted);
+//     closing those of them with a final batch due (finalize) or in flight.
 //   - inflight counts the partitions that are busy: a batch sending, or
 //     its delivery committing. At most one batch per partition is in flight.
 //   - cursor <= the low watermark (every record up to it is delivered,
@@ -39,6 +40,49 @@
 //     is past the cursor. The one exception is wal.when_full: drop_oldest,
 //     which moves the cursor past records a send in flight holds.
 //   - Every partition in the due heap is filed under its key at its index.
+//   - The heaps kept as partitions change (index.go: the largest queue and
+//     carry, the oldest open partition, the waiting ones by due time), the
+//     delivered marks' heap (marks.go) and the pending heap (pending.go)
+//     hold what a scan of the partitions finds, and in heap order.
+//
+// # Partition phases
+//
+// A partition's phase (partition.phase, phase.go) is where its batch is.
+// Every change is a named transition; loop.check verifies that the phase
+// agrees with the batch, the carry and the due heap:
+//
+//	            startSend               sendDelivered
+//	gathering ─────────────► sending ──────────────► committing
+//	 ▲  ▲  ▲   sendCarried   │  ▲  │                     │
+//	 │  │  └─────────────────┘  │  │ sendFailed          │
+//	 │  │             startSend │  ▼                     │
+//	 │  └───── batchDropped ──── waiting                 │
+//	 └──────────────── deliveryCommitted ────────────────┘
+//
+// The phases:
+//
+//   - gathering: no batch. Records may be queued and a carry held; the
+//     partition is due when its queue makes a batch, its carry is due, or
+//     memory or MaxOpen want it cut (finalize).
+//   - sending: a batch, or the carry alone (a flush: the batch is empty),
+//     is with the sink. sendCarried: the sink took it in without delivering
+//     it (Outcome.Carry), or refused a carried delivery (uncarry).
+//   - waiting: the send failed; the batch waits out a retry, a throttle or
+//     a pause, and is sent again as it is. batchDropped: the WAL dropped its
+//     records (drop_oldest) or they are to be read again (release).
+//   - committing: delivered or dead-lettered; the partition sends again once
+//     the commit is durable.
+//
+// sending and committing are in flight (busy, counted in inflight). Which
+// reader hands the partition its records (partition.reading) is
+// independent of the phase: the head reader (spillFrom is 0); none while it
+// is spilled (a waiting partition whose queue was let go while memory ran
+// short; see spill.go), the head reader passing its records by from
+// spillFrom; the catch-up reader once it may send again (catchup.go), which
+// may be while it is sending. The flags beside the phase are independent of
+// it too: final (the batch, sent or waiting, or the delivery committing, is
+// final), finalize (the next batch is to be final), noCarry (every batch is
+// final) and counted (counted in open).
 //
 // # State keys
 //

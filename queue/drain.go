@@ -52,8 +52,8 @@ func (l *loop) startDrain(now time.Time) {
 	l.drainTo = l.d.w.Stats().NextSeq - 1
 	l.d.log.Info("draining: delivering every record in the WAL before stopping", "records", l.drainTo-min(l.cursor, l.drainTo))
 	for _, p := range l.parts {
-		if !p.busy && !p.hasBatch() && (len(p.queue) > 0 || p.carry != nil) {
-			l.due.schedule(p, now)
+		if p.phase == phaseGathering && (len(p.queue) > 0 || p.carry != nil) {
+			l.schedule(p, now)
 		}
 	}
 }

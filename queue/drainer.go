@@ -134,7 +134,7 @@ func New(w *wal.WAL, name string, sink sinks.Sink, opts Options) *Drainer {
 		paused:       m.Paused.WithLabelValues(name),
 		buffered:     m.Buffered.WithLabelValues(name),
 		sendDuration: m.SendDuration.WithLabelValues(name),
-		status:       Status{Sink: name, State: "starting"},
+		status:       Status{Sink: name, State: StateStarting},
 		drain:        newDrainRequest(),
 	}
 }
@@ -167,7 +167,7 @@ func (d *Drainer) Run(ctx context.Context) error {
 			return err
 		}
 		if ctx.Err() != nil {
-			d.setState(func(s *Status) { s.State = "stopped" })
+			d.setState(func(s *Status) { s.State = StateStopped })
 			return nil
 		}
 	}
@@ -177,9 +177,9 @@ func (d *Drainer) Run(ctx context.Context) error {
 	}
 	err = l.run(ctx)
 	d.setState(func(s *Status) {
-		s.State = "stopped"
+		s.State = StateStopped
 		if err != nil {
-			s.State = "failed"
+			s.State = StateFailed
 			s.LastError, s.LastErrorAt = err.Error(), time.Now()
 		}
 	})
@@ -192,7 +192,7 @@ func (d *Drainer) Run(ctx context.Context) error {
 // PauseRetry; others back off. An error the sink did not classify (its
 // state disagrees with the WAL) stops the drainer.
 func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, cursor uint64) error {
-	d.setState(func(s *Status) { s.State, s.Cursor = "recovering", cursor })
+	d.setState(func(s *Status) { s.State, s.Cursor = StateRecovering, cursor })
 	if st := d.w.Stats(); st.NextSeq-1 > cursor {
 		d.lagRecords.Set(float64(st.NextSeq - 1 - cursor))
 		d.setState(func(s *Status) { s.LagRecords = st.NextSeq - 1 - cursor })
@@ -213,9 +213,9 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 		}
 		wait := d.opts.RetryMin << min(attempt-1, 20)
 		wait = min(wait, d.opts.RetryMax)
-		state := "recovering"
+		state := StateRecovering
 		if e.Class == sinks.SinkPermanent {
-			wait, state = d.opts.PauseRetry, "paused"
+			wait, state = d.opts.PauseRetry, StatePaused
 			if !paused {
 				d.log.Error("sink paused while finishing interrupted work: the destination refuses every request until this is fixed; records stay in the WAL and nothing is dropped; retrying every "+wait.String(),
 					"reason", e.Reason, "error", e.Err)

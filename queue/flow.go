@@ -13,14 +13,166 @@ import (
 // at a time. One partition failing alone is its own affair.
 const failingAfter = 3
 
-func (l *loop) retrying() bool {
-	return l.failStreak >= failingAfter && len(l.failParts) >= 2
+// flow is how much the loop may send, and when: the backoff of failed
+// sends, throttling and the concurrency limit it lowers (additive increase,
+// multiplicative decrease), the sink-wide retry while the destination
+// seems down, and the pause of a sink-permanent error. It decides; the
+// loop schedules partitions by what it says. Its time is the caller's now.
+type flow struct {
+	retryMin, retryMax time.Duration // Options.RetryMin, RetryMax
+	pauseRetry         time.Duration // Options.PauseRetry
+	concurrency        int           // Limits.Concurrency: the most in flight
+
+	limit int // partitions allowed in flight: halved on throttling, raised by one per delivery
+
+	throttleUntil time.Time
+	throttles     int // throttled sends since the last delivery: the throttle backoff's exponent
+	// failStreak counts retryable failures since the last success. From
+	// failingAfter on, the destination is taken to be down rather than one
+	// partition unlucky: the sink waits until retryUntil and sends one
+	// batch at a time, instead of every partition building and sending its
+	// request on its own schedule.
+	failStreak   int
+	retryUntil   time.Time
+	probe        *partition          // the one batch sent while retrying
+	probeFails   int                 // failed probes in a row: the sink-wide backoff's exponent
+	failParts    map[*partition]bool // the partitions of the streak
+	paused       *sinks.Error        // set while a sink-permanent error pauses the sink
+	pauseRetryAt time.Time
+}
+
+func newFlow(concurrency int, retryMin, retryMax, pauseRetry time.Duration) flow {
+	return flow{retryMin: retryMin, retryMax: retryMax, pauseRetry: pauseRetry, concurrency: concurrency, limit: concurrency}
+}
+
+func (f *flow) retrying() bool {
+	return f.failStreak >= failingAfter && len(f.failParts) >= 2
 }
 
 // endStreak: the destination answered.
-func (l *loop) endStreak() {
-	l.failStreak, l.retryUntil, l.probe, l.probeFails = 0, time.Time{}, nil, 0
-	clear(l.failParts)
+func (f *flow) endStreak() {
+	f.failStreak, f.retryUntil, f.probe, f.probeFails = 0, time.Time{}, nil, 0
+	clear(f.failParts)
+}
+
+// backoff is the wait after the attempts-th failure in a row: RetryMin
+// doubled for each failure before it, at most RetryMax, and of that between
+// half and all (jitter).
+func (f *flow) backoff(attempts int) time.Duration {
+	d := f.retryMin << min(attempts-1, 20)
+	d = min(d, f.retryMax)
+	return d/2 + rand.N(d/2+1)
+}
+
+// holds: nothing may be sent now, with inflight sends in flight: the sink
+// is throttled or retrying, or paused with a probe in flight or not yet
+// due (one probe at a time, slowly).
+func (f *flow) holds(now time.Time, inflight int) bool {
+	if now.Before(f.throttleUntil) || now.Before(f.retryUntil) {
+		return true
+	}
+	return f.paused != nil && (inflight > 0 || now.Before(f.pauseRetryAt))
+}
+
+// sending notes that p's batch is sent now. While the sink is paused it
+// is a probe (the result says so), and the next waits PauseRetry; while
+// it retries, it is the one batch whose failure lengthens the wait.
+func (f *flow) sending(p *partition, now time.Time) (probe bool) {
+	if f.paused != nil {
+		f.pauseRetryAt = now.Add(f.pauseRetry)
+	}
+	if f.retrying() {
+		f.probe = p
+	}
+	return f.paused != nil
+}
+
+// delivered: a send was answered with a delivery; throttling starts over.
+func (f *flow) delivered() { f.throttles = 0 }
+
+// committed: a delivery is durable; one more partition may be in flight,
+// up to Limits.Concurrency (the additive increase after a throttle's
+// decrease).
+func (f *flow) committed() {
+	if f.limit < f.concurrency {
+		f.limit++
+	}
+}
+
+// throttled: the destination asked to slow down, for at least wait.
+// Every partition waits until the time returned; the limit halves.
+func (f *flow) throttled(wait time.Duration, now time.Time) time.Time {
+	f.throttles++
+	f.throttleUntil = now.Add(max(wait, f.backoff(f.throttles)))
+	f.limit = max(1, f.limit/2)
+	return f.throttleUntil
+}
+
+// failed: p's send failed and is retried after its own backoff, for the
+// attempts-th time in a row; the time returned is when. Failures of
+// several partitions in a row make the sink retry one batch at a time
+// (retrying): only the failure of that batch, the probe, makes the
+// sink-wide wait longer.
+func (f *flow) failed(p *partition, attempts int, now time.Time) time.Time {
+	at := now.Add(f.backoff(attempts))
+	f.failStreak++
+	if f.failParts == nil {
+		f.failParts = map[*partition]bool{}
+	}
+	f.failParts[p] = true
+	if f.retrying() {
+		// Sends that were in flight together fail together: only a
+		// failed probe makes the sink-wide wait longer.
+		if p == f.probe {
+			f.probe = nil
+			f.probeFails++
+		}
+		f.retryUntil = now.Add(f.backoff(f.probeFails + 1))
+		f.limit = 1 // raised again one by one as deliveries succeed
+	}
+	return at
+}
+
+// pause: the destination refuses every request (a sink-permanent error).
+// It says whether the sink was not paused before, and returns when the
+// next probe may go.
+func (f *flow) pause(e *sinks.Error, now time.Time) (first bool, probeAt time.Time) {
+	first = f.paused == nil
+	f.paused = e
+	f.pauseRetryAt = now.Add(f.pauseRetry)
+	return first, f.pauseRetryAt
+}
+
+// succeeded: a send was delivered (or its records refused for their
+// content: the destination answered). It says whether that ends a pause
+// (only a probe's success does: a send begun before the pause says nothing
+// of what paused the sink) and whether the partitions waiting out the
+// outage should be retried now. The streak of failures ends.
+func (f *flow) succeeded(probe bool) (lifted *sinks.Error, retryNow bool) {
+	if f.paused != nil && probe {
+		lifted = f.paused
+	}
+	retryNow = f.retrying() || lifted != nil
+	f.endStreak()
+	if lifted != nil {
+		f.paused = nil
+	}
+	return lifted, retryNow
+}
+
+// wake is when the loop should look again, given that the next partition
+// is due in due: not before the sink may send.
+func (f *flow) wake(now time.Time, due time.Duration) time.Duration {
+	if f.throttleUntil.After(now) {
+		due = max(due, f.throttleUntil.Sub(now))
+	}
+	if f.retryUntil.After(now) {
+		due = max(due, f.retryUntil.Sub(now))
+	}
+	if f.paused != nil {
+		due = max(due, f.pauseRetryAt.Sub(now))
+	}
+	return due
 }
 
 // retryNow makes every partition that waits to send a batch again due now:
@@ -31,10 +183,10 @@ func (l *loop) endStreak() {
 func (l *loop) retryNow(now time.Time) {
 	var spilled []*partition
 	for _, p := range l.parts {
-		if p.hasBatch() && !p.busy && p.dueAt.After(now) {
-			l.due.schedule(p, now)
+		if p.phase == phaseWaiting && p.dueAt.After(now) {
+			l.schedule(p, now)
 		}
-		if p.spillFrom != 0 && !p.catchingUp {
+		if p.reading == readSpilled {
 			spilled = append(spilled, p)
 		}
 	}
@@ -43,12 +195,6 @@ func (l *loop) retryNow(now time.Time) {
 	for _, p := range spilled {
 		l.join(p)
 	}
-}
-
-func (l *loop) backoff(attempts int) time.Duration {
-	d := l.d.opts.RetryMin << min(attempts-1, 20)
-	d = min(d, l.d.opts.RetryMax)
-	return d/2 + rand.N(d/2+1) // jitter: between half and all of it
 }
 
 // onResult decides what a finished send means for its partition.
@@ -60,14 +206,12 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		return
 	}
 	if r.err == nil {
-		lift := l.paused != nil && r.probe
-		if l.retrying() || lift {
+		lifted, retry := l.flow.succeeded(r.probe)
+		if retry {
 			l.retryNow(now)
 		}
-		l.endStreak()
-		if lift {
-			d.log.Info("sink recovered: deliveries resumed", "was", l.paused.Reason)
-			l.paused = nil
+		if lifted != nil {
+			d.log.Info("sink recovered: deliveries resumed", "was", lifted.Reason)
 			d.paused.Set(0)
 		}
 		l.deliver(p, r.out.Rejected, r.out.DeleteState, "", now)
@@ -77,7 +221,7 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 	l.lastErr, l.lastErrAt = e.Error(), now
 	if e.Class == sinks.RecordPermanent {
 		// Not a failed send that is retried: summed up as dead letters.
-		l.endStreak() // the destination answered
+		l.flow.endStreak() // the destination answered
 		if p.carry != nil {
 			l.uncarry(p, now)
 			return
@@ -86,47 +230,27 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		return
 	}
 	l.failures[e.Class.String()+"/"+e.Reason]++
-	p.busy = false
-	l.inflight--
+	l.sendFailed(p)
 	l.dropPart(p, l.cursor, now) // what the WAL dropped while it was sent
 	switch e.Class {
 	case sinks.Throttled:
 		d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
-		l.throttles++
-		wait := max(e.Wait, l.backoff(l.throttles))
-		l.throttleUntil = now.Add(wait)
-		l.limit = max(1, l.limit/2)
-		d.log.Debug("throttled: all partitions wait", "reason", e.Reason, "wait", wait, "concurrency", l.limit)
-		l.due.schedule(p, l.throttleUntil)
+		until := l.flow.throttled(e.Wait, now)
+		d.log.Debug("throttled: all partitions wait", "reason", e.Reason, "wait", until.Sub(now), "concurrency", l.limit)
+		l.schedule(p, until)
 	case sinks.SinkPermanent:
-		if l.paused == nil {
+		first, probeAt := l.flow.pause(e, now)
+		if first {
 			d.log.Error("sink paused: the destination refuses every request until this is fixed; records stay in the WAL and nothing is dropped; retrying every "+d.opts.PauseRetry.String(),
 				"reason", e.Reason, "error", e.Err)
 			d.paused.Set(1)
 		}
-		l.paused = e
-		l.pauseRetryAt = now.Add(d.opts.PauseRetry)
-		l.due.schedule(p, l.pauseRetryAt)
+		l.schedule(p, probeAt)
 	default:
 		d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
 		p.attempts++
-		wait := l.backoff(p.attempts)
-		d.log.Debug("send failed, will retry", "partition_attempt", p.attempts, "reason", e.Reason, "wait", wait, "error", e.Err)
-		l.due.schedule(p, now.Add(wait))
-		l.failStreak++
-		if l.failParts == nil {
-			l.failParts = map[*partition]bool{}
-		}
-		l.failParts[p] = true
-		if l.retrying() {
-			// Sends that were in flight together fail together: only a
-			// failed probe makes the sink-wide wait longer.
-			if p == l.probe {
-				l.probe = nil
-				l.probeFails++
-			}
-			l.retryUntil = now.Add(l.backoff(l.probeFails + 1))
-			l.limit = 1 // raised again one by one as deliveries succeed
-		}
+		at := l.flow.failed(p, p.attempts, now)
+		d.log.Debug("send failed, will retry", "partition_attempt", p.attempts, "reason", e.Reason, "wait", at.Sub(now), "error", e.Err)
+		l.schedule(p, at)
 	}
 }

@@ -87,7 +87,7 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) {
 		}
 		l.probeRec = sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
 		key := d.sink.Partition(&l.probeRec)
-		if m, ok := l.marks[key]; ok && r.Seq <= m {
+		if m, ok := l.marks.get(key); ok && r.Seq <= m {
 			if !back {
 				d.skipped.Inc()
 			}
@@ -96,14 +96,14 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) {
 		p := l.parts[key]
 		switch {
 		case back:
-			if p == nil || !p.catchingUp || r.Seq < p.spillFrom {
+			if p == nil || p.reading != readCatchingUp || r.Seq < p.spillFrom {
 				continue
 			}
 			p.spillFrom = r.Seq + 1
 		case p == nil:
 			p = &partition{key: key, heapIdx: -1}
 			l.parts[key] = p
-		case p.spillFrom != 0:
+		case p.reading != readHead:
 			continue // the catch-up reader reads it again
 		}
 		p.need += len(r.Body)
@@ -147,14 +147,10 @@ func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
 	size := l.d.sink.Size(&p.queue[len(p.queue)-1]) // rec itself would escape
 	p.sizes = append(p.sizes, int32(size))
 	p.size += size
-	mem := recordMem(&rec)
-	p.mem += mem
-	l.buffered += mem
-	if !p.busy && !p.hasBatch() {
+	p.mem += recordMem(&rec)
+	l.touch(p)
+	if p.phase == phaseGathering {
 		l.scheduleQueue(p, now)
-	}
-	if !p.counted {
-		l.recount(p)
 	}
 	l.notePending(p)
 }

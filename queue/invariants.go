@@ -9,7 +9,8 @@ import (
 // step of the loop (Options.checkInvariants); the service never does: it
 // walks every partition, and at every 16th step every record held.
 func (l *loop) check() error {
-	var buffered, batched, carried, open, inflight int
+	var sum memAccount
+	var open, closing, inflight int
 	l.checks++
 	records := l.checks%16 == 1
 	for key, p := range l.parts {
@@ -32,31 +33,42 @@ func (l *loop) check() error {
 			return fmt.Errorf("partition %q: counted open %v with %d queued and carry %v", key, p.counted, len(p.queue), p.carry != nil)
 		case p.heapIdx >= 0 && (p.heapIdx >= len(l.due) || l.due[p.heapIdx] != p):
 			return fmt.Errorf("partition %q: heap index %d is not its place", key, p.heapIdx)
-		case p.spillFrom != 0 && p.spillFrom <= l.cursor && !p.busy:
+		case p.spillFrom != 0 && p.spillFrom <= l.cursor && !p.busy():
 			return fmt.Errorf("partition %q: reads again from %d, at or below the cursor %d", key, p.spillFrom, l.cursor)
 		}
-		if fp := p.firstPending(); fp != 0 && fp <= l.cursor && !p.busy {
+		if err := p.checkPhase(l); err != nil {
+			return fmt.Errorf("partition %q: %w", key, err)
+		}
+		if fp := p.firstPending(); fp != 0 && fp <= l.cursor && !p.busy() {
 			return fmt.Errorf("partition %q: pending from %d, at or below the cursor %d", key, fp, l.cursor)
 		}
-		buffered += p.mem + p.batchMem + p.carryMem
-		batched += p.batchMem
-		carried += p.carryMem
+		sum.queued += p.mem
+		sum.batched += p.batchMem
+		sum.carried += p.carryMem
+		if p.phase == phaseWaiting {
+			sum.waiting += p.batchMem + p.carryMem
+		}
 		if p.counted {
 			open++
 		}
-		if p.busy {
+		if c := p.counted && (p.finalize || p.busy() && p.final); c != p.closing {
+			return fmt.Errorf("partition %q: closing %v, filed as closing %v (%v, final %v, finalize %v)", key, c, p.closing, p.phase, p.final, p.finalize)
+		} else if c {
+			closing++
+		}
+		if p.busy() {
 			inflight++
 		}
 	}
 	switch {
-	case buffered != l.buffered:
-		return fmt.Errorf("buffered %d, the partitions hold %d", l.buffered, buffered)
-	case batched != l.batched:
-		return fmt.Errorf("batched %d, the partitions' batches hold %d", l.batched, batched)
-	case carried != l.carried:
-		return fmt.Errorf("carried %d, the partitions' carries hold %d", l.carried, carried)
+	case l.badMove != "":
+		return fmt.Errorf("a phase change the diagram does not have: %s", l.badMove)
+	case sum != l.mem:
+		return fmt.Errorf("memory account %+v, the partitions hold %+v", l.mem, sum)
 	case open != l.open:
 		return fmt.Errorf("open %d, %d partitions are counted", l.open, open)
+	case closing != l.closing:
+		return fmt.Errorf("closing %d, %d open partitions have a final batch due or in flight", l.closing, closing)
 	case inflight != l.inflight:
 		return fmt.Errorf("inflight %d, %d partitions are busy", l.inflight, inflight)
 	case l.readPos <= l.cursor:
@@ -68,7 +80,7 @@ func (l *loop) check() error {
 	// and what it leaves is looked at when it ends).
 	low := l.readPos
 	for _, p := range l.parts {
-		if fp := p.firstPending(); fp != 0 && fp < low && !(p.busy && fp <= l.cursor) {
+		if fp := p.firstPending(); fp != 0 && fp < low && !(p.busy() && fp <= l.cursor) {
 			low = fp
 		}
 	}
@@ -85,12 +97,18 @@ func (l *loop) check() error {
 	if got := l.lowWatermark(); got != scan-1 {
 		return fmt.Errorf("low watermark %d from the pending heap, %d from a scan", got, scan-1)
 	}
+	if err := l.checkHeaps(); err != nil {
+		return err
+	}
 	for i, p := range l.due {
 		if p.heapIdx != i || l.parts[p.key] != p {
 			return fmt.Errorf("due heap: %q at %d with index %d, filed %v", p.key, i, p.heapIdx, l.parts[p.key] == p)
 		}
 	}
-	for k, m := range l.marks {
+	if err := l.marks.check(); err != nil {
+		return err
+	}
+	for k, m := range l.marks.m {
 		if m <= l.cursor {
 			return fmt.Errorf("delivered mark of %q at %d, not past the cursor %d", k, m, l.cursor)
 		}
@@ -135,6 +153,100 @@ func (p *partition) checkRecords(records bool) error {
 		return fmt.Errorf("arrivals of %d records for %d queued", arrived, len(p.queue))
 	case bmem != p.batchMem:
 		return fmt.Errorf("batch memory %d, its records take %d", p.batchMem, bmem)
+	}
+	return nil
+}
+
+// checkPhase verifies that p's phase and reader agree with its fields
+// (doc.go, Partition phases).
+func (p *partition) checkPhase(l *loop) error {
+	_, joined := l.joined[p]
+	switch {
+	case p.phase > phaseCommitting:
+		return fmt.Errorf("no such phase: %v", p.phase)
+	case (p.phase == phaseGathering || p.phase == phaseCommitting) && (len(p.batch) > 0 || p.batchMem != 0):
+		return fmt.Errorf("%v with a batch of %d records, %d bytes", p.phase, len(p.batch), p.batchMem)
+	case p.hasBatch() && len(p.batch) == 0 && p.carry == nil:
+		return fmt.Errorf("%v with neither a batch nor a carry", p.phase)
+	case p.busy() && p.heapIdx >= 0:
+		return fmt.Errorf("%v, and due at %v", p.phase, p.dueAt)
+	case p.reading > readCatchingUp:
+		return fmt.Errorf("no such reader: %v", p.reading)
+	case (p.reading == readHead) != (p.spillFrom == 0):
+		return fmt.Errorf("read by the %v reader with spillFrom %d", p.reading, p.spillFrom)
+	case (p.reading == readCatchingUp) != joined:
+		return fmt.Errorf("read by the %v reader, joined to the catch-up %v", p.reading, joined)
+	}
+	return nil
+}
+
+// checkHeaps verifies each partHeap (index.go) against a scan of the
+// partitions: its order, the places its partitions keep, that it holds the
+// partitions it should under their keys, and so that its top is what a
+// scan finds.
+func (l *loop) checkHeaps() error {
+	heaps := []struct {
+		name string
+		h    *partHeap
+		key  func(p *partition) (int64, bool)
+	}{
+		{"largest queue", &l.largestQueue, func(p *partition) (int64, bool) {
+			return int64(p.mem), p.phase == phaseGathering && p.mem > 0
+		}},
+		{"largest carry", &l.largestCarry, func(p *partition) (int64, bool) {
+			return int64(p.carryMem), p.phase == phaseGathering && p.carryMem > 0
+		}},
+		{"oldest", &l.oldest, func(p *partition) (int64, bool) {
+			return l.since(p.objectSince()), p.phase == phaseGathering && p.counted && !p.finalize
+		}},
+		{"stuck", &l.stuck, func(p *partition) (int64, bool) {
+			return l.since(p.dueAt), p.phase == phaseWaiting && len(p.queue) > 0
+		}},
+	}
+	for _, c := range heaps {
+		h := c.h
+		for i, e := range h.es {
+			if int(e.p.slots[h.slot]) != i+1 {
+				return fmt.Errorf("%s heap: %q at %d, its slot says %d", c.name, e.p.key, i, e.p.slots[h.slot]-1)
+			}
+			if i > 0 && h.before(i, (i-1)/2) {
+				return fmt.Errorf("%s heap: %q (%d) at %d comes before its parent (%d)", c.name, e.p.key, e.key, i, h.es[(i-1)/2].key)
+			}
+			if l.parts[e.p.key] != e.p {
+				return fmt.Errorf("%s heap: %q is not a partition of the loop", c.name, e.p.key)
+			}
+		}
+	}
+	// One pass over the partitions for all of them: a map's iteration is
+	// what a check costs most.
+	var n [slots]int
+	var best [slots]int64
+	for _, p := range l.parts {
+		for i, c := range heaps {
+			h := c.h
+			key, in := c.key(p)
+			slot := int(p.slots[h.slot]) - 1
+			switch {
+			case in && (slot < 0 || h.es[slot].key != key):
+				return fmt.Errorf("%s heap: %q belongs under %d, filed at %d", c.name, p.key, key, slot)
+			case !in && slot >= 0:
+				return fmt.Errorf("%s heap: %q does not belong in it, filed at %d", c.name, p.key, slot)
+			case !in:
+				continue
+			}
+			if n[i] == 0 || h.max && key > best[i] || !h.max && key < best[i] {
+				best[i] = key
+			}
+			n[i]++
+		}
+	}
+	for i, c := range heaps {
+		if n[i] != len(c.h.es) {
+			return fmt.Errorf("%s heap holds %d partitions, %d belong in it", c.name, len(c.h.es), n[i])
+		}
+		if _, top := c.h.top(); n[i] > 0 && top != best[i] {
+			return fmt.Errorf("%s heap: %d on top, a scan finds %d", c.name, top, best[i])
+		}
 	}
 	return nil
 }

@@ -27,34 +27,25 @@ type loop struct {
 	readPos  uint64 // sequence number of the next record the reader delivers
 	parts    map[string]*partition
 	due      dueHeap
-	pending  pendingHeap       // the partitions' first pending records (pending.go)
-	marks    map[string]uint64 // delivered marks committed ahead of the cursor
-	route    []routed          // ingest's scratch
-	probeRec sinks.Record      // ingest's record for Partition (a local would escape: one allocation per record)
-	buffered int               // recordMem of every record held (queued and in batches) and the sink's carries
-	batched  int               // the part of buffered in batches
-	carried  int               // the part of buffered in carries (sinks.Carry.Mem)
-	open     int               // partitions with queued or carried records
+	pending  pendingHeap  // the partitions' first pending records (pending.go)
+	marks    markSet      // delivered marks committed ahead of the cursor (marks.go)
+	route    []routed     // ingest's scratch
+	probeRec sinks.Record // ingest's record for Partition (a local would escape: one allocation per record)
+	mem      memAccount   // recordMem of every record held (queued and in batches) and the sink's carries
+	open     int          // partitions with queued or carried records
+	closing  int          // of which closing: a final batch is due (finalize) or in flight
+	// Partitions by what cutLargest, cutOldest and spill look for (see
+	// index.go): gathering, by their queues' and their carries' memory;
+	// gathering and open, not closing, by their oldest record; waiting with
+	// records queued, by when they may send again.
+	largestQueue, largestCarry, oldest, stuck partHeap
+	epoch                                     time.Time // what the heaps' times count from
 	// idlePending: a cursor move of advanceIdle is queued for commit (at
 	// most one, so that the commit queue's room for deliveries holds).
 	idlePending bool
 	inflight    int // partitions sending or committing
-	limit       int // partitions allowed in flight: lowered on throttling, raised on success
 
-	throttleUntil time.Time
-	// failStreak counts retryable failures since the last success. From
-	// failingAfter on, the destination is taken to be down rather than one
-	// partition unlucky: the sink waits until retryUntil and sends one
-	// batch at a time, instead of every partition building and sending its
-	// request on its own schedule.
-	failStreak   int
-	retryUntil   time.Time
-	probe        *partition          // the one batch sent while retrying
-	probeFails   int                 // failed probes in a row: the sink-wide backoff's exponent
-	failParts    map[*partition]bool // the partitions of the streak
-	throttles    int
-	paused       *sinks.Error // set while a sink-permanent error pauses the sink
-	pauseRetryAt time.Time
+	flow // retries, throttling, the concurrency limit, pauses (flow.go)
 
 	delivered, deadLettered uint64
 	failures                map[string]int // failed sends by class/reason since the last summary
@@ -90,13 +81,15 @@ type loop struct {
 	draining, drainAnswered bool
 	drainTo                 uint64
 
-	checks int // steps checked (Options.checkInvariants)
+	checks  int    // steps checked (Options.checkInvariants)
+	badMove string // the first phase change the diagram does not have (see setPhase)
 }
 
 func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 	l := &loop{
 		d: d, lim: d.lim, cursor: cursor, readPos: cursor + 1,
-		parts: map[string]*partition{}, marks: map[string]uint64{}, limit: d.lim.Concurrency,
+		parts: map[string]*partition{}, marks: newMarkSet(),
+		flow:     newFlow(d.lim.Concurrency, d.opts.RetryMin, d.opts.RetryMax, d.opts.PauseRetry),
 		failures: map[string]int{}, deadReasons: map[string]int{}, lastSummary: time.Now(), lastRouting: time.Now(),
 		quit: make(chan struct{}), in: make(chan read), readErr: make(chan error, 1), results: make(chan sendResult),
 		// Each busy partition has at most one delivery waiting to commit, at
@@ -105,9 +98,10 @@ func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 		commits: make(chan *commitReq, d.lim.Concurrency+1), committed: make(chan *commitReq),
 		backIn: make(chan read), joined: map[*partition]struct{}{},
 	}
+	l.initIndex(time.Now())
 	if err := d.w.ScanState(d.name, []byte(prefixMark), func(k, v []byte) error {
 		if len(v) == 8 {
-			l.marks[string(k[len(prefixMark):])] = be64(v)
+			l.marks.set(string(k[len(prefixMark):]), be64(v))
 		}
 		return nil
 	}); err != nil {
@@ -134,7 +128,7 @@ func (l *loop) run(ctx context.Context) error {
 	go func() { defer l.wg.Done(); l.read(readCtx, l.readPos, l.in, 0) }()
 	go func() { defer l.wg.Done(); l.commitLoop(commitCtx) }()
 
-	d.setState(func(s *Status) { s.State = "running"; s.Cursor = l.cursor })
+	d.setState(func(s *Status) { s.State = StateRunning; s.Cursor = l.cursor })
 	l.updateStatus() // lag is right from the start, not after the first tick
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -159,7 +153,7 @@ func (l *loop) run(ctx context.Context) error {
 			return nil
 		}
 		in := l.in
-		if !stopping && l.buffered-l.batched >= d.opts.MaxBufferedBytes/2 {
+		if !stopping && l.mem.buffered()-l.mem.batched >= d.opts.MaxBufferedBytes/2 {
 			// Half the memory is queued or carried: send the largest
 			// partition now, so that the next batch can gather while this
 			// one is sent.
@@ -169,7 +163,7 @@ func (l *loop) run(ctx context.Context) error {
 			// More objects are open than the sink may have: close the oldest.
 			l.cutOldest(now)
 		}
-		if l.buffered >= d.opts.MaxBufferedBytes {
+		if l.mem.buffered() >= d.opts.MaxBufferedBytes {
 			// Free what partitions waiting out a retry have queued, so that
 			// the others keep being read.
 			l.spill(now)
@@ -177,7 +171,7 @@ func (l *loop) run(ctx context.Context) error {
 		// Batches waiting for a retry are not counted here: they are bounded
 		// by the partitions that fail, and counting them would let a few
 		// failing partitions stop every other one from being read.
-		if stopping || l.buffered >= d.opts.MaxBufferedBytes && l.buffered-l.waitingBatches() >= d.opts.MaxBufferedBytes {
+		if stopping || l.mem.buffered() >= d.opts.MaxBufferedBytes && l.mem.buffered()-l.mem.waiting >= d.opts.MaxBufferedBytes {
 			in = nil // push back on the reader
 		}
 		backIn := l.backIn
@@ -244,14 +238,5 @@ func (l *loop) nextWake(now time.Time) time.Duration {
 	if len(l.due) > 0 {
 		wake = l.due[0].dueAt.Sub(now)
 	}
-	if l.throttleUntil.After(now) {
-		wake = max(wake, l.throttleUntil.Sub(now))
-	}
-	if l.retryUntil.After(now) {
-		wake = max(wake, l.retryUntil.Sub(now))
-	}
-	if l.paused != nil {
-		wake = max(wake, l.pauseRetryAt.Sub(now))
-	}
-	return max(wake, time.Millisecond)
+	return max(l.flow.wake(now, wake), time.Millisecond)
 }

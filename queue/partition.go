@@ -25,14 +25,13 @@ type partition struct {
 	arena []byte // ingest: where this read's bodies of the partition are copied
 	need  int    // ingest: bytes of this read's bodies still to copy
 
+	phase    phase          // where its batch is: see doc.go, Partition phases
 	batch    []sinks.Record // being sent, or waiting to be sent again
 	batchMem int            // memory held by batch
-	busy     bool           // batch is sending or its delivery committing
 	attempts int            // failed sends of batch
-	final    bool           // batch is sent with Batch.Final (its retries too)
-	// flush: the batch is the carry alone (batch is empty): it is sent, or
-	// waits to be sent again, to deliver what the sink carries.
-	flush bool
+	// final: the batch is sent with Batch.Final (its retries too). It
+	// stays set while the delivery commits, until the next batch.
+	final bool
 
 	// carry is what the sink took in of this partition's records without
 	// delivering them yet (sinks.Outcome.Carry): carryRecs records from
@@ -51,14 +50,21 @@ type partition struct {
 	// not held in memory: the partition was stuck while memory ran short.
 	// The head reader passes its records by; once it can send again, it
 	// catches up: the catch-up reader reads them again from the WAL (see
-	// catchup.go), and spillFrom follows what it hands over.
-	spillFrom  uint64
-	catchingUp bool
+	// catchup.go), and spillFrom follows what it hands over. reading says
+	// which reader serves it.
+	spillFrom uint64
+	reading   reading
 
 	dueAt   time.Time // when it may send next
 	heapIdx int       // position in the due heap; -1 when not in it
 
 	pendingAt uint64 // firstPending as last pushed to loop.pending
+
+	// Its part in the loop's incremental structures (index.go), as last
+	// filed by loop.touch.
+	share   memShare     // in loop.mem
+	slots   [slots]int32 // places in the loop's partHeaps
+	closing bool         // counted in loop.closing
 }
 
 type arrival struct {
@@ -123,12 +129,21 @@ func (p *partition) resetSpan() {
 	}
 }
 
-func (p *partition) idle() bool {
-	return !p.hasBatch() && len(p.queue) == 0 && p.carry == nil && p.spillFrom == 0 && !p.busy && !p.catchingUp
+// empty: p holds nothing, sends nothing and waits for no reader: it may
+// be forgotten.
+func (p *partition) empty() bool {
+	return p.phase == phaseGathering && len(p.queue) == 0 && p.carry == nil && p.reading == readHead
 }
 
 // hasBatch: a batch is being sent or waits to be sent again.
-func (p *partition) hasBatch() bool { return len(p.batch) > 0 || p.flush }
+func (p *partition) hasBatch() bool { return p.phase == phaseSending || p.phase == phaseWaiting }
+
+// busy: a batch is being sent or its delivery committed (in flight).
+func (p *partition) busy() bool { return p.phase == phaseSending || p.phase == phaseCommitting }
+
+// flush: the batch is the carry alone (batch is empty): it is sent, or
+// waits to be sent again, to deliver what the sink carries.
+func (p *partition) flush() bool { return p.hasBatch() && len(p.batch) == 0 }
 
 // objectSince is when the oldest record p holds, carried or queued, was
 // read: what Limits.MaxAge counts from.

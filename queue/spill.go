@@ -7,18 +7,20 @@ import (
 )
 
 // spill frees memory held by partitions that are waiting out a retry: the
-// records they hold are read again from the WAL when they can send.
+// records they hold are read again from the WAL when they can send. They
+// come from the heap of waiting partitions with records queued, the one
+// that may send last first (index.go); spilled, a partition leaves it.
 func (l *loop) spill(now time.Time) {
-	for _, p := range l.parts {
-		if l.buffered < l.d.opts.MaxBufferedBytes {
-			break
-		}
-		stuck := p.hasBatch() && !p.busy && p.dueAt.After(now)
-		if !stuck || len(p.queue) == 0 || l.paused != nil {
-			continue
+	if l.paused != nil {
+		return
+	}
+	for l.mem.buffered() >= l.d.opts.MaxBufferedBytes {
+		p, _ := l.stuck.top()
+		if p == nil || !p.dueAt.After(now) {
+			return
 		}
 		l.unjoin(p)
-		p.spillFrom = p.queue[0].Seq
+		p.spillFrom, p.reading = p.queue[0].Seq, readSpilled
 		l.d.spills.Inc()
 		p.batch = detach(p.batch)
 		l.dropQueue(p)
@@ -46,8 +48,7 @@ func detach(batch []sinks.Record) []sinks.Record {
 
 // dropQueue lets go of p's queued records (read again from the WAL later).
 func (l *loop) dropQueue(p *partition) {
-	l.buffered -= p.mem
 	clear(p.queue)
 	p.queue, p.sizes, p.size, p.mem, p.arrivals = nil, nil, 0, 0, nil
-	l.recount(p)
+	l.touch(p)
 }

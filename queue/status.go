@@ -9,10 +9,24 @@ import (
 	"time"
 )
 
+// A drainer's states (Status.State), as /status shows them (README.md,
+// Admin endpoints). They are the sink's, not a partition's: those are
+// phases (doc.go, Partition phases), which /status does not show.
+const (
+	StateStarting   = "starting"   // Run has not registered the cursor yet
+	StateRecovering = "recovering" // the sink finishes work a crash left half done (sinks.Recoverer)
+	StateRunning    = "running"
+	StateRetrying   = "retrying"  // the destination seems down: one batch at a time (flow.retrying)
+	StateThrottled  = "throttled" // every partition waits out a throttle
+	StatePaused     = "paused"    // a sink-permanent error: probed every PauseRetry
+	StateStopped    = "stopped"
+	StateFailed     = "failed" // Run returned an error
+)
+
 // Status is a drainer's state for /status and /readyz.
 type Status struct {
 	Sink         string    `json:"sink"`
-	State        string    `json:"state"` // starting, running, throttled, paused, stopped, failed
+	State        string    `json:"state"` // one of the State constants
 	Cursor       uint64    `json:"cursor"`
 	LagRecords   uint64    `json:"lag_records"`
 	LagSeconds   float64   `json:"lag_seconds"`
@@ -40,22 +54,22 @@ func (l *loop) updateStatus() {
 			lagSec = max(0, time.Since(time.Unix(0, recs[0].Time)).Seconds())
 		}
 	}
-	state := "running"
+	state := StateRunning
 	switch {
 	case l.paused != nil:
-		state = "paused"
+		state = StatePaused
 	case time.Now().Before(l.throttleUntil):
-		state = "throttled"
+		state = StateThrottled
 	case l.retrying():
-		state = "retrying"
+		state = StateRetrying
 	}
 	d.lagRecords.Set(float64(lag))
 	d.lagSeconds.Set(lagSec)
 	d.inflight.Set(float64(l.inflight))
-	d.buffered.Set(float64(l.buffered))
+	d.buffered.Set(float64(l.mem.buffered()))
 	d.setState(func(s *Status) {
 		s.State, s.Cursor, s.LagRecords, s.LagSeconds = state, l.cursor, lag, lagSec
-		s.InFlight, s.Concurrency, s.Partitions, s.Buffered = l.inflight, l.limit, len(l.parts), l.buffered
+		s.InFlight, s.Concurrency, s.Partitions, s.Buffered = l.inflight, l.limit, len(l.parts), l.mem.buffered()
 		s.CatchingUp = len(l.joined)
 		s.Delivered, s.DeadLettered = l.delivered, l.deadLettered
 		if l.lastErr != "" {

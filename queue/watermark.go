@@ -19,7 +19,8 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 	}
 	req := &commitReq{p: p, records: len(batch) + p.carryRecs}
 	l.unhold(p)
-	l.throttles = 0
+	l.sendDelivered(p)
+	l.flow.delivered()
 	at := time.Now()
 	dead := func(r *sinks.Record, reason string) {
 		req.ops.Put(d.name, deadKey(r.Seq), encodeDeadLetter(r, reason, at))
@@ -50,20 +51,15 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 	low := l.lowWatermark()
 	if last > low {
 		req.ops.Put(d.name, markKey(p.key), u64(last))
-		l.marks[p.key] = last
-	} else if _, ok := l.marks[p.key]; ok {
+		l.marks.set(p.key, last)
+	} else if _, ok := l.marks.get(p.key); ok {
 		req.ops.Delete(d.name, markKey(p.key))
-		delete(l.marks, p.key)
+		l.marks.del(p.key)
 	}
 	if low > l.cursor {
 		req.ops.SetCursor(d.name, low)
 		l.cursor = low
-		for k, m := range l.marks {
-			if m <= low {
-				req.ops.Delete(d.name, markKey(k))
-				delete(l.marks, k)
-			}
-		}
+		l.marks.takeUpTo(low, func(k string) { req.ops.Delete(d.name, markKey(k)) })
 	}
 	clear(batch) // its array may hold the partition's queue too: let these bodies go
 	l.commits <- req
@@ -90,19 +86,21 @@ func (l *loop) dropForced(now time.Time) {
 // records is given up, and the partition's records after them are read
 // again.
 func (l *loop) dropPart(p *partition, pos uint64, now time.Time) {
-	if p.carry != nil && p.carryFirst <= pos && !p.busy {
+	if p.carry != nil && p.carryFirst <= pos && !p.busy() {
 		l.release(p, pos+1, now)
 		return
 	}
-	if n := len(p.batch); n > 0 && !p.busy && p.batch[0].Seq <= pos {
+	if n := len(p.batch); n > 0 && !p.busy() && p.batch[0].Seq <= pos {
 		p.batch = dropUpTo(p.batch, pos)
+		if len(p.batch) == 0 {
+			l.batchDropped(p)
+		}
 		mem := 0
 		for i := range p.batch {
 			mem += recordMem(&p.batch[i])
 		}
-		l.buffered += mem - p.batchMem
-		l.batched += mem - p.batchMem
 		p.batchMem = mem
+		l.touch(p)
 	}
 	if n := len(p.queue); n > 0 && p.queue[0].Seq <= pos {
 		p.queue = dropUpTo(p.queue, pos)
@@ -113,12 +111,11 @@ func (l *loop) dropPart(p *partition, pos uint64, now time.Time) {
 			size += int(p.sizes[i])
 			mem += recordMem(&p.queue[i])
 		}
-		l.buffered += mem - p.mem
 		p.size, p.mem = size, mem
 		if len(p.queue) > 0 {
 			p.resetSpan()
 		}
-		l.recount(p)
+		l.touch(p)
 	}
 	if p.spillFrom != 0 && p.spillFrom <= pos {
 		p.spillFrom = pos + 1
@@ -152,22 +149,13 @@ func (l *loop) advanceIdle() {
 	if low <= l.cursor || l.idlePending {
 		return
 	}
+	if len(l.commits) == cap(l.commits) {
+		return // deliveries are queued for commit: they carry the cursor
+	}
 	req := &commitReq{}
 	req.ops.SetCursor(l.d.name, low)
-	for k, m := range l.marks {
-		if m <= low {
-			req.ops.Delete(l.d.name, markKey(k))
-		}
-	}
-	select {
-	case l.commits <- req:
-		l.idlePending = true
-		l.cursor = low
-		for k, m := range l.marks {
-			if m <= low {
-				delete(l.marks, k)
-			}
-		}
-	default: // deliveries are queued for commit: they carry the cursor
-	}
+	l.marks.takeUpTo(low, func(k string) { req.ops.Delete(l.d.name, markKey(k)) })
+	l.commits <- req // the loop alone sends: there is room
+	l.idlePending = true
+	l.cursor = low
 }
