@@ -90,6 +90,9 @@ func cpuTime(b *testing.B) time.Duration {
 // handed to Partition, one for the one handed to Size, plus a queue grown
 // by doubling).
 func TestDrainAllocations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: drains enough records to count allocations; make test runs it")
+	}
 	const n = 50000
 	for _, parts := range []int{1, 100} {
 		w, err := wal.Open(t.TempDir(), wal.Options{})

@@ -62,6 +62,9 @@ func (s *testSink) taken(last uint64) int {
 // read back a little at a time and every piece waited out MaxAge: one
 // batch per flush interval, one S3 object per max_object_age.
 func TestCatchUpAfterOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: outages and catch-ups of both sinks, with and without carries; make test runs it")
+	}
 	for _, c := range []catchUpCase{
 		{"one partition", 1, false},
 		{"100 partitions", 100, false},

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/logfwd/forwarder/internal/testseed"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -177,6 +178,9 @@ func readDelivered(t *testing.T, path string) map[uint64][]delivery {
 // batch that was in flight at a kill: at most one batch per partition per
 // kill. QUEUE_CRASH_RUNS sets the number of kills (make crash: 100).
 func TestCrashRestartDeliversAndDuplicatesOnlyInFlight(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a SIGKILL loop of a child process; make test runs it")
+	}
 	crashLoop(t, false, crashMaxRecs)
 }
 
@@ -185,6 +189,9 @@ func TestCrashRestartDeliversAndDuplicatesOnlyInFlight(t *testing.T) {
 // delivered, and what a kill re-sends is at most one delivery of a carry
 // and its batch per partition.
 func TestCrashRestartWithCarries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a SIGKILL loop of a child process; make test runs it")
+	}
 	crashLoop(t, true, crashCarryRecs)
 }
 
@@ -194,11 +201,7 @@ func crashLoop(t *testing.T, carry bool, maxDelivery int) {
 		runs, _ = strconv.Atoi(v)
 	}
 	dir := t.TempDir()
-	seed := time.Now().UnixNano()
-	if v := os.Getenv("QUEUE_CRASH_SEED"); v != "" {
-		seed, _ = strconv.ParseInt(v, 10, 64)
-	}
-	t.Logf("seed %d (QUEUE_CRASH_SEED replays the kill times)", seed)
+	seed := testseed.Seed(t, "QUEUE_CRASH_SEED", "the kill times")
 	rng := rand.New(rand.NewSource(seed))
 	for run := 0; run < runs; run++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")

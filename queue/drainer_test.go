@@ -344,6 +344,9 @@ func TestSinkPermanentPausesWithOneLine(t *testing.T) {
 // TestStalledSinkDoesNotSlowOtherOrAppends runs two sinks on one WAL: one
 // stalls for minutes, the other and the appends go on at full pace.
 func TestStalledSinkDoesNotSlowOtherOrAppends(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a stalled sink beside a running one for seconds; make test runs it")
+	}
 	synctest.Test(t, func(t *testing.T) {
 		w := openWAL(t, wal.Options{})
 		defer w.Close()
@@ -383,6 +386,9 @@ func TestStalledSinkDoesNotSlowOtherOrAppends(t *testing.T) {
 // also when the sink carries records (a carry holding dropped ones is
 // given up and the rest read again).
 func TestDropOldestDropsExactlyWhatItCounts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: fills a WAL with drop_oldest; make test runs it")
+	}
 	for _, carry := range []int{0, 1 << 20} {
 		t.Run(fmt.Sprintf("carry %d", carry), func(t *testing.T) { dropOldest(t, carry) })
 	}
@@ -762,6 +768,9 @@ func TestDestinationDownIsProbedOneBatchAtATime(t *testing.T) {
 // more than MaxBufferedBytes of queued records), however much arrives; then
 // everything is delivered, once.
 func TestMemoryBoundWhileDestinationDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a destination down under load, measuring memory; make test runs it")
+	}
 	synctest.Test(t, func(t *testing.T) {
 		w := openWAL(t, wal.Options{})
 		defer w.Close()

@@ -13,6 +13,9 @@ import (
 // transaction across another one and deadlock with a writer that grows the
 // file; sinkState.Scan hands the pairs over after its transaction ends.
 func TestStateScanAllowsNestedWALCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a long scan with WAL calls nested in it; make test runs it")
+	}
 	w := openWAL(t, wal.Options{}) // closed only on success: a deadlocked WAL cannot close
 	st := &sinkState{w: w, name: "s"}
 	ctx := context.Background()

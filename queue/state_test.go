@@ -15,6 +15,9 @@ import (
 // range of a quiet partition's batch can span much of the WAL, and a
 // restart that rebuilt it must not need that much memory.
 func TestReadRangeHoldsOnlyKept(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: reads a large WAL range and measures the heap; make test runs it")
+	}
 	w := openWAL(t, wal.Options{})
 	defer w.Close()
 	const n, bodySize = 60_000, 1000 // about 60 MB of bodies
