@@ -42,15 +42,21 @@ func appendPutBody(dst []byte, group, stream, token string, evs []event) []byte 
 	return append(dst, '}')
 }
 
-// putBodyBytes is how many bytes appendPutBody appends at most for evs,
-// when no message needs an escape: the buffer's starting size.
+// putBodyBytes is how many bytes appendPutBody appends at most for evs
+// when no message holds a control character (which takes up to six bytes)
+// and the names and token need no escapes: the buffer's size, so that it
+// is not grown and copied while the body is built. A message that is a
+// JSON document escapes every quote.
 func putBodyBytes(group, stream, token string, evs []event) int {
 	n := len(`{"logEvents":[],"logGroupName":"","logStreamName":"","sequenceToken":""}`) + len(group) + len(stream) + len(token)
 	for i := range evs {
-		n += len(`{"message":"","timestamp":},`) + len(evs[i].msg) + 20
+		m := evs[i].msg
+		n += len(`{"message":"","timestamp":},`) + 20 + len(m) + bytes.Count(m, quote) + bytes.Count(m, backslash)
 	}
 	return n
 }
+
+var quote, backslash = []byte{'"'}, []byte{'\\'}
 
 // bodyID names the serialize step that puts the prebuilt body in place.
 const bodyID = "forwarder.PutLogEventsBody"

@@ -52,7 +52,7 @@ func (s *Sink) messageBytes(r *sinks.Record) []byte {
 // it) whatever its age, so that a record is never dead-lettered after part
 // of it was delivered.
 func (s *Sink) events(recs []sinks.Record, now time.Time, delivered func(*event) bool) ([]event, []sinks.Rejection) {
-	var evs []event
+	evs := make([]event, 0, len(recs)) // one event a record but for split messages
 	var rejected []sinks.Rejection
 	oldest := now.Add(-maxAge).UnixMilli()
 	newest := now.Add(maxFuture).UnixMilli()
@@ -88,7 +88,7 @@ func sortEvents(evs []event) {
 // allEvents are the events of recs, sorted as events sorts them, with no
 // record left out for its age: what Recover rebuilds a call from.
 func (s *Sink) allEvents(recs []sinks.Record) []event {
-	var evs []event
+	evs := make([]event, 0, len(recs))
 	for i := range recs {
 		evs, _ = s.recordEvents(evs, &recs[i], recs[i].Time/int64(time.Millisecond), nil)
 	}
