@@ -12,10 +12,10 @@
 #      forward connections while both sinks deliver to `loadgen standin` (an endpoint that
 #      accepts everything at once): time from the first record sent to the last delivery
 #      of the later sink, records/s, forwarder CPU-seconds and us per record, peak RssAnon.
-# BENCH_PARTS picks the parts (default "ingest backlog drain both"); BENCH_REPEAT runs each
+# BENCH_FORWARDER runs another build of the forwarder. BENCH_PARTS picks the parts (default "ingest backlog drain both"); BENCH_REPEAT runs each
 # ingest and both run that many times (default 1) and prints the median's line last;
 # BENCH_PPROF=DIR turns admin.pprof on and saves a CPU profile of each run (its first
-# BENCH_PPROF_SECONDS, default 4) in DIR. It needs the ports of `forwarder dev` (24224,
+# BENCH_PPROF_SECONDS, default 4) and of what it allocated in DIR. It needs the ports of `forwarder dev` (24224,
 # 8080, 9880, 4566, 4567) and 25224, 18080, 19880, 4599 free, and about three times
 # BENCH_BACKLOG of disk in BENCH_DIR (default a new directory under /tmp). Run it on an
 # otherwise idle machine: the figures depend on it; `cat /proc/loadavg` is printed with
@@ -44,7 +44,7 @@ done
 
 echo "building into $dir"
 (cd "$root" && go build -o "$dir/forwarder" ./cmd/forwarder && go build -o "$dir/loadgen" ./cmd/loadgen)
-fwd=$dir/forwarder
+fwd=${BENCH_FORWARDER:-$dir/forwarder} # another build of the forwarder, to compare
 loadgen=$dir/loadgen
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_EC2_METADATA_DISABLED=true
 
@@ -121,14 +121,20 @@ watch() {
 # BENCH_PPROF_SECONDS into BENCH_PPROF/NAME.pprof (when BENCH_PPROF is set);
 # profiled waits for it (call it before stopping the forwarder).
 PROF=
+PROF_NAME=
 profile() {
 	[ -n "$pprof" ] || return 0
 	mkdir -p "$pprof"
 	curl -s -o "$pprof/$1.pprof" "http://127.0.0.1:19880/debug/pprof/profile?seconds=$pprof_secs" &
 	PROF=$!
+	PROF_NAME=$1
 }
+# profiled also saves what the run allocated (BENCH_PPROF/NAME.allocs).
 profiled() {
-	if [ -n "$PROF" ]; then wait "$PROF" || true; fi
+	if [ -n "$PROF" ]; then
+		wait "$PROF" || true
+		curl -s -o "$pprof/$PROF_NAME.allocs" http://127.0.0.1:19880/debug/pprof/allocs
+	fi
 	PROF=
 }
 
