@@ -26,7 +26,7 @@ func appendPutBody(dst []byte, group, stream, token string, evs []event) []byte 
 			dst = append(dst, ',')
 		}
 		dst = append(dst, `{"message":`...)
-		dst, _, _ = jsonstr.AppendGrow(dst, evs[i].msg, nil) // nil: grows as append does, no error
+		dst = appendMessage(dst, evs[i].msg)
 		dst = append(dst, `,"timestamp":`...)
 		dst = strconv.AppendInt(dst, evs[i].ts, 10)
 		dst = append(dst, '}')
@@ -41,6 +41,44 @@ func appendPutBody(dst []byte, group, stream, token string, evs []event) []byte 
 	}
 	return append(dst, '}')
 }
+
+// appendMessage appends msg as a JSON string. A message is valid UTF-8
+// (events repairs one that is not), so only `"`, `\` and the control
+// characters are escaped, as encoding/json escapes them (internal/jsonstr
+// has the same escapes); a message that is a JSON document has a quote
+// every few bytes, and a byte at a time with a table beats eight at a time
+// there.
+func appendMessage(dst, msg []byte) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i, c := range msg {
+		e := messageEscapes[c]
+		if e == 0 {
+			continue
+		}
+		dst = append(dst, msg[start:i]...)
+		if e == 'u' {
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		} else {
+			dst = append(dst, '\\', e)
+		}
+		start = i + 1
+	}
+	dst = append(dst, msg[start:]...)
+	return append(dst, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// messageEscapes is, for each byte, what follows the backslash of its
+// escape ('u': \u00XX), or 0 for a byte written as it is.
+var messageEscapes = func() (e [256]byte) {
+	for c := range 0x20 {
+		e[c] = 'u'
+	}
+	e['\n'], e['\r'], e['\t'], e['"'], e['\\'] = 'n', 'r', 't', '"', '\\'
+	return e
+}()
 
 // putBodyBytes is how many bytes appendPutBody appends at most for evs
 // when no message holds a control character (which takes up to six bytes)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math/rand"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -87,6 +88,33 @@ func TestPutBodyMatchesSDK(t *testing.T) {
 		}
 		if targets[i] != targets[i+1] || !strings.HasPrefix(targets[i], "Logs_20140328.PutLogEvents application/x-amz-json-1.1 AWS4-HMAC-SHA256") {
 			t.Errorf("headers differ: SDK %q, built %q", targets[i], targets[i+1])
+		}
+	}
+}
+
+// TestAppendMessageRoundTrip: every message, of every byte value below
+// 0x80 and of valid UTF-8 beyond, reads back from the JSON appendMessage
+// writes as the message itself.
+func TestAppendMessageRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	runes := []rune{'é', '日', '😀', '\u2028', 0x7f, 0xfffd}
+	for i := range 2000 {
+		var b strings.Builder
+		for range r.Intn(40) {
+			if r.Intn(4) == 0 {
+				b.WriteRune(runes[r.Intn(len(runes))])
+			} else {
+				b.WriteByte(byte(r.Intn(0x80)))
+			}
+		}
+		msg := b.String()
+		if i < 0x80 {
+			msg = string(rune(i)) // each byte below 0x80 alone
+		}
+		out := appendMessage([]byte("x"), []byte(msg))
+		var got string
+		if err := json.Unmarshal(out[1:], &got); err != nil || got != msg || out[0] != 'x' {
+			t.Fatalf("message %q: wrote %q, read back %q (%v)", msg, out, got, err)
 		}
 	}
 }
