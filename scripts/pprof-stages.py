@@ -21,7 +21,7 @@ STAGES = [
     ("S3 lines, gzip and upload", r"sinks/s3sink\.", r"."),
     ("HTTP client transport (both sinks)", r"net/http\.\(\*persistConn\)", r"."),
     ("WAL read", r"wal\.\(\*Reader\)|wal\.\(\*WAL\)\.read", r"."),
-    ("WAL append (commit, s2, fsync)", r"wal\.\(\*writer\)", r"."),
+    ("WAL append (s2, commit, fsync)", r"wal\.\(\*writer\)|wal\.encodeEntries|wal\.sealEntry", r"."),
     ("forward decode and transcode", r"inputs/forward\.", r"."),
     ("HTTP input", r"inputs/httpin\.", r"."),
     ("drainer (queue)", r"forwarder/queue\.", r"."),
