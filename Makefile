@@ -76,7 +76,8 @@ bench-go: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s -timeout 30m ./...
 
 # The real binary driven by cmd/loadgen: ingest, a backlog (BENCH_BACKLOG, default 1GiB),
-# a drain to both sinks, then the catch-up after an outage; see scripts/bench-e2e.sh,
+# a drain to both sinks, 1,000,000 records into both sinks at loadgen standin, then the
+# catch-up after an outage; see scripts/bench-e2e.sh,
 # scripts/bench-catchup.sh and BENCHMARKS.md.
 bench-e2e: bench-tools
 	scripts/bench-e2e.sh

@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"sort"
 	"testing"
+	"time"
+	"unsafe"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -204,4 +206,74 @@ func TestNextIntoDamagedHeader(t *testing.T) {
 	if grown := after.TotalAlloc - before.TotalAlloc; grown > 16<<20 {
 		t.Fatalf("three reads over a damaged header allocated %d MiB", grown>>20)
 	}
+}
+
+// TestNextIntoWaitingKeepsSmallBuffer: a reader that has caught up and waits
+// for appends keeps a buffer the size of the reads that follow appends, and
+// decodes the next read into it; a buffer past maxWaitingBuffer goes.
+func TestNextIntoWaitingKeepsSmallBuffer(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	r := rand.New(rand.NewSource(3))
+	for i := range 3 {
+		appendT(t, w, makeRecords(r, fmt.Sprint(i), 200, 250), "")
+	}
+	ctx := context.Background()
+	var buf ReadBuffer
+	rd := w.NewReader(1)
+	for range 2 { // the second read decodes into the memory the first one sized
+		if _, err := rd.NextInto(ctx, 200, 0, &buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cap(buf.raw) == 0 || cap(buf.raw) > 1<<20 {
+		t.Fatalf("buffer of %d bytes after two reads of 200 records", cap(buf.raw))
+	}
+	mem := buf.raw[:cap(buf.raw)]
+	got := make(chan []Record, 1)
+	third := make(chan struct{})
+	go func() { // reads the third batch, then waits
+		if _, err := rd.NextInto(ctx, 200, 0, &buf); err != nil {
+			t.Error(err)
+		}
+		close(third)
+		recs, err := rd.NextInto(ctx, 200, 0, &buf)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- recs
+	}()
+	<-third
+	time.Sleep(20 * time.Millisecond) // waiting for appends now
+	appendT(t, w, makeRecords(r, "after", 100, 250), "")
+	recs := <-got
+	if len(recs) != 100 || recs[0].Seq != 601 {
+		t.Fatalf("read %d records from %d, want 100 from 601", len(recs), recs[0].Seq)
+	}
+	if !within(recs[0].Body, mem) {
+		t.Errorf("the read after waiting decoded into new memory, not into the buffer of %d bytes", cap(buf.raw))
+	}
+
+	// A buffer past maxWaitingBuffer is not kept while waiting.
+	big := ReadBuffer{raw: make([]byte, 0, 2<<20)}
+	done := make(chan []Record, 1)
+	go func() {
+		recs, err := rd.NextInto(ctx, 200, 0, &big)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- recs
+	}()
+	time.Sleep(20 * time.Millisecond)
+	appendT(t, w, makeRecords(r, "later", 10, 250), "")
+	<-done
+	if cap(big.raw) >= 2<<20 {
+		t.Errorf("a buffer of %d bytes was kept while the reader waited", cap(big.raw))
+	}
+}
+
+// within reports whether b's bytes lie in mem's memory.
+func within(b, mem []byte) bool {
+	p, lo := uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(unsafe.Pointer(unsafe.SliceData(mem)))
+	return p >= lo && p < lo+uintptr(len(mem))
 }

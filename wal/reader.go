@@ -24,6 +24,13 @@ func (w *WAL) ReadInto(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) (
 	return w.read(from, maxRecords, maxBytes, buf)
 }
 
+// A ReadBuffer kept while a reader waits for appends holds at most about
+// this many bytes of records and records (see NextInto).
+const (
+	maxWaitingBuffer  = 1 << 20
+	maxWaitingRecords = 16 << 10
+)
+
 // A ReadBuffer is memory that reads decode into again and again (see
 // Reader.NextInto and ReadInto): the records of one read and their bytes.
 type ReadBuffer struct {
@@ -226,9 +233,12 @@ func (r *Reader) NextInto(ctx context.Context, maxRecords, maxBytes int, buf *Re
 			r.next = recs[len(recs)-1].Seq + 1
 			return recs, nil
 		}
-		if buf != nil {
+		if buf != nil && (cap(buf.raw) > maxWaitingBuffer || cap(buf.recs) > maxWaitingRecords) {
 			// Caught up: the reads to come are of what is appended from
-			// now on; a buffer sized for a backlog is not kept while waiting.
+			// now on; a buffer sized for a backlog is not kept while
+			// waiting. One the size of such reads is: a reader that keeps
+			// up with appends would otherwise decode every read into new
+			// memory.
 			*buf = ReadBuffer{}
 		}
 		if err := r.w.Wait(ctx, r.next); err != nil {

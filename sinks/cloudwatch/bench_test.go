@@ -3,6 +3,9 @@ package cloudwatch
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/emulator/cloudwatchlogs"
 	"github.com/logfwd/forwarder/queue"
+	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -220,4 +224,79 @@ func BenchmarkRecoverStreams(b *testing.B) {
 			b.ReportMetric(b.Elapsed().Seconds()/float64(b.N), "s/resolution")
 		})
 	}
+}
+
+// BenchmarkPartition renders the log group and stream of a record (the
+// default templates: two fields of the body and the host name) per op.
+func BenchmarkPartition(b *testing.B) {
+	s, err := New(context.Background(), "cw", baseCfg("http://127.0.0.1:1"), Options{Hostname: "bench", AWS: staticAWS(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	recs := benchRecords(1000, 10, time.Now())
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		r := &recs[i%len(recs)]
+		s.Partition(&sinks.Record{Seq: uint64(i), Time: r.Time, Tag: r.Tag, Body: r.Body})
+	}
+}
+
+// BenchmarkRequest builds the events of one full call (10,000 records of
+// about 250 bytes, or the 1 MiB limit) and its request body, per op: what
+// Send does per call before the SDK signs and sends it.
+func BenchmarkRequest(b *testing.B) {
+	s, err := New(context.Background(), "cw", baseCfg("http://127.0.0.1:1"), Options{Hostname: "bench", AWS: staticAWS(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	wrecs := benchRecords(4000, 1, now)
+	recs := make([]sinks.Record, len(wrecs))
+	for i, r := range wrecs {
+		recs[i] = sinks.Record{Seq: uint64(i + 1), Time: r.Time, Tag: r.Tag, Body: r.Body}
+	}
+	b.ReportAllocs()
+	var body []byte
+	for b.Loop() {
+		evs, _ := s.events(recs, now, nil)
+		for _, c := range calls(evs) {
+			body = appendPutBody(body[:0], "/eks/shop", "catalog-0-bench", "", c)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(recs)), "ns/record")
+}
+
+// BenchmarkPut makes one PutLogEvents call of 4,000 records of about 250
+// bytes per op through the SDK (body, signing, HTTP) to a local server that
+// reads the request and answers at once: Send's cost per call but the
+// intent's commit. The server's CPU counts too.
+func BenchmarkPut(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		io.WriteString(w, `{}`)
+	}))
+	defer srv.Close()
+	s, err := New(context.Background(), "cw", baseCfg(srv.URL), Options{Hostname: "bench", AWS: staticAWS(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	wrecs := benchRecords(4000, 1, now)
+	recs := make([]sinks.Record, len(wrecs))
+	for i, r := range wrecs {
+		recs[i] = sinks.Record{Seq: uint64(i + 1), Time: r.Time, Tag: r.Tag, Body: r.Body}
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		evs, _ := s.events(recs, now, nil)
+		for _, c := range calls(evs) {
+			if _, err := s.put(ctx, "/eks/shop", "catalog-0-bench", c); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(recs)), "ns/record")
 }

@@ -1,8 +1,9 @@
 package cloudwatch
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -24,18 +25,17 @@ const (
 
 // event is one log event and the record it came from.
 type event struct {
-	ts   int64 // milliseconds
-	msg  string
+	ts int64 // milliseconds
+	// msg is the message; it shares the record's bytes (no copy per event)
+	// unless the message had to be split or its UTF-8 repaired, and lives
+	// no longer than the Send or Recover that made it.
+	msg  []byte
 	seq  uint64
 	part int // index of the part of a split message; 0 for a message that is not split
 }
 
-// message returns what a record ships as: its body, or the message_key field.
-func (s *Sink) message(r *sinks.Record) string {
-	return string(s.messageBytes(r))
-}
-
-// messageBytes is message without the copy: Size needs only its length.
+// messageBytes is what a record ships as: its body, or the message_key
+// field.
 func (s *Sink) messageBytes(r *sinks.Record) []byte {
 	if s.messageKey != nil {
 		if v, ok := template.Lookup(r.Body, s.messageKey); ok && len(v) > 0 {
@@ -52,7 +52,7 @@ func (s *Sink) messageBytes(r *sinks.Record) []byte {
 // it) whatever its age, so that a record is never dead-lettered after part
 // of it was delivered.
 func (s *Sink) events(recs []sinks.Record, now time.Time, delivered func(*event) bool) ([]event, []sinks.Rejection) {
-	var evs []event
+	evs := make([]event, 0, len(recs)) // one event a record but for split messages
 	var rejected []sinks.Rejection
 	oldest := now.Add(-maxAge).UnixMilli()
 	newest := now.Add(maxFuture).UnixMilli()
@@ -72,27 +72,45 @@ func (s *Sink) events(recs []sinks.Record, now time.Time, delivered func(*event)
 			rejected = append(rejected, sinks.Rejection{Seq: r.Seq, Reason: "too_new"})
 		}
 	}
-	sort.SliceStable(evs, func(i, j int) bool { return evs[i].ts < evs[j].ts })
+	sortEvents(evs)
 	return evs, rejected
+}
+
+// sortEvents sorts events by time, stably. A stream's records mostly come
+// in time order already: then there is nothing to move.
+func sortEvents(evs []event) {
+	byTime := func(a, b event) int { return cmp.Compare(a.ts, b.ts) }
+	if !slices.IsSortedFunc(evs, byTime) {
+		slices.SortStableFunc(evs, byTime)
+	}
 }
 
 // allEvents are the events of recs, sorted as events sorts them, with no
 // record left out for its age: what Recover rebuilds a call from.
 func (s *Sink) allEvents(recs []sinks.Record) []event {
-	var evs []event
+	evs := make([]event, 0, len(recs))
 	for i := range recs {
 		evs, _ = s.recordEvents(evs, &recs[i], recs[i].Time/int64(time.Millisecond), nil)
 	}
-	sort.SliceStable(evs, func(i, j int) bool { return evs[i].ts < evs[j].ts })
+	sortEvents(evs)
 	return evs
 }
 
 // recordEvents appends r's events (one, or the parts of a split message)
 // but those delivered reports, and says whether it left one out.
 func (s *Sink) recordEvents(evs []event, r *sinks.Record, ts int64, delivered func(*event) bool) ([]event, bool) {
-	msg := s.message(r)
-	if !utf8.ValidString(msg) { // bodies are valid; a message_key value may not be after unescaping
-		msg = string([]rune(msg))
+	msg := s.messageBytes(r)
+	if !utf8.Valid(msg) { // bodies are valid; a message_key value may not be after unescaping
+		msg = []byte(string([]rune(string(msg))))
+	}
+	if len(msg) <= maxMessage { // one event: no parts to make
+		// Appended before delivered looks at it: an event of its own would
+		// escape to the heap, one per record.
+		evs = append(evs, event{ts: ts, msg: msg, seq: r.Seq})
+		if delivered != nil && delivered(&evs[len(evs)-1]) {
+			return evs[:len(evs)-1], true
+		}
+		return evs, false
 	}
 	skipped := false
 	for i, part := range split(msg) {
@@ -107,12 +125,12 @@ func (s *Sink) recordEvents(evs []event, r *sinks.Record, ts int64, delivered fu
 }
 
 // split cuts a message longer than one event can hold into numbered parts.
-func split(msg string) []string {
+func split(msg []byte) [][]byte {
 	if len(msg) <= maxMessage {
-		return []string{msg}
+		return [][]byte{msg}
 	}
 	chunk := maxMessage - partPrefixSize
-	var chunks []string
+	var chunks [][]byte
 	for len(msg) > 0 {
 		n := min(chunk, len(msg))
 		for n < len(msg) && n > 0 && !utf8.RuneStart(msg[n]) {
@@ -121,9 +139,9 @@ func split(msg string) []string {
 		chunks = append(chunks, msg[:n])
 		msg = msg[n:]
 	}
-	parts := make([]string, len(chunks))
+	parts := make([][]byte, len(chunks))
 	for i, c := range chunks {
-		parts[i] = fmt.Sprintf("[part %d/%d] %s", i+1, len(chunks), c)
+		parts[i] = fmt.Appendf(nil, "[part %d/%d] %s", i+1, len(chunks), c)
 	}
 	return parts
 }

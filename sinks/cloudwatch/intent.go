@@ -119,7 +119,7 @@ func digest(evs []event) string {
 		binary.BigEndian.PutUint64(n[:8], uint64(e.ts))
 		binary.BigEndian.PutUint64(n[8:], uint64(len(e.msg)))
 		h.Write(n[:])
-		h.Write([]byte(e.msg))
+		h.Write(e.msg)
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }

@@ -177,7 +177,7 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string,
 	}
 	need := make(map[eventKey]int, len(call))
 	for _, e := range call {
-		need[eventKey{e.ts, e.msg}]++
+		need[eventKey{e.ts, string(e.msg)}]++
 	}
 	found, earlier, err := s.readWindow(ctx, in, need)
 	if errors.Is(err, errNoRead) {
@@ -264,7 +264,7 @@ func deliveredBy(known []*intent, e *event) bool {
 func unmatched(call []event, found map[eventKey]int) [][2]uint64 {
 	var missing [][2]uint64
 	for _, e := range call {
-		k := eventKey{e.ts, e.msg}
+		k := eventKey{e.ts, string(e.msg)}
 		if found[k] > 0 {
 			found[k]--
 			continue

@@ -575,7 +575,11 @@ func (e *env) copiesOf(stream string) map[string]int { return e.copies("g", stre
 // bigRecord is one record whose message is split into parts: three calls.
 func bigRecord(at time.Time) (wal.Record, []string) {
 	msg := strings.Repeat("abcdefghij", 250000) // 2.5 MB: three parts
-	return wal.Record{Time: at.UnixNano(), Tag: "t", Body: []byte(msg)}, split(msg)
+	var parts []string
+	for _, p := range split([]byte(msg)) {
+		parts = append(parts, string(p))
+	}
+	return wal.Record{Time: at.UnixNano(), Tag: "t", Body: []byte(msg)}, parts
 }
 
 // A batch of several calls whose second call fails sends again the calls
@@ -628,7 +632,7 @@ func TestSeveralCallsCrashResendsOnlyTheRest(t *testing.T) {
 }
 
 func TestUnmatched(t *testing.T) {
-	ev := func(ts int64, msg string, seq uint64) event { return event{ts: ts, msg: msg, seq: seq} }
+	ev := func(ts int64, msg string, seq uint64) event { return event{ts: ts, msg: []byte(msg), seq: seq} }
 	call := []event{ev(1, "a", 1), ev(1, "a", 2), ev(2, "b", 3), ev(3, "c", 4)}
 	for _, c := range []struct {
 		name    string

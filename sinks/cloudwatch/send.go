@@ -80,22 +80,27 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 // and following a legacy service's sequence token.
 func (s *Sink) put(ctx context.Context, group, stream string, evs []event) ([]sinks.Rejection, error) {
 	key := group + "\x00" + stream
+	// The SDK serializes the names and the token; the events go in a body
+	// built here (body.go), which the SDK signs and sends in its place.
 	in := &cloudwatchlogs.PutLogEventsInput{
 		LogGroupName:  aws.String(group),
 		LogStreamName: aws.String(stream),
-		LogEvents:     make([]types.InputLogEvent, len(evs)),
+		LogEvents:     []types.InputLogEvent{},
 	}
-	for i, e := range evs {
-		in.LogEvents[i] = types.InputLogEvent{Timestamp: aws.Int64(e.ts), Message: aws.String(e.msg)}
-	}
+	var body []byte
 	created := false
 	for attempt := 0; ; attempt++ {
-		if tok, ok := s.tokens.get(key); ok && tok != "" {
+		tok, _ := s.tokens.get(key)
+		if tok != "" {
 			in.SequenceToken = aws.String(tok)
 		} else {
 			in.SequenceToken = nil
 		}
-		res, err := s.api.PutLogEvents(ctx, in)
+		if body == nil {
+			body = make([]byte, 0, putBodyBytes(group, stream, tok, evs))
+		}
+		body = appendPutBody(body[:0], group, stream, tok, evs)
+		res, err := s.api.PutLogEvents(ctx, in, withBody(body))
 		if err == nil {
 			s.m.puts.Inc()
 			s.known.put(key, "")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,6 +66,10 @@ type Sink struct {
 	// doubt are then sent again, for the rest of the run.
 	noRead atomic.Bool
 	skewed atomic.Bool // the clock warning was given
+
+	// scratch is where partition renders names, reused record after record.
+	scratchMu sync.Mutex
+	scratch   []byte
 
 	m metrics
 }
@@ -209,26 +214,38 @@ func (s *Sink) Partition(r *sinks.Record) string { return s.partition(r, true) }
 
 // partition is Partition, counting and noting fallbacks and sanitised
 // values only when count is set (Recover renders records a second time).
+// Both names are rendered into the sink's scratch memory and sanitised
+// into the key on the stack: the key is the one allocation per record.
 func (s *Sink) partition(r *sinks.Record, count bool) string {
 	d := &template.Data{Tag: r.Tag, Body: r.Body, Time: time.Unix(0, r.Time)}
-	g, n1 := s.group.Render(d, s.cfg.Fallback)
-	st, n2 := s.stream.Render(d, s.cfg.Fallback)
+	var key [256]byte
+	s.scratchMu.Lock()
+	g, n1 := s.group.Append(s.scratch[:0], d, s.cfg.Fallback)
+	k := appendGroupName(key[:0], g, s.cfg.Fallback)
+	k = append(k, 0)
+	st, n2 := s.stream.Append(g[:0], d, s.cfg.Fallback)
+	k = appendStreamName(k, st, s.cfg.Fallback)
+	if cap(st) <= 4096 {
+		s.scratch = st[:0]
+	}
+	s.scratchMu.Unlock()
 	if !count {
-		return groupName(g, s.cfg.Fallback) + "\x00" + streamName(st, s.cfg.Fallback)
+		return string(k)
 	}
 	if (n1|n2)&template.Missing != 0 {
 		s.m.fallback.Inc()
+		noted := *d // d itself stays on the stack
 		if n1&template.Missing != 0 {
-			s.fallbacks.Note(s.group, d, s.cfg.Fallback)
+			s.fallbacks.Note(s.group, &noted, s.cfg.Fallback)
 		}
 		if n2&template.Missing != 0 {
-			s.fallbacks.Note(s.stream, d, s.cfg.Fallback)
+			s.fallbacks.Note(s.stream, &noted, s.cfg.Fallback)
 		}
 	}
 	if (n1|n2)&template.Sanitised != 0 {
 		s.m.sanitised.Inc()
 	}
-	return groupName(g, s.cfg.Fallback) + "\x00" + streamName(st, s.cfg.Fallback)
+	return string(k)
 }
 
 func splitPartition(p string) (group, stream string) {

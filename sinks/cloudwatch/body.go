@@ -1,0 +1,132 @@
+package cloudwatch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/logfwd/forwarder/internal/jsonstr"
+)
+
+// appendPutBody appends the awsJson1.1 body of one PutLogEvents call to
+// dst: what the SDK's serializer makes of a PutLogEventsInput holding the
+// same events, built from the events' messages as they are instead of an
+// InputLogEvent (two pointers) per event and a second pass of the SDK's
+// own escaper. A message's invalid UTF-8, which events already replaced,
+// would be replaced here too.
+func appendPutBody(dst []byte, group, stream, token string, evs []event) []byte {
+	dst = append(dst, `{"logEvents":[`...)
+	for i := range evs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"message":`...)
+		dst = appendMessage(dst, evs[i].msg)
+		dst = append(dst, `,"timestamp":`...)
+		dst = strconv.AppendInt(dst, evs[i].ts, 10)
+		dst = append(dst, '}')
+	}
+	dst = append(dst, `],"logGroupName":`...)
+	dst, _ = jsonstr.Append(dst, group)
+	dst = append(dst, `,"logStreamName":`...)
+	dst, _ = jsonstr.Append(dst, stream)
+	if token != "" {
+		dst = append(dst, `,"sequenceToken":`...)
+		dst, _ = jsonstr.Append(dst, token)
+	}
+	return append(dst, '}')
+}
+
+// appendMessage appends msg as a JSON string. A message is valid UTF-8
+// (events repairs one that is not), so only `"`, `\` and the control
+// characters are escaped, as encoding/json escapes them (internal/jsonstr
+// has the same escapes); a message that is a JSON document has a quote
+// every few bytes, and a byte at a time with a table beats eight at a time
+// there.
+func appendMessage(dst, msg []byte) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i, c := range msg {
+		e := messageEscapes[c]
+		if e == 0 {
+			continue
+		}
+		dst = append(dst, msg[start:i]...)
+		if e == 'u' {
+			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+		} else {
+			dst = append(dst, '\\', e)
+		}
+		start = i + 1
+	}
+	dst = append(dst, msg[start:]...)
+	return append(dst, '"')
+}
+
+const hexDigits = "0123456789abcdef"
+
+// messageEscapes is, for each byte, what follows the backslash of its
+// escape ('u': \u00XX), or 0 for a byte written as it is.
+var messageEscapes = func() (e [256]byte) {
+	for c := range 0x20 {
+		e[c] = 'u'
+	}
+	e['\n'], e['\r'], e['\t'], e['"'], e['\\'] = 'n', 'r', 't', '"', '\\'
+	return e
+}()
+
+// putBodyBytes is how many bytes appendPutBody appends at most for evs
+// when no message holds a control character (which takes up to six bytes)
+// and the names and token need no escapes: the buffer's size, so that it
+// is not grown and copied while the body is built. A message that is a
+// JSON document escapes every quote.
+func putBodyBytes(group, stream, token string, evs []event) int {
+	n := len(`{"logEvents":[],"logGroupName":"","logStreamName":"","sequenceToken":""}`) + len(group) + len(stream) + len(token)
+	for i := range evs {
+		m := evs[i].msg
+		n += len(`{"message":"","timestamp":},`) + 20 + len(m) + bytes.Count(m, quote) + bytes.Count(m, backslash)
+	}
+	return n
+}
+
+var quote, backslash = []byte{'"'}, []byte{'\\'}
+
+// bodyID names the serialize step that puts the prebuilt body in place.
+const bodyID = "forwarder.PutLogEventsBody"
+
+// withBody makes one PutLogEvents call send body instead of the body the
+// SDK serializes from its input (which then carries the names and token but
+// no events): the SDK still resolves the endpoint, signs (hashing body),
+// sends and decodes the answer and the errors as for any call.
+func withBody(body []byte) func(*cloudwatchlogs.Options) {
+	return func(o *cloudwatchlogs.Options) {
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+			return st.Serialize.Insert(prebuiltBody(body), "OperationSerializer", middleware.After)
+		})
+	}
+}
+
+// prebuiltBody replaces the serialized body of a request.
+type prebuiltBody []byte
+
+func (prebuiltBody) ID() string { return bodyID }
+
+func (b prebuiltBody) HandleSerialize(ctx context.Context, in middleware.SerializeInput, next middleware.SerializeHandler) (
+	middleware.SerializeOutput, middleware.Metadata, error,
+) {
+	req, ok := in.Request.(*smithyhttp.Request)
+	if !ok {
+		return middleware.SerializeOutput{}, middleware.Metadata{}, fmt.Errorf("set PutLogEvents body: unexpected transport type %T", in.Request)
+	}
+	sreq, err := req.SetStream(bytes.NewReader(b))
+	if err != nil {
+		return middleware.SerializeOutput{}, middleware.Metadata{}, fmt.Errorf("set PutLogEvents body: %w", err)
+	}
+	*req = *sreq
+	return next.HandleSerialize(ctx, in)
+}
