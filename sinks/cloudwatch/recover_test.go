@@ -744,6 +744,9 @@ func serviceEvents(t *testing.T, url, group, stream string) map[string]int {
 // Against moto_server: a call that landed is found with moto's
 // GetLogEvents and not sent again; one that did not land is sent again.
 func TestRecoverMoto(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: moto_server, started for the test; make test runs it")
+	}
 	motoURL := mototest.Start(t)
 	e, p, cfg := newProxied(t, setup{target: motoURL, mod: func(c *config.CloudWatch) {
 		c.LogStream = "${tag}"

@@ -378,6 +378,9 @@ func TestNameValuesSanitised(t *testing.T) {
 }
 
 func TestMoto(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: moto_server, started for the test; make test runs it")
+	}
 	url := mototest.Start(t)
 	e := newEnv(t, func(c *config.CloudWatch) { c.Endpoint = url; c.LogGroup = "/moto/${tag}"; c.LogStream = "s" })
 	now := time.Now()
