@@ -126,13 +126,14 @@ func (g *forwardGen) work(c int, o *options, st *stats, stop <-chan struct{}, id
 // build makes the next message (in Message mode, a batch of them).
 // appendTag appends the next message's tag: -tag, or with -tags n the
 // connection's messages go to TAG.0 ... TAG.<n-1> in turn, each connection
-// starting at another one.
+// starting at another one, spread evenly over the tags so that all of them
+// get messages from the start.
 func (fc *fwdConn) appendTag(b []byte) []byte {
 	g := fc.g
 	if g.tags <= 1 {
 		return msgp.AppendString(b, g.tag)
 	}
-	i := (fc.built + uint64(fc.c)) % uint64(g.tags)
+	i := (fc.built + uint64(fc.c)*uint64(g.tags)/uint64(g.conns)) % uint64(g.tags)
 	fc.built++
 	return msgp.AppendString(b, g.tag+"."+strconv.FormatUint(i, 10))
 }
