@@ -141,6 +141,7 @@ type S3 struct {
 	MaxObjectAge       Duration          `yaml:"max_object_age"`      // an open object is closed this long after its first record
 	MaxOpenObjects     int               `yaml:"max_open_objects"`    // objects being filled at once (one per partition)
 	MultipartThreshold Size              `yaml:"multipart_threshold"` // objects this large are uploaded in parts
+	StagingMaxBytes    Size              `yaml:"staging_max_bytes"`   // disk for open objects' members; 0: memory (see StagingDefault)
 	TimeKey            string            `yaml:"time_key"`            // field the event time is added under; empty: none
 	TagKey             string            `yaml:"tag_key"`             // field the tag is added under; empty: none
 	SSE                string            `yaml:"sse"`                 // "", SSEAES256 or SSEKMS

@@ -92,9 +92,10 @@ var (
 		CompressionLevel:   1,
 		MaxObjectBytes:     64 << 20,
 		MaxObjectAge:       Duration(5 * time.Minute),
-		MaxOpenObjects:     256,
+		MaxOpenObjects:     10_000,
 		MultipartThreshold: 16 << 20,
 		TimeKey:            "@timestamp",
+		StagingMaxBytes:    10 * GiB / 8, // an eighth of wal.max_bytes
 	}
 	designCloudWatch = CloudWatch{
 		LogGroup:             "/logs",       // no default: set by the test file
@@ -205,6 +206,7 @@ func TestFullConfig(t *testing.T) {
 					MaxObjectAge:       Duration(10 * time.Minute),
 					MaxOpenObjects:     16,
 					MultipartThreshold: 5 * MiB,
+					StagingMaxBytes:    512 * MiB,
 					TimeKey:            "ts",
 					TagKey:             "tag",
 					SSE:                "aws:kms",
@@ -215,7 +217,7 @@ func TestFullConfig(t *testing.T) {
 				},
 			},
 			{
-				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 64,
+				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 65,
 				CloudWatch: &CloudWatch{
 					Region:               "eu-west-1",
 					Endpoint:             "http://127.0.0.1:4567",

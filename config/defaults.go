@@ -68,9 +68,30 @@ func defaultS3() *S3 {
 		CompressionLevel:   1,
 		MaxObjectBytes:     64 * MiB,
 		MaxObjectAge:       Duration(5 * time.Minute),
-		MaxOpenObjects:     256,
+		MaxOpenObjects:     10_000,
 		MultipartThreshold: 16 * MiB,
 		TimeKey:            "@timestamp",
+		StagingMaxBytes:    stagingAuto,
+	}
+}
+
+// stagingAuto is staging_max_bytes when the file leaves it out: Parse makes it
+// StagingDefault of the WAL's max_bytes.
+const stagingAuto Size = -1
+
+// StagingDefault is an S3 sink's staging_max_bytes when the file leaves it out: an eighth
+// of wal.max_bytes (1.25 GiB of the default 10 GiB). Staged members are compressed copies of
+// records the WAL holds until their objects are uploaded, so they take a fraction of what
+// the WAL may: the disk under data_dir needs room for wal.max_bytes, wal.min_free_bytes and
+// each S3 sink's staging_max_bytes.
+func StagingDefault(walMaxBytes Size) Size { return walMaxBytes / 8 }
+
+// finish fills the defaults that depend on other keys.
+func (c *Config) finish() {
+	for _, s := range c.Sinks {
+		if s.S3 != nil && s.S3.StagingMaxBytes == stagingAuto {
+			s.S3.StagingMaxBytes = StagingDefault(c.WAL.MaxBytes)
+		}
 	}
 }
 

@@ -43,6 +43,7 @@ func Parse(data []byte, filename string) (*Config, error) {
 	}
 	d.decodeStruct(root, reflect.ValueOf(cfg).Elem(), scope{})
 	cfg.file, cfg.pos = filename, c.pos
+	cfg.finish()
 
 	cfg.validate(c)
 	if err := c.err(); err != nil {

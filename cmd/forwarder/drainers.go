@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -48,6 +49,7 @@ type sinkDeps struct {
 	hostname string
 	log      *slog.Logger
 	reg      prometheus.Registerer
+	dataDir  string
 }
 
 // sinkBuilders make a sink's destination from its configuration, by sink type.
@@ -56,7 +58,8 @@ var sinkBuilders = map[string]func(ctx context.Context, s config.Sink, d sinkDep
 		return cloudwatch.New(ctx, s.Name, *s.CloudWatch, cloudwatch.Options{Hostname: d.hostname, Logger: d.log, Registerer: d.reg})
 	},
 	config.SinkS3: func(ctx context.Context, s config.Sink, d sinkDeps) (sinks.Sink, error) {
-		return s3sink.New(ctx, s.Name, *s.S3, s3sink.Options{Hostname: d.hostname, Logger: d.log, Registerer: d.reg})
+		return s3sink.New(ctx, s.Name, *s.S3, s3sink.Options{Hostname: d.hostname, Logger: d.log, Registerer: d.reg,
+			StagingDir: filepath.Join(d.dataDir, "s3-staging", s.Name)})
 	},
 }
 
@@ -72,11 +75,11 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 		if !ok {
 			return nil, nil, fmt.Errorf("sink %q (line %d): no sink of type %q", s.Name, s.Line, s.Type)
 		}
-		dest, err := build(context.Background(), s, sinkDeps{hostname: hostname(), log: log, reg: reg})
+		dest, err := build(context.Background(), s, sinkDeps{hostname: hostname(), log: log, reg: reg, dataDir: cfg.DataDir})
 		if err != nil {
 			return nil, nil, fmt.Errorf("sink %q (line %d): %w", s.Name, s.Line, err)
 		}
-		if s.S3 != nil {
+		if s.S3 != nil && s.S3.StagingMaxBytes == 0 {
 			objectMemoryNotice(log, cfg, s, buffers[s.Name])
 		}
 		d := queue.New(w, s.Name, dest, queue.Options{
@@ -93,8 +96,9 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 	return actors, drainers, nil
 }
 
-// objectMemoryNotice says at start when an S3 sink's memory share likely
-// cannot hold an object of max_object_bytes: an object is held compressed
+// objectMemoryNotice says at start when an S3 sink without staging
+// (staging_max_bytes: 0) likely cannot hold an object of max_object_bytes
+// in its memory share: an object is held compressed
 // until it is uploaded (a carry), and the largest is finished early when
 // half the share is held. It assumes logs compress at least fourfold with
 // gzip or zstd.

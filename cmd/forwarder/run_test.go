@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -311,9 +312,10 @@ func TestRunNotifiesSystemd(t *testing.T) {
 }
 
 // memory_limit sets the runtime's soft limit (seen in /metrics) and sizes the sinks'
-// shares; an S3 sink whose share likely cannot hold an object of max_object_bytes
-// (compressed fourfold, or not at all with compression: none) says so at start, with
-// the memory_limit that would.
+// shares; an S3 sink without staging (staging_max_bytes: 0) whose share likely cannot
+// hold an object of max_object_bytes (compressed fourfold, or not at all with
+// compression: none) says so at start, with the memory_limit that would. A staging sink
+// holds its open objects on disk, and says nothing.
 func TestRunMemoryLimit(t *testing.T) {
 	t.Parallel()
 	cwYAML := `  - name: logs
@@ -331,8 +333,9 @@ func TestRunMemoryLimit(t *testing.T) {
 		logged string // "": no notice
 	}{
 		{"", "", "1.34217728e+08", ""},
-		{"memory_limit: 64MiB\n", "", "6.7108864e+07", notice + " memory_share=16MiB compression=gzip max_object_bytes=64MiB memory_limit_for_max_object_bytes=128MiB"},
-		{"", "    compression: none\n", "1.34217728e+08", notice + " memory_share=32MiB compression=none max_object_bytes=64MiB memory_limit_for_max_object_bytes=512MiB"},
+		{"memory_limit: 64MiB\n", "    staging_max_bytes: 0\n", "6.7108864e+07", notice + " memory_share=16MiB compression=gzip max_object_bytes=64MiB memory_limit_for_max_object_bytes=128MiB"},
+		{"", "    compression: none\n    staging_max_bytes: 0\n", "1.34217728e+08", notice + " memory_share=32MiB compression=none max_object_bytes=64MiB memory_limit_for_max_object_bytes=512MiB"},
+		{"memory_limit: 64MiB\n", "    compression: none\n", "6.7108864e+07", ""},
 	} {
 		adminAddr := freePort(t)
 		path, dataDir := writeConfig(t, c.memory, shortShutdownYAML, inputsYAML, fmt.Sprintf("admin: {listen: %q}\n", adminAddr), sinkYAML+c.sink, cwYAML)
@@ -357,6 +360,10 @@ func TestRunMemoryLimit(t *testing.T) {
 		}
 		if c.logged == "" && strings.Contains(log, notice) {
 			t.Errorf("%q: the object size notice with enough memory:\n%s", c.memory, log)
+		}
+		staging := filepath.Join(dataDir, "s3-staging", "archive")
+		if _, err := os.Stat(staging); (err == nil) == strings.Contains(c.sink, "staging_max_bytes: 0") {
+			t.Errorf("%q %q: staging directory %s: %v", c.memory, c.sink, staging, err)
 		}
 	}
 }

@@ -23,6 +23,7 @@ type forwardGen struct {
 	mode  string
 	tag   string
 	tags  int
+	rate  float64
 }
 
 func (g *forwardGen) register(f *flag.FlagSet) {
@@ -32,6 +33,7 @@ func (g *forwardGen) register(f *flag.FlagSet) {
 	f.StringVar(&g.mode, "mode", "packed", "packed (PackedForward), forward (Forward) or message (Message: one record a message; a batch's messages are written together, then their acks read)")
 	f.StringVar(&g.tag, "tag", "pod.shop", "the messages' tag")
 	f.IntVar(&g.tags, "tags", 1, "spread the messages over this many tags, TAG.0 to TAG.<n-1> (1: TAG alone)")
+	f.Float64Var(&g.rate, "rate", 0, "records a second over all connections, at most (0: as fast as the acks come)")
 }
 
 func (g *forwardGen) check(o *options) error {
@@ -44,6 +46,8 @@ func (g *forwardGen) check(o *options) error {
 		return errors.New("-tag must not be empty")
 	case g.tags < 1:
 		return errors.New("-tags must be at least 1")
+	case g.rate < 0:
+		return errors.New("-rate must not be negative")
 	case o.idsPath != "" && !g.ack:
 		return errors.New("-ids needs -ack: without acks nothing is known to be stored")
 	}
@@ -87,7 +91,25 @@ func (g *forwardGen) work(c int, o *options, st *stats, stop <-chan struct{}, id
 			fc.ids.flush()
 		}
 	}()
+	// With -rate, each connection sends its share: a message every
+	// interval, from a start of its own within the first interval.
+	var interval time.Duration
+	next := time.Now()
+	if g.rate > 0 {
+		interval = time.Duration(float64(o.batch*g.conns) / g.rate * float64(time.Second))
+		next = next.Add(interval * time.Duration(c) / time.Duration(g.conns))
+	}
 	for sent := 0; o.messages == 0 || sent < o.messages; sent++ {
+		if interval > 0 {
+			if d := time.Until(next); d > 0 {
+				select {
+				case <-stop:
+					return
+				case <-time.After(d):
+				}
+			}
+			next = next.Add(interval)
+		}
 		select {
 		case <-stop:
 			return
@@ -104,13 +126,14 @@ func (g *forwardGen) work(c int, o *options, st *stats, stop <-chan struct{}, id
 // build makes the next message (in Message mode, a batch of them).
 // appendTag appends the next message's tag: -tag, or with -tags n the
 // connection's messages go to TAG.0 ... TAG.<n-1> in turn, each connection
-// starting at another one.
+// starting at another one, spread evenly over the tags so that all of them
+// get messages from the start.
 func (fc *fwdConn) appendTag(b []byte) []byte {
 	g := fc.g
 	if g.tags <= 1 {
 		return msgp.AppendString(b, g.tag)
 	}
-	i := (fc.built + uint64(fc.c)) % uint64(g.tags)
+	i := (fc.built + uint64(fc.c)*uint64(g.tags)/uint64(g.conns)) % uint64(g.tags)
 	fc.built++
 	return msgp.AppendString(b, g.tag+"."+strconv.FormatUint(i, 10))
 }

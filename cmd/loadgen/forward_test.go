@@ -561,3 +561,42 @@ func TestForwardTags(t *testing.T) {
 		t.Fatalf("messages by tag %v, want 4 each of pod.x.0, pod.x.1, pod.x.2", tags)
 	}
 }
+
+// -rate paces the connections: about rate records a second in all, not
+// as many as the acks allow.
+func TestForwardRate(t *testing.T) {
+	srv := newFwdServer(t)
+	start := time.Now()
+	code, res, stderr := runLoadgen(t, "forward", "-addr", srv.addr(), "-conns", "4", "-batch", "10", "-size", "50",
+		"-duration", "2s", "-rate", "2000")
+	took := time.Since(start).Seconds()
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	got := 0
+	for _, m := range srv.messages() {
+		got += len(m.records)
+	}
+	if rate := float64(got) / took; rate > 2200 || rate < 1500 {
+		t.Errorf("%d records in %.2f s: %.0f a second, want about 2,000 (result %+v)", got, took, rate, res)
+	}
+}
+
+// The connections start spread over the tags: the first messages of 4
+// connections over 100 tags go to 4 tags a quarter apart, so that every
+// tag gets messages from the start, not only the first ones.
+func TestForwardTagsSpread(t *testing.T) {
+	s := newFwdServer(t)
+	code, _, stderr := runLoadgen(t, "forward", "-addr", s.addr(), "-conns", "4", "-batch", "1", "-messages", "1", "-duration", "0", "-tag", "t", "-tags", "100")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var got []string
+	for _, m := range s.messages() {
+		got = append(got, m.tag)
+	}
+	slices.Sort(got)
+	if want := []string{"t.0", "t.25", "t.50", "t.75"}; !slices.Equal(got, want) {
+		t.Errorf("first tags %v, want %v", got, want)
+	}
+}

@@ -1,7 +1,7 @@
 // Command loadgen sends container-log records to a forwarder and reports
 // what it acknowledged, how fast and how late.
 //
-//	loadgen forward -addr 127.0.0.1:24224 -conns 8 -batch 1000 -size 250 -duration 20s [-ack=true] [-mode packed|forward|message]
+//	loadgen forward -addr 127.0.0.1:24224 -conns 8 -batch 1000 -size 250 -duration 20s [-ack=true] [-mode packed|forward|message] [-tags 1] [-rate 0]
 //	loadgen http -url http://127.0.0.1:8080/v1/logs/pod.shop -clients 8 -batch 1000 -size 250 -duration 20s
 //	loadgen backlog -data DIR -bytes 5GiB
 //	loadgen standin -listen 127.0.0.1:4599

@@ -2,41 +2,75 @@ package s3sink
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"hash"
 
 	"github.com/logfwd/forwarder/sinks"
 )
 
 // openObject is what the sink hands the drainer to carry between sends of
 // a partition (sinks.Carry): an object being built, its records already
-// compressed, member by member. A partition's object can so grow to
-// max_object_bytes in the memory of its compressed bytes rather than in
-// that of its records. It is never changed: taking in another member makes
-// a new one, so that a failed send leaves the carry it was given as it was.
+// compressed, member by member. Its members are staged on disk (path set:
+// the file's first size bytes, see staging) or, without staging or when
+// staging was full as the object began, held in memory (bodies). A
+// partition's object can so grow to max_object_bytes in its file, or in
+// the memory of its compressed bytes, rather than in that of its records.
+// It is never changed: taking in another member makes a new one, so that
+// a failed send leaves the carry it was given as it was (a staged file is
+// written at the carry's size and cut there, so that a member written by a
+// failed send is overwritten by its retry).
 type openObject struct {
 	first, last uint64
 	records     int
-	members     []member
-	lines       int64  // uncompressed bytes of the members
-	max         int64  // max_object_bytes
-	crc         uint32 // CRC-32C of their lines
-	mem         int
+	counts      []int32  // records of each member
+	bodies      [][]byte // the members' bytes, held in memory; nil when staged
+	path        string   // the staged file; "" when held in memory
+	size        int64    // bytes of the members
+	// hash is the SHA-256 state (encoding.BinaryMarshaler) after a staged
+	// object's bytes: its sum is the intent's without reading the file.
+	hash  []byte
+	lines int64  // uncompressed bytes of the members
+	max   int64  // max_object_bytes
+	crc   uint32 // CRC-32C of their lines
+	mem   int
 }
 
 var _ sinks.Carry = (*openObject)(nil)
 
+// Mem is what the object holds in memory: its members' bytes when they
+// are not staged, and its own bookkeeping.
 func (o *openObject) Mem() int { return o.mem }
 
-// memberOverhead is what holding a member costs besides its bytes.
-const memberOverhead = 64
+// memberOverhead is what holding a member in memory costs besides its
+// bytes; stagedMemberOverhead, what a staged member costs (its count).
+// objectOverhead is the object's own: the struct, its file name and hash
+// state.
+const (
+	memberOverhead       = 64
+	stagedMemberOverhead = 8
+	objectOverhead       = 384
+)
 
 // Room is what the object can still take in of lines.
 func (o *openObject) Room() int { return int(max(o.max-o.lines, 0)) }
 
+func (o *openObject) staged() bool { return o != nil && o.path != "" }
+
+// members lists the records of each member, for the intent.
+func (o *openObject) members() []int {
+	out := make([]int, len(o.counts))
+	for i, n := range o.counts {
+		out[i] = int(n)
+	}
+	return out
+}
+
 // with returns o (nil: none yet) with m, of records first to last, taken
-// in; the object holds at most maxBytes of lines.
+// in memory; the object holds at most maxBytes of lines.
 func (o *openObject) with(m member, first, last uint64, maxBytes int) *openObject {
 	if o == nil {
-		o = &openObject{first: first, max: int64(maxBytes)}
+		o = &openObject{first: first, max: int64(maxBytes), mem: objectOverhead}
 	}
 	if cap(m.body) > len(m.body)+len(m.body)/8 {
 		// The compressor's buffer was sized for a poor ratio: hold only
@@ -45,10 +79,50 @@ func (o *openObject) with(m member, first, last uint64, maxBytes int) *openObjec
 	}
 	return &openObject{
 		first: o.first, last: last, records: o.records + m.records,
-		// Appending may write into o's array past its length: o never
+		// Appending may write into o's arrays past their lengths: o never
 		// sees it, and only the newest carry of a partition is sent on.
-		members: append(o.members, m),
-		lines:   o.lines + m.lines, max: o.max, crc: m.crc,
+		counts: append(o.counts, int32(m.records)),
+		bodies: append(o.bodies, m.body),
+		size:   o.size + int64(len(m.body)),
+		lines:  o.lines + m.lines, max: o.max, crc: m.crc,
 		mem: o.mem + cap(m.body) + memberOverhead,
 	}
+}
+
+// withStaged returns o (nil: none yet) with m, which is written to the
+// staged file at path after o's members, taken in.
+func (o *openObject) withStaged(m member, first, last uint64, maxBytes int, path string) (*openObject, error) {
+	h := sha256.New()
+	if o == nil {
+		o = &openObject{first: first, max: int64(maxBytes), path: path, mem: objectOverhead}
+	} else if err := unmarshalHash(h, o.hash); err != nil {
+		return nil, fmt.Errorf("restore object hash: %w", err)
+	}
+	h.Write(m.body)
+	state, err := h.(interface{ MarshalBinary() ([]byte, error) }).MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("save object hash: %w", err)
+	}
+	return &openObject{
+		first: o.first, last: last, records: o.records + m.records,
+		counts: append(o.counts, int32(m.records)),
+		path:   o.path, size: o.size + int64(len(m.body)), hash: state,
+		lines: o.lines + m.lines, max: o.max, crc: m.crc,
+		mem: o.mem + stagedMemberOverhead,
+	}, nil
+}
+
+// sum is the SHA-256 of a staged object's bytes followed by tail.
+func (o *openObject) sum(tail []byte) ([]byte, error) {
+	h := sha256.New()
+	if err := unmarshalHash(h, o.hash); err != nil {
+		return nil, fmt.Errorf("restore object hash: %w", err)
+	}
+	h.Write(tail)
+	return h.Sum(nil), nil
+}
+
+// unmarshalHash restores h (a SHA-256) to a state saved with MarshalBinary.
+func unmarshalHash(h hash.Hash, state []byte) error {
+	return h.(interface{ UnmarshalBinary([]byte) error }).UnmarshalBinary(state)
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,8 +19,13 @@ import (
 // object is then the members one after the other, which gzip and zstd read
 // as one stream, and its intent names the members, so that a restart
 // rebuilds the same bytes.
+//
+// Staged, the members are written to a file, the carry holds none of their
+// bytes, and the object uploaded from the file has the same bytes as the
+// one built in memory.
 func TestObjectOfMembers(t *testing.T) {
 	srv, url := startEmu(t)
+	built := map[string][]byte{} // by compression: the object built in memory
 	for _, c := range []struct {
 		compression string
 		level       int
@@ -28,110 +35,137 @@ func TestObjectOfMembers(t *testing.T) {
 		{config.CompressionZstd, 1, true},
 		{config.CompressionNone, 0, false},
 	} {
-		t.Run(c.compression, func(t *testing.T) {
-			cfg := testConfig(url)
-			cfg.Key = "members/" + c.compression + "/${tag}/${seq}"
-			cfg.Compression, cfg.CompressionLevel = c.compression, c.level
-			cfg.MaxObjectBytes = config.MiB
-			s := newTestSink(t, cfg)
-			recs := batchRecs("a", 400)
-			st := newMemState(recs)
-			p := s.Partition(&recs[0])
-			puts := srv.Calls()["PutObject"]
-			var carry sinks.Carry
-			room := s.maxBytes
-			for i := 0; i < 400; i += 100 {
-				final := i == 300 && !c.flush
-				size := 0
-				for j := range recs[i : i+100] {
-					size += s.Size(&recs[i+j])
+		for _, staged := range []bool{false, true} {
+			mode := map[bool]string{false: "in memory", true: "staged"}[staged]
+			t.Run(c.compression+" "+mode, func(t *testing.T) {
+				cfg := testConfig(url)
+				cfg.Key = "members/" + c.compression + "/" + strings.ReplaceAll(mode, " ", "-") + "/${tag}/${seq}"
+				cfg.Compression, cfg.CompressionLevel = c.compression, c.level
+				cfg.MaxObjectBytes = config.MiB
+				s := newTestSink(t, cfg)
+				var stagingDir string
+				if staged {
+					s, stagingDir = newStagedSink(t, cfg)
 				}
-				if size > room {
-					t.Fatalf("batch of %d bytes, room %d", size, room)
-				}
-				out, err := s.Send(context.Background(), &sinks.Batch{Partition: p, Records: recs[i : i+100], State: st, Carry: carry, Final: final})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if final {
-					if out.Carry != nil || len(out.DeleteState) != 1 {
-						t.Fatalf("final batch: outcome %+v", out)
+				recs := batchRecs("a", 400)
+				st := newMemState(recs)
+				p := s.Partition(&recs[0])
+				puts := srv.Calls()["PutObject"]
+				var carry sinks.Carry
+				room := s.maxBytes
+				for i := 0; i < 400; i += 100 {
+					final := i == 300 && !c.flush
+					size := 0
+					for j := range recs[i : i+100] {
+						size += s.Size(&recs[i+j])
 					}
-					break
+					if size > room {
+						t.Fatalf("batch of %d bytes, room %d", size, room)
+					}
+					out, err := s.Send(context.Background(), &sinks.Batch{Partition: p, Records: recs[i : i+100], State: st, Carry: carry, Final: final})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if final {
+						if out.Carry != nil || len(out.DeleteState) != 1 {
+							t.Fatalf("final batch: outcome %+v", out)
+						}
+						break
+					}
+					if out.Carry == nil || len(out.DeleteState) != 0 || len(st.intents()) != 0 || srv.Calls()["PutObject"] != puts {
+						t.Fatalf("batch %d: outcome %+v, intents %v, %d uploads: want it carried", i/100, out, st.intents(), srv.Calls()["PutObject"]-puts)
+					}
+					if out.Carry.Mem() <= 0 || out.Carry.Room() != room-size {
+						t.Fatalf("carry: mem %d, room %d, want room %d", out.Carry.Mem(), out.Carry.Room(), room-size)
+					}
+					if o := out.Carry.(*openObject); staged {
+						fi, err := os.Stat(o.path)
+						if err != nil || filepath.Dir(o.path) != stagingDir || fi.Size() != o.size {
+							t.Fatalf("staged carry of %d bytes: file %v, %v", o.size, fi, err)
+						}
+						if max := objectOverhead + stagedMemberOverhead*len(o.counts); out.Carry.Mem() > max || o.bodies != nil {
+							t.Fatalf("staged carry: mem %d, want at most %d, none of the members' bytes", out.Carry.Mem(), max)
+						}
+					} else if out.Carry.Mem() < int(o.size) {
+						t.Fatalf("carry in memory: mem %d for %d bytes of members", out.Carry.Mem(), o.size)
+					}
+					carry, room = out.Carry, out.Carry.Room()
 				}
-				if out.Carry == nil || len(out.DeleteState) != 0 || len(st.intents()) != 0 || srv.Calls()["PutObject"] != puts {
-					t.Fatalf("batch %d: outcome %+v, intents %v, %d uploads: want it carried", i/100, out, st.intents(), srv.Calls()["PutObject"]-puts)
+				if c.flush {
+					if _, err := s.Send(context.Background(), &sinks.Batch{Partition: p, State: st, Carry: carry, Final: true}); err != nil {
+						t.Fatal(err)
+					}
 				}
-				if out.Carry.Mem() <= 0 || out.Carry.Room() != room-size {
-					t.Fatalf("carry: mem %d, room %d, want room %d", out.Carry.Mem(), out.Carry.Room(), room-size)
+				if n := srv.Calls()["PutObject"] - puts; n != 1 {
+					t.Fatalf("%d uploads, want 1", n)
 				}
-				carry, room = out.Carry, out.Carry.Room()
-			}
-			if c.flush {
-				if _, err := s.Send(context.Background(), &sinks.Batch{Partition: p, State: st, Carry: carry, Final: true}); err != nil {
+				if n := stagedFiles(t, stagingDir); staged && n != 0 {
+					t.Errorf("%d files staged once the object is uploaded", n)
+				}
+				keys := st.intents()
+				if len(keys) != 1 {
+					t.Fatalf("intents %v", keys)
+				}
+				raw, _ := st.Get([]byte(keys[0]))
+				var in intent
+				if err := json.Unmarshal(raw, &in); err != nil {
 					t.Fatal(err)
 				}
-			}
-			if n := srv.Calls()["PutObject"] - puts; n != 1 {
-				t.Fatalf("%d uploads, want 1", n)
-			}
-			keys := st.intents()
-			if len(keys) != 1 {
-				t.Fatalf("intents %v", keys)
-			}
-			raw, _ := st.Get([]byte(keys[0]))
-			var in intent
-			if err := json.Unmarshal(raw, &in); err != nil {
-				t.Fatal(err)
-			}
-			if want := []int{100, 100, 100, 100}; c.flush {
-				if !equalInts(in.Members, want) {
-					t.Errorf("intent members %v, want %v", in.Members, want)
+				if want := []int{100, 100, 100, 100}; c.flush {
+					if !equalInts(in.Members, want) {
+						t.Errorf("intent members %v, want %v", in.Members, want)
+					}
+				} else if !equalInts(in.Members, want) || in.Records != 400 || in.First != recs[0].Seq || in.Last != recs[399].Seq {
+					t.Errorf("intent %s", raw)
 				}
-			} else if !equalInts(in.Members, want) || in.Records != 400 || in.First != recs[0].Seq || in.Last != recs[399].Seq {
-				t.Errorf("intent %s", raw)
-			}
-			key := strings.TrimPrefix(keys[0], intentPrefix)
-			objs := readObjects(t, newReader(t, url), key)
-			if len(objs) != 1 || len(objs[0].Lines) != 400 {
-				t.Fatalf("%d objects under %s", len(objs), key)
-			}
-			whole, err := s.enc.build(recs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got, want := strings.Join(objs[0].Lines, "\n")+"\n", string(decompress(t, objs[0].ContentEncoding, whole.body)); got != want {
-				t.Fatal("the object's lines are not those of its records")
-			}
-			if c.compression == config.CompressionGzip {
-				// An independent reader: gzip(1) reads the members as one stream.
-				cmd := exec.Command("gzip", "-dc")
-				cmd.Stdin = bytes.NewReader(objs[0].Body)
-				out, err := cmd.Output()
+				key := strings.TrimPrefix(keys[0], intentPrefix)
+				objs := readObjects(t, newReader(t, url), key)
+				if len(objs) != 1 || len(objs[0].Lines) != 400 {
+					t.Fatalf("%d objects under %s", len(objs), key)
+				}
+				whole, err := s.enc.build(recs)
 				if err != nil {
-					t.Fatalf("gzip -dc: %v", err)
+					t.Fatal(err)
 				}
-				if bytes.Count(out, []byte("\n")) != 400 || !bytes.HasPrefix(out, []byte(objs[0].Lines[0])) {
-					t.Fatalf("gzip -dc gave %d lines", bytes.Count(out, []byte("\n")))
+				if got, want := strings.Join(objs[0].Lines, "\n")+"\n", string(decompress(t, objs[0].ContentEncoding, whole.body)); got != want {
+					t.Fatal("the object's lines are not those of its records")
 				}
-				if bytes.Equal(objs[0].Body, whole.body) {
-					t.Fatal("the object is one gzip member: nothing was built member by member")
+				if c.compression == config.CompressionGzip {
+					// An independent reader: gzip(1) reads the members as one stream.
+					cmd := exec.Command("gzip", "-dc")
+					cmd.Stdin = bytes.NewReader(objs[0].Body)
+					out, err := cmd.Output()
+					if err != nil {
+						t.Fatalf("gzip -dc: %v", err)
+					}
+					if bytes.Count(out, []byte("\n")) != 400 || !bytes.HasPrefix(out, []byte(objs[0].Lines[0])) {
+						t.Fatalf("gzip -dc gave %d lines", bytes.Count(out, []byte("\n")))
+					}
+					if bytes.Equal(objs[0].Body, whole.body) {
+						t.Fatal("the object is one gzip member: nothing was built member by member")
+					}
 				}
-			}
-			// A crash after the upload: the restart rebuilds the same bytes.
-			body := objs[0].Body
-			deleteObject(t, url, key)
-			if err := newTestSink(t, cfg).Recover(context.Background(), st); err != nil {
-				t.Fatal(err)
-			}
-			again := readObjects(t, newReader(t, url), key)
-			if len(again) != 1 || !bytes.Equal(again[0].Body, body) {
-				t.Fatal("the rebuilt object differs from the one first uploaded")
-			}
-			if st.delivered[p] != recs[399].Seq || len(st.intents()) != 0 {
-				t.Errorf("delivered %v, intents left %v", st.delivered, st.intents())
-			}
-		})
+				// The same bytes in memory and staged.
+				body := objs[0].Body
+				if !staged {
+					built[c.compression] = body
+				} else if !bytes.Equal(body, built[c.compression]) {
+					t.Fatal("the object uploaded from its staged file differs from the one built in memory")
+				}
+				// A crash after the upload: the restart rebuilds the same bytes.
+				deleteObject(t, url, key)
+				if err := newTestSink(t, cfg).Recover(context.Background(), st); err != nil {
+					t.Fatal(err)
+				}
+				again := readObjects(t, newReader(t, url), key)
+				if len(again) != 1 || !bytes.Equal(again[0].Body, body) {
+					t.Fatal("the rebuilt object differs from the one first uploaded")
+				}
+				if st.delivered[p] != recs[399].Seq || len(st.intents()) != 0 {
+					t.Errorf("delivered %v, intents left %v", st.delivered, st.intents())
+				}
+			})
+		}
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -34,7 +37,32 @@ const (
 	crashChildEnv = "S3_CRASH_CHILD" // the run's number
 	crashDirEnv   = "S3_CRASH_DIR"   // the WAL's directory
 	crashURLEnv   = "S3_CRASH_URL"   // the parent's emulator
+	// crashStagingEnv, when set, stages open objects in the WAL's directory.
+	crashStagingEnv = "S3_CRASH_STAGING"
 )
+
+// crashOptions are the sink's options in the child and in the parent's
+// drains: with staging, under the WAL's directory, as the service does.
+func crashOptions(cfg *config.S3, dir string, staged bool, log *slog.Logger) Options {
+	opts := Options{Hostname: "crash-host", Logger: log, AWS: &aws.Config{Credentials: testCreds}}
+	if staged {
+		cfg.StagingMaxBytes = 64 * config.MiB
+		opts.StagingDir = stagingDir(dir)
+	}
+	return opts
+}
+
+func stagingDir(dir string) string { return filepath.Join(dir, "s3-staging", "archive") }
+
+// stagedFiles counts the files in a staging directory.
+func stagedFiles(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
 
 // crashConfig makes many small objects in per-minute, per-tag partitions.
 func crashConfig(url string) config.S3 {
@@ -60,8 +88,8 @@ func crashChild() int {
 		return fail(err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	s, err := New(context.Background(), "archive", crashConfig(os.Getenv(crashURLEnv)), Options{Hostname: "crash-host", Logger: log,
-		AWS: &aws.Config{Credentials: testCreds}})
+	cfg := crashConfig(os.Getenv(crashURLEnv))
+	s, err := New(context.Background(), "archive", cfg, crashOptions(&cfg, os.Getenv(crashDirEnv), os.Getenv(crashStagingEnv) != "", log))
 	if err != nil {
 		return fail(err)
 	}
@@ -173,9 +201,22 @@ func gzipMembers(body []byte) (int, error) {
 // appends records and drains them into S3 (an emulator in this process,
 // which outlives the children), then starts it again on the same WAL. No
 // record may ever be stored twice, and once drained every acknowledged
-// record is stored exactly once. S3_CRASH_RUNS sets the number of kills
-// (default 20).
+// record is stored exactly once. Every object holds the bytes its intent
+// recorded (its x-amz-meta-forwarder-sha256), whether uploaded from memory,
+// from a staged file or rebuilt from the WAL by a restart, which never
+// finds other bytes than the intent's. With staging, a restart removes
+// what the killed child staged. S3_CRASH_RUNS sets the number of kills
+// (default 20) of each: open objects held in memory, and staged.
 func TestCrashExactlyOnce(t *testing.T) {
+	t.Run("in memory", func(t *testing.T) { testCrashExactlyOnce(t, false) })
+	t.Run("staged", func(t *testing.T) { testCrashExactlyOnce(t, true) })
+}
+
+// rebuiltOther matches a restart's line about an object rebuilt from the
+// WAL into other bytes than its intent recorded.
+const rebuiltOther = "other compressed bytes"
+
+func testCrashExactlyOnce(t *testing.T, staged bool) {
 	runs := 20
 	if v := os.Getenv("S3_CRASH_RUNS"); v != "" {
 		var err error
@@ -201,12 +242,25 @@ func TestCrashExactlyOnce(t *testing.T) {
 		}
 		return seen
 	}
+	// stale: files the last kill left staged, that the next start must
+	// remove (it says how many); killsStaged: kills that left some.
+	stale, killsStaged := 0, 0
+	checkCleaned := func(when, log string) {
+		if stale > 0 && !regexp.MustCompile(fmt.Sprintf(`removed the staged objects a previous run left.* files=%d\n`, stale)).MatchString(log) {
+			t.Errorf("%s: the start did not say it removed the %d files the kill left staged:\n%s", when, stale, log)
+		}
+		if strings.Contains(log, rebuiltOther) {
+			t.Errorf("%s: a restart rebuilt an object into other bytes than its intent recorded:\n%s", when, log)
+		}
+	}
 	// drain runs the sink in this process until every acknowledged record
 	// is in S3, and checks each is there once.
 	drain := func(when string) {
 		w := openWAL(t, dir)
 		defer w.Close()
-		s, err := New(context.Background(), "archive", crashConfig(url), Options{Hostname: "crash-host", AWS: &aws.Config{Credentials: testCreds}})
+		var logged syncBuffer
+		cfg := crashConfig(url)
+		s, err := New(context.Background(), "archive", cfg, crashOptions(&cfg, dir, staged, slog.New(slog.NewTextHandler(&logged, nil))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -218,6 +272,8 @@ func TestCrashExactlyOnce(t *testing.T) {
 			stop()
 			recovered += int(testutil.ToFloat64(s.m.recovered))
 			recoveredThere += int(testutil.ToFloat64(s.m.conflictSame))
+			checkCleaned(when, logged.String())
+			stale = stagedFiles(t, stagingDir(dir)) // a stop leaves open objects staged too
 		}()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
@@ -241,6 +297,9 @@ func TestCrashExactlyOnce(t *testing.T) {
 	for run := range runs {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+strconv.Itoa(run), crashDirEnv+"="+dir, crashURLEnv+"="+url)
+		if staged {
+			cmd.Env = append(cmd.Env, crashStagingEnv+"=1")
+		}
 		var stderr syncBuffer
 		cmd.Stderr = &stderr
 		stdout, err := cmd.StdoutPipe()
@@ -295,6 +354,13 @@ func TestCrashExactlyOnce(t *testing.T) {
 		if strings.Contains(stderr.String(), "level=ERROR") {
 			t.Errorf("run %d: the child logged errors:\n%s", run, stderr.String())
 		}
+		checkCleaned(fmt.Sprintf("run %d", run), stderr.String())
+		if stale = stagedFiles(t, stagingDir(dir)); stale > 0 {
+			killsStaged++
+		}
+		if !staged && stale > 0 {
+			t.Fatalf("run %d: %d files staged without staging", run, stale)
+		}
 		mu.Lock()
 		checkAtMostOnce(fmt.Sprintf("after kill %d", run+1))
 		mu.Unlock()
@@ -313,6 +379,34 @@ func TestCrashExactlyOnce(t *testing.T) {
 		runs, len(acked), len(seen), objects, multi, recovered, recoveredMulti, recoveredThere)
 	if multi == 0 {
 		t.Error("no object was built of several members: the crashes never met a carried object")
+	}
+	if staged && killsStaged == 0 {
+		t.Error("no kill left a staged object: the crashes never met one")
+	}
+	t.Logf("%d of %d kills left staged objects", killsStaged, runs)
+	checkIntentBytes(t, srv, "crash/")
+}
+
+// checkIntentBytes checks that every object under prefix holds the bytes
+// its intent recorded, which the object's metadata repeats.
+func checkIntentBytes(t *testing.T, srv *s3emu.Server, prefix string) {
+	t.Helper()
+	objs, err := srv.Objects(bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if !strings.HasPrefix(o.Key, prefix) {
+			continue
+		}
+		body, err := srv.Get(bucket, o.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(body)
+		if got, want := hex.EncodeToString(sum[:]), o.Metadata[metaSHA256]; got != want {
+			t.Errorf("object %s has SHA-256 %s, its intent recorded %s", o.Key, got, want)
+		}
 	}
 }
 

@@ -24,9 +24,10 @@
 // sink (at most an eighth of max_object_bytes of lines, and 8 MiB) is
 // compressed on its own, and the object is its members one after the
 // other, which gzip and zstd readers (gzip -d, zcat, Go's compress/gzip,
-// zstd -d) read as one stream. Between batches the members are carried
-// (sinks.Outcome.Carry): the drainer holds them, counted against the
-// sink's memory share, and keeps the cursor before their records. Each
+// zstd -d) read as one stream. Between batches the object is carried
+// (sinks.Outcome.Carry): the drainer holds it, counted against the sink's
+// memory share, and keeps the cursor before its records. Its members are
+// staged (see Staging) or, without staging, held in the carry. Each
 // member depends on its lines and nothing else:
 //
 //   - gzip (github.com/klauspost/compress/gzip) at compression_level 1-9:
@@ -74,10 +75,33 @@
 // max_object_age after its first record was read, or early when the drainer
 // asks for it with a final batch: at most max_open_objects partitions
 // filling at once (the one that waited longest is finished), or the
-// largest once half the sink's memory share is held. 16 sends in flight,
-// one per partition. A stop loses the carried members, not their records:
-// the cursor is before them, and they are read and built again at the next
-// start.
+// largest once half the sink's memory share is held and carries take twice
+// the memory of queued records, or when staging has no room for its next
+// member. 16 sends in flight, one per partition. A stop loses the carried
+// members, not their records: the cursor is before them, and they are read
+// and built again at the next start.
+//
+// # Staging
+//
+// With Options.StagingDir and staging_max_bytes > 0, an open object's
+// members are written to a file of its own in that directory (named by a
+// hash of the partition), and the carry holds only the object's
+// bookkeeping: its records per member, the length of its file and the
+// SHA-256 state after its bytes. A member is written at the carry's length
+// and the file cut there (open, write, truncate, close; no fsync, no
+// descriptor kept), so that a send that failed after writing leaves the
+// carry it was given valid. The final batch's member is not written: the
+// object is uploaded from the file's first bytes followed by that member
+// in memory, after the file is checked against the SHA-256 (a file found
+// missing or damaged is rebuilt from the WAL with State.ReadRange, as
+// Recover does). The file is removed once its object is delivered or
+// refused for its content. When a member would take the files past
+// staging_max_bytes or cannot be written, a staged object is finished with
+// it, and a new object is held in memory. Recover removes every file in
+// the directory: no object is open before the drainer reads records, and
+// the cursor is before the records of those a previous run left. A carry
+// the drainer gives up (it reads its records again) leaves its file, which
+// the partition's next object overwrites, or the next start removes.
 //
 // # The intent protocol
 //

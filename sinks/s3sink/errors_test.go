@@ -171,7 +171,7 @@ func TestSinkConfigDefaults(t *testing.T) {
 	}
 	defer s.Close()
 	l := s.Limits()
-	if l.MaxBytes != 8<<20 || l.MaxFinalBytes != 64<<20 || s.maxBytes != 64<<20 || l.MaxAge != 5*time.Minute || l.MaxOpen != 256 || l.Concurrency != 16 || l.MaxRecords != 1_000_000 ||
+	if l.MaxBytes != 8<<20 || l.MaxFinalBytes != 64<<20 || s.maxBytes != 64<<20 || l.MaxAge != 5*time.Minute || l.MaxOpen != 10_000 || l.Concurrency != 16 || l.MaxRecords != 1_000_000 ||
 		s.threshold != 16<<20 || s.enc.enc.Compression != "gzip" || s.enc.enc.Level != 1 {
 		t.Errorf("limits %+v, threshold %d, encoding %+v", l, s.threshold, s.enc.enc)
 	}

@@ -61,7 +61,7 @@ type objectSum struct {
 func intentKey(objectKey string) []byte { return []byte(intentPrefix + objectKey) }
 
 func (in *intent) setObject(o *object) {
-	in.Bytes, in.SHA256 = int64(len(o.body)), o.sha256
+	in.Bytes, in.SHA256 = o.size, o.sha256
 	in.LinesBytes, in.LinesCRC32C = o.lines, o.linesCRC32
 }
 

@@ -86,6 +86,22 @@ func newTestSink(t testing.TB, cfg config.S3) *Sink {
 	return s
 }
 
+// newStagedSink is newTestSink with open objects staged in a directory of
+// the test's, which it returns.
+func newStagedSink(t testing.TB, cfg config.S3) (*Sink, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if cfg.StagingMaxBytes == 0 {
+		cfg.StagingMaxBytes = 64 * config.MiB
+	}
+	s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds}, Logger: testLogger(t), StagingDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s, dir
+}
+
 // testLogger logs to the test's output (with -v).
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))

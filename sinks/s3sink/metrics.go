@@ -15,6 +15,10 @@ type metrics struct {
 	// Keys If-None-Match: * found taken: holding this sink's own object
 	// (counted as delivered), or another writer's (the sink pauses).
 	conflictSame, conflictOther prometheus.Counter
+	// Staging (see staging.go): members it had no room for or could not
+	// write, staged objects rebuilt from the WAL, and the bytes staged.
+	stagingFull, stagingRebuilt prometheus.Counter
+	stagingBytes                prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, sink string) (*metrics, error) {
@@ -46,6 +50,8 @@ func newMetrics(reg prometheus.Registerer, sink string) (*metrics, error) {
 		{&m.recovered, "forwarder_s3_recovered_intents_total", "Uploads a crash or shutdown interrupted, finished at the next start."},
 		{&m.multipart, "forwarder_s3_multipart_uploads_total", "Objects uploaded in parts (multipart_threshold)."},
 		{&m.fallbacks, "forwarder_s3_key_fallback_total", "Records whose key template named a missing field or tag part, rendered as \"unknown\"."},
+		{&m.stagingFull, "forwarder_s3_staging_full_total", "Members of open objects that staging had no room for (staging_max_bytes) or could not write: each finished its object early, or began one held in memory."},
+		{&m.stagingRebuilt, "forwarder_s3_staging_rebuilt_total", "Staged objects whose file was missing or damaged at upload, rebuilt from the WAL."},
 		{&m.sanitised, "forwarder_s3_key_sanitised_total", "Records whose key had a value sanitised: a \"/\" in a tag or field rendered \"_\", or an empty, \".\" or \"..\" path segment rendered with \"_\"."},
 	} {
 		v, err := vec(c.name, c.help)
@@ -61,5 +67,21 @@ func newMetrics(reg prometheus.Registerer, sink string) (*metrics, error) {
 		return nil, err
 	}
 	m.conflictSame, m.conflictOther = conflicts.WithLabelValues(sink, "same"), conflicts.WithLabelValues(sink, "other")
+	staged := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_s3_staging_bytes",
+		Help: "Bytes of open objects' members staged on disk (bounded by staging_max_bytes)."}, []string{"sink"})
+	if reg != nil {
+		if err := reg.Register(staged); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			existing, ok := (*prometheus.GaugeVec)(nil), false
+			if errors.As(err, &are) {
+				existing, ok = are.ExistingCollector.(*prometheus.GaugeVec)
+			}
+			if !ok {
+				return nil, err
+			}
+			staged = existing
+		}
+	}
+	m.stagingBytes = staged.WithLabelValues(sink)
 	return m, nil
 }

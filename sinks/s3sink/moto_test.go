@@ -43,51 +43,63 @@ func TestMoto(t *testing.T) {
 	cl := newReader(t, url)
 	ctx := context.Background()
 
-	t.Run("objects", func(t *testing.T) {
-		cfg := testConfig(url)
-		cfg.Key = "moto/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"
-		cfg.MaxObjectBytes = 8 * config.KiB
-		cfg.SSE, cfg.StorageClass = config.SSEAES256, "STANDARD_IA"
-		cfg.Tags = map[string]string{"team": "core", "env": "test"}
-		w := openWAL(t, t.TempDir())
-		defer w.Close()
-		var want []string
-		var recs []wal.Record
-		for i := range 300 {
-			id := fmt.Sprintf("m%d", i)
-			want = append(want, id)
-			recs = append(recs, rec(fmt.Sprintf("t%d", i%2), id, time.Now(), i%60))
+	// Staged, the objects are uploaded from their files.
+	sink := func(t *testing.T, cfg config.S3, staged bool) *Sink {
+		if staged {
+			s, _ := newStagedSink(t, cfg)
+			return s
 		}
-		res := appendRecs(t, w, recs)
-		runDrainer(t, w, "archive", newTestSink(t, cfg), drainerOptions())
-		waitCursor(t, w, "archive", res.Last, 30*time.Second)
-		objs := readObjects(t, cl, "moto/")
-		checkOnce(t, objs, want)
-		if len(objs) < 4 {
-			t.Errorf("%d objects", len(objs))
-		}
-		o := objs[0]
-		head, err := cl.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(o.Key)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if head.ServerSideEncryption != types.ServerSideEncryptionAes256 || head.StorageClass != types.StorageClassStandardIa ||
-			aws.ToString(head.ContentEncoding) != "gzip" || aws.ToString(head.ContentType) != "application/x-ndjson" {
-			t.Errorf("head %s: sse %q class %q encoding %q type %q", o.Key, head.ServerSideEncryption, head.StorageClass,
-				aws.ToString(head.ContentEncoding), aws.ToString(head.ContentType))
-		}
-		tags, err := cl.GetObjectTagging(ctx, &s3.GetObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(o.Key)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]string{}
-		for _, tg := range tags.TagSet {
-			got[aws.ToString(tg.Key)] = aws.ToString(tg.Value)
-		}
-		if fmt.Sprint(got) != fmt.Sprint(cfg.Tags) {
-			t.Errorf("tags %v, want %v", got, cfg.Tags)
-		}
-	})
+		return newTestSink(t, cfg)
+	}
+	for _, staged := range []bool{false, true} {
+		mode := map[bool]string{false: "", true: " staged"}[staged]
+		prefix := map[bool]string{false: "moto/", true: "motostaged/"}[staged]
+		t.Run("objects"+mode, func(t *testing.T) {
+			cfg := testConfig(url)
+			cfg.Key = prefix + "${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"
+			cfg.MaxObjectBytes = 8 * config.KiB
+			cfg.SSE, cfg.StorageClass = config.SSEAES256, "STANDARD_IA"
+			cfg.Tags = map[string]string{"team": "core", "env": "test"}
+			w := openWAL(t, t.TempDir())
+			defer w.Close()
+			var want []string
+			var recs []wal.Record
+			for i := range 300 {
+				id := fmt.Sprintf("m%d", i)
+				want = append(want, id)
+				recs = append(recs, rec(fmt.Sprintf("t%d", i%2), id, time.Now(), i%60))
+			}
+			res := appendRecs(t, w, recs)
+			runDrainer(t, w, "archive", sink(t, cfg, staged), drainerOptions())
+			waitCursor(t, w, "archive", res.Last, 30*time.Second)
+			objs := readObjects(t, cl, prefix)
+			checkOnce(t, objs, want)
+			if len(objs) < 4 {
+				t.Errorf("%d objects", len(objs))
+			}
+			o := objs[0]
+			head, err := cl.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(o.Key)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if head.ServerSideEncryption != types.ServerSideEncryptionAes256 || head.StorageClass != types.StorageClassStandardIa ||
+				aws.ToString(head.ContentEncoding) != "gzip" || aws.ToString(head.ContentType) != "application/x-ndjson" {
+				t.Errorf("head %s: sse %q class %q encoding %q type %q", o.Key, head.ServerSideEncryption, head.StorageClass,
+					aws.ToString(head.ContentEncoding), aws.ToString(head.ContentType))
+			}
+			tags, err := cl.GetObjectTagging(ctx, &s3.GetObjectTaggingInput{Bucket: aws.String(bucket), Key: aws.String(o.Key)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, tg := range tags.TagSet {
+				got[aws.ToString(tg.Key)] = aws.ToString(tg.Value)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(cfg.Tags) {
+				t.Errorf("tags %v, want %v", got, cfg.Tags)
+			}
+		})
+	}
 
 	mpConfig := func() config.S3 {
 		cfg := testConfig(url)
@@ -118,23 +130,26 @@ func TestMoto(t *testing.T) {
 		return recs, want
 	}
 
-	t.Run("multipart", func(t *testing.T) {
-		w := openWAL(t, t.TempDir())
-		defer w.Close()
-		recs, want := bigRecs("big", 18000) // 13 MB of lines, 7 MB compressed
-		res := appendRecs(t, w, recs)
-		s := newTestSink(t, mpConfig())
-		runDrainer(t, w, "archive", s, drainerOptions())
-		waitCursor(t, w, "archive", res.Last, 60*time.Second)
-		objs := readObjects(t, cl, "motomp/big/")
-		if len(objs) != 1 || len(objs[0].Body) <= 5<<20 {
-			t.Fatalf("objects %v", keysOf(objs))
-		}
-		checkOnce(t, objs, want)
-		if n := testutil.ToFloat64(s.m.multipart); n != 1 {
-			t.Errorf("%v multipart uploads counted, want 1", n)
-		}
-	})
+	for _, staged := range []bool{false, true} {
+		tag := map[bool]string{false: "big", true: "bigstaged"}[staged]
+		t.Run("multipart"+map[bool]string{false: "", true: " staged"}[staged], func(t *testing.T) {
+			w := openWAL(t, t.TempDir())
+			defer w.Close()
+			recs, want := bigRecs(tag, 18000) // 13 MB of lines, 7 MB compressed
+			res := appendRecs(t, w, recs)
+			s := sink(t, mpConfig(), staged)
+			runDrainer(t, w, "archive", s, drainerOptions())
+			waitCursor(t, w, "archive", res.Last, 60*time.Second)
+			objs := readObjects(t, cl, "motomp/"+tag+"/")
+			if len(objs) != 1 || len(objs[0].Body) <= 5<<20 {
+				t.Fatalf("objects %v", keysOf(objs))
+			}
+			checkOnce(t, objs, want)
+			if n := testutil.ToFloat64(s.m.multipart); n != 1 {
+				t.Errorf("%v multipart uploads counted, want 1", n)
+			}
+		})
+	}
 
 	t.Run("multipart interrupted", func(t *testing.T) {
 		dir := t.TempDir()

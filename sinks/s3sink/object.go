@@ -36,9 +36,13 @@ type encoding struct {
 }
 
 // object is a built object: its bytes and what an intent records of them.
+// An object finished from a staged file has no body here: its bytes are
+// the file's, then tail (see Sink.finish).
 type object struct {
 	body       []byte
-	sha256     string // hex, of body
+	tail       []byte // a staged object's last member, held in memory
+	size       int64  // bytes of the object
+	sha256     string // hex, of the object's bytes
 	lines      int64  // uncompressed bytes (the lines, newlines included)
 	linesCRC32 uint32 // CRC-32C of the lines
 }
@@ -144,6 +148,7 @@ func join(ms []member) *object {
 		o.lines += m.lines
 		o.linesCRC32 = m.crc
 	}
+	o.size = int64(len(o.body))
 	sum := sha256.Sum256(o.body)
 	o.sha256 = hex.EncodeToString(sum[:])
 	return o

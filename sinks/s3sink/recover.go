@@ -20,6 +20,12 @@ import (
 // ctx ends. It returns an error only when it cannot go on: the WAL failed,
 // an intent is damaged, or the WAL and an intent disagree.
 func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
+	if s.staging != nil {
+		// No object is open yet: whatever is staged, a previous run left.
+		if err := s.staging.clean(); err != nil {
+			return err
+		}
+	}
 	type found struct {
 		key []byte
 		in  intent
@@ -142,7 +148,7 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 		}
 	}
 	s.abortOrphans(ctx, in.Key)
-	already, err := s.upload(ctx, st, ik, in, obj.body)
+	already, err := s.upload(ctx, st, ik, in, bodyOf(obj, nil, 0))
 	if err != nil {
 		if keyTaken(err) && (in.KeyTemplate != s.cfg.Key || in.Hostname != s.hostname) {
 			// Another writer's object is under the key, and this sink no

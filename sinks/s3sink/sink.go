@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -40,6 +41,10 @@ type Options struct {
 	// Client replaces the client New would build; the sink's endpoint,
 	// path_style and region are then the client's business.
 	Client *s3.Client
+	// StagingDir is where open objects' members are staged, up to the
+	// sink's staging_max_bytes: <data_dir>/s3-staging/<sink name>. Empty,
+	// or staging_max_bytes 0: they are held in memory.
+	StagingDir string
 }
 
 // s3API is the part of the S3 client the sink uses.
@@ -72,6 +77,7 @@ type Sink struct {
 	m        *metrics
 	// fallbacks warns of keys that rendered the fallback for a missing field.
 	fallbacks *template.FallbackLog
+	staging   *staging // nil: open objects are held in memory
 
 	maxBytes    int
 	memberBytes int // the largest batch: a member of an object (see openObject)
@@ -165,6 +171,11 @@ func New(ctx context.Context, name string, cfg config.S3, opts Options) (*Sink, 
 		maxBytes: int(min(int64(cfg.MaxObjectBytes), 1<<40)), threshold: int64(cfg.MultipartThreshold), partSize: minPartSize,
 	}
 	s.memberBytes = min(max(s.maxBytes/membersPerObject, 1), maxMemberBytes)
+	if opts.StagingDir != "" && cfg.StagingMaxBytes > 0 {
+		if s.staging, err = newStaging(opts.StagingDir, int64(cfg.StagingMaxBytes), opts.Logger.With("sink", name), m); err != nil {
+			return nil, err
+		}
+	}
 	if opts.Client != nil {
 		s.api = opts.Client
 		return s, nil
@@ -271,8 +282,9 @@ func (s *Sink) Partition(r *sinks.Record) string {
 func (s *Sink) Size(r *sinks.Record) int { return s.enc.size(r) }
 
 // Send compresses a batch as a member of its partition's object. Unless
-// the batch is final or the object is full (max_object_bytes), it hands
-// the object back to be carried (sinks.Outcome.Carry). Otherwise
+// the batch is final, the object is full (max_object_bytes) or staging has
+// no room for the member, it stages the member (see staging) and hands the
+// object back to be carried (sinks.Outcome.Carry). Otherwise
 // it builds the object's bytes, commits the intent, uploads, and hands the
 // intent back for the drainer to delete with the object's delivery.
 func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {
@@ -301,54 +313,58 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	}
 	if n := len(objectKey(b.Partition, first, uuidLike)); n > maxKeyLen {
 		s.forget(b.Partition)
+		if open.staged() {
+			s.staging.remove(open.path) // the drainer gives the carry up
+		}
 		return sinks.Outcome{}, sinks.NewRecordPermanent("key_too_long",
 			fmt.Errorf("object key of %d bytes is over S3's %d: %.100q...", n, maxKeyLen, objectKey(b.Partition, first, "")))
 	}
-	members := []member(nil)
-	records := 0
-	if open != nil {
-		members, records = open.members, open.records
-	}
+	var m *member
 	if len(b.Records) > 0 {
 		var crc uint32
 		if open != nil {
 			crc = open.crc
 		}
-		m, err := s.enc.compress(b.Records, crc)
+		mb, err := s.enc.compress(b.Records, crc)
 		if err != nil {
 			return sinks.Outcome{}, sinks.NewRetryable("encode", err)
 		}
-		last = b.Last()
+		m, last = &mb, b.Last()
 		lines := m.lines
 		if open != nil {
 			lines += open.lines
 		}
 		if !b.Final && lines < int64(s.maxBytes) {
-			return sinks.Outcome{Carry: open.with(m, first, last, s.maxBytes)}, nil
+			if c, err := s.carry(open, *m, b.Partition, first, last); c != nil || err != nil {
+				return sinks.Outcome{Carry: c}, err
+			}
+			// Staging had no room for the member: the object is finished
+			// now, with it.
 		}
-		members = append(members[:len(members):len(members)], m)
-		records += m.records
 	}
-	obj := join(members)
-	in := s.intentFor(ctx, b.State, b.Partition, first, last, records)
-	if len(members) > 1 {
-		in.Members = make([]int, len(members))
-		for i, m := range members {
-			in.Members[i] = m.records
-		}
+	obj, counts, err := s.finishing(open, m)
+	if err != nil {
+		return sinks.Outcome{}, sinks.NewRetryable("encode", err)
+	}
+	in := s.intentFor(ctx, b.State, b.Partition, first, last, open.recordsWith(m))
+	if len(counts) > 1 {
+		in.Members = counts
 	}
 	in.setObject(obj)
 	ik := intentKey(in.Key)
 	if err := putIntent(ctx, b.State, ik, in); err != nil {
 		return sinks.Outcome{}, sinks.NewRetryable("state", err)
 	}
-	already, err := s.upload(ctx, b.State, ik, in, obj.body)
+	already, err := s.uploadObject(ctx, b.State, ik, in, obj, open)
 	if err != nil {
 		err = s.classify(err)
 		switch {
 		case sinks.Classify(err).Class == sinks.RecordPermanent:
 			// S3 stored nothing and the drainer dead-letters the records.
 			s.forget(b.Partition)
+			if open.staged() {
+				s.staging.remove(open.path) // the drainer gives the carry up
+			}
 			_ = b.State.Delete(ctx, ik) // a left-over intent only costs Recover one more refusal
 		case keyTaken(err):
 			s.mu.Lock()
@@ -358,12 +374,154 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		return sinks.Outcome{}, err
 	}
 	s.forget(b.Partition)
+	if open.staged() {
+		s.staging.remove(open.path)
+	}
 	if already {
 		s.log.Debug("the object was in S3 already: an earlier attempt's upload landed although its answer was lost", "key", in.Key)
 	} else {
 		s.m.uncompressed.Add(float64(obj.lines))
 	}
 	return sinks.Outcome{DeleteState: [][]byte{ik}}, nil
+}
+
+// carry takes member m, of records first to last, into open (nil: a new
+// object), staged when the sink stages, and returns the object to carry.
+// It returns nil when open is staged and staging has no room for m (or
+// cannot write it): the object is then to be finished now, with m. A new
+// object that staging has no room for is held in memory.
+func (s *Sink) carry(open *openObject, m member, partition string, first, last uint64) (*openObject, error) {
+	switch {
+	case s.staging == nil || open != nil && !open.staged():
+		return open.with(m, first, last, s.maxBytes), nil
+	}
+	path, off := s.staging.path(partition), int64(0)
+	if open != nil {
+		path, off = open.path, open.size
+	}
+	if err := s.staging.stage(path, off, m.body); err != nil {
+		if open != nil {
+			s.staging.full(err, "objects are finished early, before max_object_bytes or max_object_age")
+			return nil, nil
+		}
+		s.staging.full(err, "new objects are held in memory, and finished early when the sink's memory share runs short")
+		return open.with(m, first, last, s.maxBytes), nil
+	}
+	c, err := open.withStaged(m, first, last, s.maxBytes, path)
+	if err != nil {
+		return nil, sinks.NewRetryable("encode", err)
+	}
+	return c, nil
+}
+
+// finishing is the object open (nil: none) with m (nil: none) as its last
+// member, and the records of each member. The bytes of a staged object
+// stay in its file: only m is held.
+func (s *Sink) finishing(open *openObject, m *member) (*object, []int, error) {
+	switch {
+	case open == nil:
+		return join([]member{*m}), []int{m.records}, nil
+	case !open.staged():
+		ms := make([]member, 0, len(open.counts)+1)
+		for i, body := range open.bodies {
+			ms = append(ms, member{body: body, records: int(open.counts[i])})
+		}
+		counts := open.members()
+		if m != nil {
+			ms, counts = append(ms, *m), append(counts, m.records)
+		}
+		obj := join(ms)
+		obj.lines, obj.linesCRC32 = open.lines, open.crc
+		if m != nil {
+			obj.lines, obj.linesCRC32 = open.lines+m.lines, m.crc
+		}
+		return obj, counts, nil
+	}
+	obj := &object{size: open.size, lines: open.lines, linesCRC32: open.crc}
+	counts := open.members()
+	if m != nil {
+		obj.tail, obj.size, obj.lines, obj.linesCRC32 = m.body, open.size+int64(len(m.body)), open.lines+m.lines, m.crc
+		counts = append(counts, m.records)
+	}
+	sum, err := open.sum(obj.tail)
+	if err != nil {
+		return nil, nil, err
+	}
+	obj.sha256 = hex.EncodeToString(sum)
+	return obj, counts, nil
+}
+
+// recordsWith is how many records o (nil: none) and m (nil: none) hold.
+func (o *openObject) recordsWith(m *member) int {
+	n := 0
+	if o != nil {
+		n = o.records
+	}
+	if m != nil {
+		n += m.records
+	}
+	return n
+}
+
+// uploadObject uploads obj, reading a staged object's bytes from open's
+// file.
+func (s *Sink) uploadObject(ctx context.Context, st sinks.State, ik []byte, in *intent, obj *object, open *openObject) (bool, error) {
+	if !open.staged() {
+		return s.upload(ctx, st, ik, in, bodyOf(obj, nil, 0))
+	}
+	f, head, err := s.staging.open(open.path, open.size)
+	if err == nil {
+		defer f.Close()
+		err = checkStaged(bodyOf(obj, head, open.size), obj.sha256)
+	}
+	if err != nil {
+		// Staging lost or damaged the file (it is not fsynced, and anyone
+		// can delete it): the records are in the WAL, and the object's
+		// bytes a function of them.
+		s.m.stagingRebuilt.Inc()
+		s.log.Warn("a staged object's file is missing or damaged; rebuilding the object from the WAL", "key", in.Key, "error", err)
+		rebuilt, err := s.rebuild(st, in)
+		if err != nil {
+			return false, sinks.NewRetryable("staging", err)
+		}
+		return s.upload(ctx, st, ik, in, bodyOf(rebuilt, nil, 0))
+	}
+	return s.upload(ctx, st, ik, in, bodyOf(obj, head, open.size))
+}
+
+// checkStaged reads body and checks it has SHA-256 sum (hex).
+func checkStaged(body *io.SectionReader, sum string) error {
+	h := sha256.New()
+	if _, err := io.Copy(h, body); err != nil {
+		return fmt.Errorf("read staged object: %w", err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
+		return fmt.Errorf("staged object has SHA-256 %s, not %s", got, sum)
+	}
+	return nil
+}
+
+// rebuild builds in's object again from its records in the WAL, as
+// Recover does, and checks it is the one in describes.
+func (s *Sink) rebuild(st sinks.State, in *intent) (*object, error) {
+	kept, err := st.ReadRange(in.First, in.Last, func(r *sinks.Record) bool {
+		p, _ := s.keys.partition(r)
+		return p == in.Partition
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read records %d to %d of %q: %w", in.First, in.Last, in.Key, err)
+	}
+	if len(kept) != in.Records {
+		return nil, fmt.Errorf("rebuild %q: the WAL holds %d of its %d records", in.Key, len(kept), in.Records)
+	}
+	obj, err := s.enc.buildSplit(kept, in.Members)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild %q: %w", in.Key, err)
+	}
+	if obj.sha256 != in.SHA256 {
+		return nil, fmt.Errorf("rebuild %q: SHA-256 %s, not the intent's %s", in.Key, obj.sha256, in.SHA256)
+	}
+	return obj, nil
 }
 
 // uuidLike is as long as what ${uuid} renders, to measure keys before

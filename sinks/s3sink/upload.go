@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"sort"
 	"strings"
@@ -40,14 +41,14 @@ func callTimeout(n int64) time.Duration {
 // object (an earlier attempt's or process's upload landed): nothing is
 // written and the object counts as delivered. Another writer's object
 // under the key is a sink-permanent error (see settle).
-func (s *Sink) upload(ctx context.Context, st sinks.State, ik []byte, in *intent, body []byte) (already bool, err error) {
+func (s *Sink) upload(ctx context.Context, st sinks.State, ik []byte, in *intent, body *io.SectionReader) (already bool, err error) {
 	if in.UploadID != "" {
 		// Best effort, as below: an upload left open costs storage until
 		// the bucket's lifecycle rule ends it, and stops nothing.
 		_ = s.abort(ctx, in.Key, in.UploadID)
 		in.UploadID = ""
 	}
-	if int64(len(body)) > s.threshold {
+	if body.Size() > s.threshold {
 		err = s.uploadParts(ctx, st, ik, in, body)
 	} else {
 		err = s.putObject(ctx, in, body)
@@ -61,18 +62,19 @@ func (s *Sink) upload(ctx context.Context, st sinks.State, ik []byte, in *intent
 	return true, nil
 }
 
-func (s *Sink) putObject(ctx context.Context, in *intent, body []byte) error {
+func (s *Sink) putObject(ctx context.Context, in *intent, body *io.SectionReader) error {
 	sum, err := hex.DecodeString(in.SHA256)
 	if err != nil {
 		return fmt.Errorf("intent of %q: bad sha256: %w", in.Key, err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout(int64(len(body))))
+	n := body.Size()
+	cctx, cancel := context.WithTimeout(ctx, callTimeout(n))
 	defer cancel()
 	put := &s3.PutObjectInput{
 		Bucket:         aws.String(s.bucket),
 		Key:            aws.String(in.Key),
-		Body:           bytes.NewReader(body),
-		ContentLength:  aws.Int64(int64(len(body))),
+		Body:           io.NewSectionReader(body, 0, n), // seekable: the SDK rewinds it to sign and to retry
+		ContentLength:  aws.Int64(n),
 		ChecksumSHA256: aws.String(base64.StdEncoding.EncodeToString(sum)),
 		IfNoneMatch:    aws.String("*"),
 		Metadata:       objectMetadata(in),
@@ -83,7 +85,7 @@ func (s *Sink) putObject(ctx context.Context, in *intent, body []byte) error {
 		return fmt.Errorf("put object %q: %w", in.Key, err)
 	}
 	s.m.objects.Inc()
-	s.m.bytes.Add(float64(len(body)))
+	s.m.bytes.Add(float64(n))
 	return nil
 }
 
@@ -155,7 +157,7 @@ func (s *Sink) partBounds(n int64) [][2]int64 {
 	return parts
 }
 
-func (s *Sink) uploadParts(ctx context.Context, st sinks.State, ik []byte, in *intent, body []byte) error {
+func (s *Sink) uploadParts(ctx context.Context, st sinks.State, ik []byte, in *intent, body *io.SectionReader) error {
 	create := &s3.CreateMultipartUploadInput{Bucket: aws.String(s.bucket), Key: aws.String(in.Key), Metadata: objectMetadata(in)}
 	s.objectHeaders(&create.ContentType, &create.ContentEncoding, &create.ServerSideEncryption, &create.SSEKMSKeyId,
 		&create.StorageClass, &create.ACL, &create.Tagging)
@@ -178,21 +180,26 @@ func (s *Sink) uploadParts(ctx context.Context, st sinks.State, ik []byte, in *i
 	}
 	s.m.objects.Inc()
 	s.m.multipart.Inc()
-	s.m.bytes.Add(float64(len(body)))
+	s.m.bytes.Add(float64(body.Size()))
 	return nil
 }
 
-func (s *Sink) sendParts(ctx context.Context, in *intent, body []byte) error {
-	bounds := s.partBounds(int64(len(body)))
+func (s *Sink) sendParts(ctx context.Context, in *intent, body *io.SectionReader) error {
+	bounds := s.partBounds(body.Size())
 	done := make([]types.CompletedPart, 0, len(bounds))
 	for i, b := range bounds {
-		part := body[b[0]:b[1]]
-		sum := md5.Sum(part)
-		cctx, cancel := context.WithTimeout(ctx, callTimeout(int64(len(part))))
+		// A part is read from the object where it lies (a staged file or
+		// memory): once for its MD5, again by the SDK to send it.
+		n := b[1] - b[0]
+		h := md5.New()
+		if _, err := io.Copy(h, io.NewSectionReader(body, b[0], n)); err != nil {
+			return fmt.Errorf("read part %d of %q: %w", i+1, in.Key, err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, callTimeout(n))
 		out, err := s.api.UploadPart(cctx, &s3.UploadPartInput{
 			Bucket: aws.String(s.bucket), Key: aws.String(in.Key), UploadId: aws.String(in.UploadID),
-			PartNumber: aws.Int32(int32(i + 1)), Body: bytes.NewReader(part), ContentLength: aws.Int64(int64(len(part))),
-			ContentMD5: aws.String(base64.StdEncoding.EncodeToString(sum[:])),
+			PartNumber: aws.Int32(int32(i + 1)), Body: io.NewSectionReader(body, b[0], n), ContentLength: aws.Int64(n),
+			ContentMD5: aws.String(base64.StdEncoding.EncodeToString(h.Sum(nil))),
 		})
 		cancel()
 		if err != nil {
@@ -200,7 +207,7 @@ func (s *Sink) sendParts(ctx context.Context, in *intent, body []byte) error {
 		}
 		done = append(done, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(int32(i + 1))})
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout(int64(len(body))))
+	cctx, cancel := context.WithTimeout(ctx, callTimeout(body.Size()))
 	defer cancel()
 	if _, err := s.api.CompleteMultipartUpload(cctx, &s3.CompleteMultipartUploadInput{
 		Bucket: aws.String(s.bucket), Key: aws.String(in.Key), UploadId: aws.String(in.UploadID),
@@ -246,4 +253,47 @@ func (s *Sink) abortOrphans(ctx context.Context, key string) {
 			}
 		}
 	}
+}
+
+// bodyOf is an object's bytes to upload: those held in memory, or a staged
+// file's first bytes (head, n of them) followed by tail.
+func bodyOf(obj *object, head io.ReaderAt, n int64) *io.SectionReader {
+	if head == nil {
+		return io.NewSectionReader(bytes.NewReader(obj.body), 0, obj.size)
+	}
+	return io.NewSectionReader(&tailReader{head: head, n: n, tail: obj.tail}, 0, n+int64(len(obj.tail)))
+}
+
+// tailReader reads n bytes of head, then tail.
+type tailReader struct {
+	head io.ReaderAt
+	n    int64
+	tail []byte
+}
+
+func (r *tailReader) ReadAt(p []byte, off int64) (int, error) {
+	read := 0
+	if off < r.n {
+		k := int(min(int64(len(p)), r.n-off))
+		m, err := r.head.ReadAt(p[:k], off)
+		if m < k {
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF // the file is shorter than its object
+			}
+			return m, err
+		}
+		read, p, off = k, p[k:], r.n
+	}
+	if len(p) == 0 {
+		return read, nil
+	}
+	t := off - r.n
+	if t >= int64(len(r.tail)) {
+		return read, io.EOF
+	}
+	m := copy(p, r.tail[t:])
+	if m < len(p) {
+		return read + m, io.EOF
+	}
+	return read + m, nil
 }

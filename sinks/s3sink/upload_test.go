@@ -8,8 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -94,5 +96,24 @@ func TestPutObjectSignsTheObjectsHash(t *testing.T) {
 	defer mu.Unlock()
 	if len(puts) != 2 || puts[1].signed != hex.EncodeToString(other[:]) {
 		t.Errorf("x-amz-content-sha256 of the second PUT %q, want the given %x", puts[len(puts)-1].signed, other)
+	}
+}
+
+// An object's bytes read from a staged file and its last member held in
+// memory read as one: whole, by ReadAt across the boundary, and by Seek.
+func TestBodyOfStagedAndTail(t *testing.T) {
+	for _, c := range []struct{ head, tail string }{
+		{"", "tail only"}, {"head only", ""}, {"0123456789", "abcdefghij"}, {"x", "yz"},
+	} {
+		obj := &object{tail: []byte(c.tail)}
+		body := bodyOf(obj, strings.NewReader(c.head+"never read past the head"), int64(len(c.head)))
+		if err := iotest.TestReader(body, []byte(c.head+c.tail)); err != nil {
+			t.Errorf("head %q, tail %q: %v", c.head, c.tail, err)
+		}
+	}
+	// A file shorter than its object is an error, not a short object.
+	body := bodyOf(&object{tail: []byte("tail")}, strings.NewReader("short"), 10)
+	if _, err := io.ReadAll(body); err == nil {
+		t.Error("a staged file shorter than the object read without an error")
 	}
 }

@@ -1,0 +1,186 @@
+package s3sink
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// staging keeps the compressed members of open objects in files under one
+// directory, one file per partition with an open object, so that an
+// object's size is not bounded by memory (see README.md, S3 sink). The
+// files are written without fsync: the WAL holds the records, and a crash
+// loses only what the cursor has not passed, which the next start builds
+// again (clean removes what a previous run left). No file stays open: a
+// member is written with open, write, close.
+type staging struct {
+	dir string
+	max int64 // bytes of all files at most
+	log *slog.Logger
+	m   *metrics
+
+	mu    sync.Mutex
+	sizes map[string]int64 // each file's length, by path
+	total int64            // sum of sizes
+	// warnedAt is when the last "staging is full" line was logged: at most
+	// one a minute.
+	warnedAt time.Time
+}
+
+// errStagingFull is what stage returns when a member does not fit.
+var errStagingFull = errors.New("s3 staging: full")
+
+func newStaging(dir string, maxBytes int64, log *slog.Logger, m *metrics) (*staging, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create staging directory: %w", err)
+	}
+	return &staging{dir: dir, max: maxBytes, log: log, m: m, sizes: map[string]int64{}}, nil
+}
+
+// path is where the open object of partition is staged.
+func (st *staging) path(partition string) string {
+	sum := sha256.Sum256([]byte(partition))
+	return filepath.Join(st.dir, hex.EncodeToString(sum[:16]))
+}
+
+// stage writes body at off in the file at path and cuts the file there:
+// the file then holds its first off bytes and body. off 0 starts the file
+// anew. It fails with errStagingFull, writing nothing, when the files
+// would hold more than max.
+func (st *staging) stage(path string, off int64, body []byte) error {
+	end := off + int64(len(body))
+	st.mu.Lock()
+	was := st.sizes[path]
+	if grow := end - was; grow > 0 && st.total+grow > st.max {
+		st.mu.Unlock()
+		return errStagingFull
+	}
+	st.total += end - was
+	st.sizes[path] = end
+	st.mu.Unlock()
+	err := writeAt(path, off, body, off > 0 && was > end)
+	if err != nil {
+		// What the file holds is unknown: count it as empty, and start it
+		// anew next time (off 0 truncates).
+		st.mu.Lock()
+		st.total -= st.sizes[path]
+		delete(st.sizes, path)
+		st.mu.Unlock()
+		_ = os.Remove(path)
+	}
+	st.m.stagingBytes.Set(float64(st.bytes()))
+	return err
+}
+
+func writeAt(path string, off int64, body []byte, truncate bool) error {
+	flags := os.O_WRONLY | os.O_CREATE
+	if off == 0 {
+		flags |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if err != nil {
+		return fmt.Errorf("open staging file: %w", err)
+	}
+	if _, err = f.WriteAt(body, off); err == nil && truncate {
+		err = f.Truncate(off + int64(len(body)))
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write staging file %s: %w", path, err)
+	}
+	return nil
+}
+
+// remove deletes the file at path, whose object is delivered or given up.
+func (st *staging) remove(path string) {
+	st.mu.Lock()
+	st.total -= st.sizes[path]
+	delete(st.sizes, path)
+	st.mu.Unlock()
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		st.log.Warn("could not remove a staged object's file; it is removed at the next start", "error", err)
+	}
+	st.m.stagingBytes.Set(float64(st.bytes()))
+}
+
+func (st *staging) bytes() int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.total
+}
+
+// open returns the first n bytes of the file at path to read.
+func (st *staging) open(path string, n int64) (*os.File, *io.SectionReader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open staged object: %w", err)
+	}
+	fi, err := f.Stat()
+	if err == nil && fi.Size() < n {
+		err = fmt.Errorf("staged object %s holds %d bytes, not %d", path, fi.Size(), n)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, io.NewSectionReader(f, 0, n), nil
+}
+
+// full notes a member that staging had no room for (or could not write):
+// counted, and said at most once a minute.
+func (st *staging) full(cause error, what string) {
+	st.m.stagingFull.Inc()
+	st.mu.Lock()
+	now := time.Now()
+	warn := now.Sub(st.warnedAt) >= time.Minute
+	if warn {
+		st.warnedAt = now
+	}
+	total := st.total
+	st.mu.Unlock()
+	if !warn {
+		return
+	}
+	if errors.Is(cause, errStagingFull) {
+		st.log.Warn("S3 staging is full (staging_max_bytes): "+what+"; counted in forwarder_s3_staging_full_total, said at most once a minute",
+			"dir", st.dir, "staged_bytes", total, "staging_max_bytes", st.max)
+		return
+	}
+	st.log.Warn("could not write to S3 staging: "+what+"; counted in forwarder_s3_staging_full_total, said at most once a minute",
+		"dir", st.dir, "error", cause)
+}
+
+// clean removes every file in the directory: what a previous run left of
+// its open objects, whose records the WAL still holds after the cursor.
+// It runs before any record is read.
+func (st *staging) clean() error {
+	ents, err := os.ReadDir(st.dir)
+	if err != nil {
+		return fmt.Errorf("read staging directory: %w", err)
+	}
+	removed := 0
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(st.dir, e.Name())); err != nil {
+			return fmt.Errorf("remove stale staging file: %w", err)
+		}
+		removed++
+	}
+	st.mu.Lock()
+	clear(st.sizes)
+	st.total = 0
+	st.mu.Unlock()
+	st.m.stagingBytes.Set(0)
+	if removed > 0 {
+		st.log.Info("removed the staged objects a previous run left; their records are read again from the WAL", "dir", st.dir, "files", removed)
+	}
+	return nil
+}

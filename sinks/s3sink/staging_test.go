@@ -1,0 +1,354 @@
+package s3sink
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/queue"
+	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// TestManyPartitionsStayOpen drains 2,000 partitions (a tag each, as an
+// aggregator sees a cluster's containers) through a memory share that
+// holds a fraction of their records: with staging, every record is taken
+// into its partition's open object (members cut as memory runs short) and
+// no object is finished early, by memory or by max_open_objects at its
+// default; each partition's records then go in one object, finished by
+// max_object_age (here, by the drain that stands for it, so that the test
+// does not depend on the machine's speed).
+func TestManyPartitionsStayOpen(t *testing.T) {
+	const tags, perTag = 2000, 30
+	srv, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.Key = "many/${tag}/${hostname}-${seq}.json.gz"
+	cfg.MaxObjectBytes = 64 * config.MiB
+	cfg.MaxObjectAge = config.Duration(time.Hour)
+	cfg.MaxOpenObjects = 0 // the default
+	s, dir := newStagedSink(t, cfg)
+	w := openWAL(t, t.TempDir())
+	defer w.Close()
+	opts := drainerOptions()
+	opts.MaxBufferedBytes = 8 << 20 // less than half of what the records take
+	opts.Fingerprint = s.Fingerprint()
+	counted := &carryCounter{Sink: s}
+	d := queue.New(w, "archive", counted, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Errorf("drainer: %v", err)
+		}
+	}()
+
+	var want []string
+	var res wal.Result
+	var peak atomic.Int64
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	wg.Add(1)
+	go func() { // the staged bytes, as they come
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+				if n := s.staging.bytes(); n > peak.Load() {
+					peak.Store(n)
+				}
+			}
+		}
+	}()
+	lines := 0
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range perTag {
+		recs := make([]wal.Record, tags)
+		for j := range recs {
+			id := fmt.Sprintf("c%d-%d", j, i)
+			// Hex of random bytes: compressed, the records take more than
+			// the memory share as well.
+			recs[j] = wal.Record{Time: time.Now().UnixNano(), Tag: fmt.Sprintf("pod-%04d", j),
+				Body: fmt.Appendf(nil, `{"id":%q,"msg":"%x"}`, id, rng.Uint64()^rng.Uint64()<<1)}
+			for range 12 {
+				recs[j].Body = fmt.Appendf(recs[j].Body[:len(recs[j].Body)-2], ` %016x"}`, rng.Uint64())
+			}
+			want = append(want, id)
+			r := sinkRecs(recs[j])[0]
+			lines += s.Size(&r)
+		}
+		res = appendRecs(t, w, recs)
+	}
+	if lines < 2*opts.MaxBufferedBytes {
+		t.Fatalf("%d bytes of lines: memory would hold them", lines)
+	}
+	// Every record is read once what was taken in stops growing: what is
+	// not is queued, in less than half the memory share.
+	for last, stable, deadline := int64(-1), 0, time.Now().Add(2*time.Minute); stable < 50 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if n := counted.carried.Load(); n != last {
+			last, stable = n, 0
+		} else {
+			stable++
+		}
+	}
+	if n := srv.Calls()["PutObject"]; n != 0 || counted.carried.Load() < int64(len(want)/2) {
+		t.Fatalf("%d objects finished early; %d of %d records taken into open objects", n, counted.carried.Load(), len(want))
+	}
+	t.Logf("%d of %d records taken into open objects, none finished", counted.carried.Load(), len(want))
+	dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+	defer dcancel()
+	if err := d.Drain(dctx); err != nil {
+		t.Fatal(err)
+	}
+	close(done)
+	wg.Wait()
+	if pos, _ := w.Cursor("archive"); pos != res.Last {
+		t.Fatalf("cursor %d, want %d", pos, res.Last)
+	}
+	objs := readObjects(t, newReader(t, url), "many/")
+	checkOnce(t, objs, want)
+	if len(objs) != tags {
+		t.Errorf("%d objects for %d partitions: cut early", len(objs), tags)
+	}
+	multi := 0
+	for _, o := range objs {
+		if len(o.Lines) != perTag {
+			t.Errorf("object %s holds %d records, want all %d of its tag", o.Key, len(o.Lines), perTag)
+			break
+		}
+		if m, err := gzipMembers(o.Body); err != nil {
+			t.Fatalf("%s: %v", o.Key, err)
+		} else if m > 1 {
+			multi++
+		}
+	}
+	if n := testutil.ToFloat64(s.m.stagingFull); n != 0 {
+		t.Errorf("staging full %v times", n)
+	}
+	if peak.Load() == 0 {
+		t.Error("nothing was staged")
+	}
+	if n := stagedFiles(t, dir); n != 0 {
+		t.Errorf("%d files staged once every object is uploaded", n)
+	}
+	t.Logf("%d objects, %d of several members; at most %d bytes staged", len(objs), multi, peak.Load())
+}
+
+// carryCounter counts the records Send took into carries.
+type carryCounter struct {
+	*Sink
+	carried atomic.Int64
+}
+
+func (c *carryCounter) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {
+	out, err := c.Sink.Send(ctx, b)
+	if err == nil && out.Carry != nil {
+		c.carried.Add(int64(len(b.Records)))
+	}
+	return out, err
+}
+
+// TestStagingFull: with staging_max_bytes too small for the open objects,
+// members that do not fit finish their objects early (or, for a new
+// object, are held in memory), counted, with one warning a minute; the
+// staged bytes never pass the bound, and every record is delivered once.
+func TestStagingFull(t *testing.T) {
+	const tags, perTag = 20, 300
+	_, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.Key = "full/${tag}/${hostname}-${seq}.json.gz"
+	cfg.MaxObjectBytes = 4 * config.MiB
+	cfg.MaxObjectAge = config.Duration(3 * time.Second)
+	cfg.StagingMaxBytes = 16 * config.KiB
+	var logged syncBuffer
+	dir := t.TempDir()
+	s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds},
+		Logger: slog.New(slog.NewTextHandler(&logged, nil)), StagingDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w := openWAL(t, t.TempDir())
+	defer w.Close()
+	opts := drainerOptions()
+	opts.MaxBufferedBytes = 256 << 10 // members of a few KiB each
+	runDrainer(t, w, "archive", s, opts)
+
+	var over atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Millisecond):
+				ents, _ := os.ReadDir(dir)
+				var n int64
+				for _, e := range ents {
+					if fi, err := e.Info(); err == nil {
+						n += fi.Size()
+					}
+				}
+				if n > int64(cfg.StagingMaxBytes) || s.staging.bytes() > int64(cfg.StagingMaxBytes) {
+					over.Store(max(n, s.staging.bytes()))
+				}
+			}
+		}
+	}()
+	var want []string
+	var res wal.Result
+	for i := range perTag {
+		recs := make([]wal.Record, tags)
+		for j := range recs {
+			id := fmt.Sprintf("f%d-%d", j, i)
+			recs[j] = rec(fmt.Sprintf("t%d", j), id, time.Now(), 300)
+			want = append(want, id)
+		}
+		res = appendRecs(t, w, recs)
+	}
+	waitCursor(t, w, "archive", res.Last, 60*time.Second)
+	close(done)
+	wg.Wait()
+	objs := readObjects(t, newReader(t, url), "full/")
+	checkOnce(t, objs, want)
+	if n := over.Load(); n > 0 {
+		t.Errorf("%d bytes staged, over staging_max_bytes %d", n, cfg.StagingMaxBytes)
+	}
+	if n := testutil.ToFloat64(s.m.stagingFull); n == 0 {
+		t.Error("staging full: not counted")
+	}
+	if len(objs) <= tags {
+		t.Errorf("%d objects for %d partitions: none finished early", len(objs), tags)
+	}
+	if n := strings.Count(logged.String(), "S3 staging is full (staging_max_bytes)"); n != 1 {
+		t.Errorf("%d warnings of a full staging, want 1 (at most one a minute):\n%s", n, logged.String())
+	}
+	t.Logf("%d objects; staging full %v times", len(objs), testutil.ToFloat64(s.m.stagingFull))
+}
+
+// TestStaleStagingRemoved: what a previous run left in the staging
+// directory (its open objects, lost with it) is removed at start, before
+// any record is read, and said once; the records are delivered from the
+// WAL.
+func TestStaleStagingRemoved(t *testing.T) {
+	_, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.StagingMaxBytes = config.MiB
+	dir := t.TempDir()
+	stage := filepath.Join(dir, "s3-staging", "archive")
+	if err := os.MkdirAll(filepath.Join(stage, "odd"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210", "odd/x"} {
+		if err := os.WriteFile(filepath.Join(stage, name), []byte("a member of an object a crash lost"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logged syncBuffer
+	s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds},
+		Logger: slog.New(slog.NewTextHandler(&logged, nil)), StagingDir: stage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w := openWAL(t, dir)
+	defer w.Close()
+	res := appendRecs(t, w, []wal.Record{rec("app", "r1", time.Now(), 10), rec("app", "r2", time.Now(), 10)})
+	if err := s.Recover(context.Background(), &walState{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := stagedFiles(t, stage); n != 0 {
+		t.Fatalf("%d entries left in the staging directory", n)
+	}
+	if !strings.Contains(logged.String(), "removed the staged objects a previous run left") || !strings.Contains(logged.String(), "files=3") {
+		t.Errorf("log:\n%s", logged.String())
+	}
+	runDrainer(t, w, "archive", s, drainerOptions())
+	waitCursor(t, w, "archive", res.Last, 10*time.Second)
+	checkOnce(t, readObjects(t, newReader(t, url), "logs/"), []string{"r1", "r2"})
+}
+
+// walState is a sink state without intents.
+type walState struct{ sinks.State }
+
+func (walState) Scan(prefix []byte, fn func(k, v []byte) error) error { return nil }
+
+// TestStagedFileLost: a staged object whose file is gone (or damaged) at
+// upload is rebuilt from the WAL, with the same bytes, and counted.
+func TestStagedFileLost(t *testing.T) {
+	srv, url := startEmu(t)
+	for _, damage := range []string{"removed", "flipped"} {
+		t.Run(damage, func(t *testing.T) {
+			cfg := testConfig(url)
+			cfg.Key = "lost/" + damage + "/${tag}/${seq}"
+			cfg.MaxObjectBytes = config.MiB
+			s, _ := newStagedSink(t, cfg)
+			recs := batchRecs("a", 300)
+			st := newMemState(recs)
+			p := s.Partition(&recs[0])
+			var carry sinks.Carry
+			for i := 0; i < 200; i += 100 {
+				out, err := s.Send(context.Background(), &sinks.Batch{Partition: p, Records: recs[i : i+100], State: st, Carry: carry})
+				if err != nil || out.Carry == nil {
+					t.Fatalf("outcome %+v, %v", out, err)
+				}
+				carry = out.Carry
+			}
+			path := carry.(*openObject).path
+			if damage == "removed" {
+				if err := os.Remove(path); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b[len(b)/2] ^= 1
+				if err := os.WriteFile(path, b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.Send(context.Background(), &sinks.Batch{Partition: p, Records: recs[200:], State: st, Carry: carry, Final: true}); err != nil {
+				t.Fatal(err)
+			}
+			if n := testutil.ToFloat64(s.m.stagingRebuilt); n != 1 {
+				t.Errorf("%v rebuilt, want 1", n)
+			}
+			keys := st.intents()
+			if len(keys) != 1 {
+				t.Fatalf("intents %v", keys)
+			}
+			key := strings.TrimPrefix(keys[0], intentPrefix)
+			got, err := srv.Get(bucket, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := s.enc.buildSplit(recs, []int{100, 100, 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want.body) {
+				t.Error("the rebuilt object differs from the one built in memory")
+			}
+		})
+	}
+}
