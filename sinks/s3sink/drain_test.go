@@ -272,6 +272,9 @@ func TestMaxOpenObjects(t *testing.T) {
 }
 
 func TestMultipart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: multipart uploads of large objects; make test runs it")
+	}
 	srv, url := startEmu(t)
 	cfg := testConfig(url)
 	cfg.Compression = config.CompressionNone
@@ -320,6 +323,9 @@ func TestMultipart(t *testing.T) {
 // on the same WAL: Recover aborts the upload the intent names and uploads
 // the object again under the same key. Exactly one object, no upload left.
 func TestMultipartCrashRecovered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: multipart uploads interrupted and recovered; make test runs it")
+	}
 	srv, url := startEmu(t)
 	cfg := testConfig(url)
 	cfg.Compression = config.CompressionNone

@@ -39,6 +39,9 @@ func startMoto(t *testing.T) string {
 // interrupted and finished by Recover, the errors of a missing bucket, and
 // the conditional writes (testConditionalWrites).
 func TestMoto(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: moto_server, started for the test; make test runs it")
+	}
 	url := startMoto(t)
 	cl := newReader(t, url)
 	ctx := context.Background()

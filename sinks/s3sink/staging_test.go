@@ -31,6 +31,9 @@ import (
 // max_object_age (here, by the drain that stands for it, so that the test
 // does not depend on the machine's speed).
 func TestManyPartitionsStayOpen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 2,000 partitions staged on disk; make test runs it")
+	}
 	const tags, perTag = 2000, 30
 	srv, url := startEmu(t)
 	cfg := testConfig(url)
