@@ -7,7 +7,9 @@
 # waits until the sink's lag is 0 (the objects finish by age), and prints the objects, their
 # average size, the early cuts, the forwarder's CPU per record and its peak RssAnon and
 # staged bytes, over BENCH_CONNS (default 64) connections, 10 records a message.
-# BENCH_FORWARDER runs another build of the forwarder (for a before and after).
+# BENCH_FORWARDER runs another build of the forwarder (for a before and after). With
+# BENCH_SINKS="s3 cloudwatch", a CloudWatch Logs sink too, one stream per tag
+# (log_stream "${tag}", everything else at its default): PutLogEvents calls and events.
 # It needs three free ports: BENCH_FORWARD_PORT (default 25224, the forward input),
 # BENCH_ADMIN_PORT (19880) and BENCH_STANDIN_PORT (4599).
 set -euo pipefail
@@ -67,6 +69,19 @@ sinks:
     max_object_bytes: 64MiB
     max_object_age: 5m
 EOF
+nsinks=1
+if [[ " ${BENCH_SINKS:-s3} " == *" cloudwatch "* ]]; then
+	nsinks=2
+	cat >>"$dir/s3p.yaml" <<EOF
+  - name: cloudwatch
+    type: cloudwatch
+    match: "**"
+    region: us-east-1
+    endpoint: "http://127.0.0.1:$sport"
+    log_group: "/bench"
+    log_stream: "\${tag}"
+EOF
+fi
 
 "$fwd" run -c "$dir/s3p.yaml" 2>"$dir/forwarder.log" &
 PID=$!
@@ -107,7 +122,7 @@ c1=$(cpu "$PID")
 echo "load done after $(($(date +%s) - t0)) s: $objects_during objects uploaded meanwhile, $cuts_during early cuts"
 sent=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["acked_records"])' "$dir/load.json")
 
-until [ "$(metric forwarder_sink_lag_records)" = 0 ] && [ "$(metric forwarder_sink_delivered_records_total)" -ge "$sent" ]; do
+until [ "$(metric forwarder_sink_lag_records)" = 0 ] && [ "$(metric forwarder_sink_delivered_records_total)" -ge $((sent * nsinks)) ]; do
 	sleep 2
 done
 t1=$(date +%s)
@@ -123,6 +138,8 @@ n, objs, body = load["acked_records"], st["objects"], st["body_bytes"]
 print(f"records {n} ({load['records_per_sec']:.0f}/s); objects {objs} ({objects_during} during the load), "
       f"{n/max(objs,1):.0f} records and {body/max(objs,1)/1024:.1f} KiB ({lines/max(objs,1)/1024:.1f} KiB of lines) each on average")
 print(f"early cuts {cuts} ({cuts_during} during the load); staging full {full}; peak staged {staged/2**20:.1f} MiB")
+if st.get("put_log_events"):
+    print(f"CloudWatch: {st['events']} events in {st['put_log_events']} PutLogEvents ({st['events']/st['put_log_events']:.0f} a call)")
 print(f"forwarder CPU {c2-c0:.1f} s: {(c2-c0)/n*1e6:.1f} us/record ({(c1-c0)/n*1e6:.1f} during the load); "
       f"peak RssAnon {peak/1024:.1f} MiB; lag 0 after {took} s")
 PY

@@ -469,6 +469,7 @@ func TestConditionalWrites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: racing conditional writes against the emulator and moto_server; make test runs it")
 	}
+	t.Parallel()
 	_, url := startEmu(t)
 	testConditionalWrites(t, url)
 }

@@ -216,6 +216,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a SIGKILL loop of a child process; make test runs it")
 	}
+	t.Parallel()
 	t.Run("in memory", func(t *testing.T) { testCrashExactlyOnce(t, false) })
 	t.Run("staged", func(t *testing.T) { testCrashExactlyOnce(t, true) })
 }
@@ -225,7 +226,7 @@ func TestCrashExactlyOnce(t *testing.T) {
 const rebuiltOther = "other compressed bytes"
 
 func testCrashExactlyOnce(t *testing.T, staged bool) {
-	runs := 20
+	runs := 10 // each way: 20 kills in all
 	if v := os.Getenv("S3_CRASH_RUNS"); v != "" {
 		var err error
 		if runs, err = strconv.Atoi(v); err != nil || runs < 1 {

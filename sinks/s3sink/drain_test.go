@@ -275,6 +275,7 @@ func TestMultipart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: multipart uploads of large objects; make test runs it")
 	}
+	t.Parallel()
 	srv, url := startEmu(t)
 	cfg := testConfig(url)
 	cfg.Compression = config.CompressionNone
@@ -326,6 +327,7 @@ func TestMultipartCrashRecovered(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: multipart uploads interrupted and recovered; make test runs it")
 	}
+	t.Parallel()
 	srv, url := startEmu(t)
 	cfg := testConfig(url)
 	cfg.Compression = config.CompressionNone

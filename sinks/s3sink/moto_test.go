@@ -42,6 +42,7 @@ func TestMoto(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: moto_server, started for the test; make test runs it")
 	}
+	t.Parallel()
 	url := startMoto(t)
 	cl := newReader(t, url)
 	ctx := context.Background()

@@ -34,6 +34,7 @@ func TestManyPartitionsStayOpen(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: 2,000 partitions staged on disk; make test runs it")
 	}
+	t.Parallel()
 	const tags, perTag = 2000, 30
 	srv, url := startEmu(t)
 	cfg := testConfig(url)
