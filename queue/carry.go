@@ -68,6 +68,9 @@ func (l *loop) uncarry(p *partition, now time.Time) {
 // release forgets what p carries, its batch and its queue, and reads its
 // records from `from` on again from the WAL. p is not busy.
 func (l *loop) release(p *partition, from uint64, now time.Time) {
+	if d, ok := p.carry.(sinks.Discarder); ok {
+		d.Discard() // given up: not sent, its records read again
+	}
 	clear(p.batch)
 	l.unhold(p)
 	l.batchDropped(p)

@@ -107,6 +107,14 @@ func TestCarryRefusedIsDeadLettered(t *testing.T) {
 		if carriesSeen == 0 || finalsOfBad <= carriesSeen {
 			t.Fatalf("%d refused deliveries, %d of them with a carry: want a carried one refused, then batches of their own", finalsOfBad, carriesSeen)
 		}
+		// Each carry given up was discarded (what it holds outside the
+		// drainer, such as the S3 sink's staged file, is let go).
+		s.mu.Lock()
+		discards := s.discards
+		s.mu.Unlock()
+		if discards != carriesSeen {
+			t.Fatalf("%d carries refused and given up, %d discarded", carriesSeen, discards)
+		}
 	})
 }
 

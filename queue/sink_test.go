@@ -41,6 +41,7 @@ type testSink struct {
 	carries                map[string]*testCarry // partition → the carry last handed back
 	carried, finals        int                   // sends answered with a carry; final batches
 	flushes                int                   // final batches of a carry alone
+	discards               int                   // carries the drainer gave up (Discard)
 }
 
 // testCarry is what a carrying testSink hands back: the records it took in.
@@ -48,10 +49,30 @@ type testCarry struct {
 	recs       []sinks.Record // bodies copied
 	bytes, mem int
 	room       int
+	// The drainer discards a carry it gives up (sinks.Discarder): once,
+	// never while a send of its partition is in flight.
+	s         *testSink
+	partition string
+	discarded bool
 }
 
 func (c *testCarry) Mem() int  { return c.mem }
 func (c *testCarry) Room() int { return c.room }
+
+func (c *testCarry) Discard() {
+	c.s.mu.Lock()
+	c.s.discards++
+	inflight := c.s.inflight[c.partition]
+	twice := c.discarded
+	c.discarded = true
+	c.s.mu.Unlock()
+	switch {
+	case twice:
+		c.s.setViolation("a carry of " + c.partition + " discarded twice")
+	case inflight:
+		c.s.setViolation("a carry of " + c.partition + " discarded while a send of its partition is in flight")
+	}
+}
 
 func newTestSink(lim sinks.Limits) *testSink {
 	return &testSink{lim: lim, got: map[uint64]int{}, order: map[string][]uint64{}, inflight: map[string]bool{}, carries: map[string]*testCarry{}}
@@ -121,7 +142,7 @@ func (s *testSink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, err
 		if c != nil && len(b.Records) > 0 && b.Records[0].Seq <= c.recs[len(c.recs)-1].Seq {
 			s.setViolation(fmt.Sprintf("batch from %d after a carry up to %d", b.Records[0].Seq, c.recs[len(c.recs)-1].Seq))
 		}
-		n := &testCarry{}
+		n := &testCarry{s: s, partition: b.Partition}
 		if c != nil {
 			n.recs, n.bytes = c.recs[:len(c.recs):len(c.recs)], c.bytes
 		}

@@ -113,6 +113,15 @@ type Carry interface {
 	Room() int
 }
 
+// Discarder is a Carry that holds something besides memory (the S3 sink's
+// staged file). The drainer calls Discard when it gives the carry up
+// without sending it (its records are read again from the WAL: the WAL
+// dropped some, or the sink refused a batch it had carried), at most once,
+// and never while a send of its partition is in flight.
+type Discarder interface {
+	Discard()
+}
+
 // Rejection is one record refused for good.
 type Rejection struct {
 	Seq    uint64

@@ -34,9 +34,23 @@ type openObject struct {
 	max   int64  // max_object_bytes
 	crc   uint32 // CRC-32C of their lines
 	mem   int
+	stage *staging // where path is staged
 }
 
-var _ sinks.Carry = (*openObject)(nil)
+var (
+	_ sinks.Carry     = (*openObject)(nil)
+	_ sinks.Discarder = (*openObject)(nil)
+)
+
+// Discard removes the staged file of an object the drainer gives up: its
+// records are read again and go in a new object, which starts the file
+// anew. Without it the file's bytes would stay counted against
+// staging_max_bytes until the partition next begins an object.
+func (o *openObject) Discard() {
+	if o.staged() && o.stage != nil {
+		o.stage.remove(o.path)
+	}
+}
 
 // Mem is what the object holds in memory: its members' bytes when they
 // are not staged, and its own bookkeeping.
@@ -91,10 +105,10 @@ func (o *openObject) with(m member, first, last uint64, maxBytes int) *openObjec
 
 // withStaged returns o (nil: none yet) with m, which is written to the
 // staged file at path after o's members, taken in.
-func (o *openObject) withStaged(m member, first, last uint64, maxBytes int, path string) (*openObject, error) {
+func (o *openObject) withStaged(m member, first, last uint64, maxBytes int, path string, st *staging) (*openObject, error) {
 	h := sha256.New()
 	if o == nil {
-		o = &openObject{first: first, max: int64(maxBytes), path: path, mem: objectOverhead}
+		o = &openObject{first: first, max: int64(maxBytes), path: path, mem: objectOverhead, stage: st}
 	} else if err := unmarshalHash(h, o.hash); err != nil {
 		return nil, fmt.Errorf("restore object hash: %w", err)
 	}
@@ -108,7 +122,7 @@ func (o *openObject) withStaged(m member, first, last uint64, maxBytes int, path
 		counts: append(o.counts, int32(m.records)),
 		path:   o.path, size: o.size + int64(len(m.body)), hash: state,
 		lines: o.lines + m.lines, max: o.max, crc: m.crc,
-		mem: o.mem + stagedMemberOverhead,
+		mem: o.mem + stagedMemberOverhead, stage: o.stage,
 	}, nil
 }
 

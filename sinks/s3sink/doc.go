@@ -100,8 +100,9 @@
 // it, and a new object is held in memory. Recover removes every file in
 // the directory: no object is open before the drainer reads records, and
 // the cursor is before the records of those a previous run left. A carry
-// the drainer gives up (it reads its records again) leaves its file, which
-// the partition's next object overwrites, or the next start removes.
+// the drainer gives up (it reads its records again: the WAL dropped some
+// with wal.when_full: drop_oldest, or the sink refused a batch it carried)
+// is discarded (sinks.Discarder): its file and its bytes leave staging.
 //
 // # The intent protocol
 //

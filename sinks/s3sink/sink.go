@@ -407,7 +407,7 @@ func (s *Sink) carry(open *openObject, m member, partition string, first, last u
 		s.staging.full(err, "new objects are held in memory, and finished early when the sink's memory share runs short")
 		return open.with(m, first, last, s.maxBytes), nil
 	}
-	c, err := open.withStaged(m, first, last, s.maxBytes, path)
+	c, err := open.withStaged(m, first, last, s.maxBytes, path, s.staging)
 	if err != nil {
 		return nil, sinks.NewRetryable("encode", err)
 	}

@@ -2,6 +2,7 @@ package s3sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -354,5 +355,34 @@ func TestStagedFileLost(t *testing.T) {
 				t.Error("the rebuilt object differs from the one built in memory")
 			}
 		})
+	}
+}
+
+// A staged object the drainer gives up (sinks.Discarder) lets its file and
+// its bytes go: they no longer count against staging_max_bytes.
+func TestDiscardedObjectLeavesStaging(t *testing.T) {
+	_, url := startEmu(t)
+	s, _ := newStagedSink(t, testConfig(url))
+	recs := sinkRecs(wal.Record{Seq: 1, Time: time.Now().UnixNano(), Tag: "app", Body: []byte(`{"id":"a"}`)},
+		wal.Record{Seq: 2, Time: time.Now().UnixNano(), Tag: "app", Body: []byte(`{"id":"b"}`)})
+	var open *openObject
+	for i := range recs {
+		m, err := s.enc.compress(recs[i:i+1], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if open, err = s.carry(open, m, "p", recs[0].Seq, recs[i].Seq); err != nil || !open.staged() {
+			t.Fatalf("carry: %v, staged %v", err, open.staged())
+		}
+	}
+	if s.staging.bytes() != open.size || open.size == 0 {
+		t.Fatalf("staging holds %d bytes, the object %d", s.staging.bytes(), open.size)
+	}
+	open.Discard()
+	if n := s.staging.bytes(); n != 0 {
+		t.Errorf("staging counts %d bytes after the object was discarded", n)
+	}
+	if _, err := os.Stat(open.path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the staged file is still there: %v", err)
 	}
 }
