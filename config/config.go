@@ -140,6 +140,7 @@ type S3 struct {
 	MaxObjectBytes     Size              `yaml:"max_object_bytes"`    // uncompressed bytes per object
 	MaxObjectAge       Duration          `yaml:"max_object_age"`      // an open object is closed this long after its first record
 	MaxOpenObjects     int               `yaml:"max_open_objects"`    // objects being filled at once (one per partition)
+	MaxPartitions      int               `yaml:"max_partitions"`      // partitions (rendered key prefixes) admitted; beyond: the overflow key
 	MultipartThreshold Size              `yaml:"multipart_threshold"` // objects this large are uploaded in parts
 	StagingMaxBytes    Size              `yaml:"staging_max_bytes"`   // disk for open objects' members; 0: memory (see StagingDefault)
 	TimeKey            string            `yaml:"time_key"`            // field the event time is added under; empty: none
@@ -167,6 +168,7 @@ type CloudWatch struct {
 	MessageKey           string            `yaml:"message_key"`            // ship this field's value instead of the whole body
 	FlushInterval        Duration          `yaml:"flush_interval"`         // longest wait before a partial batch is sent
 	MaxConcurrentStreams int               `yaml:"max_concurrent_streams"` // streams with a request in flight at once
+	MaxPartitions        int               `yaml:"max_partitions"`         // group and stream pairs admitted; beyond: the overflow stream
 	// Settle is how old a PutLogEvents call a crash left in doubt must be
 	// before the stream is read back to see whether it landed.
 	Settle   Duration `yaml:"settle"`

@@ -93,6 +93,7 @@ var (
 		MaxObjectBytes:     64 << 20,
 		MaxObjectAge:       Duration(5 * time.Minute),
 		MaxOpenObjects:     10_000,
+		MaxPartitions:      20_000,
 		MultipartThreshold: 16 << 20,
 		TimeKey:            "@timestamp",
 		StagingMaxBytes:    10 * GiB / 8, // an eighth of wal.max_bytes
@@ -107,6 +108,7 @@ var (
 		LogGroupClass:        "STANDARD",
 		FlushInterval:        Duration(5 * time.Second),
 		MaxConcurrentStreams: 64,
+		MaxPartitions:        20_000,
 		Settle:               Duration(10 * time.Second),
 		ReadRate:             10,
 		CreateRate:           10,
@@ -205,6 +207,7 @@ func TestFullConfig(t *testing.T) {
 					MaxObjectBytes:     128 * MiB,
 					MaxObjectAge:       Duration(10 * time.Minute),
 					MaxOpenObjects:     16,
+					MaxPartitions:      5000,
 					MultipartThreshold: 5 * MiB,
 					StagingMaxBytes:    512 * MiB,
 					TimeKey:            "ts",
@@ -217,7 +220,7 @@ func TestFullConfig(t *testing.T) {
 				},
 			},
 			{
-				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 65,
+				Name: "cloudwatch", Type: "cloudwatch", Match: []string{"pod.**"}, Line: 66,
 				CloudWatch: &CloudWatch{
 					Region:               "eu-west-1",
 					Endpoint:             "http://127.0.0.1:4567",
@@ -233,6 +236,7 @@ func TestFullConfig(t *testing.T) {
 					MessageKey:           "log",
 					FlushInterval:        Duration(2 * time.Second),
 					MaxConcurrentStreams: 8,
+					MaxPartitions:        3000,
 					Settle:               Duration(30 * time.Second),
 					ReadRate:             5,
 					CreateRate:           20,
@@ -469,6 +473,10 @@ var badConfigs = []struct {
 		`4: unknown key "brokers" in sink "kafka"`,
 		`5: sink "my archive": name: "my archive" may hold only letters, digits, _ and -`,
 		`5: sink "my archive": type is required (s3 or cloudwatch)`,
+	}},
+	{"max_partitions.yaml", []string{
+		`6: sink "cloudwatch": max_partitions: must be 1 to 1000000, not 0`,
+		`11: sink "archive": max_partitions: must be 1 to 1000000, not 2000000`,
 	}},
 	{"cloudwatch_create_rate.yaml", []string{
 		`6: sink "cloudwatch": create_rate: must be 1 to 1000, not 0`,

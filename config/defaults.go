@@ -69,11 +69,17 @@ func defaultS3() *S3 {
 		MaxObjectBytes:     64 * MiB,
 		MaxObjectAge:       Duration(5 * time.Minute),
 		MaxOpenObjects:     10_000,
+		MaxPartitions:      DefaultMaxPartitions,
 		MultipartThreshold: 16 * MiB,
 		TimeKey:            "@timestamp",
 		StagingMaxBytes:    stagingAuto,
 	}
 }
+
+// DefaultMaxPartitions is a sink's max_partitions when the file leaves it out: room for
+// a stream or key prefix per container of a large cluster's aggregator, far below what
+// makes the drain slow.
+const DefaultMaxPartitions = 20_000
 
 // stagingAuto is staging_max_bytes when the file leaves it out: Parse makes it
 // StagingDefault of the WAL's max_bytes.
@@ -104,6 +110,7 @@ func defaultCloudWatch() *CloudWatch {
 		LogGroupClass:        LogGroupClassStandard,
 		FlushInterval:        Duration(5 * time.Second),
 		MaxConcurrentStreams: 64,
+		MaxPartitions:        DefaultMaxPartitions,
 		Settle:               Duration(10 * time.Second),
 		ReadRate:             10,
 		CreateRate:           10,

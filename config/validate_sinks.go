@@ -102,6 +102,7 @@ func (s3 *S3) validate(s section) {
 	atLeast(s, "max_object_bytes", s3.MaxObjectBytes, 1)
 	s.positive("max_object_age", s3.MaxObjectAge)
 	atLeast(s, "max_open_objects", s3.MaxOpenObjects, 1)
+	s.between("max_partitions", s3.MaxPartitions, 1, MaxPartitionsLimit)
 	atLeast(s, "multipart_threshold", s3.MultipartThreshold, 5*MiB)
 	s.oneOf("sse", s3.SSE, "", SSEAES256, SSEKMS)
 	if s3.KMSKeyID != "" && s3.SSE != SSEKMS {
@@ -128,9 +129,14 @@ func (cw *CloudWatch) validate(s section) {
 		s.invalid("settle", "must be at most 1h, not %s (every start with calls in doubt waits that long)", cw.Settle)
 	}
 	s.between("read_rate", cw.ReadRate, 1, 1000)
+	s.between("max_partitions", cw.MaxPartitions, 1, MaxPartitionsLimit)
 	s.between("create_rate", cw.CreateRate, 1, 1000)
 	s.between("group_create_rate", cw.GroupCreateRate, 1, 1000)
 }
+
+// MaxPartitionsLimit is the largest max_partitions: each admitted partition costs
+// memory and a key in the WAL's sink state.
+const MaxPartitionsLimit = 1_000_000
 
 func joinInts(ns []int) string {
 	s := make([]string, len(ns))

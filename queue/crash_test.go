@@ -22,6 +22,9 @@ const (
 	crashChildEnv  = "QUEUE_TEST_CRASH_CHILD"
 	crashRunEnv    = "QUEUE_TEST_CRASH_RUN"
 	crashCarryEnv  = "QUEUE_TEST_CRASH_CARRY"
+	crashGuardEnv  = "QUEUE_TEST_CRASH_GUARD"
+	crashGuardMax  = 6 // max_partitions with guard, of crashGuardTags tags
+	crashGuardTags = 30
 	crashMaxRecs   = 30
 	crashCarryRecs = 100 // records a carrying fileSink delivers at once, at most
 	crashConc      = 4
@@ -33,12 +36,19 @@ const (
 // saying yes. With flaky, one send in ten fails. With carry, it takes batches in
 // without delivering them (sinks.Outcome.Carry) until crashCarryRecs
 // records or a final batch: then it delivers them all at once.
+//
+// With guard, the drainer bounds its partitions to crashGuardMax: records
+// beyond go to partition "overflow".
 type fileSink struct {
 	f     *os.File
 	run   int
 	carry bool
 	flaky bool // one send in ten fails
+	guard bool
 }
+
+func (s *fileSink) Overflow(*sinks.Record) string { return "overflow" }
+func (s *fileSink) Explain([]sinks.Record) string { return "tags" }
 
 // seqCarry is what a carrying fileSink hands back: the records it took in.
 type seqCarry struct{ seqs []uint64 }
@@ -52,6 +62,9 @@ func (s *fileSink) Limits() sinks.Limits {
 		// Long enough that batches are carried before their records age,
 		// however slow the run (a race build, a busy machine).
 		lim.MaxAge = 100 * time.Millisecond
+	}
+	if s.guard {
+		lim.MaxPartitions = crashGuardMax
 	}
 	return lim
 }
@@ -102,11 +115,18 @@ func crashChild(dir string) {
 		fmt.Println("OPEN", err)
 		os.Exit(3)
 	}
+	guard := os.Getenv(crashGuardEnv) != ""
 	go func() {
 		for i := 0; ; i++ {
 			var recs []wal.Record
 			for j := 0; j < 40; j++ {
-				recs = append(recs, wal.Record{Time: time.Now().UnixNano(), Tag: fmt.Sprintf("p%d", (i+j)%10), Body: []byte(crashBody)})
+				tag := fmt.Sprintf("p%d", (i+j)%10)
+				if guard {
+					// Five tags at a time, moving on by one every 50
+					// appends: tags go idle, new ones come.
+					tag = fmt.Sprintf("p%d", (i/50+j%5)%crashGuardTags)
+				}
+				recs = append(recs, wal.Record{Time: time.Now().UnixNano(), Tag: tag, Body: []byte(crashBody)})
 			}
 			if _, err := w.Append(context.Background(), recs, wal.AppendOptions{}); err != nil {
 				fmt.Println("APPEND", err)
@@ -115,7 +135,8 @@ func crashChild(dir string) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	d := New(w, "file", &fileSink{f: f, run: run, carry: os.Getenv(crashCarryEnv) != "", flaky: true}, Options{RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, checkInvariants: true})
+	d := New(w, "file", &fileSink{f: f, run: run, carry: os.Getenv(crashCarryEnv) != "", flaky: true, guard: guard},
+		Options{RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond, PartitionIdle: 100 * time.Millisecond, checkInvariants: true})
 	if err := d.Run(context.Background()); err != nil {
 		fmt.Println("RUN", err)
 		os.Exit(5)
@@ -195,7 +216,22 @@ func TestCrashRestartWithCarries(t *testing.T) {
 	crashLoop(t, true, crashCarryRecs)
 }
 
+// TestCrashRestartWithMaxPartitions is the same with the partitions
+// bounded (max_partitions) below the tags the records have, tags going idle
+// and new ones coming: besides the rules above, a record is delivered to
+// the same partition, its own or the overflow, every time it is delivered.
+func TestCrashRestartWithMaxPartitions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a SIGKILL loop of a child process; make test runs it")
+	}
+	crashLoopOpts(t, false, true, crashMaxRecs)
+}
+
 func crashLoop(t *testing.T, carry bool, maxDelivery int) {
+	crashLoopOpts(t, carry, false, maxDelivery)
+}
+
+func crashLoopOpts(t *testing.T, carry, guard bool, maxDelivery int) {
 	runs := 10
 	if v := os.Getenv("QUEUE_CRASH_RUNS"); v != "" {
 		runs, _ = strconv.Atoi(v)
@@ -208,6 +244,9 @@ func crashLoop(t *testing.T, carry bool, maxDelivery int) {
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir, crashRunEnv+"="+strconv.Itoa(run))
 		if carry {
 			cmd.Env = append(cmd.Env, crashCarryEnv+"=1")
+		}
+		if guard {
+			cmd.Env = append(cmd.Env, crashGuardEnv+"=1")
 		}
 		out := &strings.Builder{}
 		cmd.Stdout, cmd.Stderr = out, out
@@ -225,7 +264,13 @@ func crashLoop(t *testing.T, carry bool, maxDelivery int) {
 				t.Fatalf("run %d: the child did not open its files in 20 s: %s", run, out)
 			}
 		}
-		time.Sleep(time.Duration(100+rng.Intn(400)) * time.Millisecond)
+		life := time.Duration(100+rng.Intn(400)) * time.Millisecond
+		if guard {
+			// Long enough, some of the time, for the status ticks (every
+			// second) that let idle partitions go.
+			life = time.Duration(100+rng.Intn(2000)) * time.Millisecond
+		}
+		time.Sleep(life)
 		cmd.Process.Signal(syscall.SIGKILL)
 		err := cmd.Wait()
 		if s := out.String(); s != "" || err == nil || !strings.Contains(err.Error(), "killed") {
@@ -257,7 +302,7 @@ func crashLoop(t *testing.T, carry bool, maxDelivery int) {
 	}
 	defer f.Close()
 	last := w.Stats().NextSeq - 1
-	r := start(w, "file", &fileSink{f: f, run: runs, carry: carry}, Options{})
+	r := start(w, "file", &fileSink{f: f, run: runs, carry: carry, guard: guard}, Options{PartitionIdle: 100 * time.Millisecond})
 	waitCursor(t, w, "file", last, 30*time.Second)
 	r.stop(t)
 
@@ -267,14 +312,20 @@ func crashLoop(t *testing.T, carry bool, maxDelivery int) {
 		partition string
 	}
 	dups := map[runPart]int{} // by the run that sent again, and partition
-	total, largest := 0, 0
+	total, largest, overflowed := 0, 0, 0
 	for seq := uint64(1); seq <= last; seq++ {
 		ds := got[seq]
 		if len(ds) == 0 {
 			t.Fatalf("record %d of %d never delivered", seq, last)
 		}
 		largest = max(largest, ds[0].size)
+		if ds[0].partition == "overflow" {
+			overflowed++
+		}
 		for _, d := range ds[1:] {
+			if d.partition != ds[0].partition {
+				t.Fatalf("record %d delivered to partition %s in run %d and to %s in run %d: routed differently after a restart", seq, ds[0].partition, ds[0].run, d.partition, d.run)
+			}
 			if d.run == ds[0].run {
 				t.Fatalf("record %d delivered twice within run %d: not a restart's re-send", seq, d.run)
 			}
@@ -288,6 +339,30 @@ func crashLoop(t *testing.T, carry bool, maxDelivery int) {
 	for d, n := range dups {
 		if n > maxDelivery {
 			t.Fatalf("run %d re-sent %d records of partition %s: more than the one delivery (%d) that can be in flight", d.run, n, d.partition, maxDelivery)
+		}
+	}
+	if guard {
+		// Tags come back after going idle: some got room again.
+		readmitted := 0
+		for tag := range crashGuardTags {
+			own, over, back := false, false, false
+			for seq := uint64(1); seq <= last; seq++ {
+				switch p := got[seq][0].partition; {
+				case p == fmt.Sprintf("p%d", tag) && over:
+					back = true
+				case p == fmt.Sprintf("p%d", tag):
+					own = true
+				case p == "overflow" && own:
+					over = true
+				}
+			}
+			if back {
+				readmitted++
+			}
+		}
+		t.Logf("%d records in the overflow partition; %d tags admitted again after records of theirs overflowed", overflowed, readmitted)
+		if overflowed == 0 || readmitted == 0 {
+			t.Fatalf("%d records overflowed, %d tags admitted again: the bound was not exercised", overflowed, readmitted)
 		}
 	}
 	t.Logf("%d kills, %d records, %d re-sent after restarts (bound %d)", runs, last, total, runs*10*maxDelivery)

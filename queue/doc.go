@@ -16,6 +16,11 @@
 //	   deliver (watermark.go): dead letters, delivered mark, cursor = low
 //	   watermark, the sink's state deletes ──► committer (commit.go) ──► wal
 //
+// With sinks.Limits.MaxPartitions and a sink that is a sinks.Overflower,
+// routing asks the guard (guard.go, overflow.go) whether a record's
+// partition is admitted; records beyond the bound go to the sink's
+// overflow partition, the same before and after a restart.
+//
 // The loop (loop.go) is one goroutine that owns every field of the loop
 // type; the readers, the sends and the committer talk to it through
 // channels. Drain (drain.go) makes it deliver everything now; Status
@@ -94,6 +99,11 @@
 //	                  sequence number (8 bytes, big-endian), ahead of the cursor
 //	d/<seq>           a dead letter: the record and why, as JSON (DeadLetter)
 //	s/<key>           the sink's own state (sinks.State), e.g. S3 intents
+//	a/<partition>     with max_partitions (guard.go): the intervals of
+//	                  sequence numbers whose records of the partition go to
+//	                  it, 16 bytes each (first, end; end 0: open), big-endian
+//	max_partitions    the bound and the first sequence number it applies
+//	                  to, 16 bytes each, oldest first
 //
 // The cursor itself is the WAL's (wal.Batch.SetCursor), committed in the
 // same transaction as the marks and state changes of a delivery.

@@ -32,8 +32,12 @@ type Options struct {
 	// templates, say). Delivered marks are only valid for the partitioning
 	// that wrote them: when the fingerprint changes, they are dropped.
 	Fingerprint string
-	Metrics     *Metrics // nil: unregistered metrics
-	Logger      *slog.Logger
+	// PartitionIdle is how long a partition admitted under the sink's
+	// max_partitions (sinks.Limits.MaxPartitions) must have been idle to
+	// be let go, making room for another. Default 10m.
+	PartitionIdle time.Duration
+	Metrics       *Metrics // nil: unregistered metrics
+	Logger        *slog.Logger
 
 	// checkInvariants makes the loop verify its invariants (loop.check)
 	// after every step and panic when one is broken: for the tests.
@@ -65,6 +69,9 @@ func (o *Options) setDefaults() {
 	if o.SummaryInterval <= 0 {
 		o.SummaryInterval = time.Minute
 	}
+	if o.PartitionIdle <= 0 {
+		o.PartitionIdle = 10 * time.Minute
+	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(nil)
 	}
@@ -90,7 +97,8 @@ type Drainer struct {
 	delivered, batches, skipped, evicted prometheus.Counter
 	earlyCuts, spills, reread            prometheus.Counter
 	lagRecords, lagSeconds, inflight     prometheus.Gauge
-	paused, buffered                     prometheus.Gauge
+	paused, buffered, admitted           prometheus.Gauge
+	overflowed                           prometheus.Counter
 	sendDuration                         prometheus.Observer
 
 	drain drainRequest // Drain's request to the loop
@@ -133,6 +141,8 @@ func New(w *wal.WAL, name string, sink sinks.Sink, opts Options) *Drainer {
 		inflight:     m.InFlight.WithLabelValues(name),
 		paused:       m.Paused.WithLabelValues(name),
 		buffered:     m.Buffered.WithLabelValues(name),
+		admitted:     m.Admitted.WithLabelValues(name),
+		overflowed:   m.Overflowed.WithLabelValues(name),
 		sendDuration: m.SendDuration.WithLabelValues(name),
 		status:       Status{Sink: name, State: StateStarting},
 		drain:        newDrainRequest(),
@@ -159,8 +169,25 @@ func (d *Drainer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("register cursor %q: %w", d.name, err)
 	}
-	if err := d.checkFingerprint(); err != nil {
+	repartitioned, fresh, err := d.checkFingerprint()
+	if err != nil {
 		return err
+	}
+	var g *guard
+	if _, ok := d.sink.(sinks.Overflower); ok && d.lim.MaxPartitions > 0 {
+		// No record from next on was routed before: the bound applies
+		// from there, or from the start for a sink that never ran.
+		next := d.w.Stats().NextSeq
+		if fresh {
+			next = cursor + 1
+		}
+		if g, err = loadGuard(d.w, d.name, d.lim.MaxPartitions, next, repartitioned, time.Now()); err != nil {
+			return err
+		}
+		if err := d.commitGuard(g); err != nil {
+			return err
+		}
+		d.st.guard = g // read only, by Recover, until the loop starts
 	}
 	if r, ok := d.sink.(sinks.Recoverer); ok {
 		if err := d.finishInterrupted(ctx, r, cursor); err != nil {
@@ -171,7 +198,7 @@ func (d *Drainer) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	l, err := newLoop(d, cursor)
+	l, err := newLoop(d, cursor, g)
 	if err != nil {
 		return err
 	}
@@ -244,17 +271,19 @@ func (d *Drainer) setState(f func(*Status)) {
 // checkFingerprint drops the delivered marks when the sink now partitions
 // records differently: a mark says "this partition delivered up to here",
 // which means nothing for a partition that now holds other records. It
-// runs before Recover, so that marks Recover writes are kept.
-func (d *Drainer) checkFingerprint() error {
+// runs before Recover, so that marks Recover writes are kept. It reports
+// whether the partitioning changed, and whether the sink never ran (no
+// fingerprint was stored).
+func (d *Drainer) checkFingerprint() (changed, fresh bool, err error) {
 	if d.opts.Fingerprint == "" {
-		return nil
+		return false, false, nil
 	}
 	old, err := d.w.State(d.name, []byte(keyFingerprint))
 	if err != nil {
-		return fmt.Errorf("read partitioning fingerprint of %q: %w", d.name, err)
+		return false, false, fmt.Errorf("read partitioning fingerprint of %q: %w", d.name, err)
 	}
 	if string(old) == d.opts.Fingerprint {
-		return nil
+		return false, false, nil
 	}
 	var b wal.Batch
 	if old != nil {
@@ -264,7 +293,7 @@ func (d *Drainer) checkFingerprint() error {
 			n++
 			return nil
 		}); err != nil {
-			return fmt.Errorf("read delivered marks of %q: %w", d.name, err)
+			return false, false, fmt.Errorf("read delivered marks of %q: %w", d.name, err)
 		}
 		if n > 0 {
 			d.log.Info("the sink's partitioning changed: forgetting what partitions delivered ahead of the cursor; those records may be sent again", "marks", n)
@@ -272,7 +301,7 @@ func (d *Drainer) checkFingerprint() error {
 	}
 	b.Put(d.name, []byte(keyFingerprint), []byte(d.opts.Fingerprint))
 	if err := d.w.Commit(context.Background(), &b); err != nil {
-		return fmt.Errorf("store partitioning fingerprint of %q: %w", d.name, err)
+		return false, false, fmt.Errorf("store partitioning fingerprint of %q: %w", d.name, err)
 	}
-	return nil
+	return old != nil, old == nil, nil
 }

@@ -51,7 +51,7 @@ func (l *loop) read(ctx context.Context, from uint64, out chan<- read, gen uint6
 // ingest routes records to their partitions: records of the head reader
 // to partitions that are not spilled, records of the catch-up reader (back)
 // to the partitions it serves, up to where the head reader took over.
-func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) {
+func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 	d := l.d
 	// First route every record, counting the bytes each partition takes
 	// from this read; then copy each partition's bodies into one buffer of
@@ -87,13 +87,28 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) {
 		}
 		l.probeRec = sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
 		key := d.sink.Partition(&l.probeRec)
+		p := l.parts[key]
+		var iv interval // when the guard was asked: the interval that admits key
+		if l.guard != nil && (p == nil || !p.admits(r.Seq)) {
+			var ok bool
+			if ok, iv = l.guard.route(key, r.Seq, now); ok {
+				if p != nil {
+					p.adm = iv
+				}
+			} else {
+				key = l.overflow.Overflow(&l.probeRec)
+				p = l.parts[key]
+				if !back {
+					l.overflowed(&l.probeRec)
+				}
+			}
+		}
 		if m, ok := l.marks.get(key); ok && r.Seq <= m {
 			if !back {
 				d.skipped.Inc()
 			}
 			continue
 		}
-		p := l.parts[key]
 		switch {
 		case back:
 			if p == nil || p.reading != readCatchingUp || r.Seq < p.spillFrom {
@@ -101,13 +116,20 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) {
 			}
 			p.spillFrom = r.Seq + 1
 		case p == nil:
-			p = &partition{key: key, heapIdx: -1}
+			p = &partition{key: key, heapIdx: -1, adm: iv}
 			l.parts[key] = p
 		case p.reading != readHead:
 			continue // the catch-up reader reads it again
 		}
 		p.need += len(r.Body)
 		route = append(route, routed{p: p, i: i})
+	}
+	if l.guard != nil {
+		// The partitions this read admitted are stored before any of its
+		// records can be sent (see guard).
+		if err := d.commitGuard(l.guard); err != nil {
+			return err
+		}
 	}
 	for _, rt := range route {
 		r, p := &recs[rt.i], rt.p
@@ -128,6 +150,7 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) {
 	if back {
 		l.caughtUp(caughtUp, now)
 	}
+	return nil
 }
 
 // routed is a record of the read being ingested and its partition.

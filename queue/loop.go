@@ -23,17 +23,23 @@ type loop struct {
 	d   *Drainer
 	lim sinks.Limits
 
-	cursor   uint64 // highest cursor handed to the committer
-	readPos  uint64 // sequence number of the next record the reader delivers
-	parts    map[string]*partition
-	due      dueHeap
-	pending  pendingHeap  // the partitions' first pending records (pending.go)
-	marks    markSet      // delivered marks committed ahead of the cursor (marks.go)
-	route    []routed     // ingest's scratch
-	probeRec sinks.Record // ingest's record for Partition (a local would escape: one allocation per record)
-	mem      memAccount   // recordMem of every record held (queued and in batches) and the sink's carries
-	open     int          // partitions with queued or carried records
-	closing  int          // of which closing: a final batch is due (finalize) or in flight
+	cursor  uint64 // highest cursor handed to the committer
+	readPos uint64 // sequence number of the next record the reader delivers
+	parts   map[string]*partition
+	due     dueHeap
+	pending pendingHeap // the partitions' first pending records (pending.go)
+	marks   markSet     // delivered marks committed ahead of the cursor (marks.go)
+	// guard bounds the partitions (guard.go, overflow.go); nil: no bound.
+	guard    *guard
+	overflow sinks.Overflower // the sink, when guard is set
+	over     overflowReport   // what went to the overflow partition since the last report
+	// overflowTotal counts the records that went to the overflow partition.
+	overflowTotal uint64
+	route         []routed     // ingest's scratch
+	probeRec      sinks.Record // ingest's record for Partition (a local would escape: one allocation per record)
+	mem           memAccount   // recordMem of every record held (queued and in batches) and the sink's carries
+	open          int          // partitions with queued or carried records
+	closing       int          // of which closing: a final batch is due (finalize) or in flight
 	// Partitions by what cutLargest, cutOldest and spill look for (see
 	// index.go): gathering, by their queues' and their carries' memory;
 	// gathering and open, not closing, by their oldest record; waiting with
@@ -85,9 +91,9 @@ type loop struct {
 	badMove string // the first phase change the diagram does not have (see setPhase)
 }
 
-func newLoop(d *Drainer, cursor uint64) (*loop, error) {
+func newLoop(d *Drainer, cursor uint64, g *guard) (*loop, error) {
 	l := &loop{
-		d: d, lim: d.lim, cursor: cursor, readPos: cursor + 1,
+		d: d, lim: d.lim, cursor: cursor, readPos: cursor + 1, guard: g,
 		parts: map[string]*partition{}, marks: newMarkSet(),
 		flow:     newFlow(d.lim.Concurrency, d.opts.RetryMin, d.opts.RetryMax, d.opts.PauseRetry),
 		failures: map[string]int{}, deadReasons: map[string]int{}, lastSummary: time.Now(), lastRouting: time.Now(),
@@ -97,6 +103,9 @@ func newLoop(d *Drainer, cursor uint64) (*loop, error) {
 		// one more: deliver never blocks.
 		commits: make(chan *commitReq, d.lim.Concurrency+1), committed: make(chan *commitReq),
 		backIn: make(chan read), joined: map[*partition]struct{}{},
+	}
+	if g != nil {
+		l.overflow = d.sink.(sinks.Overflower)
 	}
 	l.initIndex(time.Now())
 	if err := d.w.ScanState(d.name, []byte(prefixMark), func(k, v []byte) error {
@@ -181,14 +190,21 @@ func (l *loop) run(ctx context.Context) error {
 		resetTimer(timer, l.nextWake(now))
 		select {
 		case rd := <-in:
-			l.ingest(rd.recs, now, false) // copies what it keeps
+			err := l.ingest(rd.recs, now, false) // copies what it keeps
 			readBuffers.Put(rd.buf)
+			if err != nil {
+				return err
+			}
 		case rd := <-backIn:
+			var err error
 			if rd.gen == l.backGen {
 				d.reread.Add(float64(len(rd.recs)))
-				l.ingest(rd.recs, now, true)
+				err = l.ingest(rd.recs, now, true)
 			}
 			readBuffers.Put(rd.buf)
+			if err != nil {
+				return err
+			}
 		case r := <-l.results:
 			l.onResult(r, time.Now())
 		case c := <-l.committed:
@@ -207,6 +223,9 @@ func (l *loop) run(ctx context.Context) error {
 			l.updateStatus()
 			l.summarize(time.Now())
 			l.checkRouting(time.Now())
+			if err := l.checkGuard(time.Now()); err != nil {
+				return err
+			}
 		case <-done:
 			done, stopping = nil, true
 			stopReading()

@@ -20,6 +20,8 @@ type Metrics struct {
 	Paused       *prometheus.GaugeVec     // 1 while a sink-permanent error pauses the sink
 	Buffered     *prometheus.GaugeVec     // bytes of records held in memory
 	SendDuration *prometheus.HistogramVec // time of one Send
+	Admitted     *prometheus.GaugeVec     // partitions admitted under max_partitions
+	Overflowed   *prometheus.CounterVec   // records sent to the overflow partition: max_partitions was reached
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: none).
@@ -56,10 +58,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Bytes of records the drainer holds in memory for the sink."}, sink),
 		SendDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "forwarder_sink_send_duration_seconds",
 			Help: "Duration of one batch send, failed or not.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}, sink),
+		Admitted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_admitted_partitions",
+			Help: "Partitions admitted under the sink's max_partitions (those idle for 10 minutes are let go)."}, sink),
+		Overflowed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_overflow_records_total",
+			Help: "Records that went to the sink's overflow partition because max_partitions partitions were admitted (delivered there, not dropped)."}, sink),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Delivered, m.Batches, m.Retries, m.DeadLetters, m.Evicted, m.Skipped, m.EarlyCuts, m.Spills, m.Reread, m.LagRecords,
-			m.LagSeconds, m.InFlight, m.Paused, m.Buffered, m.SendDuration)
+			m.LagSeconds, m.InFlight, m.Paused, m.Buffered, m.SendDuration, m.Admitted, m.Overflowed)
 	}
 	return m
 }

@@ -22,6 +22,11 @@ type partition struct {
 	// from stays right when a batch is cut from the front.
 	arrivals []arrival
 
+	// adm is the guard's interval that admits the partition's records
+	// (guard.go), as last asked; zero: none (no guard, or an overflow
+	// partition).
+	adm interval
+
 	arena []byte // ingest: where this read's bodies of the partition are copied
 	need  int    // ingest: bytes of this read's bodies still to copy
 
@@ -66,6 +71,9 @@ type partition struct {
 	slots   [slots]int32 // places in the loop's partHeaps
 	closing bool         // counted in loop.closing
 }
+
+// admits: the record seq of p's key goes to p without asking the guard.
+func (p *partition) admits(seq uint64) bool { return p.adm.from != 0 && p.adm.holds(seq) }
 
 type arrival struct {
 	n  int

@@ -45,6 +45,10 @@ type sinkState struct {
 	w     *wal.WAL
 	name  string
 	match func(tag string) bool // nil: every tag
+	// guard routes records beyond max_partitions (guard.go); nil: no
+	// bound. Admitted reads it only while the sink recovers, before the
+	// loop, which then owns it, starts.
+	guard *guard
 }
 
 var _ sinks.State = (*sinkState)(nil)
@@ -133,6 +137,10 @@ func (s *sinkState) ReadRange(first, last uint64, keep func(*sinks.Record) bool)
 		}
 	}
 	return out, nil
+}
+
+func (s *sinkState) Admitted(partition string, seq uint64) bool {
+	return s.guard == nil || s.guard.admitted(partition, seq)
 }
 
 func (s *sinkState) Delivered(ctx context.Context, partition string, last uint64, deleteKeys [][]byte) error {

@@ -25,20 +25,26 @@ const (
 
 // Status is a drainer's state for /status and /readyz.
 type Status struct {
-	Sink         string    `json:"sink"`
-	State        string    `json:"state"` // one of the State constants
-	Cursor       uint64    `json:"cursor"`
-	LagRecords   uint64    `json:"lag_records"`
-	LagSeconds   float64   `json:"lag_seconds"`
-	InFlight     int       `json:"inflight_partitions"`
-	Concurrency  int       `json:"concurrency"`            // partitions allowed in flight now (lowered while throttled)
-	Partitions   int       `json:"partitions"`             // partitions with records pending
-	CatchingUp   int       `json:"catching_up_partitions"` // spilled partitions being read again from the WAL
-	Buffered     int       `json:"buffered_bytes"`
-	Delivered    uint64    `json:"delivered_records"`
-	DeadLettered uint64    `json:"dead_lettered_records"`
-	LastError    string    `json:"last_error,omitempty"`
-	LastErrorAt  time.Time `json:"last_error_at,omitzero"`
+	Sink        string  `json:"sink"`
+	State       string  `json:"state"` // one of the State constants
+	Cursor      uint64  `json:"cursor"`
+	LagRecords  uint64  `json:"lag_records"`
+	LagSeconds  float64 `json:"lag_seconds"`
+	InFlight    int     `json:"inflight_partitions"`
+	Concurrency int     `json:"concurrency"`            // partitions allowed in flight now (lowered while throttled)
+	Partitions  int     `json:"partitions"`             // partitions with records pending
+	CatchingUp  int     `json:"catching_up_partitions"` // spilled partitions being read again from the WAL
+	// Admitted is how many partitions max_partitions (MaxPartitions)
+	// admits now; Overflowed the records that went to the overflow
+	// partition since the start. All three are 0 without a bound.
+	Admitted      int       `json:"admitted_partitions,omitempty"`
+	MaxPartitions int       `json:"max_partitions,omitempty"`
+	Overflowed    uint64    `json:"overflow_records,omitempty"`
+	Buffered      int       `json:"buffered_bytes"`
+	Delivered     uint64    `json:"delivered_records"`
+	DeadLettered  uint64    `json:"dead_lettered_records"`
+	LastError     string    `json:"last_error,omitempty"`
+	LastErrorAt   time.Time `json:"last_error_at,omitzero"`
 }
 
 func (l *loop) updateStatus() {
@@ -71,6 +77,9 @@ func (l *loop) updateStatus() {
 		s.State, s.Cursor, s.LagRecords, s.LagSeconds = state, l.cursor, lag, lagSec
 		s.InFlight, s.Concurrency, s.Partitions, s.Buffered = l.inflight, l.limit, len(l.parts), l.mem.buffered()
 		s.CatchingUp = len(l.joined)
+		if l.guard != nil {
+			s.Admitted, s.MaxPartitions, s.Overflowed = l.guard.open(), d.lim.MaxPartitions, l.overflowTotal
+		}
 		s.Delivered, s.DeadLettered = l.delivered, l.deadLettered
 		if l.lastErr != "" {
 			s.LastError, s.LastErrorAt = l.lastErr, l.lastErrAt

@@ -10,6 +10,10 @@
 # BENCH_FORWARDER runs another build of the forwarder (for a before and after). With
 # BENCH_SINKS="s3 cloudwatch", a CloudWatch Logs sink too, one stream per tag
 # (log_stream "${tag}", everything else at its default): PutLogEvents calls and events.
+# BENCH_MISTAKE=1 runs the mistake instead: a CloudWatch sink alone whose stream renders a
+# value per record (log_group "/x/${tag}", log_stream "${record.id}": as many partitions as
+# records), max_partitions at its default; it prints how long after the load's end the sink
+# had delivered everything, and the max_partitions warning.
 # It needs three free ports: BENCH_FORWARD_PORT (default 25224, the forward input),
 # BENCH_ADMIN_PORT (19880) and BENCH_STANDIN_PORT (4599).
 set -euo pipefail
@@ -58,6 +62,24 @@ inputs:
   forward: {listen: "127.0.0.1:$fport"}
 admin: {listen: "127.0.0.1:$aport"}
 sinks:
+EOF
+nsinks=0
+if [ -n "${BENCH_MISTAKE:-}" ]; then
+	BENCH_SINKS=mistake
+	nsinks=1
+	cat >>"$dir/s3p.yaml" <<EOF
+  - name: cloudwatch
+    type: cloudwatch
+    match: "**"
+    region: us-east-1
+    endpoint: "http://127.0.0.1:$sport"
+    log_group: "/x/\${tag}"
+    log_stream: "\${record.id}"
+EOF
+fi
+if [[ " ${BENCH_SINKS:-s3} " == *" s3 "* ]]; then
+	nsinks=$((nsinks + 1))
+	cat >>"$dir/s3p.yaml" <<EOF
   - name: archive
     type: s3
     match: "**"
@@ -69,9 +91,9 @@ sinks:
     max_object_bytes: 64MiB
     max_object_age: 5m
 EOF
-nsinks=1
+fi
 if [[ " ${BENCH_SINKS:-s3} " == *" cloudwatch "* ]]; then
-	nsinks=2
+	nsinks=$((nsinks + 1))
 	cat >>"$dir/s3p.yaml" <<EOF
   - name: cloudwatch
     type: cloudwatch
@@ -119,13 +141,19 @@ t0=$(date +%s)
 objects_during=$(metric forwarder_s3_objects_uploaded_total)
 cuts_during=$(metric forwarder_sink_early_cuts_total)
 c1=$(cpu "$PID")
+tload=$(date +%s.%N)
 echo "load done after $(($(date +%s) - t0)) s: $objects_during objects uploaded meanwhile, $cuts_during early cuts"
 sent=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["acked_records"])' "$dir/load.json")
 
 until [ "$(metric forwarder_sink_lag_records)" = 0 ] && [ "$(metric forwarder_sink_delivered_records_total)" -ge $((sent * nsinks)) ]; do
-	sleep 2
+	sleep 0.5
 done
 t1=$(date +%s)
+echo "everything delivered $(python3 -c "import time; print(f'{time.time() - $tload:.1f}')") s after the load's end"
+if [ -n "${BENCH_MISTAKE:-}" ]; then
+	echo "admitted partitions $(metric forwarder_sink_admitted_partitions), overflow records $(metric forwarder_sink_overflow_records_total)"
+	grep -m1 'more partitions than max_partitions' "$dir/forwarder.log" || echo "no max_partitions warning in the log"
+fi
 c2=$(cpu "$PID")
 curl -s http://127.0.0.1:$sport/_standin/stats >"$dir/standin.json"
 python3 - "$dir/load.json" "$dir/standin.json" "$dir/peak" "$c0" "$c1" "$c2" "$cuts_during" "$objects_during" "$(metric forwarder_sink_early_cuts_total)" "$(metric forwarder_s3_staging_full_total)" "$(metric forwarder_s3_uncompressed_bytes_total)" "$((t1 - t0))" <<'PY'

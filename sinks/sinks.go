@@ -33,6 +33,10 @@ type Limits struct {
 	// open objects): beyond it, the partition that waited longest is sent
 	// early. 0: no bound.
 	MaxOpen int
+	// MaxPartitions bounds the partitions a sink that is an Overflower
+	// has: records that would make one more go to its overflow partition
+	// (max_partitions). 0: no bound.
+	MaxPartitions int
 	// MaxFinalBytes, for a sink that carries (see Outcome.Carry), is the
 	// most a final batch without a carry may hold (S3: max_object_bytes);
 	// with a carry it may hold what the carry has room for. 0: MaxBytes.
@@ -122,6 +126,20 @@ type Discarder interface {
 	Discard()
 }
 
+// Overflower is a sink whose partitions the drainer can bound
+// (Limits.MaxPartitions): a record that would open one more partition
+// than the bound goes to the partition Overflow names instead. A sink's
+// Recover routes records as the drainer did with State.Admitted.
+type Overflower interface {
+	// Overflow names the partition for r when its own is not admitted:
+	// the sink's names rendered as for a record without fields.
+	Overflow(r *Record) string
+	// Explain says, from some of the records that went to the overflow
+	// partition, which template and which of its placeholders rendered so
+	// many partitions: for the log line that reports it.
+	Explain(recs []Record) string
+}
+
 // Rejection is one record refused for good.
 type Rejection struct {
 	Seq    uint64
@@ -147,6 +165,11 @@ type State interface {
 	// up to last, and deletes keys of the sink's state in the same
 	// transaction. Recover uses it for work a crash left half done.
 	Delivered(ctx context.Context, partition string, last uint64, deleteKeys [][]byte) error
+	// Admitted reports whether the drainer routes the record seq, whose
+	// own partition is partition, to it; false: to the sink's Overflow
+	// partition (Limits.MaxPartitions was reached when it was read). Always
+	// true for a sink without a bound.
+	Admitted(partition string, seq uint64) bool
 }
 
 // Recoverer is a sink with work a crash can leave half done (an S3 upload

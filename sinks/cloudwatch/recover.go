@@ -137,7 +137,7 @@ type eventKey struct {
 // again.
 func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string, int, error) {
 	p := in.partition()
-	recs, err := st.ReadRange(in.BatchFirst, in.Last, func(r *sinks.Record) bool { return s.partition(r, false) == p })
+	recs, err := st.ReadRange(in.BatchFirst, in.Last, func(r *sinks.Record) bool { return s.routed(st, r) == p })
 	if err != nil {
 		return "", 0, fmt.Errorf("read records %d to %d for the call in doubt to stream %q of group %q: %w", in.BatchFirst, in.Last, in.Stream, in.Group, err)
 	}
@@ -227,7 +227,7 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string,
 // another stream's now. Nothing would delete it otherwise.
 func (s *Sink) checkDelivered(ctx context.Context, st sinks.State, in *intent) error {
 	p := in.partition()
-	recs, err := st.ReadRange(in.First, in.Last, func(r *sinks.Record) bool { return s.partition(r, false) == p })
+	recs, err := st.ReadRange(in.First, in.Last, func(r *sinks.Record) bool { return s.routed(st, r) == p })
 	if err != nil {
 		return fmt.Errorf("read records %d to %d for the delivered call to stream %q of group %q: %w", in.First, in.Last, in.Stream, in.Group, err)
 	}

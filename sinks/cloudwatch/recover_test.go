@@ -828,3 +828,67 @@ func TestRecoverClockAheadSendsAgain(t *testing.T) {
 		t.Errorf("%d warnings, want one about the clock:\n%s", n, logs)
 	}
 }
+
+// A call to the overflow stream (max_partitions reached) that landed, and
+// whose answer a crash lost, is found at the next start: Recover routes
+// the records of its range as the drainer did, to the overflow stream and
+// not to their own, so none is sent again.
+func TestRecoverOverflowCallThatLanded(t *testing.T) {
+	e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) {
+		c.LogStream = "${tag}"
+		c.MaxPartitions = 1
+	}})
+	e.prime("a", "b") // stream a takes the one place; b makes the overflow stream
+	p.setRule(landPuts)
+	now := time.Now()
+	var recs []wal.Record
+	for i := range 20 {
+		recs = append(recs, wal.Record{Time: now.Add(time.Duration(i) * time.Millisecond).UnixNano(), Tag: fmt.Sprintf("t%d", i%4),
+			Body: fmt.Appendf(nil, `{"log":"m%d"}`, i)})
+	}
+	e.append(recs...)
+	e.runUntilHung(p, 1)
+	logs := e.rerun(cfg)
+	got := e.copies("g", "unknown")
+	delete(got, `{"log":"first"}`) // b's, from prime
+	if len(got) != 20 {
+		t.Errorf("%d other events in the overflow stream, want 20", len(got))
+	}
+	for i := range 20 {
+		if n := got[fmt.Sprintf(`{"log":"m%d"}`, i)]; n != 1 {
+			t.Errorf("m%d stored %d times in the overflow stream g/unknown", i, n)
+		}
+	}
+	if e.indoubt(resultDelivered) != 1 {
+		t.Errorf("in doubt: delivered %v, want 1\n%s", e.indoubt(resultDelivered), logs)
+	}
+	for _, g := range e.emu.Groups() {
+		for _, s := range g.Streams {
+			if s.Name != "a" && s.Name != "unknown" {
+				t.Errorf("stream %s/%s made beyond max_partitions 1", g.Name, s.Name)
+			}
+		}
+	}
+}
+
+// Overflow names the group and stream as for a record without fields, at
+// the record's time; Explain names the placeholder that took a value per
+// record.
+func TestOverflowAndExplain(t *testing.T) {
+	e := newEnv(t, func(c *config.CloudWatch) {
+		c.LogGroup = "/x/${tag}"
+		c.LogStream = "${record.stream}-${hostname}"
+	})
+	r := sinks.Record{Seq: 7, Tag: "kube.a", Time: time.Now().UnixNano(), Body: []byte(`{"stream":"s1"}`)}
+	if got, want := e.sink.Overflow(&r), "/x/unknown\x00unknown-host1"; got != want {
+		t.Errorf("Overflow %q, want %q", got, want)
+	}
+	var recs []sinks.Record
+	for i := range 40 {
+		recs = append(recs, sinks.Record{Tag: fmt.Sprintf("kube.%d", i%3), Body: fmt.Appendf(nil, `{"stream":"v%d"}`, i)})
+	}
+	want := `log_stream "${record.stream}-${hostname}": ${record.stream} took 40 values in 40 records, e.g. "v0", "v1"`
+	if got := e.sink.Explain(recs); got != want {
+		t.Errorf("Explain:\n%s\nwant\n%s", got, want)
+	}
+}

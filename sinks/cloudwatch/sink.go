@@ -88,6 +88,9 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 	if cfg.ReadRate <= 0 {
 		cfg.ReadRate = 10 // config's default, for a configuration not made by package config
 	}
+	if cfg.MaxPartitions <= 0 {
+		cfg.MaxPartitions = config.DefaultMaxPartitions
+	}
 	if cfg.CreateRate <= 0 {
 		cfg.CreateRate = 10 // as config's defaults
 	}
@@ -201,11 +204,12 @@ func (s *Sink) Fingerprint() string {
 // Limits are CloudWatch's per-call limits and the configured pace.
 func (s *Sink) Limits() sinks.Limits {
 	return sinks.Limits{
-		MaxRecords:  maxEvents,
-		MaxBytes:    maxBatchBytes,
-		MaxAge:      time.Duration(s.cfg.FlushInterval),
-		MaxSpan:     maxSpan,
-		Concurrency: s.cfg.MaxConcurrentStreams,
+		MaxRecords:    maxEvents,
+		MaxBytes:      maxBatchBytes,
+		MaxAge:        time.Duration(s.cfg.FlushInterval),
+		MaxSpan:       maxSpan,
+		Concurrency:   s.cfg.MaxConcurrentStreams,
+		MaxPartitions: s.cfg.MaxPartitions,
 	}
 }
 

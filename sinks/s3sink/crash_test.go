@@ -66,10 +66,14 @@ func stagedFiles(t *testing.T, dir string) int {
 	return len(ents)
 }
 
-// crashConfig makes many small objects in per-minute, per-tag partitions.
+// crashConfig makes many small objects in per-minute, per-tag partitions,
+// two of them at most (max_partitions) for three tags: the records of the
+// others go to the overflow key (crash/unknown/...), which a restart must
+// route them to again.
 func crashConfig(url string) config.S3 {
 	cfg := testConfig(url)
 	cfg.Key = "crash/${tag}/%Y/%m/%d/%H/%M/${hostname}-${seq}.json.gz"
+	cfg.MaxPartitions = 2
 	cfg.MaxObjectBytes = 2 * config.KiB
 	cfg.MaxObjectAge = config.Duration(100 * time.Millisecond)
 	return cfg
@@ -178,6 +182,10 @@ func emuIDs(t *testing.T, srv *s3emu.Server, prefix string) (seen map[string]int
 // an object built of more than one member.
 var severalMembers = regexp.MustCompile(`finished an interrupted upload.* members=([2-9]|[1-9][0-9]+) `)
 
+// overflowRecovered matches a restart's line about an interrupted upload
+// of the overflow key.
+var overflowRecovered = regexp.MustCompile(`finished an interrupted upload.* key=crash/unknown/`)
+
 // alreadyThere matches a restart's line about an interrupted upload that
 // had landed before the kill.
 var alreadyThere = regexp.MustCompile(`finished an interrupted upload.* already_in_s3=true`)
@@ -238,7 +246,7 @@ func testCrashExactlyOnce(t *testing.T, staged bool) {
 	acked := map[string]bool{}
 	// recoveredThere: interrupted uploads that had landed before the kill,
 	// which the restart found in S3 (412) and counted as delivered.
-	recovered, recoveredMulti, recoveredThere := 0, 0, 0
+	recovered, recoveredMulti, recoveredThere, recoveredOverflow := 0, 0, 0, 0
 	seed := uint64(testseed.Seed(t, "S3_CRASH_SEED", "the kill times and the child's records"))
 	rng := rand.New(rand.NewPCG(seed, 1))
 
@@ -362,6 +370,7 @@ func testCrashExactlyOnce(t *testing.T, staged bool) {
 		recovered += strings.Count(stderr.String(), "finished an interrupted upload")
 		recoveredThere += len(alreadyThere.FindAllString(stderr.String(), -1))
 		recoveredMulti += len(severalMembers.FindAllString(stderr.String(), -1))
+		recoveredOverflow += len(overflowRecovered.FindAllString(stderr.String(), -1))
 		if strings.Contains(stderr.String(), "level=ERROR") {
 			t.Errorf("run %d: the child logged errors:\n%s", run, stderr.String())
 		}
@@ -395,6 +404,12 @@ func testCrashExactlyOnce(t *testing.T, staged bool) {
 		t.Error("no kill left a staged object: the crashes never met one")
 	}
 	t.Logf("%d of %d kills left staged objects", killsStaged, runs)
+	overSeen, overObjects, _ := emuIDs(t, srv, "crash/unknown/")
+	t.Logf("%d records in %d objects of the overflow key (max_partitions 2 of 3 tags); %d interrupted uploads of it finished by a restart",
+		len(overSeen), overObjects, recoveredOverflow)
+	if overObjects == 0 {
+		t.Error("no object under the overflow key: max_partitions was never reached")
+	}
 	checkIntentBytes(t, srv, "crash/")
 }
 

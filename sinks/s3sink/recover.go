@@ -105,8 +105,7 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 		}
 	}
 	kept, err := st.ReadRange(in.First, in.Last, func(r *sinks.Record) bool {
-		p, _ := keys.partition(r)
-		return p == in.Partition
+		return routed(st, keys, r) == in.Partition
 	})
 	if err != nil {
 		return fatal("read records %d to %d for intent %q: %w", in.First, in.Last, ik, err)

@@ -139,6 +139,9 @@ func New(ctx context.Context, name string, cfg config.S3, opts Options) (*Sink, 
 	if cfg.MaxOpenObjects <= 0 {
 		cfg.MaxOpenObjects = def.MaxOpenObjects
 	}
+	if cfg.MaxPartitions <= 0 {
+		cfg.MaxPartitions = def.MaxPartitions
+	}
 	if cfg.MultipartThreshold <= 0 {
 		cfg.MultipartThreshold = def.MultipartThreshold
 	}
@@ -260,6 +263,7 @@ func (s *Sink) Limits() sinks.Limits {
 		MaxAge:        time.Duration(s.cfg.MaxObjectAge),
 		Concurrency:   uploadConcurrency,
 		MaxOpen:       s.cfg.MaxOpenObjects,
+		MaxPartitions: s.cfg.MaxPartitions,
 	}
 }
 
@@ -505,8 +509,7 @@ func checkStaged(body *io.SectionReader, sum string) error {
 // Recover does, and checks it is the one in describes.
 func (s *Sink) rebuild(st sinks.State, in *intent) (*object, error) {
 	kept, err := st.ReadRange(in.First, in.Last, func(r *sinks.Record) bool {
-		p, _ := s.keys.partition(r)
-		return p == in.Partition
+		return routed(st, s.keys, r) == in.Partition
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read records %d to %d of %q: %w", in.First, in.Last, in.Key, err)
