@@ -8,7 +8,7 @@ BIN      := bin/forwarder
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-tools crash powercut clean e2e soak image image-tools image-test
+.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-partitions bench-tools crash powercut clean e2e soak image image-tools image-test
 
 # Fuzz targets: package, target name, and the number of inputs make test tries
 # (about 10 seconds each on 2 cores).
@@ -77,11 +77,20 @@ bench-go: deps
 
 # The real binary driven by cmd/loadgen: ingest, a backlog (BENCH_BACKLOG, default 1GiB),
 # a drain to both sinks, 1,000,000 records into both sinks at loadgen standin, then the
-# catch-up after an outage; see scripts/bench-e2e.sh,
-# scripts/bench-catchup.sh and BENCHMARKS.md.
+# catch-up after an outage, then a tag per container (make bench-partitions); see
+# scripts/bench-e2e.sh, scripts/bench-catchup.sh, scripts/bench-s3-partitions.sh and
+# BENCHMARKS.md.
 bench-e2e: bench-tools
 	scripts/bench-e2e.sh
 	scripts/bench-catchup.sh
+	$(MAKE) bench-partitions
+
+# A tag per container: 2,000 tags into S3 (a partition each) and CloudWatch Logs (a stream
+# each) at 20,000 records/s for 5 minutes; then the mistake of a stream per record
+# (max_partitions at work) for 30 s. Both against loadgen standin.
+bench-partitions: bench-tools
+	BENCH_SINKS="s3 cloudwatch" BENCH_SECONDS=300 scripts/bench-s3-partitions.sh
+	BENCH_MISTAKE=1 BENCH_SECONDS=30 scripts/bench-s3-partitions.sh
 
 # Catch-up after an outage alone: per sink, 1 and 100 partitions, against a restart
 # on the same backlog (BENCH_RECORDS, default 1,000,000; BENCH_SINKS, BENCH_TAGS).
