@@ -24,9 +24,18 @@ func (s nullSink) Send(context.Context, *sinks.Batch) (sinks.Outcome, error) {
 	return sinks.Outcome{}, nil
 }
 
+// guardedNullSink is a nullSink whose partitions the drainer bounds
+// (max_partitions).
+type guardedNullSink struct{ nullSink }
+
+func (guardedNullSink) Overflow(*sinks.Record) string { return "overflow" }
+func (guardedNullSink) Explain([]sinks.Record) string { return "" }
+
 // BenchmarkDrain drains 200,000 records of 250 bytes from the WAL into a
 // sink that accepts everything, with 10, 1,000, 10,000 and 100,000
-// partitions, in batches of up to 10,000 records. It does not check the
+// partitions, in batches of up to 10,000 records; with guard=on the sink
+// has max_partitions 20,000 (above 20,000 partitions, the rest go to one
+// overflow partition). It does not check the
 // loop's invariants. Besides records/s it reports, per record drained, the
 // wall time (ns/record), the process's CPU time (cpu-ns/record: user and
 // system, every goroutine, the WAL's reads and the collector included) and
@@ -36,8 +45,16 @@ func (s nullSink) Send(context.Context, *sinks.Batch) (sinks.Outcome, error) {
 // is spread over fewer records).
 func BenchmarkDrain(b *testing.B) {
 	const n = 200000
-	for _, parts := range []int{10, 1000, 10000, 100000} {
-		b.Run(fmt.Sprintf("partitions=%d", parts), func(b *testing.B) {
+	for _, bench := range []struct {
+		parts int
+		guard bool
+	}{{10, false}, {10, true}, {1000, false}, {1000, true}, {10000, false}, {10000, true}, {100000, false}, {100000, true}} {
+		parts := bench.parts
+		name := fmt.Sprintf("partitions=%d", parts)
+		if bench.guard {
+			name += "/guard=on"
+		}
+		b.Run(name, func(b *testing.B) {
 			w, err := wal.Open(b.TempDir(), wal.Options{})
 			if err != nil {
 				b.Fatal(err)
@@ -47,7 +64,11 @@ func BenchmarkDrain(b *testing.B) {
 				b.Fatal(err) // keeps every record for every round
 			}
 			last := appendN(b, w, n, tagsOf(parts), 250)
-			sink := nullSink{sinks.Limits{MaxRecords: 10000, MaxBytes: 1 << 20, MaxAge: 10 * time.Millisecond, Concurrency: min(parts, 64)}}
+			var sink sinks.Sink = nullSink{sinks.Limits{MaxRecords: 10000, MaxBytes: 1 << 20, MaxAge: 10 * time.Millisecond, Concurrency: min(parts, 64)}}
+			if bench.guard {
+				sink = guardedNullSink{nullSink{sinks.Limits{MaxRecords: 10000, MaxBytes: 1 << 20, MaxAge: 10 * time.Millisecond,
+					Concurrency: min(parts, 64), MaxPartitions: 20000}}}
+			}
 			b.SetBytes(n * 250)
 			var ms0, ms1 runtime.MemStats
 			runtime.ReadMemStats(&ms0)
@@ -55,7 +76,7 @@ func BenchmarkDrain(b *testing.B) {
 			m := NewMetrics(nil)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				r := startUnchecked(w, fmt.Sprint("round", i), sink, Options{Metrics: m})
+				r := startUnchecked(w, fmt.Sprint("round", i), sink, Options{Metrics: m, Fingerprint: "tags"})
 				waitCursor(b, w, fmt.Sprint("round", i), last, time.Minute)
 				r.stop(b)
 			}
