@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/internal/testseed"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
@@ -227,24 +227,6 @@ func (s *overflowSink) Explain(recs []sinks.Record) string {
 	return fmt.Sprintf("${tag} took %d values", len(tags))
 }
 
-// syncBuffer is a log destination the drainer's goroutines may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // TestMaxPartitionsOverflows: 100 tags under a bound of 10: the first ten
 // tags read get their own partitions, every other record goes to the
 // overflow partition, each record is delivered once, the warning names
@@ -256,7 +238,7 @@ func TestMaxPartitionsOverflows(t *testing.T) {
 	ts := newTestSink(sinks.Limits{MaxRecords: 50, MaxBytes: 1 << 20, MaxAge: 10 * time.Millisecond, Concurrency: 4, MaxPartitions: 10})
 	ts.overflows = true
 	s := &overflowSink{testSink: ts}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	m := NewMetrics(nil)
 	opts := Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: m, SummaryInterval: 50 * time.Millisecond, PartitionIdle: time.Hour,
 		Fingerprint: "tags"}
