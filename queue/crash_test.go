@@ -202,6 +202,7 @@ func TestCrashRestartDeliversAndDuplicatesOnlyInFlight(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a SIGKILL loop of a child process; make test runs it")
 	}
+	t.Parallel() // mostly waiting for its children
 	crashLoop(t, false, crashMaxRecs)
 }
 
@@ -213,6 +214,7 @@ func TestCrashRestartWithCarries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a SIGKILL loop of a child process; make test runs it")
 	}
+	t.Parallel() // mostly waiting for its children
 	crashLoop(t, true, crashCarryRecs)
 }
 
@@ -224,6 +226,7 @@ func TestCrashRestartWithMaxPartitions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a SIGKILL loop of a child process; make test runs it")
 	}
+	t.Parallel() // mostly waiting for its children
 	crashLoopOpts(t, false, true, crashMaxRecs)
 }
 
@@ -268,7 +271,7 @@ func crashLoopOpts(t *testing.T, carry, guard bool, maxDelivery int) {
 		if guard {
 			// Long enough, some of the time, for the status ticks (every
 			// second) that let idle partitions go.
-			life = time.Duration(100+rng.Intn(2000)) * time.Millisecond
+			life = time.Duration(100+rng.Intn(1500)) * time.Millisecond
 		}
 		time.Sleep(life)
 		cmd.Process.Signal(syscall.SIGKILL)
