@@ -28,7 +28,11 @@ func (s nullSink) Send(context.Context, *sinks.Batch) (sinks.Outcome, error) {
 // (max_partitions).
 type guardedNullSink struct{ nullSink }
 
-func (guardedNullSink) Overflow(*sinks.Record) string { return "overflow" }
+func (guardedNullSink) Overflow(*sinks.Record) string           { return "overflow" }
+func (guardedNullSink) Family(_ *sinks.Record, p string) string { return p }
+
+var _ sinks.Overflower = guardedNullSink{}
+
 func (guardedNullSink) Explain([]sinks.Record) string { return "" }
 
 // BenchmarkDrain drains 200,000 records of 250 bytes from the WAL into a

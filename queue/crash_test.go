@@ -47,8 +47,11 @@ type fileSink struct {
 	guard bool
 }
 
-func (s *fileSink) Overflow(*sinks.Record) string { return "overflow" }
-func (s *fileSink) Explain([]sinks.Record) string { return "tags" }
+func (s *fileSink) Overflow(*sinks.Record) string           { return "overflow" }
+func (s *fileSink) Family(_ *sinks.Record, p string) string { return p }
+func (s *fileSink) Explain([]sinks.Record) string           { return "tags" }
+
+var _ sinks.Overflower = (*fileSink)(nil)
 
 // seqCarry is what a carrying fileSink hands back: the records it took in.
 type seqCarry struct{ seqs []uint64 }

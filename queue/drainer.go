@@ -184,7 +184,7 @@ func (d *Drainer) Run(ctx context.Context) error {
 		if g, err = loadGuard(d.w, d.name, d.lim.MaxPartitions, next, repartitioned, time.Now()); err != nil {
 			return err
 		}
-		if err := d.commitGuard(g); err != nil {
+		if err := d.commitGuard(ctx, g); err != nil {
 			return err
 		}
 		d.st.guard = g // read only, by Recover, until the loop starts

@@ -234,11 +234,16 @@ func (g *guard) seenAt(key string, now time.Time) {
 	}
 }
 
+// letGoAtOnce bounds the intervals one letGo closes, and the keys one
+// forget changes: each becomes a key written in one WAL commit, which
+// the loop waits for.
+const letGoAtOnce = 2000
+
 // letGo closes, at next (the next record to be read), the open interval
-// of every partition idle since before idleSince that busy does not hold:
-// room for new ones. It does nothing until the reader is past what an
-// earlier run may have routed, whose routes must not change. It returns
-// how many it let go.
+// of every family idle since before idleSince that busy does not hold
+// (up to letGoAtOnce of them): room for new ones. It does nothing until
+// the reader is past what an earlier run may have routed, whose routes
+// must not change. It returns how many it let go.
 func (g *guard) letGo(next uint64, idleSince time.Time, busy func(key string) bool) int {
 	if next < g.routedTo {
 		return 0
@@ -252,9 +257,18 @@ func (g *guard) letGo(next uint64, idleSince time.Time, busy func(key string) bo
 			continue
 		}
 		last.to = next
-		g.tos = append(g.tos, next) // next only grows: tos stays ascending
+		g.tos = append(g.tos, next)
 		g.changed[k] = struct{}{}
-		n++
+		if n++; n == letGoAtOnce {
+			break
+		}
+	}
+	if n > 0 {
+		// next is at least every end closed before in this run (the reader
+		// only moves on, but for a drop_oldest that moves it past records
+		// the cursor passed, which no interval's count concerns any more);
+		// sorting keeps tos ascending all the same.
+		slices.Sort(g.tos)
 	}
 	return n
 }
@@ -264,8 +278,11 @@ func (g *guard) letGo(next uint64, idleSince time.Time, busy func(key string) bo
 func (g *guard) forget(cursor uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	dropped := false
+	dropped := 0
 	for k, a := range g.keys {
+		if dropped == letGoAtOnce {
+			break // the rest at a later call
+		}
 		i := 0
 		for i < len(a.ivs) && a.ivs[i].to != 0 && a.ivs[i].to <= cursor+1 {
 			i++
@@ -278,9 +295,9 @@ func (g *guard) forget(cursor uint64) {
 			delete(g.keys, k)
 		}
 		g.changed[k] = struct{}{}
-		dropped = true
+		dropped++
 	}
-	if dropped {
+	if dropped > 0 {
 		g.reindex()
 	}
 	for len(g.epochs) > 1 && g.epochs[1].from <= cursor+1 {
@@ -289,9 +306,15 @@ func (g *guard) forget(cursor uint64) {
 	}
 }
 
-// store puts what changed since the last store in b.
+// store puts what changed since the last store in b, in key order: bbolt
+// inserts keys in order far faster than scattered.
 func (g *guard) store(b *wal.Batch, sink string) {
+	keys := make([]string, 0, len(g.changed))
 	for k := range g.changed {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
 		key := []byte(prefixAdmitted + k)
 		a := g.keys[k]
 		if a == nil {
@@ -321,9 +344,12 @@ func (g *guard) store(b *wal.Batch, sink string) {
 func (g *guard) dirty() bool { return len(g.changed) > 0 || g.epochsChanged }
 
 // commitGuard stores what the guard changed, before any record it routed
-// can be sent. A full disk is waited out: the drainer cannot send the
-// records it read until their routes are stored.
-func (d *Drainer) commitGuard(g *guard) error {
+// can be sent. A full disk is waited out (the WAL keeps wal.min_free_bytes
+// for commits like this one, so it is rare): the drainer cannot send the
+// records it read until their routes are stored. If ctx ends meanwhile,
+// it returns its error and the drainer stops, sending nothing more: the
+// records stay in the WAL for the next start.
+func (d *Drainer) commitGuard(ctx context.Context, g *guard) error {
 	if !g.dirty() {
 		return nil
 	}
@@ -332,7 +358,11 @@ func (d *Drainer) commitGuard(g *guard) error {
 	err := d.w.Commit(context.Background(), &b)
 	for wait := time.Second; errors.Is(err, wal.ErrNoSpace); wait = min(2*wait, 30*time.Second) {
 		d.log.Warn("cannot store the admitted partitions (max_partitions): the WAL's disk is full; retrying", "retry_in", wait, "error", err)
-		time.Sleep(wait)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("store admitted partitions of %q: stopped while the disk is full: %w", d.name, ctx.Err())
+		}
 		err = d.w.Commit(context.Background(), &b)
 	}
 	if err != nil {

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -128,7 +129,7 @@ func TestGuardRoutesTheSameAfterRestarts(t *testing.T) {
 					t.Fatalf("seed %d: %d partitions hold record %d, bound %d", seed, h, seq, g.bound(seq))
 				}
 			}
-			if err := d.commitGuard(g); err != nil {
+			if err := d.commitGuard(context.Background(), g); err != nil {
 				t.Fatal(err)
 			}
 			stored = max(stored, int(pos-1))
@@ -137,13 +138,13 @@ func TestGuardRoutesTheSameAfterRestarts(t *testing.T) {
 				g.seenAt(key(), clock)
 			}
 			letGo += g.letGo(pos, clock.Add(-5*time.Second), func(string) bool { return rng.IntN(3) == 0 })
-			if err := d.commitGuard(g); err != nil {
+			if err := d.commitGuard(context.Background(), g); err != nil {
 				t.Fatal(err)
 			}
 		case r < 37: // the cursor moves; what no record after it needs goes
 			cursor += uint64(rng.IntN(int(pos - cursor)))
 			g.forget(cursor)
-			if err := d.commitGuard(g); err != nil {
+			if err := d.commitGuard(context.Background(), g); err != nil {
 				t.Fatal(err)
 			}
 		case r < 38: // an unstored read of new records, then a kill
@@ -163,7 +164,7 @@ func TestGuardRoutesTheSameAfterRestarts(t *testing.T) {
 			if g, err = loadGuard(w, "s", limit, uint64(len(decided)+1), false, clock); err != nil {
 				t.Fatal(err)
 			}
-			if err := d.commitGuard(g); err != nil {
+			if err := d.commitGuard(context.Background(), g); err != nil {
 				t.Fatal(err)
 			}
 			// A sink's Recover; then the loop reads again from the cursor.
@@ -192,7 +193,7 @@ func TestGuardKeepsOldRoutesWhenRepartitioned(t *testing.T) {
 	now := time.Unix(0, 0)
 	g, _ := loadGuard(w, "s", 1, 1, false, now)
 	g.route("old", 1, now)
-	if err := d.commitGuard(g); err != nil {
+	if err := d.commitGuard(context.Background(), g); err != nil {
 		t.Fatal(err)
 	}
 	g, err := loadGuard(w, "s", 1, 3, true, now)
@@ -215,7 +216,11 @@ type overflowSink struct {
 	explained int
 }
 
-func (s *overflowSink) Overflow(r *sinks.Record) string { return "overflow" }
+func (s *overflowSink) Overflow(r *sinks.Record) string         { return "overflow" }
+func (s *overflowSink) Family(_ *sinks.Record, p string) string { return p }
+
+var _ sinks.Overflower = (*overflowSink)(nil)
+
 func (s *overflowSink) Explain(recs []sinks.Record) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -288,7 +293,11 @@ func TestMaxPartitionsOverflows(t *testing.T) {
 	// Idle partitions are let go: new tags get partitions of their own.
 	opts.PartitionIdle = time.Millisecond
 	r = start(w, "s", s, opts)
-	time.Sleep(1500 * time.Millisecond) // a status tick: the idle ones go
+	for deadline := time.Now().Add(20 * time.Second); r.d.Status().Admitted != 0 || r.d.Status().MaxPartitions == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle partitions were not let go: status %+v", r.d.Status())
+		}
+	}
 	last3 := appendN(t, w, 10, func(i int) string { return fmt.Sprintf("new%d", i) }, 40)
 	waitCursor(t, w, "s", last3, 20*time.Second)
 	r.stop(t)

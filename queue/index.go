@@ -170,8 +170,9 @@ func (l *loop) schedule(p *partition, t time.Time) {
 func (l *loop) forget(p *partition) {
 	l.due.remove(p)
 	delete(l.parts, p.key)
-	if l.guard != nil {
-		l.guard.seenAt(p.key, time.Now())
+	if p.fam != "" {
+		l.guard.seenAt(p.fam, time.Now())
+		l.unadopt(p)
 	}
 	// Out of every structure: it holds nothing, and is not counted.
 	l.largestQueue.set(p, 0, false)

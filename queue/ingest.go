@@ -88,15 +88,19 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 		l.probeRec = sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
 		key := d.sink.Partition(&l.probeRec)
 		p := l.parts[key]
-		var iv interval // when the guard was asked: the interval that admits key
+		var (
+			fam string   // when the guard admits the record: its family
+			iv  interval // and the interval that admits it
+		)
 		if l.guard != nil && (p == nil || !p.admits(r.Seq)) {
+			fam = l.overflow.Family(&l.probeRec, key)
 			var ok bool
-			if ok, iv = l.guard.route(key, r.Seq, now); ok {
+			if ok, iv = l.guard.route(fam, r.Seq, now); ok {
 				if p != nil {
-					p.adm = iv
+					l.adopt(p, fam, iv)
 				}
 			} else {
-				key = l.overflow.Overflow(&l.probeRec)
+				fam, key = "", l.overflow.Overflow(&l.probeRec)
 				p = l.parts[key]
 				if !back {
 					l.overflowed(&l.probeRec)
@@ -116,8 +120,11 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 			}
 			p.spillFrom = r.Seq + 1
 		case p == nil:
-			p = &partition{key: key, heapIdx: -1, adm: iv}
+			p = &partition{key: key, heapIdx: -1}
 			l.parts[key] = p
+			if fam != "" {
+				l.adopt(p, fam, iv)
+			}
 		case p.reading != readHead:
 			continue // the catch-up reader reads it again
 		}
@@ -127,7 +134,7 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 	if l.guard != nil {
 		// The partitions this read admitted are stored before any of its
 		// records can be sent (see guard).
-		if err := d.commitGuard(l.guard); err != nil {
+		if err := d.commitGuard(l.ctx, l.guard); err != nil {
 			return err
 		}
 	}

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"slices"
 )
 
 // check verifies the rules that tie the loop's fields together, listed in
@@ -35,6 +36,9 @@ func (l *loop) check() error {
 			return fmt.Errorf("partition %q: heap index %d is not its place", key, p.heapIdx)
 		case p.spillFrom != 0 && p.spillFrom <= l.cursor && !p.busy():
 			return fmt.Errorf("partition %q: reads again from %d, at or below the cursor %d", key, p.spillFrom, l.cursor)
+		}
+		if err := l.checkAdmitted(p); err != nil {
+			return fmt.Errorf("partition %q: %w", key, err)
 		}
 		if err := p.checkPhase(l); err != nil {
 			return fmt.Errorf("partition %q: %w", key, err)
@@ -247,6 +251,36 @@ func (l *loop) checkHeaps() error {
 		if _, top := c.h.top(); n[i] > 0 && top != best[i] {
 			return fmt.Errorf("%s heap: %d on top, a scan finds %d", c.name, top, best[i])
 		}
+	}
+	return nil
+}
+
+// checkAdmitted: a partition the guard admitted (guard.go) holds the
+// interval of its family the guard has, counted in loop.families; an open
+// one is its family's last. A family the guard let go has no partition.
+func (l *loop) checkAdmitted(p *partition) error {
+	if p.fam == "" {
+		return nil
+	}
+	if l.guard == nil {
+		return fmt.Errorf("family %q without a guard", p.fam)
+	}
+	if l.families[p.fam] <= 0 {
+		return fmt.Errorf("family %q counts %d partitions", p.fam, l.families[p.fam])
+	}
+	if p.adm.to != 0 && p.adm.to <= l.cursor+1 {
+		return nil // its records are delivered: the guard may have forgotten the interval
+	}
+	a := l.guard.keys[p.fam]
+	if a == nil {
+		return fmt.Errorf("family %q is not in the guard", p.fam)
+	}
+	last := a.ivs[len(a.ivs)-1]
+	switch {
+	case p.adm.to == 0 && last != p.adm:
+		return fmt.Errorf("admitted from %d, but family %q's last interval is %d to %d", p.adm.from, p.fam, last.from, last.to)
+	case p.adm.to != 0 && !slices.Contains(a.ivs, p.adm):
+		return fmt.Errorf("admitted %d to %d, not an interval of family %q", p.adm.from, p.adm.to, p.fam)
 	}
 	return nil
 }

@@ -32,6 +32,8 @@ type loop struct {
 	// guard bounds the partitions (guard.go, overflow.go); nil: no bound.
 	guard    *guard
 	overflow sinks.Overflower // the sink, when guard is set
+	families map[string]int   // partitions by family (Overflower.Family), with guard
+	ctx      context.Context  // run's: ends waits for a full disk
 	over     overflowReport   // what went to the overflow partition since the last report
 	// overflowTotal counts the records that went to the overflow partition.
 	overflowTotal uint64
@@ -105,7 +107,7 @@ func newLoop(d *Drainer, cursor uint64, g *guard) (*loop, error) {
 		backIn: make(chan read), joined: map[*partition]struct{}{},
 	}
 	if g != nil {
-		l.overflow = d.sink.(sinks.Overflower)
+		l.overflow, l.families = d.sink.(sinks.Overflower), map[string]int{}
 	}
 	l.initIndex(time.Now())
 	if err := d.w.ScanState(d.name, []byte(prefixMark), func(k, v []byte) error {
@@ -122,6 +124,7 @@ func newLoop(d *Drainer, cursor uint64, g *guard) (*loop, error) {
 
 func (l *loop) run(ctx context.Context) error {
 	d := l.d
+	l.ctx = ctx
 	// Deferred in this order so that everything is told to stop before
 	// the wait for it.
 	defer l.wg.Wait()

@@ -37,7 +37,29 @@ func (l *loop) overflowed(r *sinks.Record) {
 	}
 }
 
-// checkGuard, at most once per SummaryInterval: lets the partitions idle
+// adopt files p under family fam, which iv admits.
+func (l *loop) adopt(p *partition, fam string, iv interval) {
+	p.adm = iv
+	if p.fam == fam {
+		return
+	}
+	l.unadopt(p)
+	p.fam = fam
+	l.families[fam]++
+}
+
+// unadopt takes p out of its family's count.
+func (l *loop) unadopt(p *partition) {
+	if p.fam == "" {
+		return
+	}
+	if l.families[p.fam]--; l.families[p.fam] <= 0 {
+		delete(l.families, p.fam)
+	}
+	p.fam = ""
+}
+
+// checkGuard, at most once per SummaryInterval: lets the families idle
 // for Options.PartitionIdle go, forgets what no record after the cursor
 // can be routed by, stores that, and reports what went to the overflow
 // partition with one warning. When the guard is full it lets idle
@@ -51,9 +73,14 @@ func (l *loop) checkGuard(now time.Time) error {
 	d := l.d
 	if now.Sub(l.over.lastLetGo) >= d.opts.SummaryInterval || l.over.letGoNeeded {
 		l.over.lastLetGo, l.over.letGoNeeded = now, false
-		g.letGo(l.readPos, now.Add(-d.opts.PartitionIdle), func(key string) bool { return l.parts[key] != nil })
-		g.forget(l.cursor)
-		if err := d.commitGuard(g); err != nil {
+		g.letGo(l.readPos, now.Add(-d.opts.PartitionIdle), func(fam string) bool { return l.families[fam] > 0 })
+		// Only what the committed cursor passed: a restart reads again
+		// from it, and the cursor handed to the committer may not be
+		// durable yet.
+		if cursor, ok := d.w.Cursor(d.name); ok {
+			g.forget(min(cursor, l.cursor))
+		}
+		if err := d.commitGuard(l.ctx, g); err != nil {
 			return err
 		}
 	}

@@ -23,9 +23,10 @@ type partition struct {
 	arrivals []arrival
 
 	// adm is the guard's interval that admits the partition's records
-	// (guard.go), as last asked; zero: none (no guard, or an overflow
-	// partition).
+	// (guard.go), as last asked, and fam the family it was asked for; zero:
+	// none (no guard, or an overflow partition).
 	adm interval
+	fam string
 
 	arena []byte // ingest: where this read's bodies of the partition are copied
 	need  int    // ingest: bytes of this read's bodies still to copy

@@ -46,8 +46,8 @@ type sinkState struct {
 	name  string
 	match func(tag string) bool // nil: every tag
 	// guard routes records beyond max_partitions (guard.go); nil: no
-	// bound. Admitted reads it only while the sink recovers, before the
-	// loop, which then owns it, starts.
+	// bound. The loop changes it; Admitted reads it from the sink's
+	// Recover and sends (guard.mu).
 	guard *guard
 }
 
@@ -139,8 +139,8 @@ func (s *sinkState) ReadRange(first, last uint64, keep func(*sinks.Record) bool)
 	return out, nil
 }
 
-func (s *sinkState) Admitted(partition string, seq uint64) bool {
-	return s.guard == nil || s.guard.admitted(partition, seq)
+func (s *sinkState) Admitted(family string, seq uint64) bool {
+	return s.guard == nil || s.guard.admitted(family, seq)
 }
 
 func (s *sinkState) Delivered(ctx context.Context, partition string, last uint64, deleteKeys [][]byte) error {

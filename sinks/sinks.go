@@ -127,10 +127,16 @@ type Discarder interface {
 }
 
 // Overflower is a sink whose partitions the drainer can bound
-// (Limits.MaxPartitions): a record that would open one more partition
-// than the bound goes to the partition Overflow names instead. A sink's
+// (Limits.MaxPartitions): a record whose family would be one more than the
+// bound goes to the partition Overflow names instead of its own. A sink's
 // Recover routes records as the drainer did with State.Admitted.
 type Overflower interface {
+	// Family names what the bound counts for r, whose partition is
+	// partition: the partition without its time bucket (partition itself
+	// when the names use no time), so that a tag's objects of every hour
+	// count once and a backlog of many hours read at once does not take
+	// the room of as many tags.
+	Family(r *Record, partition string) string
 	// Overflow names the partition for r when its own is not admitted:
 	// the sink's names rendered as for a record without fields.
 	Overflow(r *Record) string
@@ -166,10 +172,10 @@ type State interface {
 	// transaction. Recover uses it for work a crash left half done.
 	Delivered(ctx context.Context, partition string, last uint64, deleteKeys [][]byte) error
 	// Admitted reports whether the drainer routes the record seq, whose
-	// own partition is partition, to it; false: to the sink's Overflow
-	// partition (Limits.MaxPartitions was reached when it was read). Always
-	// true for a sink without a bound.
-	Admitted(partition string, seq uint64) bool
+	// family (Overflower.Family) is family, to its own partition; false: to
+	// the sink's Overflow partition (Limits.MaxPartitions was reached when
+	// it was read). Always true for a sink without a bound.
+	Admitted(family string, seq uint64) bool
 }
 
 // Recoverer is a sink with work a crash can leave half done (an S3 upload

@@ -20,6 +20,16 @@ func (s *Sink) Overflow(r *sinks.Record) string {
 	return s.partition(&sinks.Record{Seq: r.Seq, Time: r.Time, Tag: s.cfg.Fallback, Body: emptyObject}, false)
 }
 
+// Family is r's group and stream with the event time left out of them
+// (names with strftime verbs render those of the Unix epoch): what
+// max_partitions counts.
+func (s *Sink) Family(r *sinks.Record, partition string) string {
+	if !s.timed {
+		return partition
+	}
+	return s.partition(&sinks.Record{Seq: r.Seq, Tag: r.Tag, Body: r.Body}, false)
+}
+
 // Explain names the template and placeholder that took the most values in
 // recs, records that went to the overflow partition.
 func (s *Sink) Explain(recs []sinks.Record) string {
@@ -34,7 +44,7 @@ func (s *Sink) Explain(recs []sinks.Record) string {
 // Recover keeps a range's records by.
 func (s *Sink) routed(st sinks.State, r *sinks.Record) string {
 	p := s.partition(r, false)
-	if st.Admitted(p, r.Seq) {
+	if st.Admitted(s.Family(r, p), r.Seq) {
 		return p
 	}
 	return s.Overflow(r)

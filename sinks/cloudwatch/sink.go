@@ -51,6 +51,7 @@ type Sink struct {
 	api        logsAPI
 	log        *slog.Logger
 	group      *template.Template
+	timed      bool // group or stream has strftime verbs (see Family)
 	stream     *template.Template
 	fallbacks  *template.FallbackLog
 	messageKey []string
@@ -112,6 +113,7 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 	if s.stream, err = template.Parse(cfg.LogStream, template.Options{Hostname: opts.Hostname}); err != nil {
 		return nil, fmt.Errorf("log_stream: %w", err)
 	}
+	s.timed = s.group.Finest() != 0 || s.stream.Finest() != 0
 	s.fallbacks = &template.FallbackLog{Log: s.log.With("sink", name), What: "log group or stream"}
 	if cfg.MessageKey != "" {
 		s.messageKey = strings.Split(cfg.MessageKey, ".")

@@ -379,6 +379,9 @@ type memState struct {
 	kv        map[string][]byte
 	recs      []sinks.Record
 	delivered map[string]uint64
+	// admit, when set, answers Admitted: false routes a record to the
+	// overflow partition.
+	admit func(family string, seq uint64) bool
 }
 
 func newMemState(recs []sinks.Record) *memState {
@@ -447,9 +450,11 @@ func (m *memState) Delivered(_ context.Context, partition string, last uint64, d
 	return nil
 }
 
-// Admitted: memState routes every record to its own partition, as a
-// drainer does below max_partitions.
-func (m *memState) Admitted(string, uint64) bool { return true }
+// Admitted is admit's answer; without admit, every record goes to its own
+// partition, as a drainer routes them below max_partitions.
+func (m *memState) Admitted(family string, seq uint64) bool {
+	return m.admit == nil || m.admit(family, seq)
+}
 
 func (m *memState) intents() []string {
 	m.mu.Lock()

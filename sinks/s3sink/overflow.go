@@ -23,6 +23,19 @@ func (k *keyRenderer) overflow(r *sinks.Record) string {
 	return p
 }
 
+// Family is r's partition with the time bucket left out (the key rendered
+// at the Unix epoch): what max_partitions counts, so that every hour of a
+// tag's objects counts once.
+func (s *Sink) Family(r *sinks.Record, partition string) string { return s.keys.family(r, partition) }
+
+func (k *keyRenderer) family(r *sinks.Record, partition string) string {
+	if k.tmpl.Finest() == 0 {
+		return partition
+	}
+	p, _ := k.partition(&sinks.Record{Seq: r.Seq, Tag: r.Tag, Body: r.Body})
+	return p
+}
+
 // Explain names the placeholder of the key that took the most values in
 // recs, records that went to the overflow partition.
 func (s *Sink) Explain(recs []sinks.Record) string {
@@ -38,7 +51,7 @@ func (s *Sink) Explain(recs []sinks.Record) string {
 // range's records by.
 func routed(st sinks.State, keys *keyRenderer, r *sinks.Record) string {
 	p, _ := keys.partition(r)
-	if st.Admitted(p, r.Seq) {
+	if st.Admitted(keys.family(r, p), r.Seq) {
 		return p
 	}
 	return keys.overflow(r)

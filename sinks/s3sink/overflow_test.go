@@ -1,10 +1,14 @@
 package s3sink
 
 import (
+	"context"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/sinks"
 )
 
@@ -27,5 +31,96 @@ func TestOverflowAndExplain(t *testing.T) {
 	want := `key "logs/${tag}/${record.app|none}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz": ${tag} took 30 values in 30 records, e.g. "kube.c0", "kube.c1"`
 	if got := s.Explain(recs); got != want {
 		t.Errorf("Explain:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// overflowed is the test's routing: records of tag "a" are admitted, those
+// of any other go to the overflow partition. It returns the range's
+// records, the overflow batch's, and a state that routes so.
+func overflowed(n int) (all, batch []sinks.Record, st *memState) {
+	all = batchRecs("x", n)
+	for i := range all {
+		if i%2 == 0 {
+			all[i].Tag = "a"
+		} else {
+			all[i].Tag = fmt.Sprintf("t%d", i%3)
+			batch = append(batch, all[i])
+		}
+	}
+	st = newMemState(all)
+	st.admit = func(family string, _ uint64) bool { return strings.Contains(family, "/a/") }
+	return all, batch, st
+}
+
+// An interrupted upload of the overflow partition is rebuilt by Recover
+// from the records the drainer routed there, not from those whose own
+// partition the key renders.
+func TestRecoverOverflowObject(t *testing.T) {
+	srv, url := startEmu(t)
+	cfg := testConfig(url)
+	_, batch, st := overflowed(200)
+	s := newTestSink(t, cfg)
+	p := s.Overflow(&batch[0])
+	if _, err := s.Send(context.Background(), &sinks.Batch{Partition: p, Records: batch, State: st, Final: true}); err != nil {
+		t.Fatal(err)
+	}
+	keys := st.intents()
+	if len(keys) != 1 {
+		t.Fatalf("intents %v", keys)
+	}
+	key := strings.TrimPrefix(keys[0], intentPrefix)
+	if !strings.HasPrefix(key, "logs/unknown/") {
+		t.Fatalf("the overflow object's key is %q", key)
+	}
+	body, err := srv.Get(bucket, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleteObject(t, url, key) // the crash came before the upload
+	s = newTestSink(t, cfg)
+	if err := s.Recover(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := srv.Get(bucket, key); err != nil || string(got) != string(body) {
+		t.Fatalf("re-uploaded %d bytes (%v), first upload %d: they differ", len(got), err, len(body))
+	}
+	if st.delivered[p] != batch[len(batch)-1].Seq || len(st.intents()) != 0 {
+		t.Errorf("delivered %v, intents left %v", st.delivered, st.intents())
+	}
+}
+
+// A staged overflow object whose file is lost is rebuilt in Send from the
+// records the drainer routed to it.
+func TestStagedOverflowFileLost(t *testing.T) {
+	srv, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.MaxObjectBytes = config.MiB
+	s, _ := newStagedSink(t, cfg)
+	_, batch, st := overflowed(300)
+	p := s.Overflow(&batch[0])
+	out, err := s.Send(context.Background(), &sinks.Batch{Partition: p, Records: batch[:100], State: st})
+	if err != nil || out.Carry == nil {
+		t.Fatalf("outcome %+v, %v", out, err)
+	}
+	if err := os.Remove(out.Carry.(*openObject).path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Send(context.Background(), &sinks.Batch{Partition: p, Records: batch[100:], State: st, Carry: out.Carry, Final: true}); err != nil {
+		t.Fatal(err)
+	}
+	keys := st.intents()
+	if len(keys) != 1 {
+		t.Fatalf("intents %v", keys)
+	}
+	got, err := srv.Get(bucket, strings.TrimPrefix(keys[0], intentPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.enc.buildSplit(batch, []int{100, len(batch) - 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want.body) {
+		t.Error("the rebuilt object differs from the one built in memory")
 	}
 }
