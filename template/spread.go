@@ -51,8 +51,11 @@ func Spread(ts []Named, ds []Data, fallback string) string {
 			best = sl
 		}
 	}
-	if best == nil {
-		return fmt.Sprintf("no template has a tag or field placeholder (%d records looked at)", len(ds))
+	switch {
+	case len(ds) == 0:
+		return "no record to look at (those that overflowed were all larger than the samples kept)"
+	case best == nil:
+		return fmt.Sprintf("no template has a tag or field placeholder (%d records looked at): the time in the names (%%S, %%M) may make the partitions", len(ds))
 	}
 	eg := make([]string, len(best.eg))
 	for i, v := range best.eg {

@@ -892,3 +892,25 @@ func TestOverflowAndExplain(t *testing.T) {
 		t.Errorf("Explain:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// Family leaves the time out of names that have it, and is the partition
+// for names without.
+func TestFamily(t *testing.T) {
+	e := newEnv(t, func(c *config.CloudWatch) { c.LogGroup = "/x"; c.LogStream = "${tag}-%Y-%m-%d" })
+	at := time.Date(2026, 12, 2, 3, 4, 5, 0, time.UTC)
+	fam := func(s *Sink, tag string, when time.Time) string {
+		r := sinks.Record{Tag: tag, Time: when.UnixNano(), Body: []byte(`{}`)}
+		return s.Family(&r, s.Partition(&r))
+	}
+	if a, b := fam(e.sink, "web", at), fam(e.sink, "web", at.Add(48*time.Hour)); a != b {
+		t.Errorf("one tag, two days: families %q and %q", a, b)
+	}
+	if a, b := fam(e.sink, "web", at), fam(e.sink, "db", at); a == b {
+		t.Errorf("two tags, one family %q", a)
+	}
+	e2 := newEnv(t, func(c *config.CloudWatch) { c.LogGroup = "/x"; c.LogStream = "${tag}" })
+	r := sinks.Record{Tag: "web", Time: at.UnixNano(), Body: []byte(`{}`)}
+	if p := e2.sink.Partition(&r); e2.sink.Family(&r, p) != p {
+		t.Errorf("family %q of partition %q", e2.sink.Family(&r, p), p)
+	}
+}

@@ -124,3 +124,27 @@ func TestStagedOverflowFileLost(t *testing.T) {
 		t.Error("the rebuilt object differs from the one built in memory")
 	}
 }
+
+// Family leaves the time bucket out: a tag's objects of every hour are one
+// family; another tag or field is another.
+func TestFamily(t *testing.T) {
+	cfg := testConfig("http://127.0.0.1:1")
+	s := newTestSink(t, cfg)
+	at := time.Date(2026, 12, 2, 3, 4, 5, 0, time.UTC)
+	fam := func(tag string, when time.Time) string {
+		r := sinks.Record{Tag: tag, Time: when.UnixNano(), Body: []byte(`{}`)}
+		return s.Family(&r, s.Partition(&r))
+	}
+	if a, b := fam("web", at), fam("web", at.Add(5*time.Hour)); a != b {
+		t.Errorf("one tag, two hours: families %q and %q", a, b)
+	}
+	if a, b := fam("web", at), fam("db", at); a == b {
+		t.Errorf("two tags, one family %q", a)
+	}
+	cfg.Key = "logs/${tag}/${seq}.gz" // no time: the family is the partition
+	s = newTestSink(t, cfg)
+	r := sinks.Record{Tag: "web", Time: at.UnixNano(), Body: []byte(`{}`)}
+	if p := s.Partition(&r); s.Family(&r, p) != p {
+		t.Errorf("family %q of partition %q", s.Family(&r, p), p)
+	}
+}
