@@ -17,6 +17,9 @@ var emptyObject = []byte("{}")
 // fallback ("/eks/unknown" and "unknown-HOST" with the default names), so
 // that ${hostname} still gives each replica a stream of its own.
 func (s *Sink) Overflow(r *sinks.Record) string {
+	if !s.timed && s.overflow != "" {
+		return s.overflow // the same for every record
+	}
 	return s.partition(&sinks.Record{Seq: r.Seq, Time: r.Time, Tag: s.cfg.Fallback, Body: emptyObject}, false)
 }
 

@@ -51,7 +51,8 @@ type Sink struct {
 	api        logsAPI
 	log        *slog.Logger
 	group      *template.Template
-	timed      bool // group or stream has strftime verbs (see Family)
+	timed      bool   // group or stream has strftime verbs (see Family)
+	overflow   string // the overflow partition, when not timed (see Overflow)
 	stream     *template.Template
 	fallbacks  *template.FallbackLog
 	messageKey []string
@@ -114,6 +115,7 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 		return nil, fmt.Errorf("log_stream: %w", err)
 	}
 	s.timed = s.group.Finest() != 0 || s.stream.Finest() != 0
+	s.overflow = s.Overflow(&sinks.Record{})
 	s.fallbacks = &template.FallbackLog{Log: s.log.With("sink", name), What: "log group or stream"}
 	if cfg.MessageKey != "" {
 		s.messageKey = strings.Split(cfg.MessageKey, ".")
