@@ -43,7 +43,7 @@ func (guardedNullSink) Explain([]sinks.Record) string { return "" }
 // loop's invariants. Besides records/s it reports, per record drained, the
 // wall time (ns/record), the process's CPU time (cpu-ns/record: user and
 // system, every goroutine, the WAL's reads and the collector included) and
-// the allocations (allocs/record), and the records per batch delivered
+// the allocations (allocs/record, B/record), and the records per batch delivered
 // (records/batch: with a fixed number of records, batches get smaller as
 // partitions get more, and what a batch costs, its Send and its commit,
 // is spread over fewer records).
@@ -92,6 +92,7 @@ func BenchmarkDrain(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/recs, "ns/record")
 			b.ReportMetric(float64(cpu.Nanoseconds())/recs, "cpu-ns/record")
 			b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/recs, "allocs/record")
+			b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/recs, "B/record")
 			batches := 0.0
 			for i := 0; i < b.N; i++ {
 				batches += testutil.ToFloat64(m.Batches.WithLabelValues(fmt.Sprint("round", i)))
