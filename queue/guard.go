@@ -69,7 +69,8 @@ type admission struct {
 }
 
 // interval: the partition's records from from up to, not including, to go
-// to it; to 0: open.
+// to it; to 0: open. From 0 is the records before the first bound, which
+// go to their own partitions without being admitted.
 type interval struct{ from, to uint64 }
 
 func (iv interval) holds(seq uint64) bool {
@@ -171,7 +172,7 @@ func upper(s []uint64, v uint64) int {
 func (g *guard) decide(key string, seq uint64) (ok, admit bool, iv interval) {
 	limit := g.bound(seq)
 	if limit < 0 {
-		return true, false, interval{1, g.epochs[0].from}
+		return true, false, interval{0, g.epochs[0].from} // from 0: before the bound, no family's
 	}
 	a := g.keys[key]
 	if a != nil {

@@ -40,6 +40,10 @@ func (l *loop) overflowed(r *sinks.Record) {
 // adopt files p under family fam, which iv admits.
 func (l *loop) adopt(p *partition, fam string, iv interval) {
 	p.adm = iv
+	if iv.from == 0 {
+		l.unadopt(p) // before the bound: no family's, never let go
+		return
+	}
 	if p.fam == fam {
 		return
 	}

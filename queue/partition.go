@@ -74,7 +74,7 @@ type partition struct {
 }
 
 // admits: the record seq of p's key goes to p without asking the guard.
-func (p *partition) admits(seq uint64) bool { return p.adm.from != 0 && p.adm.holds(seq) }
+func (p *partition) admits(seq uint64) bool { return p.adm != (interval{}) && p.adm.holds(seq) }
 
 type arrival struct {
 	n  int
