@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/logfwd/forwarder/wal"
 )
 
 // actor is one component of the running service.
@@ -81,7 +83,12 @@ func (g *group) run(ctx context.Context, timeout time.Duration) (failed bool) {
 			select {
 			case r := <-results:
 				returned[r.i] = true
-				if r.err != nil && !errors.Is(r.err, context.Canceled) {
+				switch {
+				case r.err == nil || errors.Is(r.err, context.Canceled):
+				case failed && errors.Is(r.err, wal.ErrFatal):
+					// The WAL's failure, reported once already, ended it too.
+					g.log.Warn(g.actors[r.i].name+" stopped by the WAL's failure", "error", r.err)
+				default:
 					failed = true
 					g.log.Error(g.actors[r.i].name+" failed while stopping", "error", r.err)
 				}

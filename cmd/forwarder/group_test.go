@@ -176,6 +176,12 @@ func TestWALFatalStopsTheService(t *testing.T) {
 	}
 	g := &group{log: log, failed: reportFailure(log)}
 	g.add(walActor(fw))
+	// A sink whose last commit the failed WAL refused: it fails as it
+	// stops, of the failure already reported.
+	g.add(actor{name: "sink cloudwatch", run: func(ctx context.Context) error {
+		<-ctx.Done()
+		return fmt.Errorf("commit delivery of sink %q: %w", "cloudwatch", fw.err)
+	}})
 	g.add(waiter("inputs", &ev))
 	close(fw.fatal)
 	if failed := g.run(context.Background(), 5*time.Second); !failed {
@@ -190,8 +196,11 @@ func TestWALFatalStopsTheService(t *testing.T) {
 		t.Errorf("events %q: the other actors were not stopped", got)
 	}
 	want := `level=ERROR msg="the WAL can no longer guarantee durability, so the service is stopping and acknowledges nothing more; check the disk (kernel log, file system, free space), then restart the service" error="wal: fatal write error, not accepting appends: fsync: input/output error"` + "\n"
-	if lines := strings.SplitAfter(logs.String(), "\n"); len(lines) != 2 || !strings.HasSuffix(lines[0], want) {
-		t.Errorf("log:\n%s\nwant exactly one line ending %q", logs, want)
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 || !strings.Contains(logs.String(), want) {
+		t.Errorf("log:\n%s\nwant exactly one error line, ending %q", logs, want)
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="sink cloudwatch stopped by the WAL's failure"`) {
+		t.Errorf("log:\n%s\nlacks the sink's line", logs)
 	}
 }
 
