@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -142,5 +143,87 @@ func TestDrainAllocations(t *testing.T) {
 		} else {
 			t.Logf("%d partitions: %.3f allocations per record drained", parts, per)
 		}
+	}
+}
+
+// BenchmarkIngest is the drainer's work per record alone, without sends
+// and commits: routing a read of 10,000 records of 100 bytes to
+// partitions that already hold records (the low watermark's heap, the
+// largest and oldest partitions' heaps, the memory sums and the due heap
+// are all kept as records come), with 10 to 100,000 partitions; guard=on
+// routes through max_partitions (20,000: at 100,000 partitions most
+// records go to the overflow partition). The loop runs no goroutine here:
+// ingest is called as the loop would.
+func BenchmarkIngest(b *testing.B) {
+	const read = 10000
+	for _, bench := range []struct {
+		parts int
+		guard bool
+	}{{10, false}, {1000, false}, {10000, false}, {100000, false}, {10, true}, {100000, true}} {
+		name := fmt.Sprintf("partitions=%d", bench.parts)
+		if bench.guard {
+			name += "/guard=on"
+		}
+		b.Run(name, func(b *testing.B) {
+			w, err := wal.Open(b.TempDir(), wal.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			lim := sinks.Limits{MaxRecords: 10000, MaxBytes: 1 << 30, MaxAge: time.Hour, Concurrency: 64}
+			var sink sinks.Sink = nullSink{lim}
+			var g *guard
+			if bench.guard {
+				lim.MaxPartitions = 20000
+				sink = guardedNullSink{nullSink{lim}}
+				if g, err = loadGuard(w, "s", lim.MaxPartitions, 1, false, time.Now()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			d := New(w, "s", sink, Options{MaxBufferedBytes: 1 << 40})
+			tags := make([]string, bench.parts)
+			for i := range tags {
+				tags[i] = fmt.Sprintf("p%06d", i)
+			}
+			body := []byte(strings.Repeat("x", 100))
+			seq := uint64(0)
+			next := func(n int) []wal.Record {
+				recs := make([]wal.Record, n)
+				for i := range recs {
+					seq++
+					recs[i] = wal.Record{Seq: seq, Time: int64(seq), Tag: tags[seq%uint64(len(tags))], Body: body}
+				}
+				return recs
+			}
+			now := time.Now()
+			var l *loop
+			fresh := func() {
+				if l, err = newLoop(d, 0, g); err != nil {
+					b.Fatal(err)
+				}
+				l.ctx = context.Background()
+				seq = 0
+				for range max(1, bench.parts/read) { // every partition holds records
+					if err := l.ingest(next(read), now, false); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			fresh()
+			reads := [][]wal.Record{next(read), next(read), next(read), next(read)}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if i%4 == 0 && i > 0 {
+					b.StopTimer()
+					fresh() // bounded memory: start again with the partitions
+					reads = [][]wal.Record{next(read), next(read), next(read), next(read)}
+					b.StartTimer()
+				}
+				if err := l.ingest(reads[i%4], now, false); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*read), "ns/record")
+		})
 	}
 }
