@@ -45,10 +45,38 @@ func appendPutBody(dst []byte, group, stream, token string, evs []event) []byte 
 // appendMessage appends msg as a JSON string. A message is valid UTF-8
 // (events repairs one that is not), so only `"`, `\` and the control
 // characters are escaped, as encoding/json escapes them (internal/jsonstr
-// has the same escapes); a message that is a JSON document has a quote
-// every few bytes, and a byte at a time with a table beats eight at a time
-// there.
+// has the same escapes). A message that is a JSON document has a quote
+// every few bytes: a byte at a time with a table beats eight at a time
+// there, and writing each byte beats copying the runs between quotes,
+// which appendMessage does only when dst lacks room for every byte
+// escaped (the body's buffer is sized for the body: its last messages).
 func appendMessage(dst, msg []byte) []byte {
+	if n := len(dst); cap(dst)-n >= 2*len(msg)+2 {
+		// Room for every byte escaped as \X: bytes are written one by one
+		// into it, without a copy per run between quotes.
+		d := dst[:n+2*len(msg)+2]
+		d[n] = '"'
+		j := n + 1
+		for _, c := range msg {
+			switch e := messageEscapes[c]; e {
+			case 0:
+				d[j] = c
+				j++
+			case 'u':
+				return appendMessageRuns(dst, msg)
+			default:
+				d[j], d[j+1] = '\\', e
+				j += 2
+			}
+		}
+		d[j] = '"'
+		return d[:j+1]
+	}
+	return appendMessageRuns(dst, msg)
+}
+
+// appendMessageRuns is appendMessage copying the runs between escapes.
+func appendMessageRuns(dst, msg []byte) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i, c := range msg {
