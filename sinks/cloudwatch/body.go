@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/aws/smithy-go/middleware"
@@ -123,6 +124,34 @@ func putBodyBytes(group, stream, token string, evs []event) int {
 }
 
 var quote, backslash = []byte{'"'}, []byte{'\\'}
+
+// bodies holds the buffers of calls that returned, for the bodies of the
+// next calls: a call's body is about a mebibyte, and allocating (and
+// clearing) one per call showed in the CPU per record. A buffer is reused
+// only once its call returned: the SDK's HTTP handler closes the request's
+// body before it returns, and smithy-go wraps that body so that nothing,
+// not even the HTTP transport's writer, reads it after the close.
+var bodies sync.Pool // *[]byte
+
+// maxPooledBody is the largest buffer bodies keeps: a call's body, with
+// room for escapes.
+const maxPooledBody = 2 << 20
+
+// bodyBuffer returns an empty buffer with room for n bytes.
+func bodyBuffer(n int) []byte {
+	if bp, _ := bodies.Get().(*[]byte); bp != nil && cap(*bp) >= n {
+		return (*bp)[:0]
+	}
+	return make([]byte, 0, n)
+}
+
+// releaseBody gives the buffer of a call that returned to bodies.
+func releaseBody(b []byte) {
+	if c := cap(b); c > 0 && c <= maxPooledBody {
+		b = b[:0]
+		bodies.Put(&b)
+	}
+}
 
 // bodyID names the serialize step that puts the prebuilt body in place.
 const bodyID = "forwarder.PutLogEventsBody"
