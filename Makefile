@@ -14,7 +14,7 @@ LDFLAGS  := -X main.version=$(VERSION)
 # (about 10 seconds each on 2 cores).
 FUZZ_TARGETS := ./inputs/forward:FuzzDecode:60000 ./inputs/httpin:FuzzParseBody:100000 \
 	./inputs/httpin:FuzzRequest:40000 \
-	./inputs/httpin:FuzzScanner:80000 ./template:FuzzLookup:400000
+	./inputs/httpin:FuzzScanner:80000 ./template:FuzzLookup:400000 ./template:FuzzFinder:100000
 
 all: build
 

@@ -13,6 +13,11 @@ func Lookup(body []byte, path []string) ([]byte, bool) {
 			return nil, false
 		}
 	}
+	return lookupValue(v)
+}
+
+// lookupValue is what Lookup returns of the JSON value v it found.
+func lookupValue(v []byte) ([]byte, bool) {
 	v = jsonscan.TrimSpace(v)
 	switch {
 	case len(v) == 0 || string(v) == "null":

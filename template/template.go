@@ -254,6 +254,12 @@ type span struct{ start, end int }
 
 // Append renders d to dst.
 func (t *Template) Append(dst []byte, d *Data, fallback string) ([]byte, Notes) {
+	return t.AppendFound(dst, d, nil, fallback)
+}
+
+// AppendFound is Append taking the values of the fields that a Finder of t
+// found in d.Body from fs (nil: none).
+func (t *Template) AppendFound(dst []byte, d *Data, fs *Fields, fallback string) ([]byte, Notes) {
 	var notes Notes
 	base := len(dst)
 	// Values that are empty or all dots: with the text around them they may
@@ -277,7 +283,10 @@ func (t *Template) Append(dst []byte, d *Data, fallback string) ([]byte, Notes) 
 				dst, notes = append(dst, fallback...), notes|Missing
 			}
 		case field:
-			v, ok := Lookup(d.Body, p.path)
+			v, ok, found := fs.get(p.path)
+			if !found {
+				v, ok = Lookup(d.Body, p.path)
+			}
 			switch {
 			case ok && len(v) > 0:
 				dst = append(dst, v...)

@@ -206,3 +206,33 @@ func BenchmarkAppendAfterDrain(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReadIntoNew reads back 250-byte records written in 1,000-record
+// appends, 10,000 records or 4 MiB a read as a drainer reads, each read into
+// a ReadBuffer of its own: what a reader does when the buffers it gave back
+// were collected.
+func BenchmarkReadIntoNew(b *testing.B) {
+	w := openT(b, b.TempDir(), Options{CompactRatio: -1})
+	defer w.Close()
+	recs := benchRecords(benchBodies(1000, 250))
+	for i := 0; i < 200; i++ {
+		if _, err := w.Append(context.Background(), recs, AppendOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(200000 * 250)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rd := w.NewReader(1)
+		n := 0
+		for n < 200000 {
+			got, err := rd.NextInto(context.Background(), 10000, 4<<20, new(ReadBuffer))
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += len(got)
+		}
+	}
+	reportRate(b, b.N*200000)
+}

@@ -42,19 +42,27 @@ type ReadBuffer struct {
 func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Record, error) {
 	var out []Record
 	d := &decoder{tags: tagTable{}}
+	if buf != nil {
+		d.scratch = buf.raw[:0]
+	}
 	err := w.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketEntries).Cursor()
 		k, v := seekEntry(c, from)
 		if k != nil && maxRecords > 0 {
 			// One allocation instead of a slice grown entry by entry.
-			n := readCap(tx.Bucket(bucketEntries).Cursor(), k, from, maxRecords, maxBytes)
+			n, raw := readCap(tx.Bucket(bucketEntries).Cursor(), k, from, maxRecords, maxBytes)
 			if buf == nil || cap(buf.recs) < n {
 				out = make([]Record, 0, n)
 			} else {
 				out = buf.recs[:0]
 			}
-			if buf != nil {
-				d.scratch = buf.raw[:0]
+			if buf != nil && cap(d.scratch) < raw {
+				// Room for the whole read at once, instead of memory for
+				// each entry now and for the next read after. The headers
+				// are not checked yet: a damaged one makes this at most
+				// readRawBound; what does not fit is decoded into memory
+				// of its own.
+				d.scratch = make([]byte, 0, min(raw, readRawBound(maxBytes)))
 			}
 		}
 		size := 0
@@ -89,6 +97,7 @@ func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Re
 		// (entries that passed their checksums: a damaged header does not
 		// size it). Reads are alike in a backlog; a buffer much larger than
 		// this read needed goes, so that one burst is not held for good.
+		buf.raw = d.scratch[:0]
 		if used := d.used; cap(buf.raw) < used || cap(buf.raw) > 4*used && cap(buf.raw) > 1<<20 {
 			buf.raw = make([]byte, 0, used)
 		}
@@ -96,7 +105,8 @@ func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Re
 	return out, err
 }
 
-// readCap is about how many records Read returns from seq from on, where
+// readCap is about how many records Read returns from seq from on, and
+// the uncompressed bytes of the entries it decodes for them, where
 // the entry at key k holds from: it counts the records of the entries from
 // k on in their headers (which Read checks when it decodes each entry) and
 // stops where Read does, after the entry that reaches maxRecords or maxBytes.
@@ -104,8 +114,8 @@ func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Re
 // their bodies', so it counts one entry more there. An entry counts at most
 // maxEntryCap records, so that a damaged header cannot make Read allocate
 // much.
-func readCap(c *bolt.Cursor, k []byte, from uint64, maxRecords, maxBytes int) int {
-	n, raw, more := 0, 0, false
+func readCap(c *bolt.Cursor, k []byte, from uint64, maxRecords, maxBytes int) (records, raw int) {
+	n, more := 0, false
 	for k, v := c.Seek(k); k != nil; k, v = c.Next() {
 		count, ok := entryCount(v)
 		if !ok {
@@ -115,13 +125,20 @@ func readCap(c *bolt.Cursor, k []byte, from uint64, maxRecords, maxBytes int) in
 			count -= int(min(from-first, uint64(count)))
 		}
 		n += min(count, maxEntryCap)
+		raw += int(binary.BigEndian.Uint32(v[6:10]))
 		if more || n >= maxRecords {
 			break
 		}
-		raw += int(binary.BigEndian.Uint32(v[6:10]))
 		more = maxBytes > 0 && raw >= maxBytes
 	}
-	return min(n, maxRecords+maxEntryCap)
+	return min(n, maxRecords+maxEntryCap), raw
+}
+
+// readRawBound is the most a read of at most maxBytes (0: no limit)
+// sizes its buffer to from entry headers before it checks them: what
+// such a read decodes, an entry past maxBytes included.
+func readRawBound(maxBytes int) int {
+	return max(maxBytes, maxWaitingBuffer) + 2*maxEntryRaw
 }
 
 // ReadRange returns the records from first to last inclusive that are

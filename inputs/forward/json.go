@@ -76,6 +76,10 @@ func (t *transcoder) value(dst, msg []byte, depth int) ([]byte, []byte, error) {
 	if depth > maxDepth {
 		return dst, msg, fmt.Errorf("nested deeper than %d levels", maxDepth)
 	}
+	if s, rest, ok := fixStr(msg); ok {
+		dst, err := t.str(dst, s)
+		return dst, rest, err
+	}
 	var err error
 	switch msgp.NextType(msg) {
 	case msgp.MapType:
@@ -200,6 +204,10 @@ func (t *transcoder) value(dst, msg []byte, depth int) ([]byte, []byte, error) {
 
 // key appends a map key as a JSON string.
 func (t *transcoder) key(dst, msg []byte, depth int) ([]byte, []byte, error) {
+	if s, rest, ok := fixStr(msg); ok {
+		dst, err := t.str(dst, s)
+		return dst, rest, err
+	}
 	if msgp.NextType(msg) == msgp.StrType {
 		s, rest, err := msgp.ReadStringZC(msg)
 		if err != nil {
@@ -311,4 +319,19 @@ func extTime(typ int8, d []byte) (time.Time, bool) {
 		return time.Unix(int64(binary.BigEndian.Uint64(d[4:])), int64(ns)), true
 	}
 	return time.Time{}, false
+}
+
+// fixStr returns the string of the msgpack fixstr (up to 31 bytes: most
+// keys and many values) at the start of msg, and what follows it; ok is
+// false for anything else, a fixstr cut short included, which
+// msgp.ReadStringZC then reads (or refuses) as before.
+func fixStr(msg []byte) (s, rest []byte, ok bool) {
+	if len(msg) == 0 || msg[0]&0xe0 != 0xa0 {
+		return nil, msg, false
+	}
+	n := 1 + int(msg[0]&0x1f)
+	if n > len(msg) {
+		return nil, msg, false
+	}
+	return msg[1:n], msg[n:], true
 }

@@ -46,7 +46,9 @@
 // # Speed
 //
 // Strings are scanned eight bytes at a time while no byte of the eight
-// needs escaping or is beyond ASCII, and copied in runs between escapes.
+// needs escaping or is beyond ASCII, then a byte at a time with a table up
+// to the byte that stopped them (the end of most strings), and copied in
+// runs between escapes.
 package jsonstr
 
 import (
@@ -126,18 +128,20 @@ func appendString[T text](dst []byte, s T, grow GrowFunc, quoted bool) ([]byte, 
 		for i+8 <= len(s) && plainWord(load64(s, i)) {
 			i += 8
 		}
+		// Then a byte at a time up to the byte that stopped the words (or
+		// to the end, fewer than eight bytes away).
+		for i < len(s) && plainByte[s[i]] {
+			i++
+		}
 		if i == len(s) {
 			break
 		}
 		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
+		if c >= utf8.RuneSelf {
+			if n := runeLen(s, i); n > 0 {
+				i += n
 				continue
 			}
-		} else if n := runeLen(s, i); n > 0 {
-			i += n
-			continue
 		}
 		esc := escapes[c]
 		// s[start:i], the escape, the rest after i and the quote.
@@ -187,6 +191,15 @@ func next[T text](s T, i int) int {
 	}
 	return len(s)
 }
+
+// plainByte is whether a byte is written as it is on its own: ASCII from
+// 0x20, but for `"` and `\`.
+var plainByte = func() (p [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		p[c] = c != '"' && c != '\\'
+	}
+	return p
+}()
 
 // escapes holds the escape of each byte that next stops at: the control
 // characters, `"` and `\`, and, for every byte from 0x80, the replacement

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/aws/smithy-go/middleware"
@@ -45,10 +46,38 @@ func appendPutBody(dst []byte, group, stream, token string, evs []event) []byte 
 // appendMessage appends msg as a JSON string. A message is valid UTF-8
 // (events repairs one that is not), so only `"`, `\` and the control
 // characters are escaped, as encoding/json escapes them (internal/jsonstr
-// has the same escapes); a message that is a JSON document has a quote
-// every few bytes, and a byte at a time with a table beats eight at a time
-// there.
+// has the same escapes). A message that is a JSON document has a quote
+// every few bytes: a byte at a time with a table beats eight at a time
+// there, and writing each byte beats copying the runs between quotes,
+// which appendMessage does only when dst lacks room for every byte
+// escaped (the body's buffer is sized for the body: its last messages).
 func appendMessage(dst, msg []byte) []byte {
+	if n := len(dst); cap(dst)-n >= 2*len(msg)+2 {
+		// Room for every byte escaped as \X: bytes are written one by one
+		// into it, without a copy per run between quotes.
+		d := dst[:n+2*len(msg)+2]
+		d[n] = '"'
+		j := n + 1
+		for _, c := range msg {
+			switch e := messageEscapes[c]; e {
+			case 0:
+				d[j] = c
+				j++
+			case 'u':
+				return appendMessageRuns(dst, msg)
+			default:
+				d[j], d[j+1] = '\\', e
+				j += 2
+			}
+		}
+		d[j] = '"'
+		return d[:j+1]
+	}
+	return appendMessageRuns(dst, msg)
+}
+
+// appendMessageRuns is appendMessage copying the runs between escapes.
+func appendMessageRuns(dst, msg []byte) []byte {
 	dst = append(dst, '"')
 	start := 0
 	for i, c := range msg {
@@ -95,6 +124,34 @@ func putBodyBytes(group, stream, token string, evs []event) int {
 }
 
 var quote, backslash = []byte{'"'}, []byte{'\\'}
+
+// bodies holds the buffers of calls that returned, for the bodies of the
+// next calls: a call's body is about a mebibyte, and allocating (and
+// clearing) one per call showed in the CPU per record. A buffer is reused
+// only once its call returned: the SDK's HTTP handler closes the request's
+// body before it returns, and smithy-go wraps that body so that nothing,
+// not even the HTTP transport's writer, reads it after the close.
+var bodies sync.Pool // *[]byte
+
+// maxPooledBody is the largest buffer bodies keeps: a call's body, with
+// room for escapes.
+const maxPooledBody = 2 << 20
+
+// bodyBuffer returns an empty buffer with room for n bytes.
+func bodyBuffer(n int) []byte {
+	if bp, _ := bodies.Get().(*[]byte); bp != nil && cap(*bp) >= n {
+		return (*bp)[:0]
+	}
+	return make([]byte, 0, n)
+}
+
+// releaseBody gives the buffer of a call that returned to bodies.
+func releaseBody(b []byte) {
+	if c := cap(b); c > 0 && c <= maxPooledBody {
+		b = b[:0]
+		bodies.Put(&b)
+	}
+}
 
 // bodyID names the serialize step that puts the prebuilt body in place.
 const bodyID = "forwarder.PutLogEventsBody"

@@ -1,6 +1,7 @@
 package cloudwatch
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -115,6 +116,13 @@ func TestAppendMessageRoundTrip(t *testing.T) {
 		var got string
 		if err := json.Unmarshal(out[1:], &got); err != nil || got != msg || out[0] != 'x' {
 			t.Fatalf("message %q: wrote %q, read back %q (%v)", msg, out, got, err)
+		}
+		// With room for every byte escaped, bytes are written one by one
+		// (control characters aside): the same bytes.
+		roomy := appendMessage(append(make([]byte, 0, 2*len(msg)+3), 'x'), []byte(msg))
+		small := appendMessageRuns([]byte("x"), []byte(msg))
+		if !bytes.Equal(roomy, small) || !bytes.Equal(out, small) {
+			t.Fatalf("message %q: wrote %q with room, %q without", msg, roomy, small)
 		}
 	}
 }

@@ -88,6 +88,7 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event) ([]si
 		LogEvents:     []types.InputLogEvent{},
 	}
 	var body []byte
+	defer func() { releaseBody(body) }()
 	created := false
 	for attempt := 0; ; attempt++ {
 		tok, _ := s.tokens.get(key)
@@ -97,7 +98,7 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event) ([]si
 			in.SequenceToken = nil
 		}
 		if body == nil {
-			body = make([]byte, 0, putBodyBytes(group, stream, tok, evs))
+			body = bodyBuffer(putBodyBytes(group, stream, tok, evs))
 		}
 		body = appendPutBody(body[:0], group, stream, tok, evs)
 		res, err := s.api.PutLogEvents(ctx, in, withBody(body))

@@ -54,6 +54,7 @@ type Sink struct {
 	timed      bool   // group or stream has strftime verbs (see Family)
 	overflow   string // the overflow partition, when not timed (see Overflow)
 	stream     *template.Template
+	fields     *template.Finder // the fields of group and stream, found in one pass
 	fallbacks  *template.FallbackLog
 	messageKey []string
 	now        func() time.Time
@@ -114,6 +115,7 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 	if s.stream, err = template.Parse(cfg.LogStream, template.Options{Hostname: opts.Hostname}); err != nil {
 		return nil, fmt.Errorf("log_stream: %w", err)
 	}
+	s.fields = template.NewFinder(s.group, s.stream)
 	s.timed = s.group.Finest() != 0 || s.stream.Finest() != 0
 	s.overflow = s.Overflow(&sinks.Record{})
 	s.fallbacks = &template.FallbackLog{Log: s.log.With("sink", name), What: "log group or stream"}
@@ -225,13 +227,15 @@ func (s *Sink) Partition(r *sinks.Record) string { return s.partition(r, true) }
 // Both names are rendered into the sink's scratch memory and sanitised
 // into the key on the stack: the key is the one allocation per record.
 func (s *Sink) partition(r *sinks.Record, count bool) string {
+	var fields template.Fields
+	s.fields.Find(r.Body, &fields)
 	d := &template.Data{Tag: r.Tag, Body: r.Body, Time: time.Unix(0, r.Time)}
 	var key [256]byte
 	s.scratchMu.Lock()
-	g, n1 := s.group.Append(s.scratch[:0], d, s.cfg.Fallback)
+	g, n1 := s.group.AppendFound(s.scratch[:0], d, &fields, s.cfg.Fallback)
 	k := appendGroupName(key[:0], g, s.cfg.Fallback)
 	k = append(k, 0)
-	st, n2 := s.stream.Append(g[:0], d, s.cfg.Fallback)
+	st, n2 := s.stream.AppendFound(g[:0], d, &fields, s.cfg.Fallback)
 	k = appendStreamName(k, st, s.cfg.Fallback)
 	if cap(st) <= 4096 {
 		s.scratch = st[:0]

@@ -1,0 +1,138 @@
+package template
+
+import (
+	"bytes"
+
+	"github.com/logfwd/forwarder/internal/jsonscan"
+)
+
+// maxFound is how many fields a Finder looks up in its one pass; the
+// fields of templates beyond it are looked up one by one, as without one.
+const maxFound = 8
+
+// A Finder looks up the fields that a set of templates renders in one pass
+// over a record's body, instead of one pass per field: a sink rendering a
+// log group and a stream from two fields of the same object (${record.kubernetes.namespace_name},
+// ${record.kubernetes.pod_name}) scans the body once. What a template
+// renders from the values found is what it renders from Lookup's. Safe
+// for concurrent use.
+type Finder struct {
+	paths [][]string // the templates' own path slices: a part finds its value by identity
+}
+
+// NewFinder returns a Finder of the fields of ts.
+func NewFinder(ts ...*Template) *Finder {
+	f := &Finder{}
+	for _, t := range ts {
+		for i := range t.parts {
+			p := &t.parts[i]
+			if p.kind == field && len(p.path) > 0 && len(f.paths) < maxFound {
+				f.paths = append(f.paths, p.path)
+			}
+		}
+	}
+	return f
+}
+
+// Fields are the values a Finder found in one body, for Template.AppendFound.
+type Fields struct {
+	finder *Finder
+	vals   [maxFound]foundValue
+}
+
+type foundValue struct {
+	v  []byte
+	ok bool
+}
+
+// Find looks up f's fields in body into out.
+func (f *Finder) Find(body []byte, out *Fields) {
+	out.finder = f
+	out.vals = [maxFound]foundValue{}
+	var pend [maxFound]int8
+	for i := range f.paths {
+		pend[i] = int8(i)
+	}
+	f.scan(body, 0, pend, len(f.paths), out)
+	for i := range f.paths {
+		if fv := &out.vals[i]; fv.ok {
+			fv.v, fv.ok = lookupValue(fv.v)
+		}
+	}
+}
+
+// scan looks up, in the object obj, member path[depth] of each field of
+// idx[:n] (an array, not a slice, so that the recursion allocates
+// nothing): the first member of that name, and the fields whose path goes on
+// in its value, as Lookup does one field at a time. It stops where
+// jsonscan.Member would: at the end of the object, or at what is not JSON.
+func (f *Finder) scan(obj []byte, depth int, idx [maxFound]int8, n int, out *Fields) {
+	i := jsonscan.SkipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return
+	}
+	i++
+	left := n
+	for left > 0 {
+		i = jsonscan.SkipSpace(obj, i)
+		if i >= len(obj) || obj[i] != '"' {
+			return // the end ('}'), or not an object
+		}
+		kEnd := jsonscan.SkipString(obj, i)
+		if kEnd < 0 {
+			return
+		}
+		k := obj[i:kEnd]
+		i = jsonscan.SkipSpace(obj, kEnd)
+		if i >= len(obj) || obj[i] != ':' {
+			return
+		}
+		i = jsonscan.SkipSpace(obj, i+1)
+		vEnd := jsonscan.SkipValue(obj, i)
+		if vEnd < 0 {
+			return
+		}
+		raw := k[1 : len(k)-1]
+		escaped := bytes.IndexByte(raw, '\\') >= 0
+		var sub [maxFound]int8
+		m := 0
+		for j, x := range idx[:n] {
+			if x < 0 {
+				continue
+			}
+			key := f.paths[x][depth]
+			if escaped && !jsonscan.KeyEquals(k, key) || !escaped && string(raw) != key {
+				continue
+			}
+			idx[j] = -1
+			left--
+			if len(f.paths[x]) == depth+1 {
+				out.vals[x] = foundValue{obj[i:vEnd], true}
+			} else {
+				sub[m] = x
+				m++
+			}
+		}
+		if m > 0 {
+			f.scan(obj[i:vEnd], depth+1, sub, m, out)
+		}
+		i = jsonscan.SkipSpace(obj, vEnd)
+		if i < len(obj) && obj[i] == ',' {
+			i++
+		}
+	}
+}
+
+// get returns the value found for path, and whether path is one of the
+// Finder's.
+func (fs *Fields) get(path []string) (v []byte, ok, known bool) {
+	if fs == nil || fs.finder == nil || len(path) == 0 {
+		return nil, false, false
+	}
+	for i, p := range fs.finder.paths {
+		if len(p) == len(path) && &p[0] == &path[0] {
+			return fs.vals[i].v, fs.vals[i].ok, true
+		}
+	}
+	return nil, false, false
+}
