@@ -132,14 +132,31 @@ func TestCrashKeepsAcknowledgedRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 		lines := make(chan []string)
+		opened := make(chan struct{})
 		go func() {
 			var all []string
 			sc := bufio.NewScanner(stdout)
 			for sc.Scan() {
 				all = append(all, sc.Text())
+				if sc.Text() == "OPENED" {
+					close(opened)
+				}
 			}
 			lines <- all
 		}()
+		// The kill times count from the open: a busy machine can take
+		// longer than the longest of them to start the child.
+		select {
+		case <-opened:
+		case out := <-lines:
+			cmd.Wait()
+			t.Fatalf("run %d: the child ended before it opened the WAL: %s", run, strings.Join(out, "\n"))
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-lines
+			cmd.Wait()
+			t.Fatalf("run %d: the child did not open the WAL in 30 s", run)
+		}
 		time.Sleep(time.Duration(20+rng.Intn(400)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
 		out := <-lines
