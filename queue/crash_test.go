@@ -239,6 +239,9 @@ func crashLoop(t *testing.T, carry bool, maxDelivery int) {
 
 func crashLoopOpts(t *testing.T, carry, guard bool, maxDelivery int) {
 	runs := 10
+	if guard {
+		runs = 6 // its children live longer
+	}
 	if v := os.Getenv("QUEUE_CRASH_RUNS"); v != "" {
 		runs, _ = strconv.Atoi(v)
 	}
@@ -279,7 +282,7 @@ func crashLoopOpts(t *testing.T, carry, guard bool, maxDelivery int) {
 		if guard {
 			// Long enough, some of the time, for the status ticks (every
 			// second) that let idle partitions go.
-			life = time.Duration(100+rng.Intn(1500)) * time.Millisecond
+			life = time.Duration(100+rng.Intn(1300)) * time.Millisecond
 		}
 		time.Sleep(life)
 		cmd.Process.Signal(syscall.SIGKILL)
