@@ -55,17 +55,11 @@ func (l *loop) commitLoop(ctx context.Context) {
 		if over := dead - d.opts.MaxDeadLetters; over > 0 {
 			dead -= l.evictDeadLetters(&b, over)
 		}
-		err := d.w.Commit(context.Background(), &b)
-		for wait := time.Second; errors.Is(err, wal.ErrNoSpace); wait = min(2*wait, 30*time.Second) {
-			// The disk is full: these deliveries happened and must be
-			// recorded; their partitions stay busy until they are.
-			d.log.Warn("cannot record deliveries: the WAL's disk is full; retrying", "retry_in", wait, "error", err)
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-				return
-			}
-			err = d.w.Commit(context.Background(), &b)
+		// A full disk is waited out: these deliveries happened and must be
+		// recorded; their partitions stay busy until they are.
+		err := d.commitWaiting(ctx, &b, "cannot record deliveries")
+		if err != nil && ctx.Err() != nil {
+			return
 		}
 		for _, r := range reqs {
 			r.err = err
@@ -115,4 +109,21 @@ func (l *loop) onCommitted(c *commitReq, now time.Time) {
 		return
 	}
 	l.scheduleQueue(p, now)
+}
+
+// commitWaiting commits b, waiting out a full disk (wal.ErrNoSpace) with
+// a warning (what, then why) and a growing wait, until ctx ends: then it
+// returns ctx's error.
+func (d *Drainer) commitWaiting(ctx context.Context, b *wal.Batch, what string) error {
+	err := d.w.Commit(context.Background(), b)
+	for wait := time.Second; errors.Is(err, wal.ErrNoSpace); wait = min(2*wait, 30*time.Second) {
+		d.log.Warn(what+": the WAL's disk is full; retrying", "retry_in", wait, "error", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		err = d.w.Commit(context.Background(), b)
+	}
+	return err
 }

@@ -3,7 +3,6 @@ package queue
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -356,17 +355,7 @@ func (d *Drainer) commitGuard(ctx context.Context, g *guard) error {
 	}
 	var b wal.Batch
 	g.store(&b, d.name)
-	err := d.w.Commit(context.Background(), &b)
-	for wait := time.Second; errors.Is(err, wal.ErrNoSpace); wait = min(2*wait, 30*time.Second) {
-		d.log.Warn("cannot store the admitted partitions (max_partitions): the WAL's disk is full; retrying", "retry_in", wait, "error", err)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return fmt.Errorf("store admitted partitions of %q: stopped while the disk is full: %w", d.name, ctx.Err())
-		}
-		err = d.w.Commit(context.Background(), &b)
-	}
-	if err != nil {
+	if err := d.commitWaiting(ctx, &b, "cannot store the admitted partitions (max_partitions)"); err != nil {
 		return fmt.Errorf("store admitted partitions of %q: %w", d.name, err)
 	}
 	return nil
