@@ -138,8 +138,12 @@ func TestDrainAllocations(t *testing.T) {
 		runtime.ReadMemStats(&after)
 		r.stop(t)
 		w.Close()
-		if per := float64(after.Mallocs-before.Mallocs) / n; per > 0.3 {
-			t.Errorf("%d partitions: %.2f allocations per record drained, want at most 0.3", parts, per)
+		// One allocation per record would make this 1 or more; the rest
+		// is per read and per batch, and batches cut by max age (10ms) are
+		// more and smaller on a loaded machine (0.24 quiet, up to 0.39
+		// seen at a load of 13 on 2 cores).
+		if per := float64(after.Mallocs-before.Mallocs) / n; per > 0.5 {
+			t.Errorf("%d partitions: %.2f allocations per record drained, want at most 0.5", parts, per)
 		} else {
 			t.Logf("%d partitions: %.3f allocations per record drained", parts, per)
 		}

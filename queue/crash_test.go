@@ -283,6 +283,11 @@ func crashLoopOpts(t *testing.T, carry, guard bool, maxDelivery int) {
 			// Long enough, some of the time, for the status ticks (every
 			// second) that let idle partitions go.
 			life = time.Duration(100+rng.Intn(1300)) * time.Millisecond
+			if run == 0 {
+				// Past two ticks at least once, whatever the seed: tags
+				// admitted, overflowed and let go, then admitted again.
+				life = time.Duration(2500+rng.Intn(1000)) * time.Millisecond
+			}
 		}
 		time.Sleep(life)
 		cmd.Process.Signal(syscall.SIGKILL)
