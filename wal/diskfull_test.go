@@ -316,7 +316,7 @@ func TestFullDiskCyclesNeverRefuseCommits(t *testing.T) {
 	r := rand.New(rand.NewSource(99))
 	const fills = 15
 	for cycle := 0; cycle < fills && refused.Load() == 0; cycle++ {
-		waitUntil(t, 30*time.Second, fmt.Sprintf("full at cycle %d", cycle), w.DiskFull)
+		waitUntil(t, time.Minute, fmt.Sprintf("full at cycle %d", cycle), w.DiskFull)
 		st := w.Stats()
 		slow := st.Cursors["slow"]
 		to := slow + uint64(r.Int63n(int64(st.NextSeq-1-slow)+1))

@@ -115,7 +115,7 @@ func TestManyPartitionsStayOpen(t *testing.T) {
 		t.Fatalf("%d objects finished early; %d of %d records taken into open objects", n, counted.carried.Load(), len(want))
 	}
 	t.Logf("%d of %d records taken into open objects, none finished", counted.carried.Load(), len(want))
-	dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
+	dctx, dcancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer dcancel()
 	if err := d.Drain(dctx); err != nil {
 		t.Fatal(err)
