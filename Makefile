@@ -39,10 +39,22 @@ build: deps
 run: build
 	./$(BIN) dev --demo
 
-# The whole suite: formatting, vet, and every test with the race detector.
-# Budget: about 10 minutes on 2 cores.
+# The whole suite: formatting, vet, every package's tests with the race detector, and e2e
+# twice: whole without it, beside the others (the binary under test is built as it ships,
+# without -race; under it the emulators in the test process took five times the CPU and
+# e2e was the longest package), and its -short tests with it (the harness itself). Test
+# data goes to TEST_TMPDIR, a tmpfs when the machine has one: no test measures the disk's
+# fsync latency (crash tests kill processes, power-cut tests run on faultfs, full-disk
+# tests mount their own tmpfs), and waiting for it was most of some packages' time.
+# Budget: 6 minutes on 2 cores.
+TEST_TMPDIR ?= $(shell d=/dev/shm; [ -d $$d ] && [ -w $$d ] && [ "$$(stat -f -c %T $$d)" = tmpfs ] && echo $$d || echo $${TMPDIR:-/tmp})
 test: deps fmt-check vet
-	$(GO) test -race -count=1 -timeout 9m ./...
+	@echo "test data under $(TEST_TMPDIR)"
+	@e2e=$$(mktemp); \
+	{ TMPDIR=$(TEST_TMPDIR) $(GO) test -count=1 -timeout 9m ./e2e && \
+	  TMPDIR=$(TEST_TMPDIR) $(GO) test -race -short -count=1 -timeout 5m ./e2e; } >$$e2e 2>&1 & pid=$$!; \
+	TMPDIR=$(TEST_TMPDIR) $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/e2e$$'); rc=$$?; \
+	wait $$pid || rc=1; echo "--- e2e (without and with -race -short):"; cat $$e2e; rm -f $$e2e; exit $$rc
 	$(MAKE) fuzz-short
 
 # Each fuzz target for its count of inputs in make test, for FUZZTIME (5m) each in
