@@ -128,6 +128,10 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 		case p.reading != readHead:
 			continue // the catch-up reader reads it again
 		}
+		if p.take == 0 {
+			l.took = append(l.took, p)
+		}
+		p.take++
 		p.need += len(r.Body)
 		route = append(route, routed{p: p, i: i})
 	}
@@ -135,22 +139,40 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 		// The partitions this read admitted are stored before any of its
 		// records can be sent (see guard).
 		if err := d.commitGuard(l.ctx, l.guard); err != nil {
+			for _, p := range l.took {
+				p.need, p.take = 0, 0
+			}
+			clear(l.took)
+			l.took = l.took[:0]
 			return err
+		}
+	}
+	for _, p := range l.took {
+		if p.need > 0 {
+			p.arena = make([]byte, 0, p.need)
 		}
 	}
 	for _, rt := range route {
 		r, p := &recs[rt.i], rt.p
-		if cap(p.arena)-len(p.arena) < len(r.Body) {
-			p.arena = make([]byte, 0, p.need)
-		}
 		start := len(p.arena)
 		p.arena = append(p.arena, r.Body...)
-		p.need -= len(r.Body)
-		l.enqueue(p, sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: p.arena[start:len(p.arena):len(p.arena)]}, now)
+		l.enqueue(p, sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: p.arena[start:len(p.arena):len(p.arena)]})
 	}
-	for _, rt := range route {
-		rt.p.arena = nil // the next read starts buffers of its own
+	// What follows from the partitions' new records is filed once per
+	// partition and read, not once per record: nothing looks at it before
+	// the read is ingested.
+	for _, p := range l.took {
+		p.arena, p.need = nil, 0 // the next read starts buffers of its own
+		p.arrived(p.take, now)
+		p.take = 0
+		l.touch(p)
+		if p.phase == phaseGathering {
+			l.scheduleQueue(p, now)
+		}
+		l.notePending(p)
 	}
+	clear(l.took)
+	l.took = l.took[:0]
 	l.probeRec = sinks.Record{}
 	clear(route)
 	l.route = route[:0]
@@ -166,23 +188,19 @@ type routed struct {
 	i int
 }
 
-func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
+// enqueue appends rec to p's queue. The partition's arrivals and its place
+// in the loop's structures follow once per read (ingest).
+func (l *loop) enqueue(p *partition, rec sinks.Record) {
 	if len(p.queue) == 0 {
 		p.lo, p.hi = rec.Time, rec.Time
 	} else {
 		p.lo, p.hi = min(p.lo, rec.Time), max(p.hi, rec.Time)
 	}
-	p.arrived(now)
 	p.queue = append(p.queue, rec)
 	size := l.d.sink.Size(&p.queue[len(p.queue)-1]) // rec itself would escape
 	p.sizes = append(p.sizes, int32(size))
 	p.size += size
 	p.mem += recordMem(&rec)
-	l.touch(p)
-	if p.phase == phaseGathering {
-		l.scheduleQueue(p, now)
-	}
-	l.notePending(p)
 }
 
 // recount keeps p counted in l.open while it has queued or carried records.

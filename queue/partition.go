@@ -29,7 +29,8 @@ type partition struct {
 	fam string
 
 	arena []byte // ingest: where this read's bodies of the partition are copied
-	need  int    // ingest: bytes of this read's bodies still to copy
+	need  int    // ingest: bytes of this read's bodies
+	take  int    // ingest: records of this read
 
 	phase    phase          // where its batch is: see doc.go, Partition phases
 	batch    []sinks.Record // being sent, or waiting to be sent again
@@ -81,13 +82,13 @@ type arrival struct {
 	at time.Time
 }
 
-// arrived notes a record queued at now.
-func (p *partition) arrived(now time.Time) {
+// arrived notes n records queued at now.
+func (p *partition) arrived(n int, now time.Time) {
 	if k := len(p.arrivals); k > 0 && p.arrivals[k-1].at.Equal(now) {
-		p.arrivals[k-1].n++
+		p.arrivals[k-1].n += n
 		return
 	}
-	p.arrivals = append(p.arrivals, arrival{1, now})
+	p.arrivals = append(p.arrivals, arrival{n, now})
 }
 
 // taken notes that the first n queued records left the queue.
