@@ -151,6 +151,7 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 		if p.need > 0 {
 			p.arena = make([]byte, 0, p.need)
 		}
+		p.reserve(p.take)
 	}
 	for _, rt := range route {
 		r, p := &recs[rt.i], rt.p
@@ -188,8 +189,9 @@ type routed struct {
 	i int
 }
 
-// enqueue appends rec to p's queue. The partition's arrivals and its place
-// in the loop's structures follow once per read (ingest).
+// enqueue appends rec to p's queue, which has room for it (reserve). The
+// partition's arrivals and its place in the loop's structures follow once
+// per read (ingest).
 func (l *loop) enqueue(p *partition, rec sinks.Record) {
 	if len(p.queue) == 0 {
 		p.lo, p.hi = rec.Time, rec.Time

@@ -91,6 +91,19 @@ func (p *partition) arrived(n int, now time.Time) {
 	p.arrivals = append(p.arrivals, arrival{n, now})
 }
 
+// reserve makes room in p's queue and sizes for n more records. They grow
+// to twice what they then hold, so that a record is moved about once as
+// its queue grows, and the arrays stay within what recordMem counts for a
+// record's place (2 x 60 bytes).
+func (p *partition) reserve(n int) {
+	if k := len(p.queue) + n; k > cap(p.queue) {
+		p.queue = append(make([]sinks.Record, 0, 2*k), p.queue...)
+	}
+	if k := len(p.sizes) + n; k > cap(p.sizes) {
+		p.sizes = append(make([]int32, 0, 2*k), p.sizes...)
+	}
+}
+
 // taken notes that the first n queued records left the queue.
 func (p *partition) taken(n int) {
 	i := 0
