@@ -85,33 +85,40 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 		if !back {
 			l.matched++
 		}
-		l.probeRec = sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
-		key := d.sink.Partition(&l.probeRec)
+		// wal.Record and sinks.Record have the same fields: the sink is
+		// asked about the read's record itself, not a copy of it.
+		rec := (*sinks.Record)(r)
+		key := d.sink.Partition(rec)
 		p := l.parts[key]
 		var (
 			fam string   // when the guard admits the record: its family
 			iv  interval // and the interval that admits it
 		)
 		if l.guard != nil && (p == nil || !p.admits(r.Seq)) {
-			fam = l.overflow.Family(&l.probeRec, key)
+			fam = l.overflow.Family(rec, key)
 			var ok bool
 			if ok, iv = l.guard.route(fam, r.Seq, now); ok {
 				if p != nil {
 					l.adopt(p, fam, iv)
 				}
 			} else {
-				fam, key = "", l.overflow.Overflow(&l.probeRec)
+				fam, key = "", l.overflow.Overflow(rec)
 				p = l.parts[key]
 				if !back {
-					l.overflowed(&l.probeRec)
+					l.overflowed(rec)
 				}
 			}
 		}
-		if m, ok := l.marks.get(key); ok && r.Seq <= m {
-			if !back {
-				d.skipped.Inc()
+		// A partition that took a record of this read has none of it at
+		// or below its mark: the marks stay as they are while a read is
+		// ingested, and its records come in sequence order.
+		if p == nil || p.take == 0 {
+			if m, ok := l.marks.get(key); ok && r.Seq <= m {
+				if !back {
+					d.skipped.Inc()
+				}
+				continue
 			}
-			continue
 		}
 		switch {
 		case back:
@@ -129,11 +136,12 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 			continue // the catch-up reader reads it again
 		}
 		if p.take == 0 {
+			p.tookAt = int32(len(l.took))
 			l.took = append(l.took, p)
 		}
 		p.take++
 		p.need += len(r.Body)
-		route = append(route, routed{p: p, i: i})
+		route = append(route, routed{p: p.tookAt, i: int32(i)})
 	}
 	if l.guard != nil {
 		// The partitions this read admitted are stored before any of its
@@ -154,7 +162,7 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 		p.reserve(p.take)
 	}
 	for _, rt := range route {
-		r, p := &recs[rt.i], rt.p
+		r, p := &recs[rt.i], l.took[rt.p]
 		start := len(p.arena)
 		p.arena = append(p.arena, r.Body...)
 		l.enqueue(p, sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: p.arena[start:len(p.arena):len(p.arena)]})
@@ -174,8 +182,6 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 	}
 	clear(l.took)
 	l.took = l.took[:0]
-	l.probeRec = sinks.Record{}
-	clear(route)
 	l.route = route[:0]
 	if back {
 		l.caughtUp(caughtUp, now)
@@ -183,10 +189,11 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 	return nil
 }
 
-// routed is a record of the read being ingested and its partition.
+// routed is a record of the read being ingested (its index in the read)
+// and its partition (its index in loop.took). Without pointers, routing a
+// record stores none that the garbage collector would be told of.
 type routed struct {
-	p *partition
-	i int
+	p, i int32
 }
 
 // enqueue appends rec to p's queue, which has room for it (reserve). The

@@ -39,7 +39,6 @@ type loop struct {
 	overflowTotal uint64
 	route         []routed     // ingest's scratch
 	took          []*partition // ingest's scratch: the partitions the read gives records
-	probeRec      sinks.Record // ingest's record for Partition (a local would escape: one allocation per record)
 	mem           memAccount   // recordMem of every record held (queued and in batches) and the sink's carries
 	open          int          // partitions with queued or carried records
 	closing       int          // of which closing: a final batch is due (finalize) or in flight

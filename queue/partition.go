@@ -31,6 +31,9 @@ type partition struct {
 	arena []byte // ingest: where this read's bodies of the partition are copied
 	need  int    // ingest: bytes of this read's bodies
 	take  int    // ingest: records of this read
+	// tookAt is the partition's place in loop.took while a read that
+	// gives it records is ingested.
+	tookAt int32
 
 	phase    phase          // where its batch is: see doc.go, Partition phases
 	batch    []sinks.Record // being sent, or waiting to be sent again
