@@ -165,7 +165,7 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 		r, p := &recs[rt.i], l.took[rt.p]
 		start := len(p.arena)
 		p.arena = append(p.arena, r.Body...)
-		l.enqueue(p, sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: p.arena[start:len(p.arena):len(p.arena)]})
+		l.enqueue(p, r, p.arena[start:len(p.arena):len(p.arena)])
 	}
 	// What follows from the partitions' new records is filed once per
 	// partition and read, not once per record: nothing looks at it before
@@ -196,20 +196,24 @@ type routed struct {
 	p, i int32
 }
 
-// enqueue appends rec to p's queue, which has room for it (reserve). The
-// partition's arrivals and its place in the loop's structures follow once
-// per read (ingest).
-func (l *loop) enqueue(p *partition, rec sinks.Record) {
+// enqueue appends r to p's queue, which has room for it (reserve), with
+// its body copied to body. The record is written in its place in the
+// queue, not copied there. The partition's arrivals and its place in the
+// loop's structures follow once per read (ingest).
+func (l *loop) enqueue(p *partition, r *wal.Record, body []byte) {
 	if len(p.queue) == 0 {
-		p.lo, p.hi = rec.Time, rec.Time
+		p.lo, p.hi = r.Time, r.Time
 	} else {
-		p.lo, p.hi = min(p.lo, rec.Time), max(p.hi, rec.Time)
+		p.lo, p.hi = min(p.lo, r.Time), max(p.hi, r.Time)
 	}
-	p.queue = append(p.queue, rec)
-	size := l.d.sink.Size(&p.queue[len(p.queue)-1]) // rec itself would escape
+	n := len(p.queue)
+	p.queue = p.queue[:n+1]
+	rec := &p.queue[n]
+	*rec = sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: body}
+	size := l.d.sink.Size(rec)
 	p.sizes = append(p.sizes, int32(size))
 	p.size += size
-	p.mem += recordMem(&rec)
+	p.mem += recordMem(rec)
 }
 
 // recount keeps p counted in l.open while it has queued or carried records.
