@@ -85,33 +85,40 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 		if !back {
 			l.matched++
 		}
-		l.probeRec = sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
-		key := d.sink.Partition(&l.probeRec)
+		// wal.Record and sinks.Record have the same fields: the sink is
+		// asked about the read's record itself, not a copy of it.
+		rec := (*sinks.Record)(r)
+		key := d.sink.Partition(rec)
 		p := l.parts[key]
 		var (
 			fam string   // when the guard admits the record: its family
 			iv  interval // and the interval that admits it
 		)
 		if l.guard != nil && (p == nil || !p.admits(r.Seq)) {
-			fam = l.overflow.Family(&l.probeRec, key)
+			fam = l.overflow.Family(rec, key)
 			var ok bool
 			if ok, iv = l.guard.route(fam, r.Seq, now); ok {
 				if p != nil {
 					l.adopt(p, fam, iv)
 				}
 			} else {
-				fam, key = "", l.overflow.Overflow(&l.probeRec)
+				fam, key = "", l.overflow.Overflow(rec)
 				p = l.parts[key]
 				if !back {
-					l.overflowed(&l.probeRec)
+					l.overflowed(rec)
 				}
 			}
 		}
-		if m, ok := l.marks.get(key); ok && r.Seq <= m {
-			if !back {
-				d.skipped.Inc()
+		// A partition that took a record of this read has none of it at
+		// or below its mark: the marks stay as they are while a read is
+		// ingested, and its records come in sequence order.
+		if p == nil || p.take == 0 {
+			if m, ok := l.marks.get(key); ok && r.Seq <= m {
+				if !back {
+					d.skipped.Inc()
+				}
+				continue
 			}
-			continue
 		}
 		switch {
 		case back:
@@ -128,31 +135,53 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 		case p.reading != readHead:
 			continue // the catch-up reader reads it again
 		}
+		if p.take == 0 {
+			p.tookAt = int32(len(l.took))
+			l.took = append(l.took, p)
+		}
+		p.take++
 		p.need += len(r.Body)
-		route = append(route, routed{p: p, i: i})
+		route = append(route, routed{p: p.tookAt, i: int32(i)})
 	}
 	if l.guard != nil {
 		// The partitions this read admitted are stored before any of its
 		// records can be sent (see guard).
 		if err := d.commitGuard(l.ctx, l.guard); err != nil {
+			for _, p := range l.took {
+				p.need, p.take = 0, 0
+			}
+			clear(l.took)
+			l.took = l.took[:0]
 			return err
 		}
 	}
-	for _, rt := range route {
-		r, p := &recs[rt.i], rt.p
-		if cap(p.arena)-len(p.arena) < len(r.Body) {
+	for _, p := range l.took {
+		if p.need > 0 {
 			p.arena = make([]byte, 0, p.need)
 		}
-		start := len(p.arena)
-		p.arena = append(p.arena, r.Body...)
-		p.need -= len(r.Body)
-		l.enqueue(p, sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: p.arena[start:len(p.arena):len(p.arena)]}, now)
+		p.reserve(p.take)
 	}
 	for _, rt := range route {
-		rt.p.arena = nil // the next read starts buffers of its own
+		r, p := &recs[rt.i], l.took[rt.p]
+		start := len(p.arena)
+		p.arena = append(p.arena, r.Body...)
+		l.enqueue(p, r, p.arena[start:len(p.arena):len(p.arena)])
 	}
-	l.probeRec = sinks.Record{}
-	clear(route)
+	// What follows from the partitions' new records is filed once per
+	// partition and read, not once per record: nothing looks at it before
+	// the read is ingested.
+	for _, p := range l.took {
+		p.arena, p.need = nil, 0 // the next read starts buffers of its own
+		p.arrived(p.take, now)
+		p.take = 0
+		l.touch(p)
+		if p.phase == phaseGathering {
+			l.scheduleQueue(p, now)
+		}
+		l.notePending(p)
+	}
+	clear(l.took)
+	l.took = l.took[:0]
 	l.route = route[:0]
 	if back {
 		l.caughtUp(caughtUp, now)
@@ -160,29 +189,31 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 	return nil
 }
 
-// routed is a record of the read being ingested and its partition.
+// routed is a record of the read being ingested (its index in the read)
+// and its partition (its index in loop.took). Without pointers, routing a
+// record stores none that the garbage collector would be told of.
 type routed struct {
-	p *partition
-	i int
+	p, i int32
 }
 
-func (l *loop) enqueue(p *partition, rec sinks.Record, now time.Time) {
+// enqueue appends r to p's queue, which has room for it (reserve), with
+// its body copied to body. The record is written in its place in the
+// queue, not copied there. The partition's arrivals and its place in the
+// loop's structures follow once per read (ingest).
+func (l *loop) enqueue(p *partition, r *wal.Record, body []byte) {
 	if len(p.queue) == 0 {
-		p.lo, p.hi = rec.Time, rec.Time
+		p.lo, p.hi = r.Time, r.Time
 	} else {
-		p.lo, p.hi = min(p.lo, rec.Time), max(p.hi, rec.Time)
+		p.lo, p.hi = min(p.lo, r.Time), max(p.hi, r.Time)
 	}
-	p.arrived(now)
-	p.queue = append(p.queue, rec)
-	size := l.d.sink.Size(&p.queue[len(p.queue)-1]) // rec itself would escape
+	n := len(p.queue)
+	p.queue = p.queue[:n+1]
+	rec := &p.queue[n]
+	*rec = sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: body}
+	size := l.d.sink.Size(rec)
 	p.sizes = append(p.sizes, int32(size))
 	p.size += size
-	p.mem += recordMem(&rec)
-	l.touch(p)
-	if p.phase == phaseGathering {
-		l.scheduleQueue(p, now)
-	}
-	l.notePending(p)
+	p.mem += recordMem(rec)
 }
 
 // recount keeps p counted in l.open while it has queued or carried records.

@@ -38,7 +38,7 @@ type loop struct {
 	// overflowTotal counts the records that went to the overflow partition.
 	overflowTotal uint64
 	route         []routed     // ingest's scratch
-	probeRec      sinks.Record // ingest's record for Partition (a local would escape: one allocation per record)
+	took          []*partition // ingest's scratch: the partitions the read gives records
 	mem           memAccount   // recordMem of every record held (queued and in batches) and the sink's carries
 	open          int          // partitions with queued or carried records
 	closing       int          // of which closing: a final batch is due (finalize) or in flight

@@ -29,7 +29,11 @@ type partition struct {
 	fam string
 
 	arena []byte // ingest: where this read's bodies of the partition are copied
-	need  int    // ingest: bytes of this read's bodies still to copy
+	need  int    // ingest: bytes of this read's bodies
+	take  int    // ingest: records of this read
+	// tookAt is the partition's place in loop.took while a read that
+	// gives it records is ingested.
+	tookAt int32
 
 	phase    phase          // where its batch is: see doc.go, Partition phases
 	batch    []sinks.Record // being sent, or waiting to be sent again
@@ -81,13 +85,26 @@ type arrival struct {
 	at time.Time
 }
 
-// arrived notes a record queued at now.
-func (p *partition) arrived(now time.Time) {
+// arrived notes n records queued at now.
+func (p *partition) arrived(n int, now time.Time) {
 	if k := len(p.arrivals); k > 0 && p.arrivals[k-1].at.Equal(now) {
-		p.arrivals[k-1].n++
+		p.arrivals[k-1].n += n
 		return
 	}
-	p.arrivals = append(p.arrivals, arrival{1, now})
+	p.arrivals = append(p.arrivals, arrival{n, now})
+}
+
+// reserve makes room in p's queue and sizes for n more records. They grow
+// to twice what they then hold, so that a record is moved about once as
+// its queue grows, and the arrays stay within what recordMem counts for a
+// record's place (2 x 60 bytes).
+func (p *partition) reserve(n int) {
+	if k := len(p.queue) + n; k > cap(p.queue) {
+		p.queue = append(make([]sinks.Record, 0, 2*k), p.queue...)
+	}
+	if k := len(p.sizes) + n; k > cap(p.sizes) {
+		p.sizes = append(make([]int32, 0, 2*k), p.sizes...)
+	}
 }
 
 // taken notes that the first n queued records left the queue.

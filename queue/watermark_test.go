@@ -33,7 +33,7 @@ func (l *loop) queueRecs(p *partition, now time.Time, seqs ...uint64) {
 		p.sizes = append(p.sizes, int32(len(rec.Body)))
 		p.size += len(rec.Body)
 		p.mem += recordMem(&rec)
-		p.arrived(now)
+		p.arrived(1, now)
 	}
 	if len(p.queue) > 0 {
 		p.resetSpan()
@@ -153,7 +153,7 @@ func TestLowWatermarkNeverPassesUndelivered(t *testing.T) {
 			for i := range p.queue {
 				p.mem += recordMem(&p.queue[i])
 				p.size += int(p.sizes[i])
-				p.arrived(now)
+				p.arrived(1, now)
 			}
 			l.touch(p)
 			if p.empty() {
