@@ -3,10 +3,13 @@ package cloudwatch
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"sync"
 
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -153,37 +156,68 @@ func releaseBody(b []byte) {
 	}
 }
 
+// A putBody is the body of one PutLogEvents call without a sequence token
+// and its SHA-256 (hex): the payload hash SigV4 signs, and the digest its
+// intent stores (version 2), so that a call's bytes are hashed once.
+type putBody struct {
+	b   []byte
+	sum string
+}
+
+// newPutBody builds the body of a call of evs without a sequence token, in
+// a buffer of bodies (releaseBody gives it back once the call returned).
+func newPutBody(group, stream string, evs []event) putBody {
+	b := appendPutBody(bodyBuffer(putBodyBytes(group, stream, "", evs)), group, stream, "", evs)
+	return putBody{b: b, sum: bodySum(b)}
+}
+
+// bodySum is the hex SHA-256 of a body.
+func bodySum(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
 // bodyID names the serialize step that puts the prebuilt body in place.
 const bodyID = "forwarder.PutLogEventsBody"
 
 // withBody makes one PutLogEvents call send body instead of the body the
 // SDK serializes from its input (which then carries the names and token but
-// no events): the SDK still resolves the endpoint, signs (hashing body),
-// sends and decodes the answer and the errors as for any call.
-func withBody(body []byte) func(*cloudwatchlogs.Options) {
+// no events): the SDK still resolves the endpoint, signs, sends and decodes
+// the answer and the errors as for any call. With sum (the body's hex
+// SHA-256) the signer takes it as the payload hash instead of hashing the
+// body again; without, it hashes the body.
+func withBody(body []byte, sum string) func(*cloudwatchlogs.Options) {
 	return func(o *cloudwatchlogs.Options) {
 		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
-			return st.Serialize.Insert(prebuiltBody(body), "OperationSerializer", middleware.After)
+			return st.Serialize.Insert(&prebuiltBody{b: body, sum: sum}, "OperationSerializer", middleware.After)
 		})
 	}
 }
 
-// prebuiltBody replaces the serialized body of a request.
-type prebuiltBody []byte
+// prebuiltBody replaces the serialized body of a request and, with sum,
+// hands the signer its hash. The hash is set here, inside the call: the SDK
+// clears such values from the context a call starts with.
+type prebuiltBody struct {
+	b   []byte
+	sum string
+}
 
-func (prebuiltBody) ID() string { return bodyID }
+func (*prebuiltBody) ID() string { return bodyID }
 
-func (b prebuiltBody) HandleSerialize(ctx context.Context, in middleware.SerializeInput, next middleware.SerializeHandler) (
+func (p *prebuiltBody) HandleSerialize(ctx context.Context, in middleware.SerializeInput, next middleware.SerializeHandler) (
 	middleware.SerializeOutput, middleware.Metadata, error,
 ) {
 	req, ok := in.Request.(*smithyhttp.Request)
 	if !ok {
 		return middleware.SerializeOutput{}, middleware.Metadata{}, fmt.Errorf("set PutLogEvents body: unexpected transport type %T", in.Request)
 	}
-	sreq, err := req.SetStream(bytes.NewReader(b))
+	sreq, err := req.SetStream(bytes.NewReader(p.b))
 	if err != nil {
 		return middleware.SerializeOutput{}, middleware.Metadata{}, fmt.Errorf("set PutLogEvents body: %w", err)
 	}
 	*req = *sreq
+	if p.sum != "" {
+		ctx = v4.SetPayloadHash(ctx, p.sum)
+	}
 	return next.HandleSerialize(ctx, in)
 }

@@ -3,7 +3,10 @@ package cloudwatch
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand"
 	"net/http"
@@ -12,10 +15,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestPutBodyMatchesSDK: the body built for a PutLogEvents call says what
@@ -65,7 +71,7 @@ func TestPutBodyMatchesSDK(t *testing.T) {
 		if len(body) > putBodyBytes("/eks/a\"b", "pod-1/host", token, evs)+64 {
 			t.Errorf("body of %d bytes; putBodyBytes said %d", len(body), putBodyBytes("/eks/a\"b", "pod-1/host", token, evs))
 		}
-		res, err := client.PutLogEvents(context.Background(), own, withBody(body))
+		res, err := client.PutLogEvents(context.Background(), own, withBody(body, ""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,4 +131,91 @@ func TestAppendMessageRoundTrip(t *testing.T) {
 			t.Fatalf("message %q: wrote %q with room, %q without", msg, roomy, small)
 		}
 	}
+}
+
+// TestPutSignedOverItsBody: a call's signature holds for the bytes sent,
+// whether the signer took the body's hash from newPutBody (no sequence
+// token) or hashed the body itself (a legacy service's token), as a
+// service that checks SigV4 sees it: the server signs each request again
+// from its own reading of the body and compares. A wrong hash handed to
+// the signer fails here (and at AWS, with InvalidSignatureException).
+func TestPutSignedOverItsBody(t *testing.T) {
+	creds := aws.Credentials{AccessKeyID: "AKIDTEST", SecretAccessKey: "secret"}
+	var mu sync.Mutex
+	var bad []string
+	var tokens []bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err == nil {
+			err = checkSignature(r, body, creds)
+		}
+		mu.Lock()
+		if err != nil {
+			bad = append(bad, err.Error())
+		}
+		tokens = append(tokens, bytes.Contains(body, []byte(`"sequenceToken":"7"`)))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		io.WriteString(w, `{"nextSequenceToken":"7"}`)
+	}))
+	defer srv.Close()
+	s := newBodySink(t, srv.URL)
+	evs := []event{{ts: 1700000000000, msg: []byte(`{"log":"a \"quoted\" line"}`)}, {ts: 1700000000001, msg: []byte("second\n")}}
+	for range 2 { // the second call carries the token the first answer gave
+		if _, err := s.put(context.Background(), "/eks/a", "pod-1", evs, newPutBody("/eks/a", "pod-1", evs)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []bool{false, true}; !reflect.DeepEqual(tokens, want) {
+		t.Fatalf("calls with a sequence token: %v, want %v", tokens, want)
+	}
+	for _, b := range bad {
+		t.Error(b)
+	}
+}
+
+// newBodySink is a sink against url with the test credentials.
+func newBodySink(t *testing.T, url string) *Sink {
+	t.Helper()
+	s, err := New(context.Background(), "cw", baseCfg(url), Options{Hostname: "test", AWS: staticAWS(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// checkSignature signs r again, over body and the headers r says it
+// signed, at the time it says, and compares the signatures.
+func checkSignature(r *http.Request, body []byte, creds aws.Credentials) error {
+	auth := r.Header.Get("Authorization")
+	var signed, sig string
+	for _, f := range strings.Split(strings.TrimPrefix(auth, "AWS4-HMAC-SHA256 "), ", ") {
+		if v, ok := strings.CutPrefix(f, "SignedHeaders="); ok {
+			signed = v
+		}
+		if v, ok := strings.CutPrefix(f, "Signature="); ok {
+			sig = v
+		}
+	}
+	at, err := time.Parse("20060102T150405Z", r.Header.Get("X-Amz-Date"))
+	if err != nil || signed == "" || sig == "" {
+		return fmt.Errorf("request not signed as SigV4: Authorization %q, X-Amz-Date %q", auth, r.Header.Get("X-Amz-Date"))
+	}
+	again, err := http.NewRequest(r.Method, "http://"+r.Host+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	for _, h := range strings.Split(signed, ";") {
+		if h != "host" && h != "content-length" {
+			again.Header[http.CanonicalHeaderKey(h)] = r.Header.Values(h)
+		}
+	}
+	sum := sha256.Sum256(body)
+	if err := v4.NewSigner().SignHTTP(context.Background(), creds, again, hex.EncodeToString(sum[:]), "logs", "us-east-1", at); err != nil {
+		return err
+	}
+	if want := again.Header.Get("Authorization"); want != auth {
+		return fmt.Errorf("signature does not hold for the body sent:\n got  %s\n want %s", auth, want)
+	}
+	return nil
 }

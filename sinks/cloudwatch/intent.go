@@ -18,7 +18,10 @@ import (
 // call/<group>\x00<stream>\x00<seq of the call's first event, 20 digits>.<its part>.
 const intentPrefix = "call/"
 
-const intentVersion = 1
+// intentVersion is the version of the intents this build writes. Version 1
+// intents (digest: digestEvents) are still read, so that an upgrade
+// resolves the calls an older build left in doubt.
+const intentVersion = 2
 
 // intent is committed to the sink's state before a PutLogEvents call and
 // deleted in the transaction that records its batch as delivered. It names
@@ -40,7 +43,7 @@ type intent struct {
 	FromPart   int    `json:"from_part"`
 	ToSeq      uint64 `json:"to_seq"` // the call's last event
 	ToPart     int    `json:"to_part"`
-	SHA256     string `json:"sha256"`  // hex, of the (timestamp, message) list; see digest
+	SHA256     string `json:"sha256"`  // hex; see intent.matches
 	Started    int64  `json:"started"` // Unix milliseconds when the call started
 	// Delivered: the call landed (its answer came back and a later call of
 	// the batch is still to be made, or Recover found its events in the
@@ -60,8 +63,9 @@ func (in *intent) key() []byte {
 	return fmt.Appendf(nil, "%s%s\x00%020d.%d", intentPrefix, in.partition(), in.FromSeq, in.FromPart)
 }
 
-// newIntent describes call, a slice of a batch's sorted events.
-func newIntent(partition string, batchFirst uint64, call []event, startedMs int64) *intent {
+// newIntent describes call, a slice of a batch's sorted events, whose
+// body without a sequence token has the SHA-256 sum (hex).
+func newIntent(partition string, batchFirst uint64, call []event, sum string, startedMs int64) *intent {
 	group, stream := splitPartition(partition)
 	first, last := call[0].seq, call[0].seq
 	for _, e := range call {
@@ -71,7 +75,7 @@ func newIntent(partition string, batchFirst uint64, call []event, startedMs int6
 	return &intent{Version: intentVersion, Group: group, Stream: stream, BatchFirst: batchFirst,
 		First: first, Last: last, Events: len(call), MinTime: from.ts, MaxTime: to.ts,
 		FromSeq: from.seq, FromPart: from.part, ToSeq: to.seq, ToPart: to.part,
-		SHA256: digest(call), Started: startedMs}
+		SHA256: sum, Started: startedMs}
 }
 
 // covers reports whether e is one of the call's events.
@@ -109,10 +113,26 @@ func eventBefore(ts int64, seq uint64, part int, ts2 int64, seq2 uint64, part2 i
 	return part < part2
 }
 
-// digest is the hex SHA-256 of the events in order, each as its timestamp
-// (8 bytes, big-endian), its message's length (8 bytes, big-endian) and
-// the message.
-func digest(evs []event) string {
+// matches reports whether call, rebuilt from the WAL, is the call in was
+// written for: the same count and digest. Version 2's digest is the hex
+// SHA-256 of the call's PutLogEvents body without a sequence token (the
+// payload hash it was signed with when it had none); version 1's is
+// digestEvents.
+func (in *intent) matches(call []event) bool {
+	if len(call) != in.Events {
+		return false
+	}
+	if in.Version == 1 {
+		return digestEvents(call) == in.SHA256
+	}
+	b := appendPutBody(nil, in.Group, in.Stream, "", call)
+	return bodySum(b) == in.SHA256
+}
+
+// digestEvents is the digest of version 1 intents: the hex SHA-256 of the
+// events in order, each as its timestamp (8 bytes, big-endian), its
+// message's length (8 bytes, big-endian) and the message.
+func digestEvents(evs []event) string {
 	h := sha256.New()
 	var n [16]byte
 	for _, e := range evs {
@@ -231,8 +251,8 @@ func loadIntents(st sinks.State) ([]*intent, error) {
 		if err := json.Unmarshal(v, in); err != nil {
 			return fmt.Errorf("intent %q is damaged: %w", strings.ToValidUTF8(string(k), "?"), err)
 		}
-		if in.Version != intentVersion {
-			return fmt.Errorf("intent %q has format version %d, this build reads %d", strings.ToValidUTF8(string(k), "?"), in.Version, intentVersion)
+		if in.Version != 1 && in.Version != intentVersion {
+			return fmt.Errorf("intent %q has format version %d, this build reads 1 and %d", strings.ToValidUTF8(string(k), "?"), in.Version, intentVersion)
 		}
 		if in.Events < 1 || in.First > in.Last || string(in.key()) != string(k) {
 			return fmt.Errorf("intent %q is damaged: it does not describe a call", strings.ToValidUTF8(string(k), "?"))

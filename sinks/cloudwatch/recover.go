@@ -153,7 +153,7 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string,
 			covered = false
 		}
 	}
-	if len(call) != in.Events || digest(call) != in.SHA256 {
+	if !in.matches(call) {
 		// The WAL dropped records of the call (wal.when_full: drop_oldest),
 		// or their messages are rendered otherwise now (message_key).
 		s.log.Warn("a PutLogEvents call a crash left in doubt cannot be rebuilt from the WAL: what is left of its records is sent again, which may duplicate events",

@@ -673,7 +673,20 @@ func TestIntentsCoverTheirCallsEvents(t *testing.T) {
 	}
 	var ins []*intent
 	for _, call := range cs {
-		ins = append(ins, newIntent("g\x00s", 10, call, 0))
+		ins = append(ins, newIntent("g\x00s", 10, call, newPutBody("g", "s", call).sum, 0))
+	}
+	for ci, call := range cs {
+		for ii, in := range ins {
+			if in.matches(call) != (ii == ci) {
+				t.Errorf("call %d matches intent %d: %v", ci, ii, in.matches(call))
+			}
+			// An upgrade's intents: version 1, digestEvents.
+			old := *in
+			old.Version, old.SHA256 = 1, digestEvents(cs[ii])
+			if old.matches(call) != (ii == ci) {
+				t.Errorf("call %d matches version 1 intent %d: %v", ci, ii, old.matches(call))
+			}
+		}
 	}
 	for ci, call := range cs {
 		for _, e := range call {

@@ -43,12 +43,14 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	out.Rejected = append(out.Rejected, rejected...)
 	cs := calls(evs)
 	for i, call := range cs {
-		in := newIntent(b.Partition, b.First(), call, time.Now().UnixMilli())
+		body := newPutBody(group, stream, call)
+		in := newIntent(b.Partition, b.First(), call, body.sum, time.Now().UnixMilli())
 		if err := putIntent(ctx, b.State, in); err != nil {
+			releaseBody(body.b)
 			return sinks.Outcome{}, sinks.NewRetryable("state", err)
 		}
 		s.intents.add(in)
-		rj, err := s.put(ctx, group, stream, call)
+		rj, err := s.put(ctx, group, stream, call, body)
 		if err != nil {
 			var e *sinks.Error
 			if !errors.As(err, &e) || e.Class != sinks.RecordPermanent {
@@ -76,9 +78,10 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	return out, nil
 }
 
-// put sends one call, creating the group and stream when they are missing
-// and following a legacy service's sequence token.
-func (s *Sink) put(ctx context.Context, group, stream string, evs []event) ([]sinks.Rejection, error) {
+// put sends one call of evs, whose body without a sequence token is body,
+// creating the group and stream when they are missing and following a
+// legacy service's sequence token. It gives body's buffer back.
+func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body putBody) ([]sinks.Rejection, error) {
 	key := group + "\x00" + stream
 	// The SDK serializes the names and the token; the events go in a body
 	// built here (body.go), which the SDK signs and sends in its place.
@@ -87,21 +90,23 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event) ([]si
 		LogStreamName: aws.String(stream),
 		LogEvents:     []types.InputLogEvent{},
 	}
-	var body []byte
-	defer func() { releaseBody(body) }()
+	var withToken []byte // the body with a legacy service's token
+	defer func() { releaseBody(body.b); releaseBody(withToken) }()
 	created := false
 	for attempt := 0; ; attempt++ {
 		tok, _ := s.tokens.get(key)
+		opt := withBody(body.b, body.sum)
 		if tok != "" {
 			in.SequenceToken = aws.String(tok)
+			if withToken == nil {
+				withToken = bodyBuffer(putBodyBytes(group, stream, tok, evs))
+			}
+			withToken = appendPutBody(withToken[:0], group, stream, tok, evs)
+			opt = withBody(withToken, "")
 		} else {
 			in.SequenceToken = nil
 		}
-		if body == nil {
-			body = bodyBuffer(putBodyBytes(group, stream, tok, evs))
-		}
-		body = appendPutBody(body[:0], group, stream, tok, evs)
-		res, err := s.api.PutLogEvents(ctx, in, withBody(body))
+		res, err := s.api.PutLogEvents(ctx, in, opt)
 		if err == nil {
 			s.m.puts.Inc()
 			s.known.put(key, "")
