@@ -453,3 +453,85 @@ func BenchmarkLines(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(recs))*float64(b.N)/b.Elapsed().Seconds(), "records/s")
 }
+
+// BenchmarkSendObject sends one object of 4 MiB of lines (about 14,000
+// 250-byte records of one partition) per op through Send, as the drainer
+// would: batches of Limits.MaxBytes, each carrying the object built so far,
+// the last final, then PutObject through the real SDK to an emulator in a
+// child process (not counted). Held in memory or staged. Each op's records
+// get new sequence numbers, so that every object has a key of its own.
+// ns/record is the time per record of an op, cpu-ns/record the CPU time
+// (user + system, getrusage RUSAGE_SELF: not the emulator's) per record.
+func BenchmarkSendObject(b *testing.B) {
+	for _, staged := range []bool{false, true} {
+		b.Run(fmt.Sprintf("staged=%v", staged), func(b *testing.B) {
+			emu := startEmuProcess(b)
+			cfg := testConfig(emu.URL)
+			cfg.Key = "bench/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"
+			cfg.MaxObjectBytes = 4 * config.MiB
+			opts := Options{Hostname: "bench", AWS: &aws.Config{Credentials: testCreds}}
+			if staged {
+				cfg.StagingMaxBytes = 64 * config.MiB
+				opts.StagingDir = b.TempDir()
+			}
+			s, err := New(context.Background(), "bench", cfg, opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			all := sinkRecs(logRecords(4<<20/250, 1)...)
+			lim := s.Limits()
+			n, lines := 0, 0
+			for n < len(all) && lines+s.Size(&all[n]) <= s.maxBytes {
+				lines += s.Size(&all[n])
+				n++
+			}
+			recs := all[:n]
+			partition := s.Partition(&recs[0])
+			var bounds []int // where each batch ends
+			for k, size := 0, 0; k < len(recs); k++ {
+				if size+s.Size(&recs[k]) > lim.MaxBytes {
+					bounds = append(bounds, k)
+					size = 0
+				}
+				size += s.Size(&recs[k])
+			}
+			bounds = append(bounds, len(recs))
+			st := newMemState(nil)
+			b.SetBytes(int64(lines))
+			b.ReportAllocs()
+			ops := 0
+			c0 := cpuTime()
+			for b.Loop() {
+				for k := range recs {
+					recs[k].Seq = uint64(ops*len(recs) + k + 1)
+				}
+				ops++
+				var carry sinks.Carry
+				start := 0
+				for j, end := range bounds {
+					batch := sinks.Batch{Partition: partition, Records: recs[start:end], State: st, Carry: carry, Final: j == len(bounds)-1}
+					out, err := s.Send(context.Background(), &batch)
+					if err != nil {
+						b.Fatal(err)
+					}
+					carry, start = out.Carry, end
+					for _, k := range out.DeleteState {
+						_ = st.Delete(context.Background(), k)
+					}
+				}
+				if carry != nil {
+					b.Fatal("the final batch left a carry")
+				}
+			}
+			cpu := cpuTime() - c0
+			b.ReportMetric(float64(len(recs)), "records/op")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(ops*len(recs)), "ns/record")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(ops*len(recs)), "cpu-ns/record")
+			s.Close()
+			if objects, stored := emu.stop(b); objects != ops || stored != ops*len(recs) {
+				b.Fatalf("%d objects of %d lines, want %d of %d", objects, stored, ops, ops*len(recs))
+			}
+		})
+	}
+}

@@ -1,7 +1,6 @@
 package s3sink
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"fmt"
 	"hash"
@@ -81,15 +80,12 @@ func (o *openObject) members() []int {
 }
 
 // with returns o (nil: none yet) with m, of records first to last, taken
-// in memory; the object holds at most maxBytes of lines.
+// in memory; the object holds at most maxBytes of lines. m owns its body
+// (member.own), an exact copy of the compressor's output, so that the
+// object holds only the bytes for as long as it stays open.
 func (o *openObject) with(m member, first, last uint64, maxBytes int) *openObject {
 	if o == nil {
 		o = &openObject{first: first, max: int64(maxBytes), mem: objectOverhead}
-	}
-	if cap(m.body) > len(m.body)+len(m.body)/8 {
-		// The compressor's buffer was sized for a poor ratio: hold only
-		// the bytes, for as long as the object stays open.
-		m.body = bytes.Clone(m.body)
 	}
 	return &openObject{
 		first: o.first, last: last, records: o.records + m.records,

@@ -54,6 +54,7 @@ type encoder struct {
 	gz    sync.Pool // *gzip.Writer
 	zs    sync.Pool // *zstd.Encoder
 	bufs  sync.Pool // *[]byte of chunkSize+
+	outs  sync.Pool // *bytes.Buffer: compressed members, see scratch
 }
 
 func newEncoder(enc encoding) (*encoder, error) {
@@ -92,6 +93,31 @@ type member struct {
 	records int
 	lines   int64  // uncompressed bytes
 	crc     uint32 // CRC-32C of the object's lines up to the end of this member
+	// scratch, when set, is the encoder's buffer that body lies in: body
+	// is valid until release or own.
+	scratch *bytes.Buffer
+	enc     *encoder
+}
+
+// own makes m's body its own: an exact copy of the scratch bytes, which go
+// back to the encoder.
+func (m *member) own() {
+	if m.scratch == nil {
+		return
+	}
+	m.body = bytes.Clone(m.body)
+	m.release()
+}
+
+// release hands m's scratch buffer back to the encoder; m.body must not be
+// used after it unless it was owned.
+func (m *member) release() {
+	if m.scratch == nil {
+		return
+	}
+	m.scratch.Reset()
+	m.enc.outs.Put(m.scratch)
+	m.scratch, m.enc = nil, nil
 }
 
 // build encodes recs as one object of one member. The bytes are a pure
@@ -155,10 +181,24 @@ func join(ms []member) *object {
 }
 
 // compress encodes recs as one member: a JSON line per record, compressed.
-// crc is the CRC-32C of the object's lines before these.
+// crc is the CRC-32C of the object's lines before these. The member owns
+// its body.
 func (e *encoder) compress(recs []sinks.Record, crc uint32) (member, error) {
-	var out bytes.Buffer
-	// Room for the whole object at once: growing a buffer of megabytes by
+	m, err := e.compressScratch(recs, crc)
+	m.own()
+	return m, err
+}
+
+// compressScratch is compress into one of the encoder's buffers, reused
+// from member to member: the member's body is valid until its release or
+// own (a staged member is written to its file and dropped, and needs no
+// copy of its own).
+func (e *encoder) compressScratch(recs []sinks.Record, crc uint32) (member, error) {
+	out, _ := e.outs.Get().(*bytes.Buffer)
+	if out == nil {
+		out = new(bytes.Buffer)
+	}
+	// Room for the whole member at once: growing a buffer of megabytes by
 	// doubling copies and clears it over and over.
 	est := 0
 	for i := range recs {
@@ -168,18 +208,25 @@ func (e *encoder) compress(recs []sinks.Record, crc uint32) (member, error) {
 		est = est/3 + 4096
 	}
 	out.Grow(est)
-	var w io.Writer = &out
+	ok := false
+	defer func() {
+		if !ok {
+			out.Reset()
+			e.outs.Put(out)
+		}
+	}()
+	var w io.Writer = out
 	var finish func() error
 	switch e.enc.Compression {
 	case config.CompressionGzip:
 		gw, _ := e.gz.Get().(*gzip.Writer)
 		if gw == nil {
 			var err error
-			if gw, err = gzip.NewWriterLevel(&out, e.enc.Level); err != nil {
+			if gw, err = gzip.NewWriterLevel(out, e.enc.Level); err != nil {
 				return member{}, err
 			}
 		} else {
-			gw.Reset(&out)
+			gw.Reset(out)
 		}
 		// The header stays the zero one: no name, no modification time.
 		w, finish = gw, func() error { err := gw.Close(); gw.Reset(io.Discard); e.gz.Put(gw); return err }
@@ -187,7 +234,7 @@ func (e *encoder) compress(recs []sinks.Record, crc uint32) (member, error) {
 		zw, _ := e.zs.Get().(*zstd.Encoder)
 		if zw == nil {
 			var err error
-			zw, err = zstd.NewWriter(&out,
+			zw, err = zstd.NewWriter(out,
 				zstd.WithEncoderLevel(zstd.EncoderLevel(e.enc.Level)),
 				zstd.WithEncoderConcurrency(1), // one goroutine: blocks and frames do not depend on scheduling
 				zstd.WithEncoderCRC(true))
@@ -195,7 +242,7 @@ func (e *encoder) compress(recs []sinks.Record, crc uint32) (member, error) {
 				return member{}, err
 			}
 		} else {
-			zw.Reset(&out)
+			zw.Reset(out)
 		}
 		w, finish = zw, func() error { err := zw.Close(); zw.Reset(io.Discard); e.zs.Put(zw); return err }
 	default:
@@ -239,7 +286,8 @@ func (e *encoder) compress(recs []sinks.Record, crc uint32) (member, error) {
 	if err != nil {
 		return member{}, fmt.Errorf("compress object: %w", err)
 	}
-	return member{body: out.Bytes(), records: len(recs), lines: lines, crc: crc}, nil
+	ok = true
+	return member{body: out.Bytes(), records: len(recs), lines: lines, crc: crc, scratch: out, enc: e}, nil
 }
 
 // touchAhead is how many records touchBodies brings into the cache at once.

@@ -329,7 +329,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		if open != nil {
 			crc = open.crc
 		}
-		mb, err := s.enc.compress(b.Records, crc)
+		mb, err := s.enc.compressScratch(b.Records, crc)
 		if err != nil {
 			return sinks.Outcome{}, sinks.NewRetryable("encode", err)
 		}
@@ -339,12 +339,15 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 			lines += open.lines
 		}
 		if !b.Final && lines < int64(s.maxBytes) {
-			if c, err := s.carry(open, *m, b.Partition, first, last); c != nil || err != nil {
+			if c, err := s.carry(open, m, b.Partition, first, last); c != nil || err != nil {
 				return sinks.Outcome{Carry: c}, err
 			}
 			// Staging had no room for the member: the object is finished
 			// now, with it.
 		}
+		// The object's last member is uploaded, and the HTTP transport may
+		// still read a request's body after the call returns.
+		m.own()
 	}
 	obj, counts, err := s.finishing(open, m)
 	if err != nil {
@@ -393,11 +396,13 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 // object), staged when the sink stages, and returns the object to carry.
 // It returns nil when open is staged and staging has no room for m (or
 // cannot write it): the object is then to be finished now, with m. A new
-// object that staging has no room for is held in memory.
-func (s *Sink) carry(open *openObject, m member, partition string, first, last uint64) (*openObject, error) {
+// object that staging has no room for is held in memory. A member held in
+// memory is made to own its body; a staged one's scratch is released.
+func (s *Sink) carry(open *openObject, m *member, partition string, first, last uint64) (*openObject, error) {
 	switch {
 	case s.staging == nil || open != nil && !open.staged():
-		return open.with(m, first, last, s.maxBytes), nil
+		m.own()
+		return open.with(*m, first, last, s.maxBytes), nil
 	}
 	path, off := s.staging.path(partition), int64(0)
 	if open != nil {
@@ -409,9 +414,11 @@ func (s *Sink) carry(open *openObject, m member, partition string, first, last u
 			return nil, nil
 		}
 		s.staging.full(err, "new objects are held in memory, and finished early when the sink's memory share runs short")
-		return open.with(m, first, last, s.maxBytes), nil
+		m.own()
+		return open.with(*m, first, last, s.maxBytes), nil
 	}
-	c, err := open.withStaged(m, first, last, s.maxBytes, path, s.staging)
+	c, err := open.withStaged(*m, first, last, s.maxBytes, path, s.staging)
+	m.release()
 	if err != nil {
 		return nil, sinks.NewRetryable("encode", err)
 	}

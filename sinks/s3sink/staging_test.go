@@ -371,7 +371,7 @@ func TestDiscardedObjectLeavesStaging(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if open, err = s.carry(open, m, "p", recs[0].Seq, recs[i].Seq); err != nil || !open.staged() {
+		if open, err = s.carry(open, &m, "p", recs[0].Seq, recs[i].Seq); err != nil || !open.staged() {
 			t.Fatalf("carry: %v, staged %v", err, open.staged())
 		}
 	}
