@@ -236,3 +236,38 @@ func BenchmarkReadIntoNew(b *testing.B) {
 	}
 	reportRate(b, b.N*200000)
 }
+
+// BenchmarkReadTwoReaders reads back 250-byte records written in
+// 1,000-record appends with two readers, as the two sinks' drainers read
+// the WAL: each reads 10,000 records or 4 MiB at a time into a ReadBuffer
+// of its own that it reads into again, the second reading what the first
+// just read. An op is both readers reading all 200,000 records.
+func BenchmarkReadTwoReaders(b *testing.B) {
+	w := openT(b, b.TempDir(), Options{CompactRatio: -1})
+	defer w.Close()
+	recs := benchRecords(benchBodies(1000, 250))
+	for i := 0; i < 200; i++ {
+		if _, err := w.Append(context.Background(), recs, AppendOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var bufs [2]ReadBuffer
+	b.SetBytes(2 * 200000 * 250)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		rds := [2]*Reader{w.NewReader(1), w.NewReader(1)}
+		for rds[1].Position() <= 200000 {
+			for j, rd := range rds {
+				got, err := rd.NextInto(context.Background(), 10000, 4<<20, &bufs[j])
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(got) == 0 || got[len(got)-1].Seq != rd.Position()-1 {
+					b.Fatalf("reader %d: read %d records", j, len(got))
+				}
+			}
+		}
+	}
+	reportRate(b, 2*b.N*200000)
+}
