@@ -258,15 +258,15 @@ func decodeInto(first uint64, value []byte, dst []Record, d *decoder) ([]Record,
 		tags = d.tags
 	}
 	for len(raw) > 0 {
-		var r Record
+		// Parsed in place: a record is not copied on its way to dst.
+		dst = append(dst, Record{Seq: seq})
+		r := &dst[len(dst)-1]
 		var ok bool
-		if r, raw, ok = parseRecord(raw, tag, tags); !ok {
-			return dst, fmt.Errorf("%w: record %d is truncated", errFraming, seq)
+		if raw, ok = parseRecord(raw, tag, tags, r); !ok {
+			return dst[:len(dst)-1], fmt.Errorf("%w: record %d is truncated", errFraming, seq)
 		}
-		r.Seq = seq
 		tag = r.Tag
 		seq++
-		dst = append(dst, r)
 	}
 	if int(seq-first) != count {
 		return dst, fmt.Errorf("%w: %d records, header says %d", errFraming, seq-first, count)
@@ -282,20 +282,19 @@ const maxSharedTags = 4096
 // tag share one string; nil shares only consecutive tags.
 type tagTable map[string]string
 
-// parseRecord parses the record at the start of b. Its tag is prevTag
-// when the bytes are the same (the records of an entry mostly share a
-// tag), or else the one in tags: they share one string instead of
-// allocating one each.
-func parseRecord(b []byte, prevTag string, tags tagTable) (Record, []byte, bool) {
-	var r Record
-	t, n := binary.Varint(b)
+// parseRecord parses the record at the start of b into r, all but its
+// Seq, and returns the bytes after it. Its tag is prevTag when the bytes
+// are the same (the records of an entry mostly share a tag), or else the
+// one in tags: they share one string instead of allocating one each.
+func parseRecord(b []byte, prevTag string, tags tagTable, r *Record) ([]byte, bool) {
+	t, n := varint(b)
 	if n <= 0 {
-		return r, nil, false
+		return nil, false
 	}
 	r.Time, b = t, b[n:]
-	tl, n := binary.Uvarint(b)
+	tl, n := uvarint(b)
 	if n <= 0 || tl > uint64(len(b)-n) {
-		return r, nil, false
+		return nil, false
 	}
 	if t := b[n : n+int(tl)]; string(t) == prevTag {
 		r.Tag = prevTag
@@ -308,10 +307,10 @@ func parseRecord(b []byte, prevTag string, tags tagTable) (Record, []byte, bool)
 		}
 	}
 	b = b[n+int(tl):]
-	bl, n := binary.Uvarint(b)
+	bl, n := uvarint(b)
 	if n <= 0 || bl > uint64(len(b)-n) {
-		return r, nil, false
+		return nil, false
 	}
 	r.Body, b = b[n:n+int(bl):n+int(bl)], b[n+int(bl):]
-	return r, b, true
+	return b, true
 }
