@@ -185,12 +185,19 @@ var (
 // point into the memory map: every returned record is backed by memory of
 // its own (new, or the scratch of d, a ReadBuffer's), never by the map.
 func decodeEntry(first uint64, value []byte, dst []Record, d *decoder) ([]Record, error) {
+	out, _, err := decodeRaw(first, value, dst, d)
+	return out, err
+}
+
+// decodeRaw is decodeEntry that also returns the entry's decoded payload,
+// which the records' bodies point into.
+func decodeRaw(first uint64, value []byte, dst []Record, d *decoder) ([]Record, []byte, error) {
 	n0 := len(dst)
-	out, err := decodeInto(first, value, dst, d)
+	out, raw, err := decodeInto(first, value, dst, d)
 	if err != nil {
-		return dst[:n0], err
+		return dst[:n0], nil, err
 	}
-	return out, nil
+	return out, raw, nil
 }
 
 // decoder is what the entries of one read share: the tags decoded so far,
@@ -217,39 +224,55 @@ func (d *decoder) alloc(n int) []byte {
 	return d.scratch[i : i+n : i+n]
 }
 
-func decodeInto(first uint64, value []byte, dst []Record, d *decoder) ([]Record, error) {
+// checkEntry checks an entry's header and its checksum, and returns its
+// record count, decoded length and stored payload.
+func checkEntry(first uint64, value []byte) (count, rawLen int, payload []byte, err error) {
 	if len(value) < entryHeaderLen {
-		return dst, errShortEntry
+		return 0, 0, nil, errShortEntry
 	}
 	if value[0] != entryVersion || value[1] > codecS2 {
-		return dst, fmt.Errorf("%w: version %d, codec %d", errEntryFormat, value[0], value[1])
+		return 0, 0, nil, fmt.Errorf("%w: version %d, codec %d", errEntryFormat, value[0], value[1])
 	}
-	count := int(binary.BigEndian.Uint32(value[2:6]))
-	rawLen := int(binary.BigEndian.Uint32(value[6:10]))
-	payload := value[entryHeaderLen:]
+	count = int(binary.BigEndian.Uint32(value[2:6]))
+	rawLen = int(binary.BigEndian.Uint32(value[6:10]))
+	payload = value[entryHeaderLen:]
 	want := binary.BigEndian.Uint32(value[10:14])
 	if got := entryCRC(crc32.Checksum(payload, castagnoli), first, value); got != want {
-		return dst, fmt.Errorf("%w: stored %08x, computed %08x", errChecksum, want, got)
+		return 0, 0, nil, fmt.Errorf("%w: stored %08x, computed %08x", errChecksum, want, got)
 	}
 	if count <= 0 || rawLen > maxRawLen || count > rawLen {
-		return dst, fmt.Errorf("%w: count %d, length %d", errFraming, count, rawLen)
+		return 0, 0, nil, fmt.Errorf("%w: count %d, length %d", errFraming, count, rawLen)
 	}
+	return count, rawLen, payload, nil
+}
+
+func decodeInto(first uint64, value []byte, dst []Record, d *decoder) ([]Record, []byte, error) {
+	count, rawLen, payload, err := checkEntry(first, value)
+	if err != nil {
+		return dst, nil, err
+	}
+	return decodeChecked(first, value[1], count, rawLen, payload, dst, d)
+}
+
+// decodeChecked decodes the payload of an entry checkEntry passed.
+func decodeChecked(first uint64, codec byte, count, rawLen int, payload []byte, dst []Record, d *decoder) ([]Record, []byte, error) {
 	var raw []byte
-	if value[1] == codecS2 {
+	var err error
+	if codec == codecS2 {
 		if n, err := s2.DecodedLen(payload); err != nil || n != rawLen {
-			return dst, fmt.Errorf("%w: decoded length %d, header says %d", errFraming, n, rawLen)
+			return dst, nil, fmt.Errorf("%w: decoded length %d, header says %d", errFraming, n, rawLen)
 		}
-		var err error
 		if raw, err = s2.Decode(d.alloc(rawLen), payload); err != nil {
-			return dst, fmt.Errorf("decompress entry: %w", err)
+			return dst, nil, fmt.Errorf("decompress entry: %w", err)
 		}
 	} else {
 		if len(payload) != rawLen {
-			return dst, fmt.Errorf("%w: payload length %d, header says %d", errFraming, len(payload), rawLen)
+			return dst, nil, fmt.Errorf("%w: payload length %d, header says %d", errFraming, len(payload), rawLen)
 		}
 		raw = d.alloc(rawLen)
 		copy(raw, payload)
 	}
+	whole := raw
 	dst = slices.Grow(dst, count)
 	seq := first
 	tag := ""
@@ -258,20 +281,20 @@ func decodeInto(first uint64, value []byte, dst []Record, d *decoder) ([]Record,
 		tags = d.tags
 	}
 	for len(raw) > 0 {
-		var r Record
+		// Parsed in place: a record is not copied on its way to dst.
+		dst = append(dst, Record{Seq: seq})
+		r := &dst[len(dst)-1]
 		var ok bool
-		if r, raw, ok = parseRecord(raw, tag, tags); !ok {
-			return dst, fmt.Errorf("%w: record %d is truncated", errFraming, seq)
+		if raw, ok = parseRecord(raw, tag, tags, r); !ok {
+			return dst[:len(dst)-1], nil, fmt.Errorf("%w: record %d is truncated", errFraming, seq)
 		}
-		r.Seq = seq
 		tag = r.Tag
 		seq++
-		dst = append(dst, r)
 	}
 	if int(seq-first) != count {
-		return dst, fmt.Errorf("%w: %d records, header says %d", errFraming, seq-first, count)
+		return dst, nil, fmt.Errorf("%w: %d records, header says %d", errFraming, seq-first, count)
 	}
-	return dst, nil
+	return dst, whole, nil
 }
 
 // maxSharedTags bounds a tagTable: a read of records with ever new tags
@@ -282,20 +305,19 @@ const maxSharedTags = 4096
 // tag share one string; nil shares only consecutive tags.
 type tagTable map[string]string
 
-// parseRecord parses the record at the start of b. Its tag is prevTag
-// when the bytes are the same (the records of an entry mostly share a
-// tag), or else the one in tags: they share one string instead of
-// allocating one each.
-func parseRecord(b []byte, prevTag string, tags tagTable) (Record, []byte, bool) {
-	var r Record
-	t, n := binary.Varint(b)
+// parseRecord parses the record at the start of b into r, all but its
+// Seq, and returns the bytes after it. Its tag is prevTag when the bytes
+// are the same (the records of an entry mostly share a tag), or else the
+// one in tags: they share one string instead of allocating one each.
+func parseRecord(b []byte, prevTag string, tags tagTable, r *Record) ([]byte, bool) {
+	t, n := varint(b)
 	if n <= 0 {
-		return r, nil, false
+		return nil, false
 	}
 	r.Time, b = t, b[n:]
-	tl, n := binary.Uvarint(b)
+	tl, n := uvarint(b)
 	if n <= 0 || tl > uint64(len(b)-n) {
-		return r, nil, false
+		return nil, false
 	}
 	if t := b[n : n+int(tl)]; string(t) == prevTag {
 		r.Tag = prevTag
@@ -308,10 +330,10 @@ func parseRecord(b []byte, prevTag string, tags tagTable) (Record, []byte, bool)
 		}
 	}
 	b = b[n+int(tl):]
-	bl, n := binary.Uvarint(b)
+	bl, n := uvarint(b)
 	if n <= 0 || bl > uint64(len(b)-n) {
-		return r, nil, false
+		return nil, false
 	}
 	r.Body, b = b[n:n+int(bl):n+int(bl)], b[n+int(bl):]
-	return r, b, true
+	return b, true
 }

@@ -143,6 +143,11 @@ type WAL struct {
 	full     atomic.Bool   // appends are waiting for room under max_bytes
 	diskFull atomic.Bool   // appends are waiting for room on the disk (MinFreeBytes)
 
+	// cache holds decoded entries for the readers of several sinks, while
+	// more than one cursor is registered (shared).
+	cache  entryCache
+	shared atomic.Bool
+
 	mu       sync.Mutex
 	st       state         // committed state, published by the writer
 	notify   chan struct{} // closed when records are committed
@@ -217,6 +222,8 @@ func Open(dir string, opts Options) (*WAL, error) {
 		}
 	}
 	w.st = st
+	w.cache.max = readCacheBytes
+	w.shareReads(st)
 	w.notify = make(chan struct{})
 	w.fatal = make(chan struct{})
 	w.done = make(chan struct{})

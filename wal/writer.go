@@ -789,6 +789,7 @@ func (w *WAL) publish(st state) {
 	w.mu.Lock()
 	grew := st.nextSeq != w.st.nextSeq
 	w.st = st.clone()
+	w.shareReads(st)
 	if grew {
 		close(w.notify)
 		w.notify = make(chan struct{})
