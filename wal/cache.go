@@ -7,8 +7,9 @@ import (
 	"unsafe"
 )
 
-// readCacheBytes bounds the memory of a WAL's entryCache.
-const readCacheBytes = 8 << 20
+// DefaultReadCacheBytes bounds the memory of a WAL's entryCache when
+// Options.ReadCacheBytes is 0.
+const DefaultReadCacheBytes = 8 << 20
 
 // entryCache holds the records of the entries reads decoded last, for the
 // other readers of the same entries: every sink's drainer reads every
@@ -26,7 +27,7 @@ const readCacheBytes = 8 << 20
 // A read copies a cached entry's bytes into its own buffer, under the
 // lock, so records returned are the caller's (valid until the buffer is
 // read into again, as before), and the cache holds no more than
-// readCacheBytes however long callers keep what they read; the memory of
+// its bound however long callers keep what they read; the memory of
 // an entry it evicts holds the next one it caches, so that caching does
 // not allocate. It keeps the entries of the highest sequence numbers: the
 // drainers follow the appends, and one far behind the other does not evict
@@ -186,7 +187,7 @@ func (c *entryCache) decode(first uint64, value []byte, dst []Record, d *decoder
 // shareReads turns the cache on while st has cursors of more than one sink
 // (each reads every entry), and off, emptied, otherwise.
 func (w *WAL) shareReads(st state) {
-	if shared := len(st.cursors) > 1; w.shared.Swap(shared) && !shared {
+	if shared := len(st.cursors) > 1 && w.cache.max > 0; w.shared.Swap(shared) && !shared {
 		w.cache.clear()
 	}
 }

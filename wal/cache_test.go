@@ -141,7 +141,7 @@ func TestReadCacheChecksDamage(t *testing.T) {
 	}
 }
 
-// TestReadCacheBound: the cache holds at most readCacheBytes, counted as
+// TestReadCacheBound: the cache holds at most DefaultReadCacheBytes, counted as
 // the memory its entries hold, and keeps the entries of the highest keys.
 func TestReadCacheBound(t *testing.T) {
 	w := openT(t, t.TempDir(), Options{})
@@ -165,11 +165,11 @@ func TestReadCacheBound(t *testing.T) {
 				t.Fatalf("cached entries out of order: %d after %d", e.first, c.entries[i-1].first)
 			}
 		}
-		if size != c.size || size > readCacheBytes {
-			t.Fatalf("cache counts %d bytes, holds %d, bound %d", c.size, size, readCacheBytes)
+		if size != c.size || size > DefaultReadCacheBytes {
+			t.Fatalf("cache counts %d bytes, holds %d, bound %d", c.size, size, DefaultReadCacheBytes)
 		}
 	}
-	if c := &w.cache; c.size < readCacheBytes*3/4 || c.entries[len(c.entries)-1].first+300 < 60000 {
+	if c := &w.cache; c.size < DefaultReadCacheBytes*3/4 || c.entries[len(c.entries)-1].first+300 < 60000 {
 		t.Fatalf("after reading %d MiB: %d bytes cached, last entry %d", 60000*250>>20, c.size, c.entries[len(c.entries)-1].first)
 	}
 	// A read behind what is cached caches nothing in its place.
@@ -179,6 +179,32 @@ func TestReadCacheBound(t *testing.T) {
 	}
 	if w.cache.entries[0].first != before {
 		t.Fatalf("a read of records 1-1000 evicted entries from %d on", before)
+	}
+}
+
+// TestReadCacheOption: Options.ReadCacheBytes bounds the cache, and a
+// negative one turns it off however many sinks read.
+func TestReadCacheOption(t *testing.T) {
+	for _, bound := range []int{1 << 20, -1} {
+		w := openT(t, t.TempDir(), Options{ReadCacheBytes: bound})
+		registerT(t, w, "a", "b")
+		recs := benchRecords(benchBodies(1000, 250))
+		for range 20 {
+			appendT(t, w, recs, "")
+		}
+		var buf ReadBuffer
+		for rd := w.NewReader(1); rd.Position() <= 20000; {
+			if _, err := rd.NextInto(context.Background(), 5000, 0, &buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		switch size := w.cache.size; {
+		case bound < 0 && (size != 0 || w.readCache() != nil):
+			t.Errorf("ReadCacheBytes %d: %d bytes cached", bound, size)
+		case bound > 0 && (size == 0 || size > bound):
+			t.Errorf("ReadCacheBytes %d: %d bytes cached", bound, size)
+		}
+		w.Close()
 	}
 }
 

@@ -84,6 +84,11 @@ type Options struct {
 	LockTimeout  time.Duration // how long Open waits for the file lock; default 100ms
 	Logger       *slog.Logger
 
+	// ReadCacheBytes bounds the decoded entries kept for the readers of
+	// several sinks (see doc.go, Reads); 0: DefaultReadCacheBytes, below
+	// 0: none.
+	ReadCacheBytes int
+
 	// MinFreeBytes is the room kept on the file system for the commits
 	// that are not appends: cursors, sink state, retention. Appends wait
 	// (see Full and DiskFull) while they would leave less than this free,
@@ -222,7 +227,10 @@ func Open(dir string, opts Options) (*WAL, error) {
 		}
 	}
 	w.st = st
-	w.cache.max = readCacheBytes
+	w.cache.max = opts.ReadCacheBytes
+	if w.cache.max == 0 {
+		w.cache.max = DefaultReadCacheBytes
+	}
 	w.shareReads(st)
 	w.notify = make(chan struct{})
 	w.fatal = make(chan struct{})
