@@ -107,16 +107,6 @@
 // when an eighth more than MinFreeBytes is free, so that they do not flap
 // at every page retention frees.
 //
-// # Reads
-//
-// Each sink reads every record. While cursors of more than one sink are
-// registered, the decoded records of the entries read last (at most 8 MiB
-// of them, those of the highest sequence numbers) are kept in memory for
-// the other sinks' reads, which copy them into their own buffers instead
-// of decompressing and parsing the entries again. Such a read still checks
-// the stored entry's CRC first: a damaged entry is reported to every sink
-// that reads it.
-//
 // # Usage
 //
 //	w, err := wal.Open("/var/lib/forwarder", wal.Options{MaxBytes: 10 << 30})

@@ -185,19 +185,12 @@ var (
 // point into the memory map: every returned record is backed by memory of
 // its own (new, or the scratch of d, a ReadBuffer's), never by the map.
 func decodeEntry(first uint64, value []byte, dst []Record, d *decoder) ([]Record, error) {
-	out, _, err := decodeRaw(first, value, dst, d)
-	return out, err
-}
-
-// decodeRaw is decodeEntry that also returns the entry's decoded payload,
-// which the records' bodies point into.
-func decodeRaw(first uint64, value []byte, dst []Record, d *decoder) ([]Record, []byte, error) {
 	n0 := len(dst)
-	out, raw, err := decodeInto(first, value, dst, d)
+	out, err := decodeInto(first, value, dst, d)
 	if err != nil {
-		return dst[:n0], nil, err
+		return dst[:n0], err
 	}
-	return out, raw, nil
+	return out, nil
 }
 
 // decoder is what the entries of one read share: the tags decoded so far,
@@ -224,55 +217,39 @@ func (d *decoder) alloc(n int) []byte {
 	return d.scratch[i : i+n : i+n]
 }
 
-// checkEntry checks an entry's header and its checksum, and returns its
-// record count, decoded length and stored payload.
-func checkEntry(first uint64, value []byte) (count, rawLen int, payload []byte, err error) {
+func decodeInto(first uint64, value []byte, dst []Record, d *decoder) ([]Record, error) {
 	if len(value) < entryHeaderLen {
-		return 0, 0, nil, errShortEntry
+		return dst, errShortEntry
 	}
 	if value[0] != entryVersion || value[1] > codecS2 {
-		return 0, 0, nil, fmt.Errorf("%w: version %d, codec %d", errEntryFormat, value[0], value[1])
+		return dst, fmt.Errorf("%w: version %d, codec %d", errEntryFormat, value[0], value[1])
 	}
-	count = int(binary.BigEndian.Uint32(value[2:6]))
-	rawLen = int(binary.BigEndian.Uint32(value[6:10]))
-	payload = value[entryHeaderLen:]
+	count := int(binary.BigEndian.Uint32(value[2:6]))
+	rawLen := int(binary.BigEndian.Uint32(value[6:10]))
+	payload := value[entryHeaderLen:]
 	want := binary.BigEndian.Uint32(value[10:14])
 	if got := entryCRC(crc32.Checksum(payload, castagnoli), first, value); got != want {
-		return 0, 0, nil, fmt.Errorf("%w: stored %08x, computed %08x", errChecksum, want, got)
+		return dst, fmt.Errorf("%w: stored %08x, computed %08x", errChecksum, want, got)
 	}
 	if count <= 0 || rawLen > maxRawLen || count > rawLen {
-		return 0, 0, nil, fmt.Errorf("%w: count %d, length %d", errFraming, count, rawLen)
+		return dst, fmt.Errorf("%w: count %d, length %d", errFraming, count, rawLen)
 	}
-	return count, rawLen, payload, nil
-}
-
-func decodeInto(first uint64, value []byte, dst []Record, d *decoder) ([]Record, []byte, error) {
-	count, rawLen, payload, err := checkEntry(first, value)
-	if err != nil {
-		return dst, nil, err
-	}
-	return decodeChecked(first, value[1], count, rawLen, payload, dst, d)
-}
-
-// decodeChecked decodes the payload of an entry checkEntry passed.
-func decodeChecked(first uint64, codec byte, count, rawLen int, payload []byte, dst []Record, d *decoder) ([]Record, []byte, error) {
 	var raw []byte
-	var err error
-	if codec == codecS2 {
+	if value[1] == codecS2 {
 		if n, err := s2.DecodedLen(payload); err != nil || n != rawLen {
-			return dst, nil, fmt.Errorf("%w: decoded length %d, header says %d", errFraming, n, rawLen)
+			return dst, fmt.Errorf("%w: decoded length %d, header says %d", errFraming, n, rawLen)
 		}
+		var err error
 		if raw, err = s2.Decode(d.alloc(rawLen), payload); err != nil {
-			return dst, nil, fmt.Errorf("decompress entry: %w", err)
+			return dst, fmt.Errorf("decompress entry: %w", err)
 		}
 	} else {
 		if len(payload) != rawLen {
-			return dst, nil, fmt.Errorf("%w: payload length %d, header says %d", errFraming, len(payload), rawLen)
+			return dst, fmt.Errorf("%w: payload length %d, header says %d", errFraming, len(payload), rawLen)
 		}
 		raw = d.alloc(rawLen)
 		copy(raw, payload)
 	}
-	whole := raw
 	dst = slices.Grow(dst, count)
 	seq := first
 	tag := ""
@@ -286,15 +263,15 @@ func decodeChecked(first uint64, codec byte, count, rawLen int, payload []byte, 
 		r := &dst[len(dst)-1]
 		var ok bool
 		if raw, ok = parseRecord(raw, tag, tags, r); !ok {
-			return dst[:len(dst)-1], nil, fmt.Errorf("%w: record %d is truncated", errFraming, seq)
+			return dst[:len(dst)-1], fmt.Errorf("%w: record %d is truncated", errFraming, seq)
 		}
 		tag = r.Tag
 		seq++
 	}
 	if int(seq-first) != count {
-		return dst, nil, fmt.Errorf("%w: %d records, header says %d", errFraming, seq-first, count)
+		return dst, fmt.Errorf("%w: %d records, header says %d", errFraming, seq-first, count)
 	}
-	return dst, whole, nil
+	return dst, nil
 }
 
 // maxSharedTags bounds a tagTable: a read of records with ever new tags

@@ -42,7 +42,6 @@ type ReadBuffer struct {
 func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Record, error) {
 	var out []Record
 	d := &decoder{tags: tagTable{}}
-	cache := w.readCache()
 	if buf != nil {
 		d.scratch = buf.raw[:0]
 	}
@@ -71,7 +70,7 @@ func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Re
 			first := binary.BigEndian.Uint64(k)
 			n0 := len(out)
 			var err error
-			if out, err = cache.decode(first, v, out, d); err != nil {
+			if out, err = decodeEntry(first, v, out, d); err != nil {
 				return w.corruption(first, v, err)
 			}
 			// Drop what precedes from in the first entry.

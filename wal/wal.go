@@ -84,11 +84,6 @@ type Options struct {
 	LockTimeout  time.Duration // how long Open waits for the file lock; default 100ms
 	Logger       *slog.Logger
 
-	// ReadCacheBytes bounds the decoded entries kept for the readers of
-	// several sinks (see doc.go, Reads); 0: DefaultReadCacheBytes, below
-	// 0: none.
-	ReadCacheBytes int
-
 	// MinFreeBytes is the room kept on the file system for the commits
 	// that are not appends: cursors, sink state, retention. Appends wait
 	// (see Full and DiskFull) while they would leave less than this free,
@@ -147,11 +142,6 @@ type WAL struct {
 	commits  atomic.Uint64 // transactions committed since Open
 	full     atomic.Bool   // appends are waiting for room under max_bytes
 	diskFull atomic.Bool   // appends are waiting for room on the disk (MinFreeBytes)
-
-	// cache holds decoded entries for the readers of several sinks, while
-	// more than one cursor is registered (shared).
-	cache  entryCache
-	shared atomic.Bool
 
 	mu       sync.Mutex
 	st       state         // committed state, published by the writer
@@ -227,11 +217,6 @@ func Open(dir string, opts Options) (*WAL, error) {
 		}
 	}
 	w.st = st
-	w.cache.max = opts.ReadCacheBytes
-	if w.cache.max == 0 {
-		w.cache.max = DefaultReadCacheBytes
-	}
-	w.shareReads(st)
 	w.notify = make(chan struct{})
 	w.fatal = make(chan struct{})
 	w.done = make(chan struct{})

@@ -789,7 +789,6 @@ func (w *WAL) publish(st state) {
 	w.mu.Lock()
 	grew := st.nextSeq != w.st.nextSeq
 	w.st = st.clone()
-	w.shareReads(st)
 	if grew {
 		close(w.notify)
 		w.notify = make(chan struct{})

@@ -76,7 +76,7 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	// Subscribed first, so that a signal during a long start (a WAL compaction) is a
 	// clean stop once the group runs.
 	signals := signalsActor(log, timeout)
-	w, err := wal.Open(cfg.DataDir, walOptions(cfg.WAL, cfg.MemoryLimit, log))
+	w, err := wal.Open(cfg.DataDir, walOptions(cfg.WAL, log))
 	if err != nil {
 		logOpenError(log, cfg, err)
 		return exitFail
@@ -153,18 +153,15 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	return exitOK
 }
 
-// walOptions maps the wal section of the configuration to the WAL's
-// options; the decoded entries the sinks' reads share take a sixteenth of
-// memory_limit (README.md, Memory).
-func walOptions(c config.WAL, memoryLimit config.Size, log *slog.Logger) wal.Options {
+// walOptions maps the wal section of the configuration to the WAL's options.
+func walOptions(c config.WAL, log *slog.Logger) wal.Options {
 	o := wal.Options{
-		MaxBytes:       int64(c.MaxBytes),
-		WhenFull:       wal.Block,
-		Sync:           wal.SyncAlways,
-		DedupWindow:    time.Duration(c.DedupWindow),
-		MinFreeBytes:   int64(c.MinFreeBytes),
-		Logger:         log,
-		ReadCacheBytes: int(memoryLimit / 16),
+		MaxBytes:     int64(c.MaxBytes),
+		WhenFull:     wal.Block,
+		Sync:         wal.SyncAlways,
+		DedupWindow:  time.Duration(c.DedupWindow),
+		MinFreeBytes: int64(c.MinFreeBytes),
+		Logger:       log,
 	}
 	if c.WhenFull == config.WhenFullDropOldest {
 		o.WhenFull = wal.DropOldest
