@@ -11,10 +11,10 @@ LDFLAGS  := -X main.version=$(VERSION)
 .PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-partitions bench-tools crash powercut clean e2e soak image image-tools image-test
 
 # Fuzz targets: package, target name, and the number of inputs make test tries
-# (about 10 seconds each on 2 cores).
-FUZZ_TARGETS := ./inputs/forward:FuzzDecode:60000 ./inputs/httpin:FuzzParseBody:100000 \
-	./inputs/httpin:FuzzRequest:40000 \
-	./inputs/httpin:FuzzScanner:80000 ./template:FuzzLookup:400000 ./template:FuzzFinder:100000
+# (about 5 seconds each on 2 cores; make fuzz runs each for 5 minutes).
+FUZZ_TARGETS := ./inputs/forward:FuzzDecode:30000 ./inputs/httpin:FuzzParseBody:50000 \
+	./inputs/httpin:FuzzRequest:20000 \
+	./inputs/httpin:FuzzScanner:40000 ./template:FuzzLookup:200000 ./template:FuzzFinder:50000
 
 all: build
 
