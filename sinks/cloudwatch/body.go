@@ -22,7 +22,9 @@ import (
 // same events, built from the events' messages as they are instead of an
 // InputLogEvent (two pointers) per event and a second pass of the SDK's
 // own escaper. A message's invalid UTF-8, which events already replaced,
-// would be replaced here too.
+// would be replaced here too. The bytes are what a version 2 intent's
+// digest hashes and Recover builds again: changing them needs a new intent
+// version (TestPutBodyDigestIsStable).
 func appendPutBody(dst []byte, group, stream, token string, evs []event) []byte {
 	dst = append(dst, `{"logEvents":[`...)
 	for i := range evs {
