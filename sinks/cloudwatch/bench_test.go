@@ -293,8 +293,9 @@ func BenchmarkPut(b *testing.B) {
 	for b.Loop() {
 		evs, _ := s.events(recs, now, nil)
 		for _, c := range calls(evs) {
-			body := newPutBody("/eks/shop", "catalog-0-bench", c)
-			_ = newIntent("/eks/shop\x00catalog-0-bench", 1, c, body.sum, 0)
+			tok, _ := s.tokens.get("/eks/shop\x00catalog-0-bench")
+			body := newPutBody("/eks/shop", "catalog-0-bench", tok, c)
+			_ = newIntent("/eks/shop\x00catalog-0-bench", 1, c, body, 0)
 			if _, err := s.put(ctx, "/eks/shop", "catalog-0-bench", c, body); err != nil {
 				b.Fatal(err)
 			}

@@ -158,19 +158,23 @@ func releaseBody(b []byte) {
 	}
 }
 
-// A putBody is the body of one PutLogEvents call without a sequence token
-// and its SHA-256 (hex): the payload hash SigV4 signs, and the digest its
-// intent stores (version 2), so that a call's bytes are hashed once.
+// A putBody is the body of one PutLogEvents call with the sequence token
+// known when it was built, and its SHA-256 (hex): the payload hash SigV4
+// signs, and the digest its intent stores (version 2, with the token), so
+// that a call's bytes are hashed once. Only a token a service hands over
+// while the call is made (InvalidSequenceTokenException) makes a body of
+// its own, which the SDK hashes.
 type putBody struct {
-	b   []byte
-	sum string
+	b     []byte
+	token string
+	sum   string
 }
 
-// newPutBody builds the body of a call of evs without a sequence token, in
-// a buffer of bodies (releaseBody gives it back once the call returned).
-func newPutBody(group, stream string, evs []event) putBody {
-	b := appendPutBody(bodyBuffer(putBodyBytes(group, stream, "", evs)), group, stream, "", evs)
-	return putBody{b: b, sum: bodySum(b)}
+// newPutBody builds the body of a call of evs with token ("": none), in a
+// buffer of bodies (releaseBody gives it back once the call returned).
+func newPutBody(group, stream, token string, evs []event) putBody {
+	b := appendPutBody(bodyBuffer(putBodyBytes(group, stream, token, evs)), group, stream, token, evs)
+	return putBody{b: b, token: token, sum: bodySum(b)}
 }
 
 // bodySum is the hex SHA-256 of a body.

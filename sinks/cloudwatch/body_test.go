@@ -134,40 +134,51 @@ func TestAppendMessageRoundTrip(t *testing.T) {
 }
 
 // TestPutSignedOverItsBody: a call's signature holds for the bytes sent,
-// whether the signer took the body's hash from newPutBody (no sequence
-// token) or hashed the body itself (a legacy service's token), as a
+// whether the signer took the body's hash from newPutBody (without a
+// token, then with the token the last answer gave) or hashed the body
+// itself (a token the service asked for while the call was made), as a
 // service that checks SigV4 sees it: the server signs each request again
 // from its own reading of the body and compares. A wrong hash handed to
 // the signer fails here (and at AWS, with InvalidSignatureException).
 func TestPutSignedOverItsBody(t *testing.T) {
 	creds := aws.Credentials{AccessKeyID: "AKIDTEST", SecretAccessKey: "secret"}
 	var mu sync.Mutex
-	var bad []string
-	var tokens []bool
+	var bad, tokens []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err == nil {
 			err = checkSignature(r, body, creds)
 		}
+		var in struct {
+			SequenceToken string `json:"sequenceToken"`
+		}
+		json.Unmarshal(body, &in)
 		mu.Lock()
+		defer mu.Unlock()
 		if err != nil {
 			bad = append(bad, err.Error())
 		}
-		tokens = append(tokens, bytes.Contains(body, []byte(`"sequenceToken":"7"`)))
-		mu.Unlock()
+		tokens = append(tokens, in.SequenceToken)
 		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		if len(tokens) == 3 { // the third call's token is stale: the service wants "8"
+			w.Header().Set("X-Amzn-ErrorType", "InvalidSequenceTokenException")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"__type":"InvalidSequenceTokenException","expectedSequenceToken":"8","message":"stale"}`)
+			return
+		}
 		io.WriteString(w, `{"nextSequenceToken":"7"}`)
 	}))
 	defer srv.Close()
 	s := newBodySink(t, srv.URL)
 	evs := []event{{ts: 1700000000000, msg: []byte(`{"log":"a \"quoted\" line"}`)}, {ts: 1700000000001, msg: []byte("second\n")}}
-	for range 2 { // the second call carries the token the first answer gave
-		if _, err := s.put(context.Background(), "/eks/a", "pod-1", evs, newPutBody("/eks/a", "pod-1", evs)); err != nil {
+	for range 3 {
+		tok, _ := s.tokens.get("/eks/a\x00pod-1")
+		if _, err := s.put(context.Background(), "/eks/a", "pod-1", evs, newPutBody("/eks/a", "pod-1", tok, evs)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if want := []bool{false, true}; !reflect.DeepEqual(tokens, want) {
-		t.Fatalf("calls with a sequence token: %v, want %v", tokens, want)
+	if want := []string{"", "7", "7", "8"}; !reflect.DeepEqual(tokens, want) {
+		t.Fatalf("calls' sequence tokens: %q, want %q", tokens, want)
 	}
 	for _, b := range bad {
 		t.Error(b)
@@ -233,7 +244,7 @@ func TestPutBodyDigestIsStable(t *testing.T) {
 		{ts: 1700000000002, msg: []byte("<html> & \u2028 \u2029 é 日本 😀")},
 	}
 	const want = "cdf108df73cfc74d5b535041936f6406e8a8d0a7a8118c00d2cbae500cc85399"
-	if got := newPutBody("/eks/a\"b", "pod-1/host", evs).sum; got != want {
+	if got := newPutBody("/eks/a\"b", "pod-1/host", "", evs).sum; got != want {
 		t.Errorf("body digest %s, want %s: the body's bytes changed (see above)", got, want)
 	}
 }

@@ -49,8 +49,8 @@
 //     largest sequence numbers of the call's records), events, min_ts,
 //     max_ts (milliseconds), from_seq, from_part, to_seq, to_part (the
 //     call's first and last events), sha256 (hex, of the call's
-//     PutLogEvents body without a sequence token: the payload hash SigV4
-//     signs when the call has no token, so the body is hashed once; in
+//     PutLogEvents body with the sequence token known then, which token
+//     keeps: the payload hash SigV4 signs, so the body is hashed once; in
 //     version 1 intents, which are still read, of the events in order,
 //     each its timestamp and its message's length as 8-byte big-endian
 //     integers, then the message), started (Unix milliseconds, just before

@@ -43,8 +43,9 @@ type intent struct {
 	FromPart   int    `json:"from_part"`
 	ToSeq      uint64 `json:"to_seq"` // the call's last event
 	ToPart     int    `json:"to_part"`
-	SHA256     string `json:"sha256"`  // hex; see intent.matches
-	Started    int64  `json:"started"` // Unix milliseconds when the call started
+	SHA256     string `json:"sha256"`          // hex; see intent.matches
+	Token      string `json:"token,omitempty"` // version 2: the sequence token in the body SHA256 is of
+	Started    int64  `json:"started"`         // Unix milliseconds when the call started
 	// Delivered: the call landed (its answer came back and a later call of
 	// the batch is still to be made, or Recover found its events in the
 	// stream). Its events are not sent again, except Missing.
@@ -64,8 +65,8 @@ func (in *intent) key() []byte {
 }
 
 // newIntent describes call, a slice of a batch's sorted events, whose
-// body without a sequence token has the SHA-256 sum (hex).
-func newIntent(partition string, batchFirst uint64, call []event, sum string, startedMs int64) *intent {
+// PutLogEvents body is body.
+func newIntent(partition string, batchFirst uint64, call []event, body putBody, startedMs int64) *intent {
 	group, stream := splitPartition(partition)
 	first, last := call[0].seq, call[0].seq
 	for _, e := range call {
@@ -75,7 +76,7 @@ func newIntent(partition string, batchFirst uint64, call []event, sum string, st
 	return &intent{Version: intentVersion, Group: group, Stream: stream, BatchFirst: batchFirst,
 		First: first, Last: last, Events: len(call), MinTime: from.ts, MaxTime: to.ts,
 		FromSeq: from.seq, FromPart: from.part, ToSeq: to.seq, ToPart: to.part,
-		SHA256: sum, Started: startedMs}
+		SHA256: body.sum, Token: body.token, Started: startedMs}
 }
 
 // covers reports whether e is one of the call's events.
@@ -115,9 +116,9 @@ func eventBefore(ts int64, seq uint64, part int, ts2 int64, seq2 uint64, part2 i
 
 // matches reports whether call, rebuilt from the WAL, is the call in was
 // written for: the same count and digest. Version 2's digest is the hex
-// SHA-256 of the call's PutLogEvents body without a sequence token (the
-// payload hash it was signed with when it had none); version 1's is
-// digestEvents.
+// SHA-256 of the call's PutLogEvents body with the intent's token (the
+// payload hash it was signed with, unless the service asked for another
+// token while it was made); version 1's is digestEvents.
 func (in *intent) matches(call []event) bool {
 	if len(call) != in.Events {
 		return false
@@ -125,7 +126,7 @@ func (in *intent) matches(call []event) bool {
 	if in.Version == 1 {
 		return digestEvents(call) == in.SHA256
 	}
-	b := appendPutBody(nil, in.Group, in.Stream, "", call)
+	b := appendPutBody(nil, in.Group, in.Stream, in.Token, call)
 	return bodySum(b) == in.SHA256
 }
 

@@ -673,7 +673,15 @@ func TestIntentsCoverTheirCallsEvents(t *testing.T) {
 	}
 	var ins []*intent
 	for _, call := range cs {
-		ins = append(ins, newIntent("g\x00s", 10, call, newPutBody("g", "s", call).sum, 0))
+		ins = append(ins, newIntent("g\x00s", 10, call, newPutBody("g", "s", "", call), 0))
+	}
+	// A body built with a token: the intent keeps it, to build the body again.
+	withTok := newIntent("g\x00s", 10, cs[0], newPutBody("g", "s", "tok-1", cs[0]), 0)
+	if !withTok.matches(cs[0]) || withTok.Token != "tok-1" {
+		t.Errorf("an intent with a token does not match its call")
+	}
+	if withTok.Token = "tok-2"; withTok.matches(cs[0]) {
+		t.Errorf("an intent matches its call with another token")
 	}
 	for ci, call := range cs {
 		for ii, in := range ins {

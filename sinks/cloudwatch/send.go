@@ -43,8 +43,9 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	out.Rejected = append(out.Rejected, rejected...)
 	cs := calls(evs)
 	for i, call := range cs {
-		body := newPutBody(group, stream, call)
-		in := newIntent(b.Partition, b.First(), call, body.sum, time.Now().UnixMilli())
+		tok, _ := s.tokens.get(group + "\x00" + stream)
+		body := newPutBody(group, stream, tok, call)
+		in := newIntent(b.Partition, b.First(), call, body, time.Now().UnixMilli())
 		if err := putIntent(ctx, b.State, in); err != nil {
 			releaseBody(body.b)
 			return sinks.Outcome{}, sinks.NewRetryable("state", err)
@@ -78,9 +79,9 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	return out, nil
 }
 
-// put sends one call of evs, whose body without a sequence token is body,
-// creating the group and stream when they are missing and following a
-// legacy service's sequence token. It gives body's buffer back.
+// put sends one call of evs, whose body with the token known when it was
+// built is body, creating the group and stream when they are missing and
+// following a service's sequence token. It gives body's buffer back.
 func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body putBody) ([]sinks.Rejection, error) {
 	key := group + "\x00" + stream
 	// The SDK serializes the names and the token; the events go in a body
@@ -90,21 +91,22 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 		LogStreamName: aws.String(stream),
 		LogEvents:     []types.InputLogEvent{},
 	}
-	var withToken []byte // the body with a legacy service's token
-	defer func() { releaseBody(body.b); releaseBody(withToken) }()
+	var other []byte // the body with a token that came after body was built
+	defer func() { releaseBody(body.b); releaseBody(other) }()
 	created := false
 	for attempt := 0; ; attempt++ {
 		tok, _ := s.tokens.get(key)
-		opt := withBody(body.b, body.sum)
+		in.SequenceToken = nil
 		if tok != "" {
 			in.SequenceToken = aws.String(tok)
-			if withToken == nil {
-				withToken = bodyBuffer(putBodyBytes(group, stream, tok, evs))
+		}
+		opt := withBody(body.b, body.sum)
+		if tok != body.token {
+			if other == nil {
+				other = bodyBuffer(putBodyBytes(group, stream, tok, evs))
 			}
-			withToken = appendPutBody(withToken[:0], group, stream, tok, evs)
-			opt = withBody(withToken, "")
-		} else {
-			in.SequenceToken = nil
+			other = appendPutBody(other[:0], group, stream, tok, evs)
+			opt = withBody(other, "")
 		}
 		res, err := s.api.PutLogEvents(ctx, in, opt)
 		if err == nil {
