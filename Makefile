@@ -11,10 +11,10 @@ LDFLAGS  := -X main.version=$(VERSION)
 .PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-partitions bench-tools crash powercut clean e2e soak image image-tools image-test
 
 # Fuzz targets: package, target name, and the number of inputs make test tries
-# (about 5 seconds each on 2 cores; make fuzz runs each for 5 minutes).
-FUZZ_TARGETS := ./inputs/forward:FuzzDecode:30000 ./inputs/httpin:FuzzParseBody:50000 \
-	./inputs/httpin:FuzzRequest:20000 \
-	./inputs/httpin:FuzzScanner:40000 ./template:FuzzLookup:200000 ./template:FuzzFinder:50000
+# (about 10 seconds each on 2 cores; make fuzz runs each for 5 minutes).
+FUZZ_TARGETS := ./inputs/forward:FuzzDecode:60000 ./inputs/httpin:FuzzParseBody:100000 \
+	./inputs/httpin:FuzzRequest:40000 \
+	./inputs/httpin:FuzzScanner:80000 ./template:FuzzLookup:400000 ./template:FuzzFinder:100000
 
 all: build
 
@@ -42,7 +42,8 @@ run: build
 # The whole suite: formatting, vet, every package's tests with the race detector, and e2e
 # twice: whole without it, beside the others (the binary under test is built as it ships,
 # without -race; under it the emulators in the test process took five times the CPU and
-# e2e was the longest package), and its -short tests with it (the harness itself). Test
+# e2e was the longest package), and its -short tests with it (the harness itself), then
+# fuzz-short, in the time e2e spends waiting for the binary. Test
 # data goes to TEST_TMPDIR, a tmpfs when the machine has one: no test measures the disk's
 # fsync latency (crash tests kill processes, power-cut tests run on faultfs, full-disk
 # tests mount their own tmpfs), and waiting for it was most of some packages' time.
@@ -50,12 +51,12 @@ run: build
 TEST_TMPDIR ?= $(shell d=/dev/shm; [ -d $$d ] && [ -w $$d ] && [ "$$(stat -f -c %T $$d)" = tmpfs ] && echo $$d || echo $${TMPDIR:-/tmp})
 test: deps fmt-check vet
 	@echo "test data under $(TEST_TMPDIR)"
-	@e2e=$$(mktemp); \
+	@side=$$(mktemp); \
 	{ TMPDIR=$(TEST_TMPDIR) $(GO) test -count=1 -timeout 9m ./e2e && \
-	  TMPDIR=$(TEST_TMPDIR) $(GO) test -race -short -count=1 -timeout 5m ./e2e; } >$$e2e 2>&1 & pid=$$!; \
+	  TMPDIR=$(TEST_TMPDIR) $(GO) test -race -short -count=1 -timeout 5m ./e2e && \
+	  $(MAKE) --no-print-directory fuzz-short; } >$$side 2>&1 & pid=$$!; \
 	TMPDIR=$(TEST_TMPDIR) $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/e2e$$'); rc=$$?; \
-	wait $$pid || rc=1; echo "--- e2e (without and with -race -short):"; cat $$e2e; rm -f $$e2e; exit $$rc
-	$(MAKE) fuzz-short
+	wait $$pid || rc=1; echo "--- e2e (without and with -race -short), then fuzzing:"; cat $$side; rm -f $$side; exit $$rc
 
 # Each fuzz target for its count of inputs in make test, for FUZZTIME (5m) each in
 # make fuzz. make test counts inputs rather than time: Go 1.26's fuzzer can fail a run
