@@ -129,16 +129,23 @@ func BenchmarkAppendConcurrent(b *testing.B) {
 	}
 }
 
-// BenchmarkRead reads back 250-byte records written in 1,000-record appends.
-func BenchmarkRead(b *testing.B) {
+// readBenchWAL is a WAL of the read benchmarks: 200,000 records of 250
+// bytes, written in 1,000-record appends.
+func readBenchWAL(b *testing.B) *WAL {
 	w := openT(b, b.TempDir(), Options{CompactRatio: -1})
-	defer w.Close()
 	recs := benchRecords(benchBodies(1000, 250))
 	for i := 0; i < 200; i++ {
 		if _, err := w.Append(context.Background(), recs, AppendOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	return w
+}
+
+// BenchmarkRead reads back 250-byte records written in 1,000-record appends.
+func BenchmarkRead(b *testing.B) {
+	w := readBenchWAL(b)
+	defer w.Close()
 	b.SetBytes(200000 * 250)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -212,14 +219,8 @@ func BenchmarkAppendAfterDrain(b *testing.B) {
 // a ReadBuffer of its own: what a reader does when the buffers it gave back
 // were collected.
 func BenchmarkReadIntoNew(b *testing.B) {
-	w := openT(b, b.TempDir(), Options{CompactRatio: -1})
+	w := readBenchWAL(b)
 	defer w.Close()
-	recs := benchRecords(benchBodies(1000, 250))
-	for i := 0; i < 200; i++ {
-		if _, err := w.Append(context.Background(), recs, AppendOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
 	b.SetBytes(200000 * 250)
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -243,14 +244,8 @@ func BenchmarkReadIntoNew(b *testing.B) {
 // of its own that it reads into again, the second reading what the first
 // just read. An op is both readers reading all 200,000 records.
 func BenchmarkReadTwoReaders(b *testing.B) {
-	w := openT(b, b.TempDir(), Options{CompactRatio: -1})
+	w := readBenchWAL(b)
 	defer w.Close()
-	recs := benchRecords(benchBodies(1000, 250))
-	for i := 0; i < 200; i++ {
-		if _, err := w.Append(context.Background(), recs, AppendOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
 	var bufs [2]ReadBuffer
 	b.SetBytes(2 * 200000 * 250)
 	b.ReportAllocs()
