@@ -341,3 +341,34 @@ func FuzzAppendMessage(f *testing.F) {
 		checkSameBytes(t, bytes.Repeat([]byte{'p'}, prefix&15), msg)
 	})
 }
+
+// TestPutBodyTimestamps: each event's timestamp reads back from the body,
+// whether it is the previous event's (copied) or not, in a body that has
+// room for it and in one that grows while it is built.
+func TestPutBodyTimestamps(t *testing.T) {
+	tss := []int64{-3, -3, 0, 0, 0, 7, 1700000000000, 1700000000000, 1700000000001, 1700000000001, 9223372036854775807}
+	var evs []event
+	for i, ts := range tss {
+		evs = append(evs, event{ts: ts, msg: fmt.Appendf(nil, `{"log":"line %d"}`, i)})
+	}
+	for _, dst := range [][]byte{nil, make([]byte, 0, putBodyBytes("g", "s", "", evs))} {
+		b := appendPutBody(dst, "g", "s", "", evs)
+		var got struct {
+			LogEvents []struct {
+				Message   string
+				Timestamp int64
+			}
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if len(got.LogEvents) != len(evs) {
+			t.Fatalf("%d events read back from %s", len(got.LogEvents), b)
+		}
+		for i, e := range got.LogEvents {
+			if e.Timestamp != evs[i].ts || e.Message != string(evs[i].msg) {
+				t.Errorf("event %d read back as %+v, want %d %s", i, e, evs[i].ts, evs[i].msg)
+			}
+		}
+	}
+}
