@@ -51,6 +51,9 @@ func TestPartitionNamesAsBefore(t *testing.T) {
 	names := []string{"", "a", "aws/x", "aws", "/eks/a b:c*d", "pod:1*2", "ok-é", "bad\xffutf8\xc3", "\xe6\x97", "日本語/ß",
 		strings.Repeat("g", 600), strings.Repeat("é", 300), strings.Repeat("g", 511) + "é", strings.Repeat("g", 510) + "日x",
 		"aws/" + strings.Repeat("a", 510), strings.Repeat("\xff", 200)}
+	for c := range 256 { // every byte value, first, inside and last
+		names = append(names, string(rune(c)), string([]byte{byte(c), 'a'}), "ab-"+string([]byte{byte(c)})+"-cd", "abc"+string([]byte{byte(c)}))
+	}
 	for _, fb := range []string{"unknown", strings.Repeat("é", 260), ""} {
 		for _, n := range names {
 			if got, want := string(appendGroupName([]byte("x\x00"), []byte(n), fb)), "x\x00"+refGroup(n, fb); got != want {
