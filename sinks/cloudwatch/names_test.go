@@ -1,8 +1,11 @@
 package cloudwatch
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/logfwd/forwarder/sinks"
 )
 
 // TestPartitionNamesAsBefore: log group and stream names sanitised into
@@ -63,5 +66,27 @@ func TestPartitionNamesAsBefore(t *testing.T) {
 				t.Errorf("stream %q (fallback %q): %q, want %q", n, fb, got, want)
 			}
 		}
+	}
+}
+
+// TestPartitionKeysKept: a record's key is its group and stream whether
+// the key was kept in its slot or not (more streams than slots, each seen
+// twice), and a stream's key seen before is not allocated again.
+func TestPartitionKeysKept(t *testing.T) {
+	s := newBodySink(t, "http://127.0.0.1:1")
+	rec := func(i int) *sinks.Record {
+		return &sinks.Record{Tag: "t", Body: fmt.Appendf(nil, `{"log":"x","kubernetes":{"namespace_name":"ns%d","pod_name":"pod:%d"}}`, i%7, i)}
+	}
+	for range 2 {
+		for i := range keySlots + 1000 {
+			if got, want := s.Partition(rec(i)), fmt.Sprintf("/eks/ns%d\x00pod_%d-test", i%7, i); got != want {
+				t.Fatalf("record %d: key %q, want %q", i, got, want)
+			}
+		}
+	}
+	r := rec(3)
+	s.Partition(r)
+	if n := testing.AllocsPerRun(100, func() { s.Partition(r) }); n != 0 {
+		t.Errorf("%v allocations per record of a stream seen before", n)
 	}
 }
