@@ -372,3 +372,17 @@ func TestPutBodyTimestamps(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseEventsClears: a slice of events given back holds on to no
+// record's bytes.
+func TestReleaseEventsClears(t *testing.T) {
+	evs := eventsBuffer(4)
+	evs = append(evs, event{ts: 1, msg: []byte("a"), seq: 1}, event{ts: 2, msg: []byte("b"), seq: 2})
+	all := evs[:cap(evs)]
+	releaseEvents(evs)
+	for i, e := range all {
+		if e.msg != nil || e.ts != 0 || e.seq != 0 {
+			t.Errorf("event %d kept: %+v", i, e)
+		}
+	}
+}
