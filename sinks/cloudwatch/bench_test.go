@@ -263,6 +263,7 @@ func BenchmarkRequest(b *testing.B) {
 		for _, c := range calls(evs) {
 			body = appendPutBody(body[:0], "/eks/shop", "catalog-0-bench", "", c)
 		}
+		releaseEvents(evs) // as Send does
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(recs)), "ns/record")
 }
@@ -300,6 +301,7 @@ func BenchmarkPut(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		releaseEvents(evs) // as Send does
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(recs)), "ns/record")
 }

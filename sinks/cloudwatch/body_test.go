@@ -123,9 +123,9 @@ func TestAppendMessageRoundTrip(t *testing.T) {
 		if err := json.Unmarshal(out[1:], &got); err != nil || got != msg || out[0] != 'x' {
 			t.Fatalf("message %q: wrote %q, read back %q (%v)", msg, out, got, err)
 		}
-		// With room for every byte escaped, bytes are written one by one
-		// (control characters aside): the same bytes.
-		roomy := appendMessage(append(make([]byte, 0, 2*len(msg)+3), 'x'), []byte(msg))
+		// With room for every byte escaped and a word more, words are
+		// stored whole (control characters aside): the same bytes.
+		roomy := appendMessage(append(make([]byte, 0, 2*len(msg)+9), 'x'), []byte(msg))
 		small := appendMessageRuns([]byte("x"), []byte(msg))
 		if !bytes.Equal(roomy, small) || !bytes.Equal(out, small) {
 			t.Fatalf("message %q: wrote %q with room, %q without", msg, roomy, small)
@@ -246,5 +246,143 @@ func TestPutBodyDigestIsStable(t *testing.T) {
 	const want = "cdf108df73cfc74d5b535041936f6406e8a8d0a7a8118c00d2cbae500cc85399"
 	if got := newPutBody("/eks/a\"b", "pod-1/host", "", evs).sum; got != want {
 		t.Errorf("body digest %s, want %s: the body's bytes changed (see above)", got, want)
+	}
+}
+
+// appendMessageBytewise is appendMessage as it was before it copied eight
+// bytes at a time: a byte at a time with messageEscapes when dst has room
+// for every byte escaped, else appendMessageRuns. appendMessage must write
+// the same bytes (TestAppendMessageSameBytes, FuzzAppendMessage).
+func appendMessageBytewise(dst, msg []byte) []byte {
+	if n := len(dst); cap(dst)-n >= 2*len(msg)+2 {
+		d := dst[:n+2*len(msg)+2]
+		d[n] = '"'
+		j := n + 1
+		for _, c := range msg {
+			switch e := messageEscapes[c]; e {
+			case 0:
+				d[j] = c
+				j++
+			case 'u':
+				return appendMessageRuns(dst, msg)
+			default:
+				d[j], d[j+1] = '\\', e
+				j += 2
+			}
+		}
+		d[j] = '"'
+		return d[:j+1]
+	}
+	return appendMessageRuns(dst, msg)
+}
+
+// checkSameBytes fails t when appendMessage and appendMessageBytewise
+// write different bytes for msg after prefix, with room for every byte
+// escaped and more, with what appendMessage needs to store words
+// (2*len(msg)+8), with less, and with room for msg as it is.
+func checkSameBytes(t *testing.T, prefix, msg []byte) {
+	t.Helper()
+	for _, room := range []int{2*len(msg) + 40, 2*len(msg) + 8, 2*len(msg) + 7, 2*len(msg) + 2, len(msg)} {
+		a := appendMessage(append(make([]byte, 0, len(prefix)+room), prefix...), msg)
+		b := appendMessageBytewise(append(make([]byte, 0, len(prefix)+room), prefix...), msg)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("message %q after %d bytes, room %d: wrote %q, byte by byte %q", msg, len(prefix), room, a, b)
+		}
+	}
+}
+
+// TestAppendMessageSameBytes: appendMessage writes the bytes that the
+// byte-at-a-time version wrote, for messages of every byte value and of
+// lengths around multiples of eight, each escape at each place of a word,
+// and bench-like JSON bodies.
+func TestAppendMessageSameBytes(t *testing.T) {
+	r := rand.New(rand.NewSource(2))
+	special := []byte{'"', '\\', '\n', '\r', '\t', 0, 0x1f, 0x20, 0x7f, 0x80, 0xff, 0xa2, 0xdc, 'a'}
+	for n := 0; n <= 40; n++ {
+		for range 300 {
+			msg := make([]byte, n)
+			for i := range msg {
+				switch r.Intn(3) {
+				case 0:
+					msg[i] = byte(r.Intn(256))
+				case 1:
+					msg[i] = special[r.Intn(len(special))]
+				default:
+					msg[i] = byte(0x20 + r.Intn(0x60))
+				}
+			}
+			checkSameBytes(t, []byte("x"), msg)
+			checkSameBytes(t, nil, msg)
+		}
+		// Every byte escaped: the most a message takes.
+		checkSameBytes(t, []byte("x"), bytes.Repeat([]byte{'"'}, n))
+		checkSameBytes(t, nil, bytes.Repeat([]byte{'\\'}, n))
+		// Each byte value alone at each place of a message of n bytes.
+		for c := range 256 {
+			for at := range n {
+				msg := bytes.Repeat([]byte{'a'}, n)
+				msg[at] = byte(c)
+				checkSameBytes(t, []byte("{"), msg)
+			}
+		}
+	}
+	for _, rec := range benchRecords(200, 10, time.Now()) {
+		checkSameBytes(t, []byte(`{"message":`), rec.Body)
+	}
+}
+
+// FuzzAppendMessage: appendMessage writes what the byte-at-a-time
+// version wrote.
+func FuzzAppendMessage(f *testing.F) {
+	f.Add([]byte(`{"log":"a \"quoted\" line\n","stream":"stdout"}`), 3)
+	f.Add([]byte("12345678\x001234567\"\\\\\\\\\\\\\\"), 0)
+	f.Add([]byte("\xff\xfe\x7f\x80\u2028 é 日本 😀"), 9)
+	f.Fuzz(func(t *testing.T, msg []byte, prefix int) {
+		checkSameBytes(t, bytes.Repeat([]byte{'p'}, prefix&15), msg)
+	})
+}
+
+// TestPutBodyTimestamps: each event's timestamp reads back from the body,
+// whether it is the previous event's (copied) or not, in a body that has
+// room for it and in one that grows while it is built.
+func TestPutBodyTimestamps(t *testing.T) {
+	tss := []int64{-3, -3, 0, 0, 0, 7, 1700000000000, 1700000000000, 1700000000001, 1700000000001, 9223372036854775807}
+	var evs []event
+	for i, ts := range tss {
+		evs = append(evs, event{ts: ts, msg: fmt.Appendf(nil, `{"log":"line %d"}`, i)})
+	}
+	for _, dst := range [][]byte{nil, make([]byte, 0, putBodyBytes("g", "s", "", evs))} {
+		b := appendPutBody(dst, "g", "s", "", evs)
+		var got struct {
+			LogEvents []struct {
+				Message   string
+				Timestamp int64
+			}
+		}
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if len(got.LogEvents) != len(evs) {
+			t.Fatalf("%d events read back from %s", len(got.LogEvents), b)
+		}
+		for i, e := range got.LogEvents {
+			if e.Timestamp != evs[i].ts || e.Message != string(evs[i].msg) {
+				t.Errorf("event %d read back as %+v, want %d %s", i, e, evs[i].ts, evs[i].msg)
+			}
+		}
+	}
+}
+
+// TestReleaseEventsClears: a slice of events given back holds on to no
+// record's bytes.
+func TestReleaseEventsClears(t *testing.T) {
+	evs := eventsBuffer(4)
+	evs = append(evs, event{ts: 1, msg: []byte("a"), seq: 1}, event{ts: 2, msg: []byte("b"), seq: 2})
+	all := evs[:cap(evs)]
+	releaseEvents(evs)
+	for i, e := range all {
+		if e.msg != nil || e.ts != 0 || e.seq != 0 {
+			t.Errorf("event %d kept: %+v", i, e)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -52,7 +53,7 @@ func (s *Sink) messageBytes(r *sinks.Record) []byte {
 // it) whatever its age, so that a record is never dead-lettered after part
 // of it was delivered.
 func (s *Sink) events(recs []sinks.Record, now time.Time, delivered func(*event) bool) ([]event, []sinks.Rejection) {
-	evs := make([]event, 0, len(recs)) // one event a record but for split messages
+	evs := eventsBuffer(len(recs)) // one event a record but for split messages
 	var rejected []sinks.Rejection
 	oldest := now.Add(-maxAge).UnixMilli()
 	newest := now.Add(maxFuture).UnixMilli()
@@ -74,6 +75,35 @@ func (s *Sink) events(recs []sinks.Record, now time.Time, delivered func(*event)
 	}
 	sortEvents(evs)
 	return evs, rejected
+}
+
+// eventSlices holds the event slices of sends that returned, for the
+// events of the next: a call's events are 48 bytes a record, allocated and
+// cleared per send otherwise.
+var eventSlices sync.Pool // *[]event
+
+// maxPooledEvents is the most events a slice eventSlices keeps has room
+// for: a batch's, which is one call's at most but for split messages.
+const maxPooledEvents = 2 * maxEvents
+
+// eventsBuffer returns an empty event slice with room for n events.
+func eventsBuffer(n int) []event {
+	if p, _ := eventSlices.Get().(*[]event); p != nil && cap(*p) >= n {
+		return (*p)[:0]
+	}
+	return make([]event, 0, n)
+}
+
+// releaseEvents gives the slice of events that are no longer used (the
+// send that made them returned: no call's body or intent refers to them)
+// to eventSlices, cleared so that it holds on to no record's bytes.
+func releaseEvents(evs []event) {
+	if c := cap(evs); c > 0 && c <= maxPooledEvents {
+		evs = evs[:c]
+		clear(evs)
+		evs = evs[:0]
+		eventSlices.Put(&evs)
+	}
 }
 
 // sortEvents sorts events by time, stably. A stream's records mostly come

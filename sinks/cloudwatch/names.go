@@ -24,9 +24,13 @@ func appendGroupName(dst, name []byte, fallback string) []byte {
 	if len(name) >= 4 && string(name[:4]) == "aws/" {
 		dst = append(dst, '_')
 	}
-	for _, c := range name {
-		if !(c == '.' || c == '-' || c == '_' || c == '/' || c == '#' ||
-			c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9') {
+	i := 0 // the bytes kept as they are, appended at once
+	for i < len(name) && groupByte[name[i]] {
+		i++
+	}
+	dst = append(dst, name[:i]...)
+	for _, c := range name[i:] {
+		if !groupByte[c] {
 			c = '_'
 		}
 		dst = append(dst, c)
@@ -34,11 +38,29 @@ func appendGroupName(dst, name []byte, fallback string) []byte {
 	return clipAppended(dst, start, fallback)
 }
 
+// groupByte and streamByte are whether a byte is kept as it is in a log
+// group name ([.\-_/#A-Za-z0-9]) and in a log stream name (ASCII but ':'
+// and '*').
+var groupByte, streamByte = func() (g, s [256]bool) {
+	for c := range 256 {
+		g[c] = c == '.' || c == '-' || c == '_' || c == '/' || c == '#' ||
+			c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		s[c] = c < utf8.RuneSelf && c != ':' && c != '*'
+	}
+	return g, s
+}()
+
 // appendStreamName appends the log stream name name, sanitised: ":" and
 // "*" become "_", each byte of invalid UTF-8 becomes U+FFFD, and the name
 // is clipped (see clipAppended).
 func appendStreamName(dst, name []byte, fallback string) []byte {
 	start := len(dst)
+	i := 0 // the bytes kept as they are, appended at once
+	for i < len(name) && streamByte[name[i]] {
+		i++
+	}
+	dst = append(dst, name[:i]...)
+	name = name[i:]
 	for len(name) > 0 {
 		c := name[0]
 		if c < utf8.RuneSelf {

@@ -40,6 +40,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		}
 	}
 	evs, rejected := s.events(b.Records, s.now(), delivered)
+	defer releaseEvents(evs)
 	out.Rejected = append(out.Rejected, rejected...)
 	cs := calls(evs)
 	for i, call := range cs {

@@ -3,6 +3,7 @@ package cloudwatch
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"strings"
 	"sync"
@@ -70,9 +71,13 @@ type Sink struct {
 	noRead atomic.Bool
 	skewed atomic.Bool // the clock warning was given
 
-	// scratch is where partition renders names, reused record after record.
+	// scratch is where partition renders names, reused record after record;
+	// keys holds the keys it made, so that a record of a stream seen
+	// recently shares its key instead of allocating one (partitionKey).
 	scratchMu sync.Mutex
 	scratch   []byte
+	keys      *[keySlots]string
+	keySeed   maphash.Seed
 
 	m metrics
 }
@@ -225,7 +230,8 @@ func (s *Sink) Partition(r *sinks.Record) string { return s.partition(r, true) }
 // partition is Partition, counting and noting fallbacks and sanitised
 // values only when count is set (Recover renders records a second time).
 // Both names are rendered into the sink's scratch memory and sanitised
-// into the key on the stack: the key is the one allocation per record.
+// into the key on the stack; the key is allocated only when it is not the
+// one kept in its slot (partitionKey).
 func (s *Sink) partition(r *sinks.Record, count bool) string {
 	var fields template.Fields
 	s.fields.Find(r.Body, &fields)
@@ -240,9 +246,10 @@ func (s *Sink) partition(r *sinks.Record, count bool) string {
 	if cap(st) <= 4096 {
 		s.scratch = st[:0]
 	}
+	p := s.partitionKey(k)
 	s.scratchMu.Unlock()
 	if !count {
-		return string(k)
+		return p
 	}
 	if (n1|n2)&template.Missing != 0 {
 		s.m.fallback.Inc()
@@ -257,7 +264,25 @@ func (s *Sink) partition(r *sinks.Record, count bool) string {
 	if (n1|n2)&template.Sanitised != 0 {
 		s.m.sanitised.Inc()
 	}
-	return string(k)
+	return p
+}
+
+// keySlots is how many keys partition keeps: one per slot, the slot's by
+// the key's hash, a key replacing the one in its slot. A key is at most
+// 1,025 bytes (two names of 512 and the NUL), a few dozen as a rule.
+const keySlots = 4096
+
+// partitionKey returns k as a string: the one in its slot of s.keys when it
+// is the same, else a new one, which takes the slot. s.scratchMu is held.
+func (s *Sink) partitionKey(k []byte) string {
+	if s.keys == nil {
+		s.keys, s.keySeed = new([keySlots]string), maphash.MakeSeed()
+	}
+	slot := &s.keys[maphash.Bytes(s.keySeed, k)%keySlots]
+	if *slot != string(k) {
+		*slot = string(k)
+	}
+	return *slot
 }
 
 func splitPartition(p string) (group, stream string) {
