@@ -8,13 +8,13 @@ import (
 
 // queueArrays keeps the arrays of queues that partitions no longer use, a
 // partition's forgotten or its queue moved to a larger array, for the
-// queues that grow next: a partition that comes and goes, as most do
-// when there are many of them, does not allocate its queue again each
-// time, nor does the collector clear and scan new arrays. The arrays are
-// kept by their capacity, a power of two, and cleared: no record is in
-// them. It holds at most max records' places; the loop alone uses it.
+// queues that grow next: a partition that comes and goes does not
+// allocate its queue again each time, nor does the collector clear and
+// scan new arrays. The arrays are kept by log2 of their capacity, and
+// cleared: no record is in them. It holds at most max records' places;
+// the loop alone uses it.
 type queueArrays struct {
-	free  [64][]queueArray // by log2 of the capacity
+	free  [64][]queueArray // by log2 of the capacity, rounded down
 	slots int              // the capacities of the arrays kept, summed
 	max   int
 }
@@ -26,10 +26,10 @@ type queueArray struct {
 	sizes []int32
 }
 
-// get returns arrays for at least k records, and at most 2k: the largest
-// power of two up to 2k.
+// get returns arrays for 2k records: kept ones of at least k and less
+// than 4k, or new ones.
 func (a *queueArrays) get(k int) queueArray {
-	c := bits.Len(uint(2*k)) - 1
+	c := bits.Len(uint(2*k)) - 1 // 2^c <= 2k < 2^(c+1): a kept array of class c holds more than k
 	if n := len(a.free[c]); n > 0 {
 		q := a.free[c][n-1]
 		a.free[c][n-1] = queueArray{}
@@ -37,23 +37,22 @@ func (a *queueArrays) get(k int) queueArray {
 		a.slots -= cap(q.recs)
 		return q
 	}
-	return queueArray{make([]sinks.Record, 1<<c), make([]int32, 1<<c)}
+	return queueArray{make([]sinks.Record, 2*k), make([]int32, 2*k)}
 }
 
-// put keeps q, whose records are cleared, unless its capacity is not one
-// get returns. Beyond max places kept, smaller arrays make room for it,
-// or it is not kept.
+// put keeps q, whose records are cleared. Beyond max places kept, smaller
+// arrays make room for it, or it is not kept.
 func (a *queueArrays) put(q queueArray) {
 	n := cap(q.recs)
-	if n == 0 || n&(n-1) != 0 || cap(q.sizes) != n || n > a.max {
+	if n == 0 || cap(q.sizes) != n || n > a.max {
 		return
 	}
 	c := bits.Len(uint(n)) - 1
 	for s := 0; s < c && a.slots+n > a.max; s++ {
 		for len(a.free[s]) > 0 && a.slots+n > a.max {
+			a.slots -= cap(a.free[s][len(a.free[s])-1].recs)
 			a.free[s][len(a.free[s])-1] = queueArray{}
 			a.free[s] = a.free[s][:len(a.free[s])-1]
-			a.slots -= 1 << s
 		}
 	}
 	if a.slots+n > a.max {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 
 	"github.com/logfwd/forwarder/sinks"
@@ -349,13 +350,13 @@ func (a *queueArrays) check() error {
 	slots := 0
 	for c, free := range a.free {
 		for _, q := range free {
-			if cap(q.recs) != 1<<c || cap(q.sizes) != 1<<c {
+			if bits.Len(uint(cap(q.recs)))-1 != c || cap(q.sizes) != cap(q.recs) {
 				return fmt.Errorf("arrays of %d records and %d sizes kept as %d", cap(q.recs), cap(q.sizes), 1<<c)
 			}
 			if err := checkCleared(q.recs[:cap(q.recs)], nil); err != nil {
 				return fmt.Errorf("an array kept for queues: %w", err)
 			}
-			slots += 1 << c
+			slots += cap(q.recs)
 		}
 	}
 	if slots != a.slots || slots > a.max {

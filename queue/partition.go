@@ -103,9 +103,10 @@ func (p *partition) arrived(n int, now time.Time) {
 }
 
 // reserve makes room in p's queue and sizes for n more records. They grow
-// to twice what they then hold, or a little less (arrays.go), so that a
-// record is moved about once as its queue grows, and the arrays stay
-// within what recordMem counts for a record's place (2 x 60 bytes).
+// to twice what they then hold (an array used again: up to four times,
+// see arrays.go), so that a record is moved about once as its queue
+// grows, and the arrays stay about within what recordMem counts for a
+// record's place (2 x 60 bytes).
 //
 // Batches are cut from the front of the queue, in its array: when the
 // queue is at most half its array, it moves back to the array's start
