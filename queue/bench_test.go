@@ -37,7 +37,7 @@ var _ sinks.Overflower = guardedNullSink{}
 func (guardedNullSink) Explain([]sinks.Record) string { return "" }
 
 // BenchmarkDrain drains 200,000 records of 250 bytes from the WAL into a
-// sink that accepts everything, with 10, 1,000, 10,000 and 100,000
+// sink that accepts everything, with 1, 10, 100, 1,000, 10,000 and 100,000
 // partitions, in batches of up to 10,000 records; with guard=on the sink
 // has max_partitions 20,000 (above 20,000 partitions, the rest go to one
 // overflow partition). It does not check the
@@ -53,7 +53,7 @@ func BenchmarkDrain(b *testing.B) {
 	for _, bench := range []struct {
 		parts int
 		guard bool
-	}{{10, false}, {10, true}, {1000, false}, {1000, true}, {10000, false}, {10000, true}, {100000, false}, {100000, true}} {
+	}{{1, false}, {10, false}, {10, true}, {100, false}, {1000, false}, {1000, true}, {10000, false}, {10000, true}, {100000, false}, {100000, true}} {
 		parts := bench.parts
 		name := fmt.Sprintf("partitions=%d", parts)
 		if bench.guard {

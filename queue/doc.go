@@ -45,6 +45,10 @@
 //     is past the cursor. The one exception is wal.when_full: drop_oldest,
 //     which moves the cursor past records a send in flight holds.
 //   - Every partition in the due heap is filed under its key at its index.
+//   - A partition's queue ends where its array (qbuf) ends; the array holds
+//     no record but the queue's and its batch's, and the one the queue
+//     left while the batch was in it (prev) none but the batch's. The
+//     arrays kept for queues that grow (arrays.go) hold no record.
 //   - The heaps kept as partitions change (index.go: the largest queue and
 //     carry, the oldest open partition, the waiting ones by due time), the
 //     delivered marks' heap (marks.go) and the pending heap (pending.go)

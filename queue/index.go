@@ -170,6 +170,7 @@ func (l *loop) schedule(p *partition, t time.Time) {
 func (l *loop) forget(p *partition) {
 	l.due.remove(p)
 	delete(l.parts, p.key)
+	p.releaseArrays(&l.arrays)
 	if p.fam != "" {
 		l.guard.seenAt(p.fam, time.Now())
 		l.unadopt(p)

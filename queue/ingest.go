@@ -159,7 +159,7 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 		if p.need > 0 {
 			p.arena = make([]byte, 0, p.need)
 		}
-		p.reserve(p.take)
+		p.reserve(p.take, &l.arrays)
 	}
 	for _, rt := range route {
 		r, p := &recs[rt.i], l.took[rt.p]

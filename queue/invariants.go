@@ -2,7 +2,10 @@ package queue
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
+
+	"github.com/logfwd/forwarder/sinks"
 )
 
 // check verifies the rules that tie the loop's fields together, listed in
@@ -14,6 +17,11 @@ func (l *loop) check() error {
 	var open, closing, inflight int
 	l.checks++
 	records := l.checks%16 == 1
+	if records {
+		if err := l.arrays.check(); err != nil {
+			return err
+		}
+	}
 	for key, p := range l.parts {
 		if p.key != key {
 			return fmt.Errorf("partition %q is filed under %q", p.key, key)
@@ -140,6 +148,9 @@ func (p *partition) checkRecords(records bool) error {
 	}
 	for _, a := range p.arrivals {
 		arrived += a.n
+	}
+	if err := p.checkArray(); err != nil {
+		return err
 	}
 	bmem := 0
 	for i := range p.batch {
@@ -281,6 +292,75 @@ func (l *loop) checkAdmitted(p *partition) error {
 		return fmt.Errorf("admitted from %d, but family %q's last interval is %d to %d", p.adm.from, p.fam, last.from, last.to)
 	case p.adm.to != 0 && !slices.Contains(a.ivs, p.adm):
 		return fmt.Errorf("admitted %d to %d, not an interval of family %q", p.adm.from, p.adm.to, p.fam)
+	}
+	return nil
+}
+
+// checkArray verifies that p's queue ends where its array qbuf ends, and
+// that the array holds nothing besides the queue and the batch's records
+// before it, so that reserve may move the queue back to its start.
+func (p *partition) checkArray() error {
+	if p.prev.recs != nil {
+		if cap(p.prev.sizes) != cap(p.prev.recs) {
+			return fmt.Errorf("arrays left of %d records and %d sizes", cap(p.prev.recs), cap(p.prev.sizes))
+		}
+		batch := p.batch
+		if !p.batchInPrev() {
+			batch = nil
+		}
+		if err := checkCleared(p.prev.recs[:cap(p.prev.recs)], batch); err != nil {
+			return fmt.Errorf("the array left: %w", err)
+		}
+	}
+	if p.qbuf == nil {
+		return nil
+	}
+	if cap(p.sbuf) != cap(p.qbuf) || cap(p.sizes) != cap(p.queue) {
+		return fmt.Errorf("arrays of %d records and %d sizes, queue of %d records and %d sizes", cap(p.qbuf), cap(p.sbuf), cap(p.queue), cap(p.sizes))
+	}
+	if cap(p.queue) == 0 {
+		return checkCleared(p.qbuf, p.batch)
+	}
+	start := cap(p.qbuf) - cap(p.queue)
+	if start < 0 || &p.qbuf[start:][0] != &p.queue[:1][0] {
+		return fmt.Errorf("the queue does not end where its array does")
+	}
+	if err := checkCleared(p.qbuf[:start], p.batch); err != nil {
+		return err
+	}
+	return checkCleared(p.qbuf[start+len(p.queue):], nil)
+}
+
+// checkCleared verifies that recs hold no record but those of batch.
+func checkCleared(recs, batch []sinks.Record) error {
+	for i := range recs {
+		r := &recs[i]
+		switch {
+		case len(batch) > 0 && r.Seq >= batch[0].Seq && r.Seq <= batch[len(batch)-1].Seq:
+		case r.Seq != 0 || r.Time != 0 || r.Tag != "" || r.Body != nil:
+			return fmt.Errorf("the queue's array holds record %d outside the queue and the batch", r.Seq)
+		}
+	}
+	return nil
+}
+
+// check verifies that the arrays kept for queues hold no record,
+// and their count.
+func (a *queueArrays) check() error {
+	slots := 0
+	for c, free := range a.free {
+		for _, q := range free {
+			if bits.Len(uint(cap(q.recs)))-1 != c || cap(q.sizes) != cap(q.recs) {
+				return fmt.Errorf("arrays of %d records and %d sizes kept as %d", cap(q.recs), cap(q.sizes), 1<<c)
+			}
+			if err := checkCleared(q.recs[:cap(q.recs)], nil); err != nil {
+				return fmt.Errorf("an array kept for queues: %w", err)
+			}
+			slots += cap(q.recs)
+		}
+	}
+	if slots != a.slots || slots > a.max {
+		return fmt.Errorf("arrays of %d places kept, counted %d, at most %d", slots, a.slots, a.max)
 	}
 	return nil
 }

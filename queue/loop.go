@@ -39,6 +39,7 @@ type loop struct {
 	overflowTotal uint64
 	route         []routed     // ingest's scratch
 	took          []*partition // ingest's scratch: the partitions the read gives records
+	arrays        queueArrays  // queues' arrays no partition uses (arrays.go)
 	mem           memAccount   // recordMem of every record held (queued and in batches) and the sink's carries
 	open          int          // partitions with queued or carried records
 	closing       int          // of which closing: a final batch is due (finalize) or in flight
@@ -106,6 +107,9 @@ func newLoop(d *Drainer, cursor uint64, g *guard) (*loop, error) {
 		commits: make(chan *commitReq, d.lim.Concurrency+1), committed: make(chan *commitReq),
 		backIn: make(chan read), joined: map[*partition]struct{}{},
 	}
+	// The arrays kept take at most an eighth of the memory the records
+	// may (64 bytes a place: a record and its size).
+	l.arrays.max = d.opts.MaxBufferedBytes / 8 / 64
 	if g != nil {
 		l.overflow, l.families = d.sink.(sinks.Overflower), map[string]int{}
 	}

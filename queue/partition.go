@@ -17,6 +17,14 @@ type partition struct {
 	lo    int64          // earliest event time in queue (when not empty)
 	hi    int64          // latest event time in queue
 	mem   int            // memory held by queue
+	// qbuf and sbuf are the arrays queue and sizes lie in, from their
+	// start, of the same capacity (see reserve).
+	qbuf []sinks.Record
+	sbuf []int32
+	// prev is the array the queue left while the batch was in it, up to
+	// prevLast; it goes to the loop's free arrays once the batch is gone.
+	prev     queueArray
+	prevLast uint64
 	// arrivals are when the queued records were read, in order: runs of
 	// records read at the same time (one read), so that what MaxAge counts
 	// from stays right when a batch is cut from the front.
@@ -95,16 +103,66 @@ func (p *partition) arrived(n int, now time.Time) {
 }
 
 // reserve makes room in p's queue and sizes for n more records. They grow
-// to twice what they then hold, so that a record is moved about once as
-// its queue grows, and the arrays stay within what recordMem counts for a
+// to twice what they then hold (an array used again: up to four times,
+// see arrays.go), so that a record is moved about once as its queue
+// grows, and the arrays stay about within what recordMem counts for a
 // record's place (2 x 60 bytes).
-func (p *partition) reserve(n int) {
-	if k := len(p.queue) + n; k > cap(p.queue) {
-		p.queue = append(make([]sinks.Record, 0, 2*k), p.queue...)
+//
+// Batches are cut from the front of the queue, in its array: when the
+// queue is at most half its array, it moves back to the array's start
+// instead, and an array the queue leaves is kept in free for other
+// queues. The records before the queue in its array were cut into
+// batches; they are cleared once their batch is delivered, carried or
+// given up (deliver, takeCarry, release, detach, dropUpTo), and until
+// then the batch holds them: the sink may read them while it is sent, or
+// it waits to be sent again as it is. So while the batch is in the
+// queue's array, the queue does not move in it, and an array the queue
+// leaves waits in prev until the batch is gone.
+func (p *partition) reserve(n int, free *queueArrays) {
+	k := len(p.queue) + n
+	if k <= cap(p.queue) {
+		return
 	}
-	if k := len(p.sizes) + n; k > cap(p.sizes) {
-		p.sizes = append(make([]int32, 0, 2*k), p.sizes...)
+	if p.prev.recs != nil && !p.batchInPrev() {
+		free.put(p.prev)
+		p.prev = queueArray{}
 	}
+	m := len(p.queue)
+	inArray := len(p.batch) > 0 && !p.batchInPrev()
+	if k <= cap(p.qbuf) && 2*m <= cap(p.qbuf) && !inArray {
+		// The queue ends where qbuf ends: it was cut from the front only.
+		start := cap(p.qbuf) - cap(p.queue)
+		copy(p.qbuf, p.queue)
+		clear(p.qbuf[m : start+m]) // no record is left twice
+		p.queue = p.qbuf[:m]
+		p.sizes = p.sbuf[:copy(p.sbuf, p.sizes)]
+		return
+	}
+	a := free.get(k)
+	copy(a.recs, p.queue)
+	copy(a.sizes, p.sizes)
+	clear(p.queue)
+	if inArray {
+		p.prev, p.prevLast = queueArray{p.qbuf, p.sbuf}, p.batch[len(p.batch)-1].Seq
+	} else {
+		free.put(queueArray{p.qbuf, p.sbuf})
+	}
+	p.qbuf, p.sbuf = a.recs, a.sizes
+	p.queue, p.sizes = a.recs[:m], a.sizes[:m]
+}
+
+// batchInPrev: p's batch is the one that was in the array its queue left
+// (prev), or what is left of it; records cut from the queue since come
+// after prevLast.
+func (p *partition) batchInPrev() bool {
+	return p.prev.recs != nil && len(p.batch) > 0 && p.batch[0].Seq <= p.prevLast
+}
+
+// releaseArrays gives p's arrays, which hold no record, to free.
+func (p *partition) releaseArrays(free *queueArrays) {
+	free.put(queueArray{p.qbuf, p.sbuf})
+	free.put(p.prev)
+	p.queue, p.sizes, p.qbuf, p.sbuf, p.prev = nil, nil, nil, nil, queueArray{}
 }
 
 // taken notes that the first n queued records left the queue.

@@ -50,5 +50,6 @@ func detach(batch []sinks.Record) []sinks.Record {
 func (l *loop) dropQueue(p *partition) {
 	clear(p.queue)
 	p.queue, p.sizes, p.size, p.mem, p.arrivals = nil, nil, 0, 0, nil
+	p.qbuf, p.sbuf, p.prev = nil, nil, queueArray{}
 	l.touch(p)
 }
