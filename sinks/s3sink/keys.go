@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/logfwd/forwarder/sinks"
@@ -62,6 +64,24 @@ type keyRenderer struct {
 	bucket time.Duration // > 0: partitions are cached by tag and bucket
 	mu     sync.Mutex
 	cache  map[partitionKey]cachedPartition
+	// recent holds, by a hash of the tag, the partitions of the buckets
+	// last looked up for two tags of that hash: read without the lock and
+	// without dividing the time, it answers most lookups (a tag's records
+	// mostly fall in the bucket of its record before) before the map is
+	// asked.
+	recent [recentSets][2]atomic.Pointer[recentPartition]
+	seed   maphash.Seed
+}
+
+// recentSets is the number of sets of keyRenderer.recent, a power of two.
+const recentSets = 2048
+
+// recentPartition is the partition of the records of tag whose times are
+// in [lo, hi): one bucket, or the part of it int64 holds.
+type recentPartition struct {
+	tag    string
+	lo, hi int64
+	cachedPartition
 }
 
 type partitionKey struct {
@@ -103,6 +123,7 @@ func newKeyRenderer(key, hostname string, rules int) (*keyRenderer, error) {
 			k.bucket = math.MaxInt64 // no time in the key: one bucket
 		}
 		k.cache = map[partitionKey]cachedPartition{}
+		k.seed = maphash.MakeSeed()
 	}
 	return k, nil
 }
@@ -128,25 +149,54 @@ func (k *keyRenderer) partition(r *sinks.Record) (string, template.Notes) {
 	if k.bucket == 0 {
 		return k.render(r)
 	}
-	b := r.Time / int64(k.bucket)
-	if r.Time < 0 && r.Time%int64(k.bucket) != 0 {
+	set := &k.recent[maphash.String(k.seed, r.Tag)&(recentSets-1)]
+	for i := range set {
+		if e := set[i].Load(); e != nil && e.tag == r.Tag && r.Time >= e.lo && r.Time < e.hi {
+			return e.partition, e.notes
+		}
+	}
+	size := int64(k.bucket)
+	b := r.Time / size
+	if r.Time < 0 && r.Time%size != 0 {
 		b-- // floor, for times before 1970
 	}
 	pk := partitionKey{r.Tag, b}
 	k.mu.Lock()
 	c, ok := k.cache[pk]
 	k.mu.Unlock()
-	if ok {
-		return c.partition, c.notes
+	if !ok {
+		c.partition, c.notes = k.render(r)
+		k.mu.Lock()
+		if len(k.cache) >= maxCachedPartitions {
+			clear(k.cache)
+		}
+		k.cache[pk] = c
+		k.mu.Unlock()
 	}
-	p, notes := k.render(r)
-	k.mu.Lock()
-	if len(k.cache) >= maxCachedPartitions {
-		clear(k.cache)
+	// The newest goes first; the other stays unless it is of the same tag
+	// (another bucket of it). Concurrent lookups may lose one another's
+	// entries: each entry answers only for its own tag and times.
+	lo, hi := bucketSpan(b, size)
+	if e := set[0].Load(); e != nil && e.tag != r.Tag {
+		set[1].Store(e)
 	}
-	k.cache[pk] = cachedPartition{p, notes}
-	k.mu.Unlock()
-	return p, notes
+	set[0].Store(&recentPartition{tag: r.Tag, lo: lo, hi: hi, cachedPartition: c})
+	return c.partition, c.notes
+}
+
+// bucketSpan is the times [lo, hi) of bucket b of size times, cut to
+// int64: b*size can be below math.MinInt64 (no time is), and (b+1)*size
+// above math.MaxInt64 (hi is then math.MaxInt64, and a time of
+// math.MaxInt64 is looked up in the map).
+func bucketSpan(b, size int64) (lo, hi int64) {
+	lo, hi = math.MinInt64, math.MaxInt64
+	if p := b * size; p/size == b {
+		lo = p
+	}
+	if p := (b + 1) * size; b+1 > b && p/size == b+1 {
+		hi = p
+	}
+	return lo, hi
 }
 
 func (k *keyRenderer) render(r *sinks.Record) (string, template.Notes) {

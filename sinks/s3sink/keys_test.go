@@ -2,7 +2,9 @@ package s3sink
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"math"
 	"regexp"
 	"strings"
 	"testing"
@@ -245,5 +247,58 @@ func TestKeyFallbackWarns(t *testing.T) {
 	if out := logs.String(); strings.Count(out, `level=WARN msg="records lack what the key template names and go under the fallback \"unknown\"`) != 1 ||
 		!strings.Contains(out, `sink=archive template=logs/${record.kubernetes.namespace}/${seq}.json.gz missing=${record.kubernetes.namespace} tag=pod.shop records=1`) {
 		t.Fatalf("want one warning naming the template and the field:\n%s", out)
+	}
+}
+
+// TestPartitionCacheEdges: the partitions remembered without the lock
+// answer for their bucket only, at its edges, at the ends of int64 and for
+// tags that share a set.
+func TestPartitionCacheEdges(t *testing.T) {
+	for _, key := range []string{"logs/${tag}/%Y/%m/%d/%H/${seq}", "logs/${tag}/%Y%m%d%H%M%S-${seq}", "logs/${tag}/${seq}"} {
+		s := keySink(t, key, prometheus.NewRegistry())
+		d := int64(s.keys.bucket)
+		if d <= 0 {
+			t.Fatalf("%s: not cached", key)
+		}
+		var times []int64
+		for _, at := range []int64{0, 1_750_000_000 * 1e9, -1_000_000_000 * 1e9} {
+			edge := at / d * d
+			times = append(times, edge-1, edge, edge+1, edge+d-1, edge+d)
+		}
+		times = append(times, math.MinInt64, math.MinInt64+1, math.MaxInt64-1, math.MaxInt64)
+		var tags []string
+		for i := range 3 * recentSets {
+			tags = append(tags, fmt.Sprintf("t%d", i)) // some share a set
+		}
+		for round := range 2 {
+			for _, tm := range times {
+				for i, tag := range tags {
+					if round == 1 && i%3 == 0 {
+						continue // other neighbours this round
+					}
+					r := &sinks.Record{Tag: tag, Body: []byte(`{}`), Time: tm}
+					want, wantNotes := s.keys.render(r)
+					if got, notes := s.keys.partition(r); got != want || notes != wantNotes {
+						t.Fatalf("%s, %s at %d: %q %v, rendered %q %v", key, tag, tm, got, notes, want, wantNotes)
+					}
+				}
+			}
+		}
+	}
+	const h = int64(time.Hour)
+	for _, c := range []struct{ b, size, lo, hi int64 }{
+		{0, 10, 0, 10},
+		{-1, 10, -10, 0},
+		{0, math.MaxInt64, 0, math.MaxInt64},
+		{1, math.MaxInt64, math.MaxInt64, math.MaxInt64},
+		{-1, math.MaxInt64, -math.MaxInt64, 0},
+		{-2, math.MaxInt64, math.MinInt64, -math.MaxInt64},
+		{math.MinInt64 / h, h, math.MinInt64 / h * h, math.MinInt64/h*h + h},
+		{math.MinInt64/h - 1, h, math.MinInt64, math.MinInt64 / h * h}, // the bucket of math.MinInt64
+		{math.MaxInt64 / h, h, math.MaxInt64 / h * h, math.MaxInt64},
+	} {
+		if lo, hi := bucketSpan(c.b, c.size); lo != c.lo || hi != c.hi {
+			t.Errorf("bucketSpan(%d, %d) = [%d, %d), want [%d, %d)", c.b, c.size, lo, hi, c.lo, c.hi)
+		}
 	}
 }

@@ -37,14 +37,16 @@ type encoding struct {
 
 // object is a built object: its bytes and what an intent records of them.
 // An object finished from a staged file has no body here: its bytes are
-// the file's, then tail (see Sink.finish).
+// the file's, then tail (see Sink.finish). One finished from members held
+// in memory has its bytes as those members, in parts.
 type object struct {
 	body       []byte
-	tail       []byte // a staged object's last member, held in memory
-	size       int64  // bytes of the object
-	sha256     string // hex, of the object's bytes
-	lines      int64  // uncompressed bytes (the lines, newlines included)
-	linesCRC32 uint32 // CRC-32C of the lines
+	parts      [][]byte // the members of an object held in memory, when body is nil
+	tail       []byte   // a staged object's last member, held in memory
+	size       int64    // bytes of the object
+	sha256     string   // hex, of the object's bytes
+	lines      int64    // uncompressed bytes (the lines, newlines included)
+	linesCRC32 uint32   // CRC-32C of the lines
 }
 
 // encoder builds objects of one encoding. Safe for concurrent use.

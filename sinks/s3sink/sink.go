@@ -433,19 +433,21 @@ func (s *Sink) finishing(open *openObject, m *member) (*object, []int, error) {
 	case open == nil:
 		return join([]member{*m}), []int{m.records}, nil
 	case !open.staged():
-		ms := make([]member, 0, len(open.counts)+1)
-		for i, body := range open.bodies {
-			ms = append(ms, member{body: body, records: int(open.counts[i])})
-		}
+		// The members are not joined: the object is read from them in turn
+		// (bodyOf), its SHA-256 taken over them in turn.
+		obj := &object{parts: make([][]byte, 0, len(open.bodies)+1), lines: open.lines, linesCRC32: open.crc}
+		obj.parts = append(obj.parts, open.bodies...)
 		counts := open.members()
 		if m != nil {
-			ms, counts = append(ms, *m), append(counts, m.records)
-		}
-		obj := join(ms)
-		obj.lines, obj.linesCRC32 = open.lines, open.crc
-		if m != nil {
+			obj.parts, counts = append(obj.parts, m.body), append(counts, m.records)
 			obj.lines, obj.linesCRC32 = open.lines+m.lines, m.crc
 		}
+		h := sha256.New()
+		for _, p := range obj.parts {
+			h.Write(p)
+			obj.size += int64(len(p))
+		}
+		obj.sha256 = hex.EncodeToString(h.Sum(nil))
 		return obj, counts, nil
 	}
 	obj := &object{size: open.size, lines: open.lines, linesCRC32: open.crc}

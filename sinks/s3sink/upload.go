@@ -255,9 +255,13 @@ func (s *Sink) abortOrphans(ctx context.Context, key string) {
 	}
 }
 
-// bodyOf is an object's bytes to upload: those held in memory, or a staged
-// file's first bytes (head, n of them) followed by tail.
+// bodyOf is an object's bytes to upload: those held in memory (its body,
+// or its parts one after the other), or a staged file's first bytes (head,
+// n of them) followed by tail.
 func bodyOf(obj *object, head io.ReaderAt, n int64) *io.SectionReader {
+	if head == nil && obj.parts != nil {
+		return io.NewSectionReader(newPartsReader(obj.parts), 0, obj.size)
+	}
 	if head == nil {
 		return io.NewSectionReader(bytes.NewReader(obj.body), 0, obj.size)
 	}
@@ -296,4 +300,37 @@ func (r *tailReader) ReadAt(p []byte, off int64) (int, error) {
 		return read + m, io.EOF
 	}
 	return read + m, nil
+}
+
+// partsReader reads byte slices one after the other.
+type partsReader struct {
+	parts [][]byte
+	ends  []int64 // where each part ends
+}
+
+func newPartsReader(parts [][]byte) *partsReader {
+	r := &partsReader{parts: parts, ends: make([]int64, len(parts))}
+	n := int64(0)
+	for i, p := range parts {
+		n += int64(len(p))
+		r.ends[i] = n
+	}
+	return r
+}
+
+func (r *partsReader) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errors.New("partsReader: negative offset")
+	}
+	read := 0
+	// The first part that ends after off.
+	for i := sort.Search(len(r.ends), func(i int) bool { return r.ends[i] > off }); i < len(r.parts) && len(p) > 0; i++ {
+		start := r.ends[i] - int64(len(r.parts[i]))
+		m := copy(p, r.parts[i][off-start:])
+		read, p, off = read+m, p[m:], off+int64(m)
+	}
+	if len(p) > 0 {
+		return read, io.EOF
+	}
+	return read, nil
 }

@@ -117,3 +117,18 @@ func TestBodyOfStagedAndTail(t *testing.T) {
 		t.Error("a staged file shorter than the object read without an error")
 	}
 }
+
+// An object held in memory as its members reads as their bytes one after
+// the other: whole, by ReadAt across the boundaries, and by Seek.
+func TestBodyOfParts(t *testing.T) {
+	for _, parts := range [][]string{{"one"}, {"0123456789", "abcdefghij"}, {"x", "", "yz", "", ""}, {"", "a"}} {
+		obj := &object{}
+		for _, p := range parts {
+			obj.parts = append(obj.parts, []byte(p))
+			obj.size += int64(len(p))
+		}
+		if err := iotest.TestReader(bodyOf(obj, nil, 0), []byte(strings.Join(parts, ""))); err != nil {
+			t.Errorf("parts %q: %v", parts, err)
+		}
+	}
+}
