@@ -1,10 +1,6 @@
 package template
 
-import (
-	"bytes"
-
-	"github.com/logfwd/forwarder/internal/jsonscan"
-)
+import "github.com/logfwd/forwarder/internal/jsonscan"
 
 // maxFound is how many fields a Finder looks up in its one pass; the
 // fields of templates beyond it are looked up one by one, as without one.
@@ -78,7 +74,7 @@ func (f *Finder) scan(obj []byte, depth int, idx [maxFound]int8, n int, out *Fie
 		if i >= len(obj) || obj[i] != '"' {
 			return // the end ('}'), or not an object
 		}
-		kEnd := jsonscan.SkipString(obj, i)
+		kEnd, escaped := jsonscan.SkipKey(obj, i)
 		if kEnd < 0 {
 			return
 		}
@@ -93,7 +89,6 @@ func (f *Finder) scan(obj []byte, depth int, idx [maxFound]int8, n int, out *Fie
 			return
 		}
 		raw := k[1 : len(k)-1]
-		escaped := bytes.IndexByte(raw, '\\') >= 0
 		var sub [maxFound]int8
 		m := 0
 		for j, x := range idx[:n] {

@@ -116,6 +116,31 @@ func SkipString(b []byte, i int) int {
 	}
 }
 
+// SkipKey is SkipString, also reporting whether the string holds a
+// backslash: an object's key, compared as it is when it holds none.
+func SkipKey(b []byte, i int) (end int, escaped bool) {
+	j := i + 1
+	for ; j+8 <= len(b); j += 8 {
+		w := binary.LittleEndian.Uint64(b[j:])
+		if m := zeroBytes(w^(ones*'"')) | zeroBytes(w^(ones*'\\')); m != 0 {
+			j += bits.TrailingZeros64(m) >> 3
+			if b[j] == '"' {
+				return j + 1, false
+			}
+			return SkipString(b, i), true
+		}
+	}
+	for ; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			return j + 1, false
+		case '\\':
+			return SkipString(b, i), true
+		}
+	}
+	return -1, false
+}
+
 // ones has a 1 in each byte: ones*c has c in each.
 const ones = 0x0101010101010101
 

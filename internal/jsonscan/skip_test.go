@@ -83,3 +83,39 @@ func FuzzSkipString(f *testing.F) {
 		}
 	})
 }
+
+// checkSkipKey checks SkipKey against SkipString and a look for a
+// backslash in the string, as the template Finder did before SkipKey.
+func checkSkipKey(t *testing.T, b []byte, i int) {
+	t.Helper()
+	end, escaped := SkipKey(b, i)
+	if want := SkipString(b, i); end != want {
+		t.Fatalf("SkipKey(%q, %d) = %d, SkipString %d", b, i, end, want)
+	}
+	if end >= 0 && escaped != (bytes.IndexByte(b[i+1:end-1], '\\') >= 0) {
+		t.Fatalf("SkipKey(%q, %d): escaped %v", b, i, escaped)
+	}
+}
+
+func TestSkipKey(t *testing.T) {
+	for _, b := range skipStringCases() {
+		for i := range b {
+			if b[i] == '"' {
+				checkSkipKey(t, b, i)
+			}
+		}
+	}
+}
+
+func FuzzSkipKey(f *testing.F) {
+	for _, b := range skipStringCases()[:64] {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for i := range b {
+			if b[i] == '"' {
+				checkSkipKey(t, b, i)
+			}
+		}
+	})
+}
