@@ -175,23 +175,7 @@ func SkipValue(b []byte, i int) int {
 	case '"':
 		return SkipString(b, i)
 	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				if j = SkipString(b, j); j < 0 {
-					return -1
-				}
-				j--
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
+		return SkipNested(b, i, 0)
 	default: // number, true, false, null
 		j := i
 		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\t' && b[j] != '\r' {
@@ -202,4 +186,26 @@ func SkipValue(b []byte, i int) int {
 		}
 		return j
 	}
+}
+
+// SkipNested returns the index after the object or array that SkipValue
+// is skipping at b[j] with depth brackets open, or -1: it counts the
+// brackets, '{' and '[' as one, '}' and ']' as one, outside strings.
+func SkipNested(b []byte, j, depth int) int {
+	for ; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			if j = SkipString(b, j); j < 0 {
+				return -1
+			}
+			j--
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return j + 1
+			}
+		}
+	}
+	return -1
 }
