@@ -14,6 +14,10 @@ const maxFound = 8
 // for concurrent use.
 type Finder struct {
 	paths [][]string // the templates' own path slices: a part finds its value by identity
+	// lens has, for each depth, bit min(len(key), 63) set for the key of
+	// every path at that depth: a key without a backslash of no such
+	// length is none of them.
+	lens []uint64
 }
 
 // NewFinder returns a Finder of the fields of ts.
@@ -24,6 +28,12 @@ func NewFinder(ts ...*Template) *Finder {
 			p := &t.parts[i]
 			if p.kind == field && len(p.path) > 0 && len(f.paths) < maxFound {
 				f.paths = append(f.paths, p.path)
+				for d, k := range p.path {
+					if d == len(f.lens) {
+						f.lens = append(f.lens, 0)
+					}
+					f.lens[d] |= 1 << min(len(k), 63)
+				}
 			}
 		}
 	}
@@ -84,7 +94,11 @@ func (f *Finder) scan(obj []byte, depth int, idx [maxFound]int8, n int, out *Fie
 			return
 		}
 		i = jsonscan.SkipSpace(obj, i+1)
-		leaf, sub, nl, ns := f.match(k, escaped, depth, &idx, n)
+		var leaf, sub [maxFound]int8
+		var nl, ns int
+		if escaped || f.lens[depth]&(1<<min(len(k)-2, 63)) != 0 {
+			leaf, sub, nl, ns = f.match(k, escaped, depth, &idx, n)
+		}
 		left -= nl + ns
 		var vEnd int
 		if ns > 0 && i < len(obj) && obj[i] == '{' {
@@ -171,7 +185,11 @@ func (f *Finder) scanObject(obj []byte, i, depth int, idx [maxFound]int8, n int,
 			break
 		}
 		i = jsonscan.SkipSpace(obj, i+1)
-		leaf, sub, nl, ns := f.match(k, escaped, depth, &idx, n)
+		var leaf, sub [maxFound]int8
+		var nl, ns int
+		if escaped || f.lens[depth]&(1<<min(len(k)-2, 63)) != 0 {
+			leaf, sub, nl, ns = f.match(k, escaped, depth, &idx, n)
+		}
 		left -= nl + ns
 		var vEnd int
 		if ns > 0 && i < len(obj) && obj[i] == '{' {

@@ -2,6 +2,7 @@ package template
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/logfwd/forwarder/internal/jsonscan"
@@ -149,6 +150,15 @@ func TestFinderMatchesOld(t *testing.T) {
 		for _, paths := range sets {
 			findMatchesOld(t, []byte(body), paths...)
 		}
+	}
+	// Keys of 63 bytes and more share a length bit.
+	long := func(n int) string { return strings.Repeat("k", n) }
+	for _, body := range []string{
+		`{"` + long(64) + `":1,"` + long(70) + `":{"` + long(63) + `":2},"` + long(62) + `":3}`,
+		`{"` + long(70) + `":1,"` + long(64) + `":{"` + long(62) + `":2},"k\u006b":4,"kk":5}`,
+	} {
+		findMatchesOld(t, []byte(body), []string{long(70)}, []string{long(64), long(62)}, []string{long(62)}, []string{"kk"})
+		findMatchesOld(t, []byte(body), []string{long(64)}, []string{long(70), long(63)}, []string{long(63)})
 	}
 	// Each body with each byte replaced by one that counts, or cut there.
 	for _, body := range oldFindBodies[:12] {
