@@ -62,9 +62,22 @@ func (f *Finder) Find(body []byte, out *Fields) {
 	f.scan(body, 0, pend, len(f.paths), out)
 	for i := range f.paths {
 		if fv := &out.vals[i]; fv.ok {
-			fv.v, fv.ok = lookupValue(fv.v)
+			fv.v, fv.ok = foundText(fv.v)
 		}
 	}
+}
+
+// foundText is lookupValue of a value that scan found, which has no space
+// around it to trim: scan skips space before a value, and a value that
+// jsonscan.SkipValue skips ends at a quote, a bracket, or before a space.
+func foundText(v []byte) ([]byte, bool) {
+	switch {
+	case len(v) == 0 || string(v) == "null":
+		return nil, false
+	case v[0] == '"':
+		return jsonscan.Unquote(v)
+	}
+	return v, true
 }
 
 // scan looks up, in the object obj, member path[depth] of each field of
