@@ -1,10 +1,6 @@
 package template
 
-import (
-	"bytes"
-
-	"github.com/logfwd/forwarder/internal/jsonscan"
-)
+import "github.com/logfwd/forwarder/internal/jsonscan"
 
 // maxFound is how many fields a Finder looks up in its one pass; the
 // fields of templates beyond it are looked up one by one, as without one.
@@ -18,6 +14,10 @@ const maxFound = 8
 // for concurrent use.
 type Finder struct {
 	paths [][]string // the templates' own path slices: a part finds its value by identity
+	// lens has, for each depth, bit min(len(key), 63) set for the key of
+	// every path at that depth: a key without a backslash of no such
+	// length is none of them.
+	lens []uint64
 }
 
 // NewFinder returns a Finder of the fields of ts.
@@ -28,6 +28,12 @@ func NewFinder(ts ...*Template) *Finder {
 			p := &t.parts[i]
 			if p.kind == field && len(p.path) > 0 && len(f.paths) < maxFound {
 				f.paths = append(f.paths, p.path)
+				for d, k := range p.path {
+					if d == len(f.lens) {
+						f.lens = append(f.lens, 0)
+					}
+					f.lens[d] |= 1 << min(len(k), 63)
+				}
 			}
 		}
 	}
@@ -56,9 +62,22 @@ func (f *Finder) Find(body []byte, out *Fields) {
 	f.scan(body, 0, pend, len(f.paths), out)
 	for i := range f.paths {
 		if fv := &out.vals[i]; fv.ok {
-			fv.v, fv.ok = lookupValue(fv.v)
+			fv.v, fv.ok = foundText(fv.v)
 		}
 	}
+}
+
+// foundText is lookupValue of a value that scan found, which has no space
+// around it to trim: scan skips space before a value, and a value that
+// jsonscan.SkipValue skips ends at a quote, a bracket, or before a space.
+func foundText(v []byte) ([]byte, bool) {
+	switch {
+	case len(v) == 0 || string(v) == "null":
+		return nil, false
+	case v[0] == '"':
+		return jsonscan.Unquote(v)
+	}
+	return v, true
 }
 
 // scan looks up, in the object obj, member path[depth] of each field of
@@ -78,7 +97,7 @@ func (f *Finder) scan(obj []byte, depth int, idx [maxFound]int8, n int, out *Fie
 		if i >= len(obj) || obj[i] != '"' {
 			return // the end ('}'), or not an object
 		}
-		kEnd := jsonscan.SkipString(obj, i)
+		kEnd, escaped := jsonscan.SkipKey(obj, i)
 		if kEnd < 0 {
 			return
 		}
@@ -88,39 +107,144 @@ func (f *Finder) scan(obj []byte, depth int, idx [maxFound]int8, n int, out *Fie
 			return
 		}
 		i = jsonscan.SkipSpace(obj, i+1)
-		vEnd := jsonscan.SkipValue(obj, i)
+		var leaf, sub [maxFound]int8
+		var nl, ns int
+		if escaped || f.lens[depth]&(1<<min(len(k)-2, 63)) != 0 {
+			leaf, sub, nl, ns = f.match(k, escaped, depth, &idx, n)
+		}
+		left -= nl + ns
+		var vEnd int
+		if ns > 0 && i < len(obj) && obj[i] == '{' {
+			vEnd = f.scanObject(obj, i, depth+1, sub, ns, out)
+		} else {
+			vEnd = jsonscan.SkipValue(obj, i) // a path going on in what is not an object ends here
+		}
 		if vEnd < 0 {
 			return
 		}
-		raw := k[1 : len(k)-1]
-		escaped := bytes.IndexByte(raw, '\\') >= 0
-		var sub [maxFound]int8
-		m := 0
-		for j, x := range idx[:n] {
-			if x < 0 {
-				continue
-			}
-			key := f.paths[x][depth]
-			if escaped && !jsonscan.KeyEquals(k, key) || !escaped && string(raw) != key {
-				continue
-			}
-			idx[j] = -1
-			left--
-			if len(f.paths[x]) == depth+1 {
-				out.vals[x] = foundValue{obj[i:vEnd], true}
-			} else {
-				sub[m] = x
-				m++
-			}
-		}
-		if m > 0 {
-			f.scan(obj[i:vEnd], depth+1, sub, m, out)
+		for _, x := range leaf[:nl] {
+			out.vals[x] = foundValue{obj[i:vEnd], true}
 		}
 		i = jsonscan.SkipSpace(obj, vEnd)
 		if i < len(obj) && obj[i] == ',' {
 			i++
 		}
 	}
+}
+
+// match takes the fields of idx[:n] whose member path[depth] is the key k
+// (quoted; escaped when it holds a backslash) out of idx: those whose path
+// ends there into leaf[:nl], those whose path goes on into sub[:ns].
+func (f *Finder) match(k []byte, escaped bool, depth int, idx *[maxFound]int8, n int) (leaf, sub [maxFound]int8, nl, ns int) {
+	raw := k[1 : len(k)-1]
+	for j, x := range idx[:n] {
+		if x < 0 {
+			continue
+		}
+		key := f.paths[x][depth]
+		if escaped && !jsonscan.KeyEquals(k, key) || !escaped && string(raw) != key {
+			continue
+		}
+		idx[j] = -1
+		if len(f.paths[x]) == depth+1 {
+			leaf[nl] = x
+			nl++
+		} else {
+			sub[ns] = x
+			ns++
+		}
+	}
+	return leaf, sub, nl, ns
+}
+
+// scanObject is scan of the object obj[i:end] that opens at obj[i] ('{'),
+// end being jsonscan.SkipValue(obj, i), which it returns; the fields of
+// idx[:n] are left not found when it is -1. It goes over the object once:
+// its members as scan does, then, once every field is found, the rest as
+// SkipValue does. SkipValue counts brackets outside strings, and so finds
+// the same end through the members read as scan reads them, but for a
+// value that is neither a string, an object nor an array (a number, true,
+// false, null) and holds a bracket or a quote, or what is not an object:
+// then the object is skipped with SkipValue and scanned again within its
+// end.
+func (f *Finder) scanObject(obj []byte, i, depth int, idx [maxFound]int8, n int, out *Fields) int {
+	start, all := i, idx
+	i++
+	left := n
+	for {
+		i = jsonscan.SkipSpace(obj, i)
+		if i >= len(obj) {
+			break
+		}
+		if obj[i] == '}' {
+			return i + 1
+		}
+		if obj[i] != '"' {
+			break
+		}
+		if left == 0 {
+			if end := jsonscan.SkipNested(obj, i, 1); end >= 0 {
+				return end
+			}
+			break
+		}
+		kEnd, escaped := jsonscan.SkipKey(obj, i)
+		if kEnd < 0 {
+			break
+		}
+		k := obj[i:kEnd]
+		i = jsonscan.SkipSpace(obj, kEnd)
+		if i >= len(obj) || obj[i] != ':' {
+			break
+		}
+		i = jsonscan.SkipSpace(obj, i+1)
+		var leaf, sub [maxFound]int8
+		var nl, ns int
+		if escaped || f.lens[depth]&(1<<min(len(k)-2, 63)) != 0 {
+			leaf, sub, nl, ns = f.match(k, escaped, depth, &idx, n)
+		}
+		left -= nl + ns
+		var vEnd int
+		if ns > 0 && i < len(obj) && obj[i] == '{' {
+			vEnd = f.scanObject(obj, i, depth+1, sub, ns, out)
+		} else {
+			vEnd = jsonscan.SkipValue(obj, i)
+		}
+		if vEnd < 0 || !countsAsSkipped(obj[i:vEnd]) {
+			break
+		}
+		for _, x := range leaf[:nl] {
+			out.vals[x] = foundValue{obj[i:vEnd], true}
+		}
+		i = jsonscan.SkipSpace(obj, vEnd)
+		if i < len(obj) && obj[i] == ',' {
+			i++
+		}
+	}
+	for _, x := range all[:n] { // the fields found within the object, at any depth
+		out.vals[x] = foundValue{}
+	}
+	end := jsonscan.SkipValue(obj, start)
+	if end >= 0 {
+		f.scan(obj[start:end], depth, all, n, out)
+	}
+	return end
+}
+
+// countsAsSkipped reports whether SkipValue, skipping an object or array
+// that holds the value v, steps over v as it is: v is a string, an object
+// or an array, or else holds no bracket or quote that SkipValue would
+// count.
+func countsAsSkipped(v []byte) bool {
+	if len(v) == 0 || v[0] == '"' || v[0] == '{' || v[0] == '[' {
+		return true
+	}
+	for _, c := range v {
+		if c == '"' || c == '{' || c == '[' {
+			return false
+		}
+	}
+	return true
 }
 
 // get returns the value found for path, and whether path is one of the

@@ -5,7 +5,9 @@ package jsonscan
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 )
 
 // member returns the value of key in the object obj.
@@ -97,11 +99,11 @@ func TrimSpace(b []byte) []byte {
 // skipString returns the index after the string starting at b[i] == '"'.
 func SkipString(b []byte, i int) int {
 	for j := i + 1; ; {
-		k := bytes.IndexByte(b[j:], '"')
+		k := indexQuote(b, j)
 		if k < 0 {
 			return -1
 		}
-		j += k
+		j = k
 		// The quote ends the string unless an odd run of backslashes escapes it.
 		n := 0
 		for m := j - 1; m > i && b[m] == '\\'; m-- {
@@ -114,6 +116,56 @@ func SkipString(b []byte, i int) int {
 	}
 }
 
+// SkipKey is SkipString, also reporting whether the string holds a
+// backslash: an object's key, compared as it is when it holds none.
+func SkipKey(b []byte, i int) (end int, escaped bool) {
+	j := i + 1
+	for ; j+8 <= len(b); j += 8 {
+		w := binary.LittleEndian.Uint64(b[j:])
+		if m := zeroBytes(w^(ones*'"')) | zeroBytes(w^(ones*'\\')); m != 0 {
+			j += bits.TrailingZeros64(m) >> 3
+			if b[j] == '"' {
+				return j + 1, false
+			}
+			return SkipString(b, i), true
+		}
+	}
+	for ; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			return j + 1, false
+		case '\\':
+			return SkipString(b, i), true
+		}
+	}
+	return -1, false
+}
+
+// ones has a 1 in each byte: ones*c has c in each.
+const ones = 0x0101010101010101
+
+// zeroBytes has the top bit set of the lowest zero byte of w (and perhaps
+// of bytes above it, never below).
+func zeroBytes(w uint64) uint64 { return (w - ones) &^ w & (ones * 0x80) }
+
+// shortString is how far indexQuote looks 8 bytes at a time before
+// bytes.IndexByte, whose call and setup cost more than a short string.
+const shortString = 32
+
+// indexQuote returns the index of the first '"' in b[j:] (from 0 of b), or -1.
+func indexQuote(b []byte, j int) int {
+	for end := min(len(b), j+shortString); j+8 <= end; j += 8 {
+		if m := zeroBytes(binary.LittleEndian.Uint64(b[j:]) ^ (ones * '"')); m != 0 {
+			return j + bits.TrailingZeros64(m)>>3
+		}
+	}
+	k := bytes.IndexByte(b[j:], '"')
+	if k < 0 {
+		return -1
+	}
+	return j + k
+}
+
 // skipValue returns the index after the JSON value starting at i, or -1.
 func SkipValue(b []byte, i int) int {
 	if i >= len(b) {
@@ -123,23 +175,7 @@ func SkipValue(b []byte, i int) int {
 	case '"':
 		return SkipString(b, i)
 	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				if j = SkipString(b, j); j < 0 {
-					return -1
-				}
-				j--
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return -1
+		return SkipNested(b, i, 0)
 	default: // number, true, false, null
 		j := i
 		for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\n' && b[j] != '\t' && b[j] != '\r' {
@@ -150,4 +186,26 @@ func SkipValue(b []byte, i int) int {
 		}
 		return j
 	}
+}
+
+// SkipNested returns the index after the object or array that SkipValue
+// is skipping at b[j] with depth brackets open, or -1: it counts the
+// brackets, '{' and '[' as one, '}' and ']' as one, outside strings.
+func SkipNested(b []byte, j, depth int) int {
+	for ; j < len(b); j++ {
+		switch b[j] {
+		case '"':
+			if j = SkipString(b, j); j < 0 {
+				return -1
+			}
+			j--
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				return j + 1
+			}
+		}
+	}
+	return -1
 }
