@@ -14,7 +14,9 @@ LDFLAGS  := -X main.version=$(VERSION)
 # (about 10 seconds each on 2 cores; make fuzz runs each for 5 minutes).
 FUZZ_TARGETS := ./inputs/forward:FuzzDecode:60000 ./inputs/httpin:FuzzParseBody:100000 \
 	./inputs/httpin:FuzzRequest:40000 \
-	./inputs/httpin:FuzzScanner:80000 ./template:FuzzLookup:400000 ./template:FuzzFinder:100000
+	./inputs/httpin:FuzzScanner:80000 ./template:FuzzLookup:400000 ./template:FuzzFinder:100000 \
+	./template:FuzzFinderOld:400000 ./internal/jsonscan:FuzzSkipKey:400000 \
+	./sinks/cloudwatch:FuzzAppendMessage:60000
 
 all: build
 
