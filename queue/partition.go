@@ -118,18 +118,22 @@ func (p *partition) arrived(n int, now time.Time) {
 // it waits to be sent again as it is. So while the batch is in the
 // queue's array, the queue does not move in it, and an array the queue
 // leaves waits in prev until the batch is gone.
+//
+// An array much larger than the queue needs (a backlog's, once drained)
+// is not moved in: the queue takes one of its size, so that a partition
+// does not keep the peak of its queue for good.
 func (p *partition) reserve(n int, free *queueArrays) {
-	k := len(p.queue) + n
-	if k <= cap(p.queue) {
-		return
-	}
 	if p.prev.recs != nil && !p.batchInPrev() {
 		free.put(p.prev)
 		p.prev = queueArray{}
 	}
+	k := len(p.queue) + n
+	if k <= cap(p.queue) {
+		return
+	}
 	m := len(p.queue)
 	inArray := len(p.batch) > 0 && !p.batchInPrev()
-	if k <= cap(p.qbuf) && 2*m <= cap(p.qbuf) && !inArray {
+	if k <= cap(p.qbuf) && 2*m <= cap(p.qbuf) && cap(p.qbuf) <= 8*k && !inArray {
 		// The queue ends where qbuf ends: it was cut from the front only.
 		start := cap(p.qbuf) - cap(p.queue)
 		copy(p.qbuf, p.queue)

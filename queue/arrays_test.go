@@ -1,0 +1,53 @@
+package queue
+
+import (
+	"testing"
+
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// TestQueueArrayShrinks: a partition whose queue once held a backlog does
+// not keep the backlog's array while a trickle of records flows through
+// it; an array left while a batch was in it goes once the batch is gone.
+func TestQueueArrayShrinks(t *testing.T) {
+	free := &queueArrays{max: 1 << 16}
+	p := &partition{}
+	seq := uint64(0)
+	add := func(n int) {
+		p.reserve(n, free)
+		for range n {
+			seq++
+			p.queue = append(p.queue, sinks.Record{Seq: seq, Body: []byte("x")})
+			p.sizes = append(p.sizes, 1)
+		}
+	}
+	cut := func(n int) []sinks.Record {
+		b := p.queue[:n:n]
+		p.queue, p.sizes = p.queue[n:], p.sizes[n:]
+		return b
+	}
+	add(100000)
+	clear(cut(100000)) // delivered: its records cleared
+	for range 50000 {
+		add(10)
+		clear(cut(10))
+	}
+	if c := cap(p.qbuf); c > 8*20 {
+		t.Fatalf("a queue of at most 10 records keeps an array of %d places", c)
+	}
+
+	// A batch in the array when the queue grows out of it: the array waits
+	// in prev, then goes at the next reserve after the batch is gone.
+	add(10)
+	p.batch = cut(10)
+	add(1000)
+	if p.prev.recs == nil {
+		t.Fatal("the array holding the batch was not kept aside")
+	}
+	clear(p.batch)
+	p.batch = nil
+	add(1)
+	if p.prev.recs != nil {
+		t.Fatal("the array the batch was in is still held after the batch is gone")
+	}
+}
