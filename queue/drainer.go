@@ -167,6 +167,9 @@ func (d *Drainer) Run(ctx context.Context) error {
 	defer close(d.drain.exit)
 	cursor, err := d.w.RegisterCursor(ctx, d.name)
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil // stopped before it started: nothing to finish
+		}
 		return fmt.Errorf("register cursor %q: %w", d.name, err)
 	}
 	repartitioned, fresh, err := d.checkFingerprint()

@@ -819,3 +819,21 @@ func TestBodiesOutliveReads(t *testing.T) {
 		t.Fatalf("%d records delivered, want %d", len(got), n)
 	}
 }
+
+// TestRunStoppedBeforeStart: a drainer whose context ends before it has
+// registered its cursor stops without an error, as one stopped later does.
+func TestRunStoppedBeforeStart(t *testing.T) {
+	w := openWAL(t, wal.Options{})
+	defer w.Close()
+	appendN(t, w, 100, tagsOf(2), 50)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	// Registering the cursor races the ended context (either may win):
+	// many runs meet both.
+	for i := range 50 {
+		s := newTestSink(sinks.Limits{MaxRecords: 50, MaxBytes: 1 << 20, MaxAge: 20 * time.Millisecond, Concurrency: 1})
+		if err := New(w, "s", s, Options{checkInvariants: true}).Run(ctx); err != nil {
+			t.Fatalf("run %d: Run with its context ended: %v", i, err)
+		}
+	}
+}
