@@ -51,3 +51,29 @@ func TestQueueArrayShrinks(t *testing.T) {
 		t.Fatal("the array the batch was in is still held after the batch is gone")
 	}
 }
+
+// TestArrayOwnersChecked: the loop's check finds an array held twice.
+func TestArrayOwnersChecked(t *testing.T) {
+	a := queueArray{make([]sinks.Record, 8), make([]int32, 8)}
+	b := queueArray{make([]sinks.Record, 8), make([]int32, 8)}
+	l := &loop{parts: map[string]*partition{
+		"x": {key: "x", qbuf: a.recs, sbuf: a.sizes},
+		"y": {key: "y", qbuf: b.recs, sbuf: b.sizes},
+	}}
+	if err := l.checkArrayOwners(); err != nil {
+		t.Fatalf("arrays held once: %v", err)
+	}
+	for name, bad := range map[string]func(){
+		"two partitions": func() { l.parts["y"].qbuf, l.parts["y"].sbuf = a.recs, a.sizes },
+		"queue and left": func() { l.parts["x"].prev = a },
+		"kept and held":  func() { l.arrays.free[3] = append(l.arrays.free[3], b) },
+	} {
+		saved := map[string]partition{"x": *l.parts["x"], "y": *l.parts["y"]}
+		bad()
+		if err := l.checkArrayOwners(); err == nil {
+			t.Errorf("%s: an array held twice passes", name)
+		}
+		*l.parts["x"], *l.parts["y"] = saved["x"], saved["y"]
+		l.arrays.free[3] = nil
+	}
+}

@@ -21,6 +21,9 @@ func (l *loop) check() error {
 		if err := l.arrays.check(); err != nil {
 			return err
 		}
+		if err := l.checkArrayOwners(); err != nil {
+			return err
+		}
 	}
 	for key, p := range l.parts {
 		if p.key != key {
@@ -361,6 +364,40 @@ func (a *queueArrays) check() error {
 	}
 	if slots != a.slots || slots > a.max {
 		return fmt.Errorf("arrays of %d places kept, counted %d, at most %d", slots, a.slots, a.max)
+	}
+	return nil
+}
+
+// checkArrayOwners verifies that no queue array is held twice: by two
+// partitions, by a partition as its queue's and as the one it left, or by
+// a partition and the arrays kept for reuse.
+func (l *loop) checkArrayOwners() error {
+	owners := map[*sinks.Record]string{}
+	own := func(a queueArray, who string) error {
+		if cap(a.recs) == 0 {
+			return nil
+		}
+		base := &a.recs[:1][0]
+		if other, ok := owners[base]; ok {
+			return fmt.Errorf("a queue array is held by %s and by %s", other, who)
+		}
+		owners[base] = who
+		return nil
+	}
+	for key, p := range l.parts {
+		if err := own(queueArray{p.qbuf, p.sbuf}, fmt.Sprintf("partition %q", key)); err != nil {
+			return err
+		}
+		if err := own(p.prev, fmt.Sprintf("partition %q (the array it left)", key)); err != nil {
+			return err
+		}
+	}
+	for _, free := range l.arrays.free {
+		for _, q := range free {
+			if err := own(q, "the arrays kept for reuse"); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
