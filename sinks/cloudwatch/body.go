@@ -88,17 +88,9 @@ func appendMessage(dst, msg []byte) []byte {
 	for ; i+8 <= len(msg); i += 8 {
 		w := binary.LittleEndian.Uint64(msg[i:])
 		if ctlMask(w) != 0 {
-			for _, c := range msg[i : i+8] {
-				switch e := messageEscapes[c]; e {
-				case 0:
-					d[j] = c
-					j++
-				case 'u':
-					return appendMessageRuns(dst, msg)
-				default:
-					d[j], d[j+1] = '\\', e
-					j += 2
-				}
+			var ok bool
+			if j, ok = escapeBytes(d, j, msg[i:i+8]); !ok {
+				return appendMessageRuns(dst, msg)
 			}
 			continue
 		}
@@ -111,20 +103,32 @@ func appendMessage(dst, msg []byte) []byte {
 		}
 		j += 8
 	}
-	for _, c := range msg[i:] { // the last bytes, fewer than eight
+	j, ok := escapeBytes(d, j, msg[i:]) // the last bytes, fewer than eight
+	if !ok {
+		return appendMessageRuns(dst, msg)
+	}
+	d[j] = '"'
+	return d[:j+1]
+}
+
+// escapeBytes writes b into d from j on, a byte at a time, with `"`, `\`,
+// newline, carriage return and tab escaped, and returns where it ended. It
+// reports false, having written part of b, at a byte that is written
+// \u00XX, which appendMessageRuns writes.
+func escapeBytes(d []byte, j int, b []byte) (int, bool) {
+	for _, c := range b {
 		switch e := messageEscapes[c]; e {
 		case 0:
 			d[j] = c
 			j++
 		case 'u':
-			return appendMessageRuns(dst, msg)
+			return j, false
 		default:
 			d[j], d[j+1] = '\\', e
 			j += 2
 		}
 	}
-	d[j] = '"'
-	return d[:j+1]
+	return j, true
 }
 
 const (
