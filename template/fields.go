@@ -67,8 +67,8 @@ func (f *Finder) Find(body []byte, out *Fields) {
 	}
 }
 
-// foundText is lookupValue of a value that scan found, which has no space
-// around it to trim: scan skips space before a value, and a value that
+// foundText is lookupValue of a value with no space around it, as scan
+// finds them: scan skips space before a value, and a value that
 // jsonscan.SkipValue skips ends at a quote, a bracket, or before a space.
 func foundText(v []byte) ([]byte, bool) {
 	switch {

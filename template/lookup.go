@@ -18,12 +18,5 @@ func Lookup(body []byte, path []string) ([]byte, bool) {
 
 // lookupValue is what Lookup returns of the JSON value v it found.
 func lookupValue(v []byte) ([]byte, bool) {
-	v = jsonscan.TrimSpace(v)
-	switch {
-	case len(v) == 0 || string(v) == "null":
-		return nil, false
-	case v[0] == '"':
-		return jsonscan.Unquote(v)
-	}
-	return v, true
+	return foundText(jsonscan.TrimSpace(v))
 }
