@@ -97,20 +97,10 @@ func (f *Finder) scan(obj []byte, depth int, idx [maxFound]int8, n int, out *Fie
 		if i >= len(obj) || obj[i] != '"' {
 			return // the end ('}'), or not an object
 		}
-		kEnd, escaped := jsonscan.SkipKey(obj, i)
-		if kEnd < 0 {
-			return
-		}
-		k := obj[i:kEnd]
-		i = jsonscan.SkipSpace(obj, kEnd)
-		if i >= len(obj) || obj[i] != ':' {
-			return
-		}
-		i = jsonscan.SkipSpace(obj, i+1)
 		var leaf, sub [maxFound]int8
 		var nl, ns int
-		if escaped || f.lens[depth]&(1<<min(len(k)-2, 63)) != 0 {
-			leaf, sub, nl, ns = f.match(k, escaped, depth, &idx, n)
+		if i, leaf, sub, nl, ns = f.member(obj, i, depth, &idx, n); i < 0 {
+			return
 		}
 		left -= nl + ns
 		var vEnd int
@@ -130,6 +120,27 @@ func (f *Finder) scan(obj []byte, depth int, idx [maxFound]int8, n int, out *Fie
 			i++
 		}
 	}
+}
+
+// member reads the member of obj whose key opens at obj[i] up to its
+// value: it returns where the value starts, or -1 when what is there is
+// not a member, and the fields of idx[:n] the key names (match). Keys of a
+// length no field's member at depth has are not compared.
+func (f *Finder) member(obj []byte, i, depth int, idx *[maxFound]int8, n int) (v int, leaf, sub [maxFound]int8, nl, ns int) {
+	kEnd, escaped := jsonscan.SkipKey(obj, i)
+	if kEnd < 0 {
+		return -1, leaf, sub, 0, 0
+	}
+	k := obj[i:kEnd]
+	v = jsonscan.SkipSpace(obj, kEnd)
+	if v >= len(obj) || obj[v] != ':' {
+		return -1, leaf, sub, 0, 0
+	}
+	v = jsonscan.SkipSpace(obj, v+1)
+	if escaped || f.lens[depth]&(1<<min(len(k)-2, 63)) != 0 {
+		leaf, sub, nl, ns = f.match(k, escaped, depth, idx, n)
+	}
+	return v, leaf, sub, nl, ns
 }
 
 // match takes the fields of idx[:n] whose member path[depth] is the key k
@@ -188,20 +199,10 @@ func (f *Finder) scanObject(obj []byte, i, depth int, idx [maxFound]int8, n int,
 			}
 			break
 		}
-		kEnd, escaped := jsonscan.SkipKey(obj, i)
-		if kEnd < 0 {
-			break
-		}
-		k := obj[i:kEnd]
-		i = jsonscan.SkipSpace(obj, kEnd)
-		if i >= len(obj) || obj[i] != ':' {
-			break
-		}
-		i = jsonscan.SkipSpace(obj, i+1)
 		var leaf, sub [maxFound]int8
 		var nl, ns int
-		if escaped || f.lens[depth]&(1<<min(len(k)-2, 63)) != 0 {
-			leaf, sub, nl, ns = f.match(k, escaped, depth, &idx, n)
+		if i, leaf, sub, nl, ns = f.member(obj, i, depth, &idx, n); i < 0 {
+			break
 		}
 		left -= nl + ns
 		var vEnd int
