@@ -17,10 +17,86 @@ type read struct {
 	gen  uint64 // the catch-up reader's generation; 0 for the head reader
 }
 
-// readBuffers are buffers ingest is done with, for readers to decode into
-// again. A pool: what a burst of reads leaves goes with the next
-// collections.
-var readBuffers = sync.Pool{New: func() any { return new(wal.ReadBuffer) }}
+// readBytes is how many bytes of bodies a read of the WAL takes at most.
+const readBytes = 4 << 20
+
+// rangeBuffers are buffers of ReadRange, for the pieces of a range. A
+// pool: ranges are read after a restart and for checks, seldom.
+var rangeBuffers = sync.Pool{New: func() any { return new(wal.ReadBuffer) }}
+
+// readBuffers keeps a loop's read buffers, for its readers to decode into
+// again: the head reader's two (one being decoded into, one being
+// ingested) and the catch-up reader's. Kept across garbage collections, not
+// in a sync.Pool: at the memory limit the heap is collected every few reads,
+// and a pool emptied at each collection had readers allocate (and clear) a
+// buffer of up to a few MiB a read. While a reader waits for appends, the
+// loop keeps what a reader that keeps up uses (wal.ReadBuffer.Trim): the
+// head reader's two buffers, trimmed.
+type readBuffers struct {
+	mu      sync.Mutex
+	bufs    []*wal.ReadBuffer
+	waiting bool // a reader has read everything and waits for appends
+}
+
+const (
+	readBufferCap        = 4
+	readBufferCapWaiting = 2
+)
+
+// get returns a buffer to read into: one kept or a new one.
+func (b *readBuffers) get() *wal.ReadBuffer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waiting = false
+	if n := len(b.bufs); n > 0 {
+		buf := b.bufs[n-1]
+		b.bufs[n-1] = nil
+		b.bufs = b.bufs[:n-1]
+		return buf
+	}
+	return new(wal.ReadBuffer)
+}
+
+// put keeps buf for a reader, or drops it when enough are kept.
+func (b *readBuffers) put(buf *wal.ReadBuffer) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	keep := readBufferCap
+	if b.waiting {
+		buf.Trim()
+		keep = readBufferCapWaiting
+	}
+	if len(b.bufs) < keep {
+		b.bufs = append(b.bufs, buf)
+	}
+}
+
+// wait is told that a reader waits for appends (until its next get): what
+// is kept is cut to what a waiting reader keeps.
+func (b *readBuffers) wait() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.waiting = true
+	b.trim(readBufferCapWaiting)
+}
+
+// drop lets go of every buffer kept (the loop reads no more for now).
+func (b *readBuffers) drop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.trim(0)
+}
+
+func (b *readBuffers) trim(keep int) {
+	for i, buf := range b.bufs {
+		if i < keep {
+			buf.Trim()
+		} else {
+			b.bufs[i] = nil
+		}
+	}
+	b.bufs = b.bufs[:min(keep, len(b.bufs))]
+}
 
 // read feeds the loop from the WAL from record from on, waiting for
 // appends when caught up. It decodes into buffers ingest has given back
@@ -29,8 +105,16 @@ var readBuffers = sync.Pool{New: func() any { return new(wal.ReadBuffer) }}
 func (l *loop) read(ctx context.Context, from uint64, out chan<- read, gen uint64) {
 	rd := l.d.w.NewReader(from)
 	for {
-		buf := readBuffers.Get().(*wal.ReadBuffer)
-		recs, err := rd.NextInto(ctx, l.d.opts.ReadBatch, 4<<20, buf)
+		buf := l.bufs.get()
+		recs, err := rd.ReadInto(l.d.opts.ReadBatch, readBytes, buf)
+		if err == nil && len(recs) == 0 {
+			l.bufs.put(buf)
+			l.bufs.wait()
+			err = rd.Wait(ctx)
+			if err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, wal.ErrClosed) {
 				select {

@@ -38,6 +38,7 @@ type loop struct {
 	// overflowTotal counts the records that went to the overflow partition.
 	overflowTotal uint64
 	route         []routed     // ingest's scratch
+	bufs          readBuffers  // buffers ingest is done with, for the readers
 	took          []*partition // ingest's scratch: the partitions the read gives records
 	arrays        queueArrays  // queues' arrays no partition uses (arrays.go)
 	mem           memAccount   // recordMem of every record held (queued and in batches) and the sink's carries
@@ -188,7 +189,8 @@ func (l *loop) run(ctx context.Context) error {
 		// by the partitions that fail, and counting them would let a few
 		// failing partitions stop every other one from being read.
 		if stopping || l.mem.buffered() >= d.opts.MaxBufferedBytes && l.mem.buffered()-l.mem.waiting >= d.opts.MaxBufferedBytes {
-			in = nil // push back on the reader
+			in = nil      // push back on the reader
+			l.bufs.drop() // and keep no buffers for it while it waits
 		}
 		backIn := l.backIn
 		if in == nil {
@@ -198,7 +200,7 @@ func (l *loop) run(ctx context.Context) error {
 		select {
 		case rd := <-in:
 			err := l.ingest(rd.recs, now, false) // copies what it keeps
-			readBuffers.Put(rd.buf)
+			l.bufs.put(rd.buf)
 			if err != nil {
 				return err
 			}
@@ -208,7 +210,7 @@ func (l *loop) run(ctx context.Context) error {
 				d.reread.Add(float64(len(rd.recs)))
 				err = l.ingest(rd.recs, now, true)
 			}
-			readBuffers.Put(rd.buf)
+			l.bufs.put(rd.buf)
 			if err != nil {
 				return err
 			}

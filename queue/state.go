@@ -98,8 +98,8 @@ func (s *sinkState) ReadRange(first, last uint64, keep func(*sinks.Record) bool)
 		out  []sinks.Record
 		kept []int // records of the piece that are kept
 	)
-	buf := readBuffers.Get().(*wal.ReadBuffer)
-	defer readBuffers.Put(buf)
+	buf := rangeBuffers.Get().(*wal.ReadBuffer)
+	defer rangeBuffers.Put(buf)
 	for next := first; next <= last; {
 		recs, err := s.w.ReadInto(next, rangeReadRecords, rangeReadBytes, buf)
 		if err != nil {

@@ -226,7 +226,7 @@ func TestNextIntoWaitingKeepsSmallBuffer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if cap(buf.raw) == 0 || cap(buf.raw) > 1<<20 {
+	if cap(buf.raw) == 0 || cap(buf.raw) > maxWaitingBuffer {
 		t.Fatalf("buffer of %d bytes after two reads of 200 records", cap(buf.raw))
 	}
 	mem := buf.raw[:cap(buf.raw)]
@@ -255,7 +255,7 @@ func TestNextIntoWaitingKeepsSmallBuffer(t *testing.T) {
 	}
 
 	// A buffer past maxWaitingBuffer is not kept while waiting.
-	big := ReadBuffer{raw: make([]byte, 0, 2<<20)}
+	big := ReadBuffer{raw: make([]byte, 0, 2*maxWaitingBuffer)}
 	done := make(chan []Record, 1)
 	go func() {
 		recs, err := rd.NextInto(ctx, 200, 0, &big)
@@ -267,8 +267,38 @@ func TestNextIntoWaitingKeepsSmallBuffer(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 	appendT(t, w, makeRecords(r, "later", 10, 250), "")
 	<-done
-	if cap(big.raw) >= 2<<20 {
+	if cap(big.raw) > maxWaitingBuffer {
 		t.Errorf("a buffer of %d bytes was kept while the reader waited", cap(big.raw))
+	}
+}
+
+// TestReadBufferKeptAcrossSizes: the reads of a reader that keeps up with
+// appends find one append or a few, of varying size; after the first, they
+// decode into the same memory, not into a buffer made again for each one
+// larger than the last.
+func TestReadBufferKeptAcrossSizes(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	r := rand.New(rand.NewSource(4))
+	var buf ReadBuffer
+	rd := w.NewReader(1)
+	var mem []byte
+	for i, n := range []int{100, 300, 200, 1200, 50, 2000, 800} {
+		appendT(t, w, makeRecords(r, fmt.Sprint(i), n, 250), "")
+		recs, err := rd.ReadInto(4000, 0, &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) != n {
+			t.Fatalf("read %d records, want %d", len(recs), n)
+		}
+		if i == 0 {
+			mem = buf.raw[:cap(buf.raw)]
+			continue
+		}
+		if !within(recs[0].Body, mem) || !within(recs[n-1].Body, mem) {
+			t.Fatalf("read %d (%d records) decoded into new memory, not into the buffer of %d bytes the first read made", i, n, len(mem))
+		}
 	}
 }
 

@@ -25,10 +25,16 @@ func (w *WAL) ReadInto(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) (
 }
 
 // A ReadBuffer kept while a reader waits for appends holds at most about
-// this many bytes of records and records (see NextInto).
+// this many bytes of records and records (see NextInto). A buffer is made
+// with room for at least minBufferBytes and minBufferRecords, and grows by
+// doubling: the reads of a reader that keeps up with appends vary in size
+// with what they find, and a buffer cut to each would be made again for
+// the next larger one.
 const (
-	maxWaitingBuffer  = 1 << 20
+	maxWaitingBuffer  = 2 << 20
 	maxWaitingRecords = 16 << 10
+	minBufferBytes    = 1 << 20
+	minBufferRecords  = 4 << 10
 )
 
 // A ReadBuffer is memory that reads decode into again and again (see
@@ -36,6 +42,18 @@ const (
 type ReadBuffer struct {
 	recs []Record
 	raw  []byte
+}
+
+// Cap returns how many records and bytes of records b has room for.
+func (b *ReadBuffer) Cap() (records, bytes int) { return cap(b.recs), cap(b.raw) }
+
+// Trim lets go of b's memory if it is more than a reader waiting for
+// appends keeps (maxWaitingBuffer bytes, maxWaitingRecords records): for a
+// buffer kept once its reader has caught up with the appends.
+func (b *ReadBuffer) Trim() {
+	if cap(b.raw) > maxWaitingBuffer || cap(b.recs) > maxWaitingRecords {
+		*b = ReadBuffer{}
+	}
 }
 
 // read is Read, into buf's memory when buf is not nil.
@@ -51,9 +69,12 @@ func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Re
 		if k != nil && maxRecords > 0 {
 			// One allocation instead of a slice grown entry by entry.
 			n, raw := readCap(tx.Bucket(bucketEntries).Cursor(), k, from, maxRecords, maxBytes)
-			if buf == nil || cap(buf.recs) < n {
+			switch {
+			case buf == nil:
 				out = make([]Record, 0, n)
-			} else {
+			case cap(buf.recs) < n:
+				out = make([]Record, 0, max(n, 2*cap(buf.recs), minBufferRecords))
+			default:
 				out = buf.recs[:0]
 			}
 			if buf != nil && cap(d.scratch) < raw {
@@ -62,7 +83,7 @@ func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Re
 				// are not checked yet: a damaged one makes this at most
 				// readRawBound; what does not fit is decoded into memory
 				// of its own.
-				d.scratch = make([]byte, 0, min(raw, readRawBound(maxBytes)))
+				d.scratch = make([]byte, 0, min(max(raw, 2*cap(d.scratch), minBufferBytes), readRawBound(maxBytes)))
 			}
 		}
 		size := 0
@@ -98,8 +119,11 @@ func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Re
 		// size it). Reads are alike in a backlog; a buffer much larger than
 		// this read needed goes, so that one burst is not held for good.
 		buf.raw = d.scratch[:0]
-		if used := d.used; cap(buf.raw) < used || cap(buf.raw) > 4*used && cap(buf.raw) > 1<<20 {
-			buf.raw = make([]byte, 0, used)
+		switch used := d.used; {
+		case cap(buf.raw) < used:
+			buf.raw = make([]byte, 0, min(max(used, 2*cap(buf.raw), minBufferBytes), readRawBound(maxBytes)))
+		case cap(buf.raw) > 4*used && cap(buf.raw) > maxWaitingBuffer:
+			buf.raw = make([]byte, 0, max(used, minBufferBytes))
 		}
 	}
 	return out, err
@@ -242,27 +266,40 @@ func (r *Reader) Next(ctx context.Context, maxRecords, maxBytes int) ([]Record, 
 // a caller that keeps records past that copies them.
 func (r *Reader) NextInto(ctx context.Context, maxRecords, maxBytes int, buf *ReadBuffer) ([]Record, error) {
 	for {
-		recs, err := r.w.read(r.next, maxRecords, maxBytes, buf)
-		if err != nil {
-			return nil, err
+		recs, err := r.ReadInto(maxRecords, maxBytes, buf)
+		if err != nil || len(recs) > 0 {
+			return recs, err
 		}
-		if len(recs) > 0 {
-			r.next = recs[len(recs)-1].Seq + 1
-			return recs, nil
-		}
-		if buf != nil && (cap(buf.raw) > maxWaitingBuffer || cap(buf.recs) > maxWaitingRecords) {
+		if buf != nil {
 			// Caught up: the reads to come are of what is appended from
 			// now on; a buffer sized for a backlog is not kept while
 			// waiting. One the size of such reads is: a reader that keeps
 			// up with appends would otherwise decode every read into new
 			// memory.
-			*buf = ReadBuffer{}
+			buf.Trim()
 		}
 		if err := r.w.Wait(ctx, r.next); err != nil {
 			return nil, err
 		}
 	}
 }
+
+// ReadInto is NextInto without the wait: it returns no records when the
+// reader has read every committed one.
+func (r *Reader) ReadInto(maxRecords, maxBytes int, buf *ReadBuffer) ([]Record, error) {
+	recs, err := r.w.read(r.next, maxRecords, maxBytes, buf)
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) > 0 {
+		r.next = recs[len(recs)-1].Seq + 1
+	}
+	return recs, nil
+}
+
+// Wait blocks until a record the reader has not read is committed, ctx
+// ends, or the WAL closes.
+func (r *Reader) Wait(ctx context.Context) error { return r.w.Wait(ctx, r.next) }
 
 // Position is the sequence number the next record returned will have at least.
 func (r *Reader) Position() uint64 { return r.next }
