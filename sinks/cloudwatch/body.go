@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math/bits"
 	"strconv"
-	"sync"
 
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
@@ -17,6 +16,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/logfwd/forwarder/internal/jsonstr"
+	"github.com/logfwd/forwarder/internal/reuse"
 )
 
 // appendPutBody appends the awsJson1.1 body of one PutLogEvents call to
@@ -204,22 +204,26 @@ var quote, backslash = []byte{'"'}, []byte{'\\'}
 
 // bodies holds the buffers of calls that returned, for the bodies of the
 // next calls: a call's body is about a mebibyte, and allocating (and
-// clearing) one per call showed in the CPU per record. A buffer is reused
-// only once its call returned: the SDK's HTTP handler closes the request's
-// body before it returns, and smithy-go wraps that body so that nothing,
-// not even the HTTP transport's writer, reads it after the close.
-var bodies sync.Pool // *[]byte
+// clearing) one per call showed in the CPU per record. Two are kept for
+// good, the rest pooled (see package reuse): near the memory limit a pool
+// alone is emptied every few calls. A buffer is reused only once its call
+// returned: the SDK's HTTP handler closes the request's body before it
+// returns, and smithy-go wraps that body so that nothing, not even the
+// HTTP transport's writer, reads it after the close.
+var bodies = reuse.Buffers[*[]byte]{Keep: 2}
 
 // maxPooledBody is the largest buffer bodies keeps: a call's body, with
 // room for escapes.
 const maxPooledBody = 2 << 20
 
-// bodyBuffer returns an empty buffer with room for n bytes.
+// bodyBuffer returns an empty buffer with room for n bytes. A new one has
+// an eighth more, so that the next calls' bodies, which vary in size a
+// little, fit in it too.
 func bodyBuffer(n int) []byte {
-	if bp, _ := bodies.Get().(*[]byte); bp != nil && cap(*bp) >= n {
+	if bp, ok := bodies.Get(); ok && cap(*bp) >= n {
 		return (*bp)[:0]
 	}
-	return make([]byte, 0, n)
+	return make([]byte, 0, max(n, min(n+n/8, maxPooledBody)))
 }
 
 // releaseBody gives the buffer of a call that returned to bodies.

@@ -12,10 +12,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
@@ -385,4 +387,27 @@ func TestReleaseEventsClears(t *testing.T) {
 			t.Errorf("event %d kept: %+v", i, e)
 		}
 	}
+}
+
+// TestBodyBuffersOutliveCollections: the buffer of a call that returned is
+// the next call's, even after garbage collections (near the memory limit
+// they come every few calls), and a body a little larger than the last
+// one fits in it.
+func TestBodyBuffersOutliveCollections(t *testing.T) {
+	for { // empty what other tests left
+		if _, ok := bodies.Get(); !ok {
+			break
+		}
+	}
+	b := bodyBuffer(1 << 20)
+	first := unsafe.SliceData(b[:1])
+	releaseBody(b)
+	runtime.GC()
+	runtime.GC()
+	runtime.GC()
+	b = bodyBuffer(1<<20 + 60<<10)
+	if unsafe.SliceData(b[:1]) != first {
+		t.Fatal("a body after three collections was made anew, not built in the last call's buffer")
+	}
+	releaseBody(b)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/reuse"
 	"github.com/logfwd/forwarder/sinks"
 )
 
@@ -56,7 +57,9 @@ type encoder struct {
 	gz    sync.Pool // *gzip.Writer
 	zs    sync.Pool // *zstd.Encoder
 	bufs  sync.Pool // *[]byte of chunkSize+
-	outs  sync.Pool // *bytes.Buffer: compressed members, see scratch
+	// outs: compressed members' buffers (see compressScratch), two kept
+	// for good (see package reuse).
+	outs reuse.Buffers[*bytes.Buffer]
 }
 
 func newEncoder(enc encoding) (*encoder, error) {
@@ -73,7 +76,9 @@ func newEncoder(enc encoding) (*encoder, error) {
 	default:
 		return nil, fmt.Errorf("compression %q is not gzip, zstd or none", enc.Compression)
 	}
-	return &encoder{enc: enc, liner: newLiner(enc.TimeKey, enc.TagKey)}, nil
+	e := &encoder{enc: enc, liner: newLiner(enc.TimeKey, enc.TagKey)}
+	e.outs.Keep = 2
+	return e, nil
 }
 
 // contentEncoding is the object's Content-Encoding, "" for none.
@@ -196,7 +201,7 @@ func (e *encoder) compress(recs []sinks.Record, crc uint32) (member, error) {
 // own (a staged member is written to its file and dropped, and needs no
 // copy of its own).
 func (e *encoder) compressScratch(recs []sinks.Record, crc uint32) (member, error) {
-	out, _ := e.outs.Get().(*bytes.Buffer)
+	out, _ := e.outs.Get()
 	if out == nil {
 		out = new(bytes.Buffer)
 	}

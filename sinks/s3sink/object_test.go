@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"hash/crc32"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -114,4 +115,32 @@ func TestEmptyBodiesAndOddRecords(t *testing.T) {
 	if len(lines) != 3 || lines[0] != `{"@timestamp":"1970-01-01T00:00:00.000000000Z"}` || lines[1] != `"just a string"` || len(lines[2]) != chunkSize+10 {
 		t.Errorf("lines %.80q", lines)
 	}
+}
+
+// TestScratchOutlivesCollections: a member compressed after another was
+// released is compressed into that one's buffer, even after garbage
+// collections (near the memory limit they come every few members).
+func TestScratchOutlivesCollections(t *testing.T) {
+	e, err := newEncoder(encoding{Compression: config.CompressionGzip, Level: 1, TimeKey: "@timestamp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := manyRecs(5000, 200)
+	m, err := e.compressScratch(recs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := m.scratch
+	m.release()
+	runtime.GC()
+	runtime.GC()
+	runtime.GC()
+	m, err = e.compressScratch(recs, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.scratch != first {
+		t.Fatal("a member after three collections was compressed into a new buffer")
+	}
+	m.release()
 }
