@@ -59,7 +59,7 @@ var sinkBuilders = map[string]func(ctx context.Context, s config.Sink, d sinkDep
 	},
 	config.SinkS3: func(ctx context.Context, s config.Sink, d sinkDeps) (sinks.Sink, error) {
 		return s3sink.New(ctx, s.Name, *s.S3, s3sink.Options{Hostname: d.hostname, Logger: d.log, Registerer: d.reg,
-			StagingDir: filepath.Join(d.dataDir, "s3-staging", s.Name)})
+			StagingDir: filepath.Join(d.dataDir, stagingDirName, s.Name)})
 	},
 }
 
@@ -67,6 +67,7 @@ var sinkBuilders = map[string]func(ctx context.Context, s config.Sink, d sinkDep
 // destination from the sink's own cursor.
 func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]actor, []*queue.Drainer, error) {
 	metrics := queue.NewMetrics(reg)
+	removeStaleStaging(cfg, log)
 	var actors []actor
 	var drainers []*queue.Drainer
 	buffers := cfg.SinkBuffers()
@@ -94,6 +95,63 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 		drainers = append(drainers, d)
 	}
 	return actors, drainers, nil
+}
+
+// stagingDirName is the directory under data_dir where S3 sinks stage open
+// objects, one directory per sink (see s3sink.Options.StagingDir).
+const stagingDirName = "s3-staging"
+
+// removeStaleStaging removes the staging directories (under
+// <data_dir>/s3-staging) of S3 sinks that no longer stage: whose
+// staging_max_bytes is 0 now, or that are no longer configured. Staged
+// files hold the members of objects that were open when the last run
+// stopped; their records are still in the WAL (a sink's cursor passes a
+// record only once its object is uploaded), and a sink that stages removes
+// its own leftovers before it starts (s3sink's Recover). Without this, what
+// a sink staged before its staging was turned off would take disk for good.
+// A directory that cannot be removed is warned about; the service starts.
+func removeStaleStaging(cfg *config.Config, log *slog.Logger) {
+	root := filepath.Join(cfg.DataDir, stagingDirName)
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		if !os.IsNotExist(err) {
+			log.Warn("cannot read the S3 staging directory", "dir", root, "error", err)
+		}
+		return
+	}
+	stages := map[string]bool{}
+	configured := map[string]bool{}
+	for _, s := range cfg.Sinks {
+		configured[s.Name] = true
+		if s.S3 != nil && s.S3.StagingMaxBytes > 0 {
+			stages[s.Name] = true
+		}
+	}
+	for _, e := range ents {
+		if stages[e.Name()] {
+			continue
+		}
+		dir := filepath.Join(root, e.Name())
+		files, bytes := 0, int64(0)
+		_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				files++
+				if info, err := d.Info(); err == nil {
+					bytes += info.Size()
+				}
+			}
+			return nil
+		})
+		why := "staging_max_bytes is 0 now: the records of the objects it held open are read again from the WAL"
+		if !configured[e.Name()] {
+			why = "no S3 sink of that name is configured"
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn("cannot remove what an S3 sink staged in an earlier run", "dir", dir, "reason", why, "error", err)
+			continue
+		}
+		log.Info("removed what an S3 sink staged in an earlier run", "dir", dir, "reason", why, "files", files, "bytes", bytes)
+	}
 }
 
 // objectMemoryNotice says at start when an S3 sink without staging

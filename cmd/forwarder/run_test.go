@@ -424,3 +424,53 @@ func TestRunWarnsAboutOpenInputs(t *testing.T) {
 		})
 	}
 }
+
+// What S3 sinks staged in an earlier run is removed at start when the sink no longer
+// stages (staging_max_bytes: 0) or is no longer configured, each said in the log; a
+// sink that stages removes its own leftovers and keeps its directory.
+func TestRunRemovesStaleStaging(t *testing.T) {
+	t.Parallel()
+	keptYAML := `  - name: kept
+    type: s3
+    bucket: test-bucket
+    region: us-east-1
+    endpoint: "http://127.0.0.1:1"
+    path_style: true
+    key: "k/${hostname}/${tag}/${seq}.json.gz"
+`
+	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, sinkYAML+"    staging_max_bytes: 0\n", keptYAML)
+	for _, name := range []string{"archive", "gone", "kept"} {
+		dir := filepath.Join(dataDir, "s3-staging", name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "0123456789abcdef"), make([]byte, 1000), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := startService(t, path, "AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_EC2_METADATA_DISABLED=true")
+	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(10 * time.Second); code != exitOK {
+		t.Fatalf("exit status %d; stderr:\n%s", code, s.stderr.String())
+	}
+	log := s.stderr.String()
+	for _, c := range []struct{ name, reason string }{
+		{"archive", "staging_max_bytes is 0 now"},
+		{"gone", "no S3 sink of that name is configured"},
+	} {
+		dir := filepath.Join(dataDir, "s3-staging", c.name)
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s is still there (%v)", dir, err)
+		}
+		want := fmt.Sprintf("msg=\"removed what an S3 sink staged in an earlier run\" dir=%s reason=\"%s", dir, c.reason)
+		if !strings.Contains(log, want) || !strings.Contains(log, "files=1 bytes=1000") {
+			t.Errorf("log lacks %q:\n%s", want, log)
+		}
+	}
+	kept := filepath.Join(dataDir, "s3-staging", "kept")
+	ents, err := os.ReadDir(kept)
+	if err != nil || len(ents) != 0 {
+		t.Errorf("the staging sink's directory: %v, %d entries left, want it empty", err, len(ents))
+	}
+}
