@@ -9,6 +9,7 @@ import (
 	"math/rand"
 	"runtime"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -298,6 +299,49 @@ func TestReadBufferKeptAcrossSizes(t *testing.T) {
 		}
 		if !within(recs[0].Body, mem) || !within(recs[n-1].Body, mem) {
 			t.Fatalf("read %d (%d records) decoded into new memory, not into the buffer of %d bytes the first read made", i, n, len(mem))
+		}
+	}
+}
+
+// TestBacklogReadsKeepTheirBuffer: reads of a backlog that stop at
+// maxBytes of bodies decode more than that (each record's time, tag and
+// length too); after the first reads, they decode into the same memory,
+// not into a buffer made again at each read.
+func TestBacklogReadsKeepTheirBuffer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 33 MB to the WAL")
+	}
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	r := rand.New(rand.NewSource(5))
+	tag := strings.Repeat("t", 75)
+	for range 8 {
+		recs := makeRecords(r, "b", 4000, 1000)
+		for i := range recs {
+			recs[i].Tag = tag
+		}
+		appendT(t, w, recs, "")
+	}
+	var buf ReadBuffer
+	rd := w.NewReader(1)
+	var mem []byte
+	for i := range 7 {
+		recs, err := rd.ReadInto(10000, 4<<20, &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 {
+			t.Fatalf("read %d found no records", i)
+		}
+		switch {
+		case i == 2:
+			mem = buf.raw[:cap(buf.raw)]
+		case i > 2:
+			for _, j := range []int{0, len(recs) / 2, len(recs) - 1} {
+				if !within(recs[j].Body, mem) {
+					t.Fatalf("read %d: record %d of %d decoded into new memory, not into the buffer of %d bytes the reads before used", i, j, len(recs), len(mem))
+				}
+			}
 		}
 	}
 }

@@ -73,7 +73,7 @@ func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Re
 			case buf == nil:
 				out = make([]Record, 0, n)
 			case cap(buf.recs) < n:
-				out = make([]Record, 0, max(n, 2*cap(buf.recs), minBufferRecords))
+				out = make([]Record, 0, max(n, min(2*cap(buf.recs), 2*n), minBufferRecords))
 			default:
 				out = buf.recs[:0]
 			}
@@ -82,8 +82,11 @@ func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Re
 				// each entry now and for the next read after. The headers
 				// are not checked yet: a damaged one makes this at most
 				// readRawBound; what does not fit is decoded into memory
-				// of its own.
-				d.scratch = make([]byte, 0, min(max(raw, 2*cap(d.scratch), minBufferBytes), readRawBound(maxBytes)))
+				// of its own. A buffer past that bound, sized by what a
+				// read decoded (below), is not made again smaller.
+				if want := min(max(raw, 2*cap(d.scratch), minBufferBytes), readRawBound(maxBytes)); want > cap(d.scratch) {
+					d.scratch = make([]byte, 0, want)
+				}
 			}
 		}
 		size := 0
@@ -118,11 +121,15 @@ func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Re
 		// (entries that passed their checksums: a damaged header does not
 		// size it). Reads are alike in a backlog; a buffer much larger than
 		// this read needed goes, so that one burst is not held for good.
+		// A read that decoded more than the buffer holds (the bodies of
+		// a read reach maxBytes, and their records take more) makes one
+		// with an eighth more than it decoded: reads of a backlog decode
+		// about as much as each other, not exactly.
 		buf.raw = d.scratch[:0]
 		switch used := d.used; {
 		case cap(buf.raw) < used:
-			buf.raw = make([]byte, 0, min(max(used, 2*cap(buf.raw), minBufferBytes), readRawBound(maxBytes)))
-		case cap(buf.raw) > 4*used && cap(buf.raw) > maxWaitingBuffer:
+			buf.raw = make([]byte, 0, max(used+used/8, min(max(2*cap(buf.raw), minBufferBytes), readRawBound(maxBytes))))
+		case used > 0 && cap(buf.raw) > 4*used && cap(buf.raw) > maxWaitingBuffer:
 			buf.raw = make([]byte, 0, max(used, minBufferBytes))
 		}
 	}
