@@ -17,7 +17,8 @@ type read struct {
 	gen  uint64 // the catch-up reader's generation; 0 for the head reader
 }
 
-// readBytes is how many bytes of bodies a read of the WAL takes at most.
+// readBytes is about how many bytes of bodies a read of the WAL takes: it
+// stops after the entry that reaches them.
 const readBytes = 4 << 20
 
 // rangeBuffers are buffers of ReadRange, for the pieces of a range. A
@@ -35,7 +36,7 @@ var rangeBuffers = sync.Pool{New: func() any { return new(wal.ReadBuffer) }}
 type readBuffers struct {
 	mu      sync.Mutex
 	bufs    []*wal.ReadBuffer
-	waiting bool // a reader has read everything and waits for appends
+	waiting bool // the head reader has read everything and waits for appends
 }
 
 const (
@@ -43,11 +44,14 @@ const (
 	readBufferCapWaiting = 2
 )
 
-// get returns a buffer to read into: one kept or a new one.
-func (b *readBuffers) get() *wal.ReadBuffer {
+// get returns a buffer to read into: one kept or a new one. head: for
+// the head reader, which waits for appends no more.
+func (b *readBuffers) get(head bool) *wal.ReadBuffer {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.waiting = false
+	if head {
+		b.waiting = false
+	}
 	if n := len(b.bufs); n > 0 {
 		buf := b.bufs[n-1]
 		b.bufs[n-1] = nil
@@ -71,8 +75,10 @@ func (b *readBuffers) put(buf *wal.ReadBuffer) {
 	}
 }
 
-// wait is told that a reader waits for appends (until its next get): what
-// is kept is cut to what a waiting reader keeps.
+// wait is told that the head reader waits for appends (until its next
+// get): what is kept is cut to what a waiting reader keeps, and so is what
+// is put back meanwhile (by ingest, or by the catch-up reader, whose reads
+// do not change what the head reader does).
 func (b *readBuffers) wait() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -105,11 +111,14 @@ func (b *readBuffers) trim(keep int) {
 func (l *loop) read(ctx context.Context, from uint64, out chan<- read, gen uint64) {
 	rd := l.d.w.NewReader(from)
 	for {
-		buf := l.bufs.get()
+		head := gen == 0
+		buf := l.bufs.get(head)
 		recs, err := rd.ReadInto(l.d.opts.ReadBatch, readBytes, buf)
 		if err == nil && len(recs) == 0 {
 			l.bufs.put(buf)
-			l.bufs.wait()
+			if head {
+				l.bufs.wait()
+			}
 			err = rd.Wait(ctx)
 			if err == nil {
 				continue

@@ -20,7 +20,7 @@ func TestReadBuffersOutliveCollections(t *testing.T) {
 	rd := w.NewReader(1)
 	var got []*wal.ReadBuffer
 	for range 3 { // 3 x 10,000 records of 250 bytes: buffers of a backlog
-		buf := b.get()
+		buf := b.get(true)
 		recs, err := rd.ReadInto(10000, readBytes, buf)
 		if err != nil || len(recs) != 10000 {
 			t.Fatalf("read %d records: %v", len(recs), err)
@@ -35,7 +35,7 @@ func TestReadBuffersOutliveCollections(t *testing.T) {
 	if len(b.bufs) != 3 {
 		t.Fatalf("%d buffers kept after two collections, want 3", len(b.bufs))
 	}
-	again := b.get()
+	again := b.get(true)
 	if again != got[2] {
 		t.Fatal("get after two collections made a new buffer")
 	}
@@ -43,13 +43,15 @@ func TestReadBuffersOutliveCollections(t *testing.T) {
 
 	// Caught up: what is kept is cut to what a waiting reader keeps. These
 	// buffers hold 10,000 records and 2.5 MB of bodies, more than that.
-	if recs, err := rd.ReadInto(10000, readBytes, b.get()); err != nil || len(recs) != 0 {
+	if recs, err := rd.ReadInto(10000, readBytes, b.get(true)); err != nil || len(recs) != 0 {
 		t.Fatalf("read %d records at the end: %v", len(recs), err)
 	}
 	b.wait()
 	if len(b.bufs) > readBufferCapWaiting {
 		t.Fatalf("%d buffers kept while the reader waits, want at most %d", len(b.bufs), readBufferCapWaiting)
 	}
+	// The catch-up reader's reads do not end the head reader's wait.
+	b.put(b.get(false))
 	big := &wal.ReadBuffer{}
 	if _, err := w.NewReader(1).ReadInto(10000, readBytes, big); err != nil {
 		t.Fatal(err)
