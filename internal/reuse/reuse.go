@@ -17,6 +17,9 @@ import "sync"
 // concurrent use.
 type Buffers[T any] struct {
 	Keep int // how many are kept for good
+	// KeepIf, when set, says which values may be kept for good (a large
+	// buffer, say, only pooled); nil: any.
+	KeepIf func(T) bool
 
 	mu   sync.Mutex
 	kept []T
@@ -44,6 +47,10 @@ func (b *Buffers[T]) Get() (T, bool) {
 
 // Put keeps v for a later Get.
 func (b *Buffers[T]) Put(v T) {
+	if b.KeepIf != nil && !b.KeepIf(v) {
+		b.pool.Put(v)
+		return
+	}
 	b.mu.Lock()
 	if len(b.kept) < b.Keep {
 		b.kept = append(b.kept, v)

@@ -73,3 +73,15 @@ func TestConcurrent(t *testing.T) {
 		t.Fatalf("%d kept for good, Keep is 3", len(b.kept))
 	}
 }
+
+// TestKeepIf: a value KeepIf refuses is only pooled, however few are kept.
+func TestKeepIf(t *testing.T) {
+	b := Buffers[*[]byte]{Keep: 2, KeepIf: func(p *[]byte) bool { return cap(*p) <= 1<<20 }}
+	big, small := new([]byte), new([]byte)
+	*big, *small = make([]byte, 0, 4<<20), make([]byte, 0, 1<<20)
+	b.Put(big)
+	b.Put(small)
+	if len(b.kept) != 1 || b.kept[0] != small {
+		t.Fatalf("kept %d values for good, want only the small one", len(b.kept))
+	}
+}

@@ -62,6 +62,10 @@ type encoder struct {
 	outs reuse.Buffers[*bytes.Buffer]
 }
 
+// maxKeptMember is the largest buffer of a compressed member kept for
+// good: a member of maxMemberBytes compressed at least twofold.
+const maxKeptMember = maxMemberBytes / 2
+
 func newEncoder(enc encoding) (*encoder, error) {
 	switch enc.Compression {
 	case config.CompressionGzip:
@@ -77,7 +81,10 @@ func newEncoder(enc encoding) (*encoder, error) {
 		return nil, fmt.Errorf("compression %q is not gzip, zstd or none", enc.Compression)
 	}
 	e := &encoder{enc: enc, liner: newLiner(enc.TimeKey, enc.TagKey)}
+	// Two are kept for good, each of at most maxKeptMember: a buffer of a
+	// final batch's member (up to the sink's share) is only pooled.
 	e.outs.Keep = 2
+	e.outs.KeepIf = func(b *bytes.Buffer) bool { return b.Cap() <= maxKeptMember }
 	return e, nil
 }
 
