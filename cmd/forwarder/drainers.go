@@ -122,8 +122,11 @@ func removeStaleStaging(cfg *config.Config, log *slog.Logger) {
 	stages := map[string]bool{}
 	configured := map[string]bool{}
 	for _, s := range cfg.Sinks {
+		if s.S3 == nil {
+			continue
+		}
 		configured[s.Name] = true
-		if s.S3 != nil && s.S3.StagingMaxBytes > 0 {
+		if s.S3.StagingMaxBytes > 0 {
 			stages[s.Name] = true
 		}
 	}

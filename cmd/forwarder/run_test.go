@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -439,12 +440,13 @@ func TestRunRemovesStaleStaging(t *testing.T) {
     key: "k/${hostname}/${tag}/${seq}.json.gz"
 `
 	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, sinkYAML+"    staging_max_bytes: 0\n", keptYAML)
-	for _, name := range []string{"archive", "gone", "kept"} {
+	sizes := map[string]int{"archive": 1000, "gone": 2000, "kept": 3000}
+	for name, size := range sizes {
 		dir := filepath.Join(dataDir, "s3-staging", name)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, "0123456789abcdef"), make([]byte, 1000), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "0123456789abcdef"), make([]byte, size), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -463,12 +465,20 @@ func TestRunRemovesStaleStaging(t *testing.T) {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("%s is still there (%v)", dir, err)
 		}
-		want := fmt.Sprintf("msg=\"removed what an S3 sink staged in an earlier run\" dir=%s reason=\"%s", dir, c.reason)
-		if !strings.Contains(log, want) || !strings.Contains(log, "files=1 bytes=1000") {
-			t.Errorf("log lacks %q:\n%s", want, log)
+		re := regexp.MustCompile(fmt.Sprintf(`msg="removed what an S3 sink staged in an earlier run" dir=%s reason="%s[^"]*" files=1 bytes=%d\n`,
+			regexp.QuoteMeta(dir), regexp.QuoteMeta(c.reason), sizes[c.name]))
+		if !re.MatchString(log) {
+			t.Errorf("log lacks %s:\n%s", re, log)
 		}
 	}
+	// The sink that stages removed its own leftovers, and said so, keeping its directory.
 	kept := filepath.Join(dataDir, "s3-staging", "kept")
+	if want := fmt.Sprintf("dir=%s files=1", kept); !strings.Contains(log, "removed the staged objects a previous run left") || !strings.Contains(log, want) {
+		t.Errorf("log lacks the staging sink's own removal (%s):\n%s", want, log)
+	}
+	if strings.Contains(log, "removed what an S3 sink staged in an earlier run\" dir="+kept) {
+		t.Errorf("the staging sink's directory was removed at start:\n%s", log)
+	}
 	ents, err := os.ReadDir(kept)
 	if err != nil || len(ents) != 0 {
 		t.Errorf("the staging sink's directory: %v, %d entries left, want it empty", err, len(ents))
