@@ -10,25 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
-)
 
-// mountTmpfs mounts a tmpfs of size (mount's syntax: "8m") on a new
-// directory and unmounts it when the test ends. Without root (or
-// CAP_SYS_ADMIN) the test skips.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	mnt := t.TempDir()
-	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size="+size); err != nil {
-		t.Skipf("cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN; README: Tests that skip): %v", err)
-	}
-	t.Cleanup(func() {
-		if err := syscall.Unmount(mnt, 0); err != nil {
-			t.Errorf("unmount %s: %v", mnt, err)
-			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
-	return mnt
-}
+	"github.com/logfwd/forwarder/internal/tmpfstest"
+)
 
 func fsFree(t *testing.T, path string) int64 {
 	var st syscall.Statfs_t
@@ -45,7 +29,7 @@ func fsFree(t *testing.T, path string) int64 {
 // slow sink drains, retention frees room and appends are acknowledged
 // again, without a restart and although the file never shrinks.
 func TestFullDiskDoesNotWedgeCursors(t *testing.T) {
-	mnt := mountTmpfs(t, "8m")
+	mnt := tmpfstest.Mount(t, "8m")
 	w := openT(t, mnt, Options{MinFreeBytes: 1 << 20})
 	defer w.Close()
 	ctx := context.Background()
@@ -251,7 +235,7 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 // leaves that retention rewrites: retention then runs in smaller steps,
 // after the cursor commit, not in it.
 func TestFullDiskCyclesNeverRefuseCommits(t *testing.T) {
-	mnt := mountTmpfs(t, "8m")
+	mnt := tmpfstest.Mount(t, "8m")
 	w := openT(t, mnt, Options{MinFreeBytes: 64 << 10})
 	defer w.Close()
 	ctx := context.Background()

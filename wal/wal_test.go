@@ -16,6 +16,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/logfwd/forwarder/internal/tmpfstest"
 )
 
 func TestAppendReadRoundTrip(t *testing.T) {
@@ -603,7 +605,7 @@ func TestNoSpaceIsNotFatal(t *testing.T) {
 // given back the waiting append is stored without any other request to
 // wake the WAL.
 func TestDiskFilledByAnotherProcess(t *testing.T) {
-	mnt := mountTmpfs(t, "4m")
+	mnt := tmpfstest.Mount(t, "4m")
 	// Far more than the few pages free inside the file: the append
 	// cannot be stored there either.
 	w := openT(t, mnt, Options{MinFreeBytes: 1 << 20})
