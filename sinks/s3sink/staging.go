@@ -67,13 +67,27 @@ func (st *staging) stage(path string, off int64, body []byte) error {
 	st.mu.Unlock()
 	err := writeAt(path, off, body, off > 0 && was > end)
 	if err != nil {
-		// What the file holds is unknown: count it as empty, and start it
-		// anew next time (off 0 truncates).
+		// A piece added to an object's file (off > 0) that could not be
+		// written, on a full disk say, is cut off: the file holds the
+		// object's earlier pieces again, which its upload reads instead
+		// of rebuilding the object from the WAL. Otherwise what the file
+		// holds is unknown: it counts as empty, and starts anew next time
+		// (off 0 truncates).
+		keep := int64(0)
+		if off > 0 && os.Truncate(path, off) == nil {
+			keep = off
+		}
 		st.mu.Lock()
-		st.total -= st.sizes[path]
-		delete(st.sizes, path)
+		st.total -= st.sizes[path] - keep
+		if keep > 0 {
+			st.sizes[path] = keep
+		} else {
+			delete(st.sizes, path)
+		}
 		st.mu.Unlock()
-		_ = os.Remove(path)
+		if keep == 0 {
+			_ = os.Remove(path)
+		}
 	}
 	st.m.stagingBytes.Set(float64(st.bytes()))
 	return err

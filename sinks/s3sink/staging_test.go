@@ -1,6 +1,7 @@
 package s3sink
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,9 +16,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/tmpfstest"
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
@@ -384,5 +387,99 @@ func TestDiscardedObjectLeavesStaging(t *testing.T) {
 	}
 	if _, err := os.Stat(open.path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the staged file is still there: %v", err)
+	}
+}
+
+// TestStagedPieceNotWrittenIsCutOff: a piece added to a staged object's file
+// that the file system cannot take (here a full tmpfs) is cut off again: the
+// file holds the object's earlier pieces, byte for byte, and staging counts
+// them.
+func TestStagedPieceNotWrittenIsCutOff(t *testing.T) {
+	mnt := tmpfstest.Mount(t, "64k")
+	m, err := newMetrics(prometheus.NewRegistry(), "archive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := newStaging(filepath.Join(mnt, "archive"), int64(config.MiB), testLogger(t), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, second := make([]byte, 40<<10), make([]byte, 40<<10)
+	for i := range first {
+		first[i], second[i] = byte(i*7), byte(i*13)
+	}
+	path := st.path("p")
+	if err := st.stage(path, 0, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.stage(path, int64(len(first)), second); err == nil {
+		t.Fatal("a second piece of 40 KiB fit in a tmpfs of 64 KiB")
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the object's file: %v", err)
+	}
+	if !bytes.Equal(got, first) {
+		t.Errorf("the file holds %d bytes, not the first piece's %d", len(got), len(first))
+	}
+	if n := st.bytes(); n != int64(len(first)) {
+		t.Errorf("staging counts %d bytes, want %d", n, len(first))
+	}
+}
+
+// TestStagingWriteFailureFinishesFromTheFile: an object whose next piece
+// cannot be staged is finished at once from its file and the piece, with
+// the bytes an object built in memory has, and not rebuilt from the WAL.
+func TestStagingWriteFailureFinishesFromTheFile(t *testing.T) {
+	srv, url := startEmu(t)
+	mnt := tmpfstest.Mount(t, "64k")
+	cfg := testConfig(url)
+	cfg.Key = "cutoff/${tag}/${seq}"
+	cfg.Compression = config.CompressionNone
+	cfg.MaxObjectBytes = config.MiB
+	cfg.StagingMaxBytes = config.MiB
+	s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds}, Logger: testLogger(t), StagingDir: filepath.Join(mnt, "archive")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	recs := batchRecs("a", 900)
+	st := newMemState(recs)
+	p := s.Partition(&recs[0])
+	out, err := s.Send(context.Background(), &sinks.Batch{Partition: p, Records: recs[:300], State: st})
+	if err != nil || out.Carry == nil {
+		t.Fatalf("outcome %+v, %v", out, err)
+	}
+	staged := out.Carry.(*openObject).size
+	if staged < 24<<10 || staged > 40<<10 {
+		t.Fatalf("the first piece is %d bytes; the test wants 24 to 40 KiB, so that the second, twice as large, does not fit in 64 KiB", staged)
+	}
+	out, err = s.Send(context.Background(), &sinks.Batch{Partition: p, Records: recs[300:], State: st, Carry: out.Carry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Carry != nil {
+		t.Fatalf("outcome %+v: want the object finished, not carried", out)
+	}
+	if n := testutil.ToFloat64(s.m.stagingFull); n != 1 {
+		t.Errorf("forwarder_s3_staging_full_total %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(s.m.stagingRebuilt); n != 0 {
+		t.Errorf("the object was rebuilt from the WAL %v times, want 0: its file held its first piece", n)
+	}
+	keys := st.intents()
+	if len(keys) != 1 {
+		t.Fatalf("intents %v", keys)
+	}
+	got, err := srv.Get(bucket, strings.TrimPrefix(keys[0], intentPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := s.enc.buildSplit(recs, []int{300, 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.body) {
+		t.Error("the object differs from the one built in memory")
 	}
 }
