@@ -131,7 +131,7 @@ func TestFullDiskDoesNotWedgeCursors(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("within 60s on an 8 MiB file system (free %d bytes): %d appends refused, DiskFull() and Full() seen true: %v", fsFree(t, mnt), ref, sawFull)
+			t.Fatalf("within 60s on an 8 MiB file system (free %d bytes, %d free in the file): %d appends refused, DiskFull() and Full() seen true: %v", fsFree(t, mnt), w.Stats().FileFreeBytes, ref, sawFull)
 		}
 		if fastErrs < 5 {
 			fastCommit(w.Stats().NextSeq-1, n)
