@@ -45,10 +45,11 @@ type conn struct {
 	// zero once it is, or when there is none.
 	handshakeBy time.Time
 
-	mu    sync.Mutex
-	busy  bool // between a message's first byte and its ack
-	gone  bool // the server is stopping
-	ended bool // the server reads no more from it (see endReads)
+	mu         sync.Mutex
+	busy       bool // between a message's first byte and its ack
+	gone       bool // the server is stopping
+	ended      bool // the server reads no more from it (see endReads)
+	discarding bool // close reads what the client still sends, until closeLinger
 }
 
 func (s *Server) newConn(nc net.Conn, slot *inputs.Slot) *conn {
@@ -91,11 +92,15 @@ func (c *conn) stopReading() {
 
 // endReads is the server's time for reading at a stop running out: the
 // read in progress ends, and no other begins.
+// A connection being closed keeps its closing discard (see close), which
+// its own deadline bounds: cut short, the close would reset the connection.
 func (c *conn) endReads() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ended = true
-	c.nc.SetReadDeadline(time.Now())
+	if !c.discarding {
+		c.nc.SetReadDeadline(time.Now())
+	}
 }
 
 // readUntil sets the deadline of the next read, unless reading has ended.
@@ -122,7 +127,10 @@ func (c *conn) readsEnded() bool {
 func (c *conn) close() {
 	if c.closing() {
 		if cw, ok := c.nc.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			c.mu.Lock()
+			c.discarding = true
 			c.nc.SetReadDeadline(time.Now().Add(closeLinger))
+			c.mu.Unlock()
 			io.Copy(io.Discard, c.nc)
 		}
 	}
