@@ -456,6 +456,17 @@ func (m *memState) Admitted(family string, seq uint64) bool {
 	return m.admit == nil || m.admit(family, seq)
 }
 
+// onlyKey returns the object key of the one intent m holds, and fails t
+// when there is not exactly one.
+func (m *memState) onlyKey(t testing.TB) string {
+	t.Helper()
+	keys := m.intents()
+	if len(keys) != 1 {
+		t.Fatalf("intents %v, want one", keys)
+	}
+	return strings.TrimPrefix(keys[0], intentPrefix)
+}
+
 func (m *memState) intents() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()

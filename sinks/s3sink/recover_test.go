@@ -27,11 +27,7 @@ func sentBatch(t *testing.T, cfg config.S3, get func(key string) []byte, recs []
 	if _, err := send(t, newTestSink(t, cfg), st, recs); err != nil {
 		t.Fatal(err)
 	}
-	keys := st.intents()
-	if len(keys) != 1 {
-		t.Fatalf("intents %v", keys)
-	}
-	key := strings.TrimPrefix(keys[0], intentPrefix)
+	key := st.onlyKey(t)
 	return st, key, get(key)
 }
 

@@ -341,12 +341,7 @@ func TestStagedFileLost(t *testing.T) {
 			if n := testutil.ToFloat64(s.m.stagingRebuilt); n != 1 {
 				t.Errorf("%v rebuilt, want 1", n)
 			}
-			keys := st.intents()
-			if len(keys) != 1 {
-				t.Fatalf("intents %v", keys)
-			}
-			key := strings.TrimPrefix(keys[0], intentPrefix)
-			got, err := srv.Get(bucket, key)
+			got, err := srv.Get(bucket, st.onlyKey(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -467,11 +462,7 @@ func TestStagingWriteFailureFinishesFromTheFile(t *testing.T) {
 	if n := testutil.ToFloat64(s.m.stagingRebuilt); n != 0 {
 		t.Errorf("the object was rebuilt from the WAL %v times, want 0: its file held its first piece", n)
 	}
-	keys := st.intents()
-	if len(keys) != 1 {
-		t.Fatalf("intents %v", keys)
-	}
-	got, err := srv.Get(bucket, strings.TrimPrefix(keys[0], intentPrefix))
+	got, err := srv.Get(bucket, st.onlyKey(t))
 	if err != nil {
 		t.Fatal(err)
 	}
