@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/logfwd/forwarder/internal/tmpfstest"
+	bolt "go.etcd.io/bbolt"
 )
 
 func fsFree(t *testing.T, path string) int64 {
@@ -214,6 +218,150 @@ func TestFullDiskDoesNotWedgeCursors(t *testing.T) {
 	if err := w.Err(); err != nil {
 		t.Fatalf("the WAL failed: %v", err)
 	}
+}
+
+// noSpaceCommits makes every commit fail as a full disk does (ENOSPC from
+// a page write) until the returned function is called; it counts them.
+func noSpaceCommits(t *testing.T) (calls *atomic.Int64, stop func()) {
+	calls = new(atomic.Int64)
+	full := func(tx *bolt.Tx) error {
+		calls.Add(1)
+		tx.Rollback()
+		return &fs.PathError{Op: "write", Path: "wal.db", Err: syscall.ENOSPC}
+	}
+	commitHook.Store(&full)
+	var once sync.Once
+	stop = func() { once.Do(func() { commitHook.Store(nil) }) }
+	t.Cleanup(stop)
+	return calls, stop
+}
+
+// probeEvery sets how long appends held after a refused commit wait before
+// they are tried again, for one test.
+func probeEvery(t *testing.T, d time.Duration) {
+	old := noSpaceProbeInterval
+	noSpaceProbeInterval = d
+	t.Cleanup(func() { noSpaceProbeInterval = old })
+}
+
+// TestRefusedCommitHoldsAppends: a commit of appends is refused for lack
+// of space although the file system says there is room (its free pages
+// are too scattered, or it counts them otherwise). The appends after it
+// must be held, unacknowledged, with DiskFull() set, not refused one group
+// after another; they are tried again every noSpaceProbeInterval, and once
+// a try commits, the hold ends.
+func TestRefusedCommitHoldsAppends(t *testing.T) {
+	probeEvery(t, 600*time.Millisecond)
+	w := openT(t, t.TempDir(), Options{MinFreeBytes: 1 << 20})
+	defer w.Close()
+	ctx := context.Background()
+	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
+	calls, stop := noSpaceCommits(t)
+	if _, err := w.Append(ctx, []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
+	}
+	if !w.DiskFull() || !w.Full() {
+		t.Fatalf("after a commit refused for lack of space: DiskFull() %v, Full() %v, want both true", w.DiskFull(), w.Full())
+	}
+
+	// Clients keep sending for 3s: at most one refusal per try.
+	var refused, held, other atomic.Int64
+	start := time.Now()
+	var clients sync.WaitGroup
+	for c := 0; c < 4; c++ {
+		clients.Add(1)
+		go func() {
+			defer clients.Done()
+			for time.Since(start) < 3*time.Second {
+				actx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				_, err := w.Append(actx, []Record{{Body: []byte(`{"a":"c"}`)}}, AppendOptions{})
+				cancel()
+				switch {
+				case errors.Is(err, ErrNoSpace):
+					refused.Add(1)
+				case errors.Is(err, context.DeadlineExceeded):
+					held.Add(1)
+				default:
+					other.Add(1)
+				}
+			}
+		}()
+	}
+	clients.Wait()
+	t.Logf("in 3s: %d appends refused, %d held past their 200ms, %d other; %d commits tried", refused.Load(), held.Load(), other.Load(), calls.Load())
+	if other.Load() != 0 {
+		t.Errorf("%d appends acknowledged or failed otherwise with every commit refused", other.Load())
+	}
+	if held.Load() < 20 {
+		t.Errorf("only %d appends held in 3s: they are not held after a refused commit", held.Load())
+	}
+	// A try every 600ms refuses at most its group: 5 tries in 3s, and up to
+	// 4 clients in a group.
+	if n := refused.Load(); n > 6*4 {
+		t.Errorf("%d appends refused in 3s: held appends are tried again more often than every 600ms", n)
+	}
+	if !w.DiskFull() {
+		t.Errorf("DiskFull() false while every commit is refused")
+	}
+
+	// The disk takes writes again: the next try commits and the hold ends.
+	stop()
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := w.Append(actx, []Record{{Body: []byte(`{"a":3}`)}}, AppendOptions{}); err != nil {
+		t.Fatalf("append once commits go through again: %v", err)
+	}
+	waitUntil(t, 3*time.Second, "DiskFull() false once appends commit again", func() bool { return !w.DiskFull() && !w.Full() })
+	if err := w.Err(); err != nil {
+		t.Fatalf("the WAL failed: %v", err)
+	}
+}
+
+// TestRefusedCommitHoldsUntilRoomIsGained: after a commit of appends was
+// refused for lack of space, room freed on the file system ends the hold
+// at once, without waiting for the next try.
+func TestRefusedCommitHoldsUntilRoomIsGained(t *testing.T) {
+	probeEvery(t, time.Hour)
+	mnt := tmpfstest.Mount(t, "8m")
+	w := openT(t, mnt, Options{MinFreeBytes: 1 << 20})
+	defer w.Close()
+	ctx := context.Background()
+	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
+	// Another process takes 4 MiB, leaving more than the floor free.
+	ballast := filepath.Join(mnt, "ballast")
+	if err := os.WriteFile(ballast, make([]byte, 4<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, stop := noSpaceCommits(t)
+	if _, err := w.Append(ctx, []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
+	}
+	stop()
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Append(ctx, []Record{{Body: []byte(`{"a":3}`)}}, AppendOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("append after a refused commit, with no room gained: %v, want it held (free %d bytes)", err, fsFree(t, mnt))
+	case <-time.After(1500 * time.Millisecond):
+	}
+	if !w.DiskFull() {
+		t.Fatalf("DiskFull() false while an append is held")
+	}
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("held append once room was freed: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("held append not stored within 5s of 4 MiB freed (free %d bytes)", fsFree(t, mnt))
+	}
+	waitUntil(t, 3*time.Second, "DiskFull() false once the held append is stored", func() bool { return !w.DiskFull() })
 }
 
 // waitUntil polls cond until it holds, or fails the test after d.

@@ -577,6 +577,7 @@ func TestFailedCommitIsFatal(t *testing.T) {
 }
 
 func TestNoSpaceIsNotFatal(t *testing.T) {
+	probeEvery(t, 300*time.Millisecond)
 	w := openT(t, t.TempDir(), Options{})
 	defer w.Close()
 	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
@@ -590,6 +591,8 @@ func TestNoSpaceIsNotFatal(t *testing.T) {
 	if !errors.Is(err, ErrNoSpace) || w.Err() != nil {
 		t.Fatalf("append on a full disk: %v (fatal: %v)", err, w.Err())
 	}
+	// The next append is held until the refused room is tried again (see
+	// TestRefusedCommitHoldsAppends), then stored.
 	res := appendT(t, w, []Record{{Body: []byte(`{"a":3}`)}}, "")
 	if res.First != 2 {
 		t.Fatalf("the refused append used sequence numbers: next is %d", res.First)

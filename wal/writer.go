@@ -57,6 +57,11 @@ const (
 	diskLogInterval      = time.Minute
 )
 
+// noSpaceProbeInterval is how long appends held after a refused commit
+// (see writer.noSpace) wait before they are tried again with no more room
+// measured than when it was refused. A variable for tests.
+var noSpaceProbeInterval = 10 * time.Second
+
 // writer is the one goroutine that changes the file. It gathers whatever
 // appends and commits are waiting into one transaction (group commit),
 // commits it, and answers every request of the group.
@@ -95,6 +100,23 @@ type writer struct {
 	lastExpire   time.Time
 	noSpaceRetry <-chan time.Time // set after a commit refused for lack of space
 	failed       error
+
+	// noSpace is set when a commit that stored appends was refused for
+	// lack of space although the room measured before them was enough:
+	// the free pages in the file are scattered in runs too short for the
+	// leaves and values to store, and the file cannot grow, or the file
+	// system counts its free space otherwise than it allocates it. Until a
+	// commit stores appends again, only the room gained since counts (see
+	// room), and the held appends are tried again every
+	// noSpaceProbeInterval all the same.
+	noSpace *noSpaceMark
+}
+
+// noSpaceMark is the room measured just after a commit of appends was
+// refused for lack of space.
+type noSpaceMark struct {
+	disk, file int64
+	probeAt    time.Time // when the held appends are tried again
 }
 
 func newWriter(w *WAL, st state) *writer {
@@ -345,6 +367,7 @@ func storeCost(stored int64) int64 { return 2*stored + 4096 }
 type diskRoom struct {
 	disk, file int64 // see WAL.space
 	known      bool  // false: the file system cannot tell; appends are not held
+	probe      bool  // the room as measured, tried again after a refused commit (see writer.noSpace)
 }
 
 // take reports whether an append that may take cost bytes leaves floor
@@ -373,15 +396,24 @@ func (r *diskRoom) enough(floor int64) bool {
 
 // room measures the room for this transaction's appends, less what the
 // open transaction already stored and has not written (SyncInterval holds
-// it across steps).
+// it across steps). After a commit of appends was refused for lack of
+// space, it is only the room gained since (see writer.noSpace), or the
+// room as measured once noSpaceProbeInterval has passed.
 func (wr *writer) room() *diskRoom {
 	disk, file, ok := wr.w.space()
 	if !ok && !wr.noStatfs {
 		wr.noStatfs = true
 		wr.w.log.Warn("wal: cannot read the free space of the data directory's file system: appends are not held back to keep wal.min_free_bytes free", "path", wr.w.path)
 	}
+	probe := false
+	if m := wr.noSpace; m != nil {
+		if probe = !time.Now().Before(m.probeAt); !probe {
+			disk -= m.disk
+			file -= m.file
+		}
+	}
 	pending := 2 * wr.txBytes
-	return &diskRoom{disk: disk - pending, file: file - pending, known: ok}
+	return &diskRoom{disk: disk - pending, file: file - pending, known: ok, probe: probe}
 }
 
 // floor is the room an append must leave: MinFreeBytes, and an eighth
@@ -399,7 +431,8 @@ func (wr *writer) floor() int64 {
 // room on the disk (nil: it stored nothing and did not measure). While
 // appends are held for room, the writer looks again every second, and
 // after each commit, since retention or another process may have freed
-// some.
+// some. Appends tried again after a refused commit (a probe) lift the
+// hold only once they commit.
 func (wr *writer) checkDisk(room *diskRoom) {
 	switch full := wr.w.diskFull.Load(); {
 	case wr.diskHeld && !full:
@@ -408,7 +441,7 @@ func (wr *writer) checkDisk(room *diskRoom) {
 		if room == nil {
 			room = wr.room()
 		}
-		if room.enough(wr.floor()) {
+		if room.enough(wr.floor()) && !room.probe {
 			wr.setDiskFull(false)
 		}
 	}
@@ -678,6 +711,9 @@ func (wr *writer) flush() {
 		if deleted > 0 {
 			wr.deleteLimit = min(2*wr.deleteLimit, maxDeletesPerTx)
 		}
+		if appended > 0 {
+			wr.noSpace = nil // the room measured serves again
+		}
 		if wr.w.diskFull.Load() {
 			wr.moreWork = true // see whether the held appends fit now
 		}
@@ -692,6 +728,16 @@ func (wr *writer) flush() {
 	// back: refuse this group, keep going.
 	err = fmt.Errorf("%w: %v", ErrNoSpace, err)
 	wr.st = wr.w.snapshot()
+	if appended > 0 {
+		// The room measured was not room for these appends: hold the next
+		// ones until some is gained, as for a disk below the floor, rather
+		// than refuse them one group after another.
+		disk, file, _ := wr.w.space()
+		wr.noSpace = &noSpaceMark{disk: disk, file: file, probeAt: time.Now().Add(noSpaceProbeInterval)}
+		if !wr.w.diskFull.Load() {
+			wr.setDiskFull(true)
+		}
+	}
 	if deleted > 1 {
 		// Deleting fewer keys rewrites fewer pages (a leaf that keeps
 		// some of its entries is rewritten whole, in one run of pages):
