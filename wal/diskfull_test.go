@@ -317,6 +317,75 @@ func TestRefusedCommitHoldsAppends(t *testing.T) {
 	}
 }
 
+// TestRefusedCommitHoldEndsWithNothingWaiting: an input that sends nothing
+// while the WAL is full (the HTTP input answers 503 at once, a load
+// balancer sends clients elsewhere on /readyz) leaves no append to try
+// again; the hold must end all the same once a try is due, not wait for
+// room that nothing will free.
+func TestRefusedCommitHoldEndsWithNothingWaiting(t *testing.T) {
+	probeEvery(t, 300*time.Millisecond)
+	w := openT(t, t.TempDir(), Options{MinFreeBytes: 1 << 20})
+	defer w.Close()
+	ctx := context.Background()
+	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
+	_, stop := noSpaceCommits(t)
+	if _, err := w.Append(ctx, []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
+	}
+	stop()
+	if !w.Full() {
+		t.Fatalf("Full() false just after a refused commit")
+	}
+	waitUntil(t, 5*time.Second, "Full() false with no append waiting once a try is due", func() bool { return !w.Full() && !w.DiskFull() })
+	res := appendT(t, w, []Record{{Body: []byte(`{"a":3}`)}}, "")
+	if res.First != 2 {
+		t.Fatalf("the append after the hold was stored at %d, want 2", res.First)
+	}
+}
+
+// TestRefusedCommitHoldsWithoutStatfs: where the file system cannot tell
+// its free space, appends are not held for MinFreeBytes, but after a
+// commit of appends was refused for lack of space the next ones are held
+// all the same (the free pages in the file tell what is gained), until a
+// try commits.
+func TestRefusedCommitHoldsWithoutStatfs(t *testing.T) {
+	probeEvery(t, 1500*time.Millisecond)
+	freeBytes = func(string) (int64, bool) { return 0, false }
+	t.Cleanup(func() { freeBytes = fsFreeBytes })
+	w := openT(t, t.TempDir(), Options{MinFreeBytes: 1 << 20})
+	defer w.Close()
+	ctx := context.Background()
+	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
+	_, stop := noSpaceCommits(t)
+	if _, err := w.Append(ctx, []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
+	}
+	stop()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Append(ctx, []Record{{Body: []byte(`{"a":3}`)}}, AppendOptions{})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("append after a refused commit, statfs unknown: %v after %v, want it held until the next try", err, time.Since(start))
+	case <-time.After(time.Second):
+	}
+	if !w.DiskFull() {
+		t.Errorf("DiskFull() false while an append is held")
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("held append at the next try: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("held append not stored within 6s of the refusal (tries every 1.5s)")
+	}
+	waitUntil(t, 3*time.Second, "DiskFull() false once the held append is stored", func() bool { return !w.DiskFull() })
+}
+
 // TestRefusedCommitHoldsUntilRoomIsGained: after a commit of appends was
 // refused for lack of space, room freed on the file system ends the hold
 // at once, without waiting for the next try.

@@ -459,8 +459,11 @@ func (w *WAL) MinFreeBytes() int64 { return w.opts.MinFreeBytes }
 // system gives an unprivileged writer (what the file grows into), and
 // file, the pages free inside the file (bbolt reuses them first). ok is
 // false when the file system cannot say.
+// freeBytes is fsFreeBytes; tests replace it.
+var freeBytes = fsFreeBytes
+
 func (w *WAL) space() (disk, file int64, ok bool) {
-	disk, ok = fsFreeBytes(filepath.Dir(w.path))
+	disk, ok = freeBytes(filepath.Dir(w.path))
 	st := w.db.Stats()
 	return disk, int64(st.FreePageN+st.PendingPageN) * w.pageSize, ok
 }

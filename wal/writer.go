@@ -410,6 +410,9 @@ func (wr *writer) room() *diskRoom {
 		if probe = !time.Now().Before(m.probeAt); !probe {
 			disk -= m.disk
 			file -= m.file
+			// Even where the file system cannot tell its free space, the
+			// free pages in the file tell what was gained since.
+			ok = true
 		}
 	}
 	pending := 2 * wr.txBytes
@@ -432,7 +435,9 @@ func (wr *writer) floor() int64 {
 // appends are held for room, the writer looks again every second, and
 // after each commit, since retention or another process may have freed
 // some. Appends tried again after a refused commit (a probe) lift the
-// hold only once they commit.
+// hold only once they commit; with none to try (an input that sends
+// nothing while the WAL is full), the hold is lifted for the next ones
+// to be tried, and a refusal of them holds again.
 func (wr *writer) checkDisk(room *diskRoom) {
 	switch full := wr.w.diskFull.Load(); {
 	case wr.diskHeld && !full:
@@ -441,7 +446,7 @@ func (wr *writer) checkDisk(room *diskRoom) {
 		if room == nil {
 			room = wr.room()
 		}
-		if room.enough(wr.floor()) && !room.probe {
+		if room.enough(wr.floor()) && (!room.probe || len(wr.waiting) == 0 && wr.txAppends == 0) {
 			wr.setDiskFull(false)
 		}
 	}
