@@ -455,13 +455,13 @@ func (w *WAL) DiskFull() bool { return w.diskFull.Load() }
 // MinFreeBytes is the room kept free for commits that are not appends.
 func (w *WAL) MinFreeBytes() int64 { return w.opts.MinFreeBytes }
 
+// freeBytes is fsFreeBytes; tests replace it.
+var freeBytes = fsFreeBytes
+
 // space is the room the WAL has for new pages: disk, the space the file
 // system gives an unprivileged writer (what the file grows into), and
 // file, the pages free inside the file (bbolt reuses them first). ok is
 // false when the file system cannot say.
-// freeBytes is fsFreeBytes; tests replace it.
-var freeBytes = fsFreeBytes
-
 func (w *WAL) space() (disk, file int64, ok bool) {
 	disk, ok = freeBytes(filepath.Dir(w.path))
 	st := w.db.Stats()

@@ -441,13 +441,13 @@ func (wr *writer) floor() int64 {
 func (wr *writer) checkDisk(room *diskRoom) {
 	switch full := wr.w.diskFull.Load(); {
 	case wr.diskHeld && !full:
-		wr.setDiskFull(true)
+		wr.setDiskFull(true, false)
 	case !wr.diskHeld && full:
 		if room == nil {
 			room = wr.room()
 		}
 		if room.enough(wr.floor()) && (!room.probe || len(wr.waiting) == 0 && wr.txAppends == 0) {
-			wr.setDiskFull(false)
+			wr.setDiskFull(false, room.probe)
 		}
 	}
 	if wr.w.diskFull.Load() && wr.noSpaceRetry == nil {
@@ -457,15 +457,20 @@ func (wr *writer) checkDisk(room *diskRoom) {
 
 // setDiskFull records a hold for room on the disk or its end, with a log
 // line for each (holds at most once a minute; the end of a logged hold
-// always).
-func (wr *writer) setDiskFull(full bool) {
+// always). probe: the hold ends for appends to be tried again after a
+// refused commit, not for room seen.
+func (wr *writer) setDiskFull(full, probe bool) {
 	wr.w.diskFull.Store(full)
 	now := time.Now()
 	disk, file, _ := wr.w.space()
 	if !full {
 		if wr.diskLogged {
 			wr.diskLogged = false
-			wr.w.log.Info("wal: room on the disk again: appends resume", "path", wr.w.path, "disk_free_bytes", disk,
+			msg := "wal: room on the disk again: appends resume"
+			if probe {
+				msg = "wal: appends are tried again after a commit the disk refused; should the disk refuse them too, they wait again"
+			}
+			wr.w.log.Info(msg, "path", wr.w.path, "disk_free_bytes", disk,
 				"file_free_bytes", file, "min_free_bytes", wr.w.opts.MinFreeBytes, "held_for", now.Sub(wr.diskHeldSince).Round(time.Millisecond))
 		}
 		return
@@ -740,7 +745,7 @@ func (wr *writer) flush() {
 		disk, file, _ := wr.w.space()
 		wr.noSpace = &noSpaceMark{disk: disk, file: file, probeAt: time.Now().Add(noSpaceProbeInterval)}
 		if !wr.w.diskFull.Load() {
-			wr.setDiskFull(true)
+			wr.setDiskFull(true, false)
 		}
 	}
 	if deleted > 1 {
