@@ -132,7 +132,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	for _, d := range s.src.Drainers {
 		st := d.Status()
 		switch st.State {
-		case "paused", "failed": // "recovering" is a normal start; a refused one says "paused"
+		case queue.StatePaused, queue.StateFailed: // recovering is a normal start; a refused one is paused
 			notes = append(notes, fmt.Sprintf("sink %s: %s: %s", st.Sink, st.State, st.LastError))
 		}
 	}
