@@ -26,6 +26,10 @@
 //     that retention rewrites), the appends and deletes that shared its
 //     transaction are left out and the commit is made alone at once; the
 //     deletes follow in transactions of half as many until one fits.
+//     Should it refuse a commit of appends although the room measured was
+//     enough, the appends after it wait (DiskFull) until room is gained
+//     since, or until a probe of the room (a value of 128 KiB stored in
+//     the meta bucket and deleted again, tried every 10 s) commits.
 //   - With SyncInterval, Append returns once the writer has taken the
 //     records and commits about once a second. THIS CAN LOSE ACKNOWLEDGED
 //     RECORDS: a crash of the process or of the machine loses what was
@@ -52,7 +56,8 @@
 // place, the directory fsynced: a power cut while it is created leaves no
 // file or a whole one, never an empty or torn one that Open would refuse):
 //
-//	meta         "format" → uint64 1; "next_seq" → uint64; "bytes" → uint64 live entry bytes
+//	meta         "format" → uint64 1; "next_seq" → uint64; "bytes" → uint64 live entry bytes;
+//	             "space_probe" → 128 KiB of zeros, for a moment while the disk is full (Open deletes it)
 //	entries      uint64 first seq (big-endian) → entry
 //	cursors      sink name → uint64: every record up to it is done for that sink
 //	dropped      sink name → uint64: records drop_oldest deleted before the sink passed them

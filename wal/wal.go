@@ -35,6 +35,10 @@ var (
 	keyFormat  = []byte("format")
 	keyNextSeq = []byte("next_seq")
 	keyBytes   = []byte("bytes")
+	// keySpaceProbe holds, for a moment, the value with which the writer
+	// tries the room on a full disk (writer.probeRoom); Open deletes one a
+	// crash left.
+	keySpaceProbe = []byte("space_probe")
 )
 
 // SyncMode says when an append is fsynced relative to its acknowledgement.
@@ -275,6 +279,11 @@ func (w *WAL) load() (state, error) {
 			}
 		case len(v) != 8 || binary.BigEndian.Uint64(v) != formatVersion:
 			return fmt.Errorf("%w: %s has format %x, this build reads %d", ErrFormat, w.path, v, formatVersion)
+		}
+		if !w.opts.ReadOnly && meta.Get(keySpaceProbe) != nil {
+			if err := meta.Delete(keySpaceProbe); err != nil {
+				return err
+			}
 		}
 		if v := meta.Get(keyNextSeq); v != nil {
 			st.nextSeq = binary.BigEndian.Uint64(v)

@@ -57,10 +57,14 @@ const (
 	diskLogInterval      = time.Minute
 )
 
-// noSpaceProbeInterval is how long appends held after a refused commit
-// (see writer.noSpace) wait before they are tried again with no more room
-// measured than when it was refused. A variable for tests.
+// noSpaceProbeInterval is how often, while appends are held after a
+// refused commit (see writer.noSpace), the writer tries whether the file
+// takes an append's pages again (probeRoom). A variable for tests.
 var noSpaceProbeInterval = 10 * time.Second
+
+// probeBytes is the value probeRoom stores: two entries of the largest
+// size Append writes, as a leaf holds at least two (a run of 33 pages).
+const probeBytes = 128 << 10
 
 // writer is the one goroutine that changes the file. It gathers whatever
 // appends and commits are waiting into one transaction (group commit),
@@ -106,17 +110,19 @@ type writer struct {
 	// the free pages in the file are scattered in runs too short for the
 	// leaves and values to store, and the file cannot grow, or the file
 	// system counts its free space otherwise than it allocates it. Until a
-	// commit stores appends again, only the room gained since counts (see
-	// room), and the held appends are tried again every
-	// noSpaceProbeInterval all the same.
+	// commit stores appends again, or a probe of the room commits
+	// (probeRoom, every noSpaceProbeInterval), only the room gained since
+	// counts (see room).
 	noSpace *noSpaceMark
+	// probeLeft: a probe's value is in the file, its deletion refused.
+	probeLeft bool
 }
 
 // noSpaceMark is the room measured just after a commit of appends was
 // refused for lack of space.
 type noSpaceMark struct {
 	disk, file int64
-	probeAt    time.Time // when the held appends are tried again
+	probeAt    time.Time // when probeRoom tries the room next
 }
 
 func newWriter(w *WAL, st state) *writer {
@@ -184,7 +190,62 @@ func (wr *writer) run() {
 			}
 		}
 		wr.logDrops(false)
+		if m := wr.noSpace; m != nil && wr.w.diskFull.Load() && wr.tx == nil && wr.failed == nil && !time.Now().Before(m.probeAt) {
+			wr.probeRoom()
+		}
 	}
+}
+
+// probeRoom stores, in a transaction of its own, a value of probeBytes in
+// the meta bucket, and deletes it in the next: whether the file takes an
+// append's pages again, learnt without refusing any append. If it takes
+// them, the room measured counts again (the hold ends at the next step
+// that finds enough); if not, the held appends wait for the next probe or
+// for room gained.
+func (wr *writer) probeRoom() {
+	wr.noSpace.probeAt = time.Now().Add(noSpaceProbeInterval)
+	err := wr.commitAlone(func(meta *bolt.Bucket) error { return meta.Put(keySpaceProbe, make([]byte, probeBytes)) })
+	if err != nil {
+		if !isNoSpace(err) {
+			wr.fail(fmt.Errorf("commit a probe of the disk's room: %w", err))
+		}
+		return
+	}
+	wr.noSpace = nil
+	wr.moreWork = true // a step, to lift the hold
+	wr.probeLeft = true
+	wr.deleteProbe()
+}
+
+// deleteProbe deletes probeRoom's value, if it is still there; a full disk
+// that refuses it leaves it for the next probe, the next commit of
+// appends, or Open.
+func (wr *writer) deleteProbe() {
+	err := wr.commitAlone(func(meta *bolt.Bucket) error { return meta.Delete(keySpaceProbe) })
+	switch {
+	case err == nil:
+		wr.probeLeft = false
+	case !isNoSpace(err):
+		wr.fail(fmt.Errorf("commit the deletion of a probe of the disk's room: %w", err))
+	}
+}
+
+// commitAlone commits, with no open transaction, one that only does op on
+// the meta bucket.
+func (wr *writer) commitAlone(op func(meta *bolt.Bucket) error) error {
+	tx, err := wr.w.db.Begin(true)
+	if err != nil {
+		return err
+	}
+	if err := op(tx.Bucket(bucketMeta)); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := commitTx(tx); err != nil {
+		return err
+	}
+	wr.w.commits.Add(1)
+	return nil
 }
 
 // step applies one group of requests to the open transaction.
@@ -367,7 +428,6 @@ func storeCost(stored int64) int64 { return 2*stored + 4096 }
 type diskRoom struct {
 	disk, file int64 // see WAL.space
 	known      bool  // false: the file system cannot tell; appends are not held
-	probe      bool  // the room as measured, tried again after a refused commit (see writer.noSpace)
 }
 
 // take reports whether an append that may take cost bytes leaves floor
@@ -397,26 +457,22 @@ func (r *diskRoom) enough(floor int64) bool {
 // room measures the room for this transaction's appends, less what the
 // open transaction already stored and has not written (SyncInterval holds
 // it across steps). After a commit of appends was refused for lack of
-// space, it is only the room gained since (see writer.noSpace), or the
-// room as measured once noSpaceProbeInterval has passed.
+// space, it is only the room gained since (see writer.noSpace).
 func (wr *writer) room() *diskRoom {
 	disk, file, ok := wr.w.space()
 	if !ok && !wr.noStatfs {
 		wr.noStatfs = true
 		wr.w.log.Warn("wal: cannot read the free space of the data directory's file system: appends are not held back to keep wal.min_free_bytes free", "path", wr.w.path)
 	}
-	probe := false
 	if m := wr.noSpace; m != nil {
-		if probe = !time.Now().Before(m.probeAt); !probe {
-			disk -= m.disk
-			file -= m.file
-			// Even where the file system cannot tell its free space, the
-			// free pages in the file tell what was gained since.
-			ok = true
-		}
+		disk -= m.disk
+		file -= m.file
+		// Even where the file system cannot tell its free space, the free
+		// pages in the file tell what was gained since.
+		ok = true
 	}
 	pending := 2 * wr.txBytes
-	return &diskRoom{disk: disk - pending, file: file - pending, known: ok, probe: probe}
+	return &diskRoom{disk: disk - pending, file: file - pending, known: ok}
 }
 
 // floor is the room an append must leave: MinFreeBytes, and an eighth
@@ -434,20 +490,17 @@ func (wr *writer) floor() int64 {
 // room on the disk (nil: it stored nothing and did not measure). While
 // appends are held for room, the writer looks again every second, and
 // after each commit, since retention or another process may have freed
-// some. Appends tried again after a refused commit (a probe) lift the
-// hold only once they commit; with none to try (an input that sends
-// nothing while the WAL is full), the hold is lifted for the next ones
-// to be tried, and a refusal of them holds again.
+// some.
 func (wr *writer) checkDisk(room *diskRoom) {
 	switch full := wr.w.diskFull.Load(); {
 	case wr.diskHeld && !full:
-		wr.setDiskFull(true, false)
+		wr.setDiskFull(true)
 	case !wr.diskHeld && full:
 		if room == nil {
 			room = wr.room()
 		}
-		if room.enough(wr.floor()) && (!room.probe || len(wr.waiting) == 0 && wr.txAppends == 0) {
-			wr.setDiskFull(false, room.probe)
+		if room.enough(wr.floor()) {
+			wr.setDiskFull(false)
 		}
 	}
 	if wr.w.diskFull.Load() && wr.noSpaceRetry == nil {
@@ -457,20 +510,15 @@ func (wr *writer) checkDisk(room *diskRoom) {
 
 // setDiskFull records a hold for room on the disk or its end, with a log
 // line for each (holds at most once a minute; the end of a logged hold
-// always). probe: the hold ends for appends to be tried again after a
-// refused commit, not for room seen.
-func (wr *writer) setDiskFull(full, probe bool) {
+// always).
+func (wr *writer) setDiskFull(full bool) {
 	wr.w.diskFull.Store(full)
 	now := time.Now()
 	disk, file, _ := wr.w.space()
 	if !full {
 		if wr.diskLogged {
 			wr.diskLogged = false
-			msg := "wal: room on the disk again: appends resume"
-			if probe {
-				msg = "wal: appends are tried again after a commit the disk refused; should the disk refuse them too, they wait again"
-			}
-			wr.w.log.Info(msg, "path", wr.w.path, "disk_free_bytes", disk,
+			wr.w.log.Info("wal: room on the disk again: appends resume", "path", wr.w.path, "disk_free_bytes", disk,
 				"file_free_bytes", file, "min_free_bytes", wr.w.opts.MinFreeBytes, "held_for", now.Sub(wr.diskHeldSince).Round(time.Millisecond))
 		}
 		return
@@ -723,6 +771,9 @@ func (wr *writer) flush() {
 		}
 		if appended > 0 {
 			wr.noSpace = nil // the room measured serves again
+			if wr.probeLeft {
+				wr.deleteProbe()
+			}
 		}
 		if wr.w.diskFull.Load() {
 			wr.moreWork = true // see whether the held appends fit now
@@ -745,7 +796,7 @@ func (wr *writer) flush() {
 		disk, file, _ := wr.w.space()
 		wr.noSpace = &noSpaceMark{disk: disk, file: file, probeAt: time.Now().Add(noSpaceProbeInterval)}
 		if !wr.w.diskFull.Load() {
-			wr.setDiskFull(true, false)
+			wr.setDiskFull(true)
 		}
 	}
 	if deleted > 1 {
