@@ -253,6 +253,10 @@ func probeEvery(t *testing.T, d time.Duration) {
 // value is gone.
 func TestRefusedCommitHoldsAppends(t *testing.T) {
 	probeEvery(t, 600*time.Millisecond)
+	// The file system shows the same free space throughout: room freed on
+	// it by other processes would end the hold, as it should, but not here.
+	freeBytes = func(string) (int64, bool) { return 10 << 30, true }
+	t.Cleanup(func() { freeBytes = fsFreeBytes })
 	w := openT(t, t.TempDir(), Options{MinFreeBytes: 1 << 20})
 	defer w.Close()
 	ctx := context.Background()
@@ -344,6 +348,49 @@ func noProbeLeft(t *testing.T, w *WAL) {
 		return nil
 	}); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestSpaceProbeDeletionRefused: a full disk refuses the deletion of a
+// probe's value after the probe itself committed. The value sits in the
+// meta bucket's leaf, which every commit writes: the next transaction must
+// delete it, whatever it holds, not wait for a commit of appends.
+func TestSpaceProbeDeletionRefused(t *testing.T) {
+	probeEvery(t, 300*time.Millisecond)
+	w := openT(t, t.TempDir(), Options{MinFreeBytes: 1 << 20})
+	defer w.Close()
+	ctx := context.Background()
+	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
+	_, stop := noSpaceCommits(t)
+	if _, err := w.Append(ctx, []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
+	}
+	stop()
+	// From now on: the probe commits; the first commit that deletes its
+	// value is refused; every other commit goes through.
+	var stored, refusedDelete atomic.Bool
+	hook := func(tx *bolt.Tx) error {
+		has := tx.Bucket(bucketMeta).Get(keySpaceProbe) != nil
+		if !has && stored.Load() && refusedDelete.CompareAndSwap(false, true) {
+			tx.Rollback()
+			return &fs.PathError{Op: "write", Path: "wal.db", Err: syscall.ENOSPC}
+		}
+		if has {
+			stored.Store(true)
+		}
+		return tx.Commit()
+	}
+	commitHook.Store(&hook)
+	t.Cleanup(func() { commitHook.Store(nil) })
+	waitUntil(t, 5*time.Second, "a probe stored and its deletion refused", refusedDelete.Load)
+	waitUntil(t, 3*time.Second, "the probe's value deleted by the next transaction", func() bool {
+		var left bool
+		w.db.View(func(tx *bolt.Tx) error { left = tx.Bucket(bucketMeta).Get(keySpaceProbe) != nil; return nil })
+		return !left
+	})
+	waitUntil(t, 3*time.Second, "DiskFull() false after the probe", func() bool { return !w.DiskFull() })
+	if err := w.Err(); err != nil {
+		t.Fatalf("the WAL failed: %v", err)
 	}
 }
 

@@ -78,6 +78,7 @@ type writer struct {
 	txBytes   int64
 	txAppends int             // appends stored in the open transaction
 	txDeleted int             // keys retention and chunk expiry deleted in it
+	txProbe   bool            // it deletes a probe's value (probeLeft)
 	dirty     bool            // the open transaction changes something: worth a commit
 	replies   []func(error)   // answers to appends due when tx commits
 	commits   []pendingCommit // commits in tx, answered when it commits
@@ -114,7 +115,8 @@ type writer struct {
 	// (probeRoom, every noSpaceProbeInterval), only the room gained since
 	// counts (see room).
 	noSpace *noSpaceMark
-	// probeLeft: a probe's value is in the file, its deletion refused.
+	// probeLeft: a probe's value is in the file, its deletion refused;
+	// the next transaction deletes it (apply).
 	probeLeft bool
 }
 
@@ -217,9 +219,8 @@ func (wr *writer) probeRoom() {
 	wr.deleteProbe()
 }
 
-// deleteProbe deletes probeRoom's value, if it is still there; a full disk
-// that refuses it leaves it for the next probe, the next commit of
-// appends, or Open.
+// deleteProbe deletes probeRoom's value; should a full disk refuse it,
+// the next transaction deletes it (apply), or Open.
 func (wr *writer) deleteProbe() {
 	err := wr.commitAlone(func(meta *bolt.Bucket) error { return meta.Delete(keySpaceProbe) })
 	switch {
@@ -266,7 +267,7 @@ func (wr *writer) applyGroup(appends []*appendReq, commits []*commitReq) (room *
 		if err != nil {
 			wr.fail(fmt.Errorf("begin transaction: %w", err))
 		} else {
-			wr.tx, wr.txStart, wr.txBytes, wr.txAppends, wr.txDeleted = tx, time.Now(), 0, 0, 0
+			wr.tx, wr.txStart, wr.txBytes, wr.txAppends, wr.txDeleted, wr.txProbe = tx, time.Now(), 0, 0, 0, false
 		}
 	}
 	if wr.failed == nil {
@@ -302,6 +303,14 @@ func (wr *writer) applyGroup(appends []*appendReq, commits []*commitReq) (room *
 // is the room on the disk that the appends left, when apply measured it
 // (nil: not measured).
 func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq) (now []func(), later []func(error), applied []pendingCommit, room *diskRoom, err error) {
+	if wr.probeLeft && !wr.txProbe {
+		// It sits in the meta bucket's leaf, which every transaction
+		// writes: out of it first.
+		if err := tx.Bucket(bucketMeta).Delete(keySpaceProbe); err != nil {
+			return nil, nil, nil, room, err
+		}
+		wr.txProbe, wr.dirty = true, true
+	}
 	cursorsMoved := false
 	for _, c := range commits {
 		seq, moved, err := wr.applyOps(tx, c.ops)
@@ -743,8 +752,8 @@ func (wr *writer) flush() {
 		return
 	}
 	tx, replies, commits := wr.tx, wr.replies, wr.commits
-	appended, deleted := wr.txAppends, wr.txDeleted
-	wr.tx, wr.replies, wr.commits, wr.txAppends, wr.txDeleted = nil, nil, nil, 0, 0
+	appended, deleted, probe := wr.txAppends, wr.txDeleted, wr.txProbe
+	wr.tx, wr.replies, wr.commits, wr.txAppends, wr.txDeleted, wr.txProbe = nil, nil, nil, 0, 0, false
 	answer := func(err error) {
 		for _, reply := range replies {
 			reply(err)
@@ -771,9 +780,9 @@ func (wr *writer) flush() {
 		}
 		if appended > 0 {
 			wr.noSpace = nil // the room measured serves again
-			if wr.probeLeft {
-				wr.deleteProbe()
-			}
+		}
+		if probe {
+			wr.probeLeft = false
 		}
 		if wr.w.diskFull.Load() {
 			wr.moreWork = true // see whether the held appends fit now
