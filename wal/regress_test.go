@@ -2,7 +2,9 @@ package wal
 
 import (
 	"context"
+	"errors"
 	"io/fs"
+	"math/rand"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -122,5 +124,45 @@ func TestWriterDoesNotSpinOnFullDisk(t *testing.T) {
 	t.Logf("commit attempts in 1s with no requests: %d", n)
 	if n > 10 {
 		t.Fatalf("writer retries the commit %d times a second on a full disk", n)
+	}
+}
+
+// TestFatalAnswersHeldAppends: an append held for room (max_bytes with
+// WhenFull Block) when the WAL fails must get ErrFatal at once, not wait
+// for another request that would wake the writer.
+func TestFatalAnswersHeldAppends(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{MaxBytes: 4 << 10, WhenFull: Block})
+	defer w.Close()
+	ctx := context.Background()
+	if _, err := w.RegisterCursor(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	body := func() []byte { // 3 KiB that s2 cannot make smaller
+		b := make([]byte, 3<<10)
+		rand.Read(b)
+		return b
+	}
+	appendT(t, w, []Record{{Body: body()}}, "")
+	held := make(chan error, 1)
+	go func() {
+		_, err := w.Append(ctx, []Record{{Body: body()}}, AppendOptions{})
+		held <- err
+	}()
+	waitUntil(t, 5*time.Second, "the second append held (Full)", w.Full)
+	fail := func(tx *bolt.Tx) error { tx.Rollback(); return syscall.EIO }
+	commitHook.Store(&fail)
+	defer commitHook.Store(nil)
+	var b Batch
+	b.Put("s", []byte("k"), []byte("v")) // not a cursor move: the held append stays held
+	if err := w.Commit(ctx, &b); !errors.Is(err, ErrFatal) {
+		t.Fatalf("commit with a failing write: %v, want ErrFatal", err)
+	}
+	select {
+	case err := <-held:
+		if !errors.Is(err, ErrFatal) {
+			t.Fatalf("held append after the WAL failed: %v, want ErrFatal", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("held append not answered within 2s of the WAL failing")
 	}
 }

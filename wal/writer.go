@@ -888,7 +888,12 @@ func (wr *writer) fail(err error) {
 	for _, c := range wr.commits {
 		c.req.done <- commitResult{err: wr.failed}
 	}
-	wr.replies, wr.commits = nil, nil
+	// Appends held for room wait in no transaction: answered now, not at
+	// the next request, which may never come.
+	for _, r := range wr.waiting {
+		r.done <- appendResult{err: wr.failed}
+	}
+	wr.replies, wr.commits, wr.waiting = nil, nil, nil
 	wr.w.mu.Lock()
 	wr.w.fatalErr = wr.failed
 	wr.w.mu.Unlock()
