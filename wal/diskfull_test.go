@@ -357,17 +357,21 @@ func noProbeLeft(t *testing.T, w *WAL) {
 // delete it, whatever it holds, not wait for a commit of appends.
 func TestSpaceProbeDeletionRefused(t *testing.T) {
 	probeEvery(t, 300*time.Millisecond)
+	// A constant free space: room other processes free would end the
+	// hold before any probe.
+	freeBytes = func(string) (int64, bool) { return 10 << 30, true }
+	t.Cleanup(func() { freeBytes = fsFreeBytes })
 	w := openT(t, t.TempDir(), Options{MinFreeBytes: 1 << 20})
 	defer w.Close()
 	ctx := context.Background()
 	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
-	_, stop := noSpaceCommits(t)
+	noSpaceCommits(t)
 	if _, err := w.Append(ctx, []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
 	}
-	stop()
-	// From now on: the probe commits; the first commit that deletes its
-	// value is refused; every other commit goes through.
+	// From now on (the refusing hook replaced, with no moment between):
+	// the probe commits; the first commit that deletes its value is
+	// refused; every other commit goes through.
 	var stored, refusedDelete atomic.Bool
 	hook := func(tx *bolt.Tx) error {
 		has := tx.Bucket(bucketMeta).Get(keySpaceProbe) != nil

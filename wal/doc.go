@@ -29,7 +29,8 @@
 //     Should it refuse a commit of appends although the room measured was
 //     enough, the appends after it wait (DiskFull) until room is gained
 //     since, or until a probe of the room (a value of 128 KiB stored in
-//     the meta bucket and deleted again, tried every 10 s) commits.
+//     the meta bucket and deleted again, tried every 10 s) commits and the
+//     room measured is enough again.
 //   - With SyncInterval, Append returns once the writer has taken the
 //     records and commits about once a second. THIS CAN LOSE ACKNOWLEDGED
 //     RECORDS: a crash of the process or of the machine loses what was

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io/fs"
 	"math/rand"
@@ -164,5 +165,51 @@ func TestFatalAnswersHeldAppends(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("held append not answered within 2s of the WAL failing")
+	}
+}
+
+// TestRetentionDoesNotSpinOnFullDisk: retention halves its deletes after
+// each refused commit; once it deletes one key a commit and that is
+// refused too, it must wait for the next look at the disk (a second), not
+// try again at once for as long as the disk stays full.
+func TestRetentionDoesNotSpinOnFullDisk(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	ctx := context.Background()
+	if _, err := w.RegisterCursor(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	var last Result
+	for i := 0; i < 50; i++ {
+		last = appendT(t, w, []Record{{Body: []byte(`{}`)}}, "")
+	}
+	// The disk takes every commit but those that delete entries (their
+	// leaves need runs of pages it no longer has).
+	var calls atomic.Int64
+	hook := func(tx *bolt.Tx) error {
+		if k, _ := tx.Bucket(bucketEntries).Cursor().First(); k == nil || binary.BigEndian.Uint64(k) != 1 {
+			calls.Add(1)
+			tx.Rollback()
+			return &fs.PathError{Op: "write", Path: "wal.db", Err: syscall.ENOSPC}
+		}
+		return tx.Commit()
+	}
+	commitHook.Store(&hook)
+	defer commitHook.Store(nil)
+	var b Batch
+	b.SetCursor("s", last.Last) // retention wants to delete 50 entries
+	if err := w.Commit(ctx, &b); err != nil {
+		t.Fatalf("cursor commit, made again without the deletes: %v", err)
+	}
+	time.Sleep(500 * time.Millisecond) // the deletes halve down to one
+	c0 := calls.Load()
+	time.Sleep(time.Second)
+	n := calls.Load() - c0
+	t.Logf("commits tried in 1s by retention on a full disk: %d", n)
+	if n > 5 {
+		t.Fatalf("retention tried %d commits in 1s on a full disk: it spins", n)
+	}
+	if err := w.Err(); err != nil {
+		t.Fatalf("the WAL failed: %v", err)
 	}
 }

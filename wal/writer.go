@@ -262,6 +262,7 @@ func (wr *writer) step(appends []*appendReq, commits []*commitReq) {
 // begins if there is none. When it fails, the WAL has failed and it has
 // answered every request.
 func (wr *writer) applyGroup(appends []*appendReq, commits []*commitReq) (room *diskRoom, ok bool) {
+	wr.waiting = nil // those held before are in appends: answered once, here
 	if wr.failed == nil && wr.tx == nil {
 		tx, err := wr.w.db.Begin(true)
 		if err != nil {
@@ -808,14 +809,16 @@ func (wr *writer) flush() {
 			wr.setDiskFull(true)
 		}
 	}
-	if deleted > 1 {
+	if limit := max(1, deleted/2); deleted > 1 && limit < wr.deleteLimit {
 		// Deleting fewer keys rewrites fewer pages (a leaf that keeps
 		// some of its entries is rewritten whole, in one run of pages):
 		// try again at once with half as many.
-		wr.deleteLimit = max(1, deleted/2)
+		wr.deleteLimit = limit
 		wr.moreWork = true
 	} else {
-		// Try again in a while, not at once: the disk stays full for a time.
+		// Try again in a while, not at once: the disk stays full for a
+		// time. Retention that stopped at its limit waits too.
+		wr.moreWork = false
 		wr.noSpaceRetry = time.After(noSpaceRetryInterval)
 	}
 	if len(commits) == 0 || (appended == 0 && deleted == 0) {
