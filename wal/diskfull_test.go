@@ -236,12 +236,35 @@ func noSpaceCommits(t *testing.T) (calls *atomic.Int64, stop func()) {
 	return calls, stop
 }
 
-// probeEvery sets how long appends held after a refused commit wait before
-// they are tried again, for one test.
+// probeEvery sets how often the room is probed after a refused commit,
+// for one test.
 func probeEvery(t *testing.T, d time.Duration) {
 	old := noSpaceProbeInterval
 	noSpaceProbeInterval = d
 	t.Cleanup(func() { noSpaceProbeInterval = old })
+}
+
+// stubFree makes the WAL see free bytes on its file system (ok false: the
+// file system cannot tell), for one test: room other processes free on a
+// shared disk would otherwise end a hold.
+func stubFree(t *testing.T, free int64, ok bool) {
+	freeBytes = func(string) (int64, bool) { return free, ok }
+	t.Cleanup(func() { freeBytes = fsFreeBytes })
+}
+
+// refusedCommit opens a WAL (MinFreeBytes 1 MiB, closed when the test
+// ends) with one record, and makes every commit fail as a full disk does
+// (noSpaceCommits); the next append must be refused with ErrNoSpace.
+func refusedCommit(t *testing.T) (w *WAL, calls *atomic.Int64, stop func()) {
+	t.Helper()
+	w = openT(t, t.TempDir(), Options{MinFreeBytes: 1 << 20})
+	t.Cleanup(func() { w.Close() })
+	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
+	calls, stop = noSpaceCommits(t)
+	if _, err := w.Append(context.Background(), []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
+	}
+	return w, calls, stop
 }
 
 // TestRefusedCommitHoldsAppends: a commit of appends is refused for lack
@@ -253,18 +276,9 @@ func probeEvery(t *testing.T, d time.Duration) {
 // value is gone.
 func TestRefusedCommitHoldsAppends(t *testing.T) {
 	probeEvery(t, 600*time.Millisecond)
-	// The file system shows the same free space throughout: room freed on
-	// it by other processes would end the hold, as it should, but not here.
-	freeBytes = func(string) (int64, bool) { return 10 << 30, true }
-	t.Cleanup(func() { freeBytes = fsFreeBytes })
-	w := openT(t, t.TempDir(), Options{MinFreeBytes: 1 << 20})
-	defer w.Close()
+	stubFree(t, 10<<30, true)
+	w, calls, stop := refusedCommit(t)
 	ctx := context.Background()
-	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
-	calls, stop := noSpaceCommits(t)
-	if _, err := w.Append(ctx, []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
-	}
 	if !w.DiskFull() || !w.Full() {
 		t.Fatalf("after a commit refused for lack of space: DiskFull() %v, Full() %v, want both true", w.DiskFull(), w.Full())
 	}
@@ -357,18 +371,8 @@ func noProbeLeft(t *testing.T, w *WAL) {
 // delete it, whatever it holds, not wait for a commit of appends.
 func TestSpaceProbeDeletionRefused(t *testing.T) {
 	probeEvery(t, 300*time.Millisecond)
-	// A constant free space: room other processes free would end the
-	// hold before any probe.
-	freeBytes = func(string) (int64, bool) { return 10 << 30, true }
-	t.Cleanup(func() { freeBytes = fsFreeBytes })
-	w := openT(t, t.TempDir(), Options{MinFreeBytes: 1 << 20})
-	defer w.Close()
-	ctx := context.Background()
-	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
-	noSpaceCommits(t)
-	if _, err := w.Append(ctx, []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
-	}
+	stubFree(t, 10<<30, true)
+	w, _, _ := refusedCommit(t)
 	// From now on (the refusing hook replaced, with no moment between):
 	// the probe commits; the first commit that deletes its value is
 	// refused; every other commit goes through.
@@ -425,14 +429,7 @@ func TestSpaceProbeLeftIsDeletedAtOpen(t *testing.T) {
 // not wait for room that nothing will free.
 func TestRefusedCommitHoldEndsWithNothingWaiting(t *testing.T) {
 	probeEvery(t, 300*time.Millisecond)
-	w := openT(t, t.TempDir(), Options{MinFreeBytes: 1 << 20})
-	defer w.Close()
-	ctx := context.Background()
-	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
-	_, stop := noSpaceCommits(t)
-	if _, err := w.Append(ctx, []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
-	}
+	w, _, stop := refusedCommit(t)
 	stop()
 	if !w.Full() {
 		t.Fatalf("Full() false just after a refused commit")
@@ -452,16 +449,9 @@ func TestRefusedCommitHoldEndsWithNothingWaiting(t *testing.T) {
 // probe of the room commits.
 func TestRefusedCommitHoldsWithoutStatfs(t *testing.T) {
 	probeEvery(t, 1500*time.Millisecond)
-	freeBytes = func(string) (int64, bool) { return 0, false }
-	t.Cleanup(func() { freeBytes = fsFreeBytes })
-	w := openT(t, t.TempDir(), Options{MinFreeBytes: 1 << 20})
-	defer w.Close()
+	stubFree(t, 0, false)
+	w, _, stop := refusedCommit(t)
 	ctx := context.Background()
-	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
-	_, stop := noSpaceCommits(t)
-	if _, err := w.Append(ctx, []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
-	}
 	stop()
 	start := time.Now()
 	done := make(chan error, 1)
