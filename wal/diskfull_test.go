@@ -252,12 +252,12 @@ func stubFree(t *testing.T, free int64, ok bool) {
 	t.Cleanup(func() { freeBytes = fsFreeBytes })
 }
 
-// refusedCommit opens a WAL (MinFreeBytes 1 MiB, closed when the test
-// ends) with one record, and makes every commit fail as a full disk does
-// (noSpaceCommits); the next append must be refused with ErrNoSpace.
-func refusedCommit(t *testing.T) (w *WAL, calls *atomic.Int64, stop func()) {
+// refusedCommit opens a WAL in dir (MinFreeBytes 1 MiB, closed when the
+// test ends) with one record, and makes every commit fail as a full disk
+// does (noSpaceCommits); the next append must be refused with ErrNoSpace.
+func refusedCommit(t *testing.T, dir string) (w *WAL, calls *atomic.Int64, stop func()) {
 	t.Helper()
-	w = openT(t, t.TempDir(), Options{MinFreeBytes: 1 << 20})
+	w = openT(t, dir, Options{MinFreeBytes: 1 << 20})
 	t.Cleanup(func() { w.Close() })
 	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
 	calls, stop = noSpaceCommits(t)
@@ -265,6 +265,17 @@ func refusedCommit(t *testing.T) (w *WAL, calls *atomic.Int64, stop func()) {
 		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
 	}
 	return w, calls, stop
+}
+
+// appendLater appends one record to w in a goroutine of its own; the
+// channel gets Append's error.
+func appendLater(w *WAL, body string) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Append(context.Background(), []Record{{Body: []byte(body)}}, AppendOptions{})
+		done <- err
+	}()
+	return done
 }
 
 // TestRefusedCommitHoldsAppends: a commit of appends is refused for lack
@@ -277,7 +288,7 @@ func refusedCommit(t *testing.T) (w *WAL, calls *atomic.Int64, stop func()) {
 func TestRefusedCommitHoldsAppends(t *testing.T) {
 	probeEvery(t, 600*time.Millisecond)
 	stubFree(t, 10<<30, true)
-	w, calls, stop := refusedCommit(t)
+	w, calls, stop := refusedCommit(t, t.TempDir())
 	ctx := context.Background()
 	if !w.DiskFull() || !w.Full() {
 		t.Fatalf("after a commit refused for lack of space: DiskFull() %v, Full() %v, want both true", w.DiskFull(), w.Full())
@@ -372,7 +383,7 @@ func noProbeLeft(t *testing.T, w *WAL) {
 func TestSpaceProbeDeletionRefused(t *testing.T) {
 	probeEvery(t, 300*time.Millisecond)
 	stubFree(t, 10<<30, true)
-	w, _, _ := refusedCommit(t)
+	w, _, _ := refusedCommit(t, t.TempDir())
 	// From now on (the refusing hook replaced, with no moment between):
 	// the probe commits; the first commit that deletes its value is
 	// refused; every other commit goes through.
@@ -429,7 +440,7 @@ func TestSpaceProbeLeftIsDeletedAtOpen(t *testing.T) {
 // not wait for room that nothing will free.
 func TestRefusedCommitHoldEndsWithNothingWaiting(t *testing.T) {
 	probeEvery(t, 300*time.Millisecond)
-	w, _, stop := refusedCommit(t)
+	w, _, stop := refusedCommit(t, t.TempDir())
 	stop()
 	if !w.Full() {
 		t.Fatalf("Full() false just after a refused commit")
@@ -450,15 +461,10 @@ func TestRefusedCommitHoldEndsWithNothingWaiting(t *testing.T) {
 func TestRefusedCommitHoldsWithoutStatfs(t *testing.T) {
 	probeEvery(t, 1500*time.Millisecond)
 	stubFree(t, 0, false)
-	w, _, stop := refusedCommit(t)
-	ctx := context.Background()
+	w, _, stop := refusedCommit(t, t.TempDir())
 	stop()
 	start := time.Now()
-	done := make(chan error, 1)
-	go func() {
-		_, err := w.Append(ctx, []Record{{Body: []byte(`{"a":3}`)}}, AppendOptions{})
-		done <- err
-	}()
+	done := appendLater(w, `{"a":3}`)
 	select {
 	case err := <-done:
 		t.Fatalf("append after a refused commit, statfs unknown: %v after %v, want it held until the next try", err, time.Since(start))
@@ -484,25 +490,14 @@ func TestRefusedCommitHoldsWithoutStatfs(t *testing.T) {
 func TestRefusedCommitHoldsUntilRoomIsGained(t *testing.T) {
 	probeEvery(t, time.Hour)
 	mnt := tmpfstest.Mount(t, "8m")
-	w := openT(t, mnt, Options{MinFreeBytes: 1 << 20})
-	defer w.Close()
-	ctx := context.Background()
-	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
 	// Another process takes 4 MiB, leaving more than the floor free.
 	ballast := filepath.Join(mnt, "ballast")
 	if err := os.WriteFile(ballast, make([]byte, 4<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, stop := noSpaceCommits(t)
-	if _, err := w.Append(ctx, []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, ErrNoSpace) {
-		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
-	}
+	w, _, stop := refusedCommit(t, mnt)
 	stop()
-	done := make(chan error, 1)
-	go func() {
-		_, err := w.Append(ctx, []Record{{Body: []byte(`{"a":3}`)}}, AppendOptions{})
-		done <- err
-	}()
+	done := appendLater(w, `{"a":3}`)
 	select {
 	case err := <-done:
 		t.Fatalf("append after a refused commit, with no room gained: %v, want it held (free %d bytes)", err, fsFree(t, mnt))
