@@ -206,11 +206,11 @@ func (e *createEnv) creations(kind, outcome string) float64 {
 	return testutil.ToFloat64(e.sink.m.creations.WithLabelValues(kind, outcome))
 }
 
-// 2,000 pods start at once: their streams are created at create_rate, not
+// 1,000 pods start at once: their streams are created at create_rate, not
 // in a burst the account's quota throttles; each event lands once.
 func TestNewStreamsCreatedAtCreateRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const n = 2000
+		const n = 1000
 		e := newCreateEnv(t, nil)
 		defer e.stop()
 		start := time.Now()
@@ -250,8 +250,8 @@ func TestNewStreamsCreatedAtCreateRate(t *testing.T) {
 		if w := testutil.ToFloat64(e.sink.m.waiting); w != 0 {
 			t.Errorf("%v streams still waiting", w)
 		}
-		// 2,000 streams at 10 a second: 200 s, and no more than a second beyond.
-		if took < 199*time.Second || took > 202*time.Second {
+		// 1,000 streams at 10 a second: 100 s, and no more than a second beyond.
+		if took < 99*time.Second || took > 102*time.Second {
 			t.Errorf("creating %d streams took %v at 10 a second", n, took)
 		}
 		if strings.Contains(e.logs.String(), "level=WARN") {
@@ -265,7 +265,7 @@ func TestNewStreamsCreatedAtCreateRate(t *testing.T) {
 // minute at most, not one per stream.
 func TestThrottledCreationsRetriedQuietly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const n = 2000
+		const n = 1000
 		e := newCreateEnv(t, func(c *config.CloudWatch) { c.CreateRate = 200 })
 		defer e.stop()
 		start := time.Now()
