@@ -106,8 +106,18 @@ func (s *Sink) ensureGroup(ctx context.Context, group, groupKey string) error {
 		if _, known := s.known.get(groupKey); known {
 			return nil
 		}
+		if groupCheckedHook != nil {
+			groupCheckedHook(ctx)
+		}
 		c := s.creates
 		c.mu.Lock()
+		// Known again under the lock: a creation that ended since the look
+		// above marked the group known before it left inflight, and making
+		// the group again would cost a call of the account's quota.
+		if _, known := s.known.get(groupKey); known {
+			c.mu.Unlock()
+			return nil
+		}
 		if gc := c.inflight[group]; gc != nil {
 			c.mu.Unlock()
 			select {
@@ -134,6 +144,10 @@ func (s *Sink) ensureGroup(ctx context.Context, group, groupKey string) error {
 		return gc.err
 	}
 }
+
+// groupCheckedHook, when set (by tests), is called by ensureGroup between
+// its first look at the known groups and taking the creations' lock.
+var groupCheckedHook func(context.Context)
 
 func (s *Sink) createGroup(ctx context.Context, group string) error {
 	in := &cloudwatchlogs.CreateLogGroupInput{LogGroupName: aws.String(group)}

@@ -260,6 +260,43 @@ func TestNewStreamsCreatedAtCreateRate(t *testing.T) {
 	})
 }
 
+// A stream that looked for its group while no creation was under way, and
+// took the creations' lock only after another stream had made the group,
+// finds the group known: one CreateLogGroup, not a second one answered
+// ResourceAlreadyExistsException.
+func TestGroupCreatedOnceWhenCreationEndsBetweenLooks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newCreateEnv(t, nil)
+		defer e.stop()
+		const group = "/eks/race"
+		key := "\x00group\x00" + group
+		type late struct{}
+		looked, made := make(chan struct{}), make(chan struct{})
+		groupCheckedHook = func(ctx context.Context) {
+			if ctx.Value(late{}) != nil {
+				close(looked)
+				<-made
+			}
+		}
+		defer func() { groupCheckedHook = nil }()
+		errc := make(chan error, 1)
+		go func() {
+			errc <- e.sink.ensureGroup(context.WithValue(context.Background(), late{}, true), group, key)
+		}()
+		<-looked
+		if err := e.sink.ensureGroup(context.Background(), group, key); err != nil {
+			t.Fatal(err)
+		}
+		close(made)
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		if c := e.emu.Calls("CreateLogGroup"); c != 1 {
+			t.Errorf("%d CreateLogGroup calls for one group, want 1", c)
+		}
+	})
+}
+
 // With create_rate above the account's quota, the throttled creations wait
 // and are made again: everything lands, and the log has one summary line a
 // minute at most, not one per stream.
