@@ -42,7 +42,6 @@ func TestDrainCutsBySize(t *testing.T) {
 	cfg.MaxObjectAge = config.Duration(time.Hour) // only size cuts, but for the end
 	s := newTestSink(t, cfg)
 	w := openWAL(t, t.TempDir())
-	defer w.Close()
 
 	at := time.Date(2025, 6, 15, 15, 6, 40, 0, time.UTC)
 	var recs []wal.Record
@@ -116,7 +115,6 @@ func TestDrainCutsByAgeAndTimeBucket(t *testing.T) {
 	cfg.MaxObjectAge = config.Duration(300 * time.Millisecond)
 	s := newTestSink(t, cfg)
 	w := openWAL(t, t.TempDir())
-	defer w.Close()
 	runDrainer(t, w, "archive", s, drainerOptions())
 
 	h15 := time.Date(2025, 6, 15, 15, 59, 59, 0, time.UTC)
@@ -151,7 +149,6 @@ func TestDrainCutsByAgeAndTimeBucket(t *testing.T) {
 func TestCompressions(t *testing.T) {
 	srv, url := startEmu(t)
 	w := openWAL(t, t.TempDir())
-	defer w.Close()
 	at := time.Date(2025, 6, 15, 15, 0, 0, 0, time.UTC)
 	for i, c := range []struct {
 		compression string
@@ -199,7 +196,6 @@ func TestObjectHeaders(t *testing.T) {
 	cfg.StorageClass, cfg.ACL = "STANDARD_IA", "bucket-owner-full-control"
 	cfg.Tags = map[string]string{"team": "core", "cost center": "a&b"}
 	w := openWAL(t, t.TempDir())
-	defer w.Close()
 	res := appendRecs(t, w, []wal.Record{rec("app", "1", time.Now(), 5)})
 	runDrainer(t, w, "archive", newTestSink(t, cfg), drainerOptions())
 	waitCursor(t, w, "archive", res.Last, 10*time.Second)
@@ -240,7 +236,6 @@ func TestMaxOpenObjects(t *testing.T) {
 	cfg.Key = "open/${tag}/${seq}"
 	s := newTestSink(t, cfg)
 	w := openWAL(t, t.TempDir())
-	defer w.Close()
 	reg := prometheus.NewRegistry()
 	opts := drainerOptions()
 	opts.Metrics = queue.NewMetrics(reg)
@@ -290,7 +285,6 @@ func TestMultipart(t *testing.T) {
 	}
 	defer s.Close()
 	w := openWAL(t, t.TempDir())
-	defer w.Close()
 
 	var recs []wal.Record
 	var want []string
@@ -369,7 +363,6 @@ func TestMultipartCrashRecovered(t *testing.T) {
 	}
 
 	w = openWAL(t, dir)
-	defer w.Close()
 	s2 := newTestSink(t, cfg)
 	runDrainer(t, w, "archive", s2, drainerOptions())
 	// Records skipped for a delivered mark do not move the cursor; the

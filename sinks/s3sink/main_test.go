@@ -131,6 +131,9 @@ func openWAL(t testing.TB, dir string) *wal.WAL {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Closed after the drainers the test starts later stop (cleanups run
+	// last first): a WAL closed under a running drainer fails its commits.
+	t.Cleanup(func() { w.Close() })
 	return w
 }
 

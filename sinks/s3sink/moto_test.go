@@ -65,7 +65,6 @@ func TestMoto(t *testing.T) {
 			cfg.SSE, cfg.StorageClass = config.SSEAES256, "STANDARD_IA"
 			cfg.Tags = map[string]string{"team": "core", "env": "test"}
 			w := openWAL(t, t.TempDir())
-			defer w.Close()
 			var want []string
 			var recs []wal.Record
 			for i := range 300 {
@@ -138,7 +137,6 @@ func TestMoto(t *testing.T) {
 		tag := map[bool]string{false: "big", true: "bigstaged"}[staged]
 		t.Run("multipart"+map[bool]string{false: "", true: " staged"}[staged], func(t *testing.T) {
 			w := openWAL(t, t.TempDir())
-			defer w.Close()
 			recs, want := bigRecs(tag, 18000) // 13 MB of lines, 7 MB compressed
 			res := appendRecs(t, w, recs)
 			s := sink(t, mpConfig(), staged)
@@ -173,7 +171,6 @@ func TestMoto(t *testing.T) {
 		}
 
 		w = openWAL(t, dir)
-		defer w.Close()
 		runDrainer(t, w, "archive", newTestSink(t, mpConfig()), drainerOptions())
 		tail := appendRecs(t, w, []wal.Record{rec("tail", "tail", time.Now(), 1)})
 		waitCursor(t, w, "archive", tail.Last, 60*time.Second)

@@ -44,7 +44,6 @@ func TestOutageLosesNothing(t *testing.T) {
 	cfg.MaxObjectBytes = 8 * config.KiB
 	cfg.Key = "o/${tag}/${seq}"
 	w := openWAL(t, t.TempDir())
-	defer w.Close()
 
 	other := &countingSink{got: map[uint64]int{}}
 	runDrainer(t, w, "other", other, drainerOptions())

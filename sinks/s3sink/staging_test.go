@@ -48,7 +48,6 @@ func TestManyPartitionsStayOpen(t *testing.T) {
 	cfg.MaxOpenObjects = 0 // the default
 	s, dir := newStagedSink(t, cfg)
 	w := openWAL(t, t.TempDir())
-	defer w.Close()
 	opts := drainerOptions()
 	opts.MaxBufferedBytes = 8 << 20 // less than half of what the records take
 	opts.Fingerprint = s.Fingerprint()
@@ -192,7 +191,6 @@ func TestStagingFull(t *testing.T) {
 	}
 	defer s.Close()
 	w := openWAL(t, t.TempDir())
-	defer w.Close()
 	opts := drainerOptions()
 	opts.MaxBufferedBytes = 256 << 10 // members of a few KiB each
 	runDrainer(t, w, "archive", s, opts)
@@ -278,7 +276,6 @@ func TestStaleStagingRemoved(t *testing.T) {
 	}
 	defer s.Close()
 	w := openWAL(t, dir)
-	defer w.Close()
 	res := appendRecs(t, w, []wal.Record{rec("app", "r1", time.Now(), 10), rec("app", "r2", time.Now(), 10)})
 	if err := s.Recover(context.Background(), &walState{}); err != nil {
 		t.Fatal(err)
