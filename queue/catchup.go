@@ -18,6 +18,12 @@ import (
 // spilled: a second pass over the WAL, not one pass per partition, brings
 // them back, and each partition's batches fill as fast as records are read
 // instead of waiting out Limits.MaxAge piece by piece.
+//
+// While the destination does not answer at all and partitions were spilled
+// (flow.unreachable), the head reader waits: it would read records only to
+// pass most of them by. The catch-up reader does not wait, so a spilled
+// partition that may send gets its records; the first send answered ends
+// the wait, and the head reader goes on from where it stopped.
 
 // join lets the catch-up reader serve spilled partition p, which can send
 // again: from p.spillFrom on, p takes the records it reads. A reader
@@ -45,6 +51,15 @@ func (l *loop) unjoin(p *partition) {
 	if len(l.joined) == 0 {
 		l.stopCatchUp()
 	}
+}
+
+// holdHead: the destination does not answer (flow.unreachable) and a send
+// whose answer ends the wait is in flight or to come: a batch waits to be
+// sent again, or the catch-up reader serves partitions. With nothing to
+// send (the WAL dropped what the spilled partitions held, say), the head
+// reader reads on, or the wait could never end.
+func (l *loop) holdHead() bool {
+	return l.unreachable() && (l.inflight > 0 || l.mem.waiting > 0 || len(l.joined) > 0)
 }
 
 func (l *loop) startCatchUp(from uint64) {

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"testing/synctest"
@@ -131,4 +132,87 @@ func TestCatchUpAfterOutage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// While the destination does not answer (sinks.Error.Unanswered) and memory
+// has run short, the head reader waits instead of reading records only to
+// pass them by: each costs a WAL read, a decode and a Partition call, for
+// every record the inputs take in while the outage lasts. A destination
+// that answers, with errors, does not hold it. Either way every record is
+// delivered once when sends succeed again.
+func TestUnreachableDestinationHoldsHeadReader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a minute of appends while the sink fails; make test runs it")
+	}
+	for _, c := range []struct {
+		reason string
+		parts  int
+		held   bool
+	}{{"network", 4, true}, {"network", 1, true}, {"timeout", 4, true}, {"http_503", 4, false}} {
+		t.Run(fmt.Sprintf("%s, %d partitions", c.reason, c.parts), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := openWAL(t, wal.Options{})
+				defer w.Close()
+				s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+				s.setFail(func(*sinks.Batch) error { return sinks.NewRetryable(c.reason, errors.New("down")) })
+				m := NewMetrics(nil)
+				r := start(w, "s", s, Options{MaxBufferedBytes: 256 << 10, RetryMin: time.Second, RetryMax: 10 * time.Second, Metrics: m})
+				var last uint64
+				for range 60 { // a minute, 500 records of 200 bytes a second
+					last = appendN(t, w, 500, tagsOf(c.parts), 200)
+					time.Sleep(time.Second)
+				}
+				synctest.Wait()
+				if n := testutil.ToFloat64(m.Spills.WithLabelValues("s")); n == 0 {
+					t.Fatal("nothing was spilled: memory did not run short, the test tested nothing")
+				}
+				routed := s.partitions.Load()
+				t.Logf("%d records appended, %d routed during the outage", last, routed)
+				if c.held && routed > int64(last)/4 {
+					t.Errorf("%d records routed while the destination did not answer, of %d appended: the head reader read on", routed, last)
+				}
+				if !c.held && routed < int64(last) {
+					t.Errorf("%d records routed of %d appended: the head reader waited for a destination that answers", routed, last)
+				}
+				s.heal(t, w, last, 2*time.Minute)
+				s.deliveredOnce(t, last)
+				r.stop(t)
+				s.check(t)
+			})
+		})
+	}
+}
+
+// With drop_oldest, the WAL can drop every record the spilled partitions
+// held while the destination does not answer: then nothing is left to send
+// whose answer would end the head reader's wait, and the head reader reads
+// on instead of waiting for ever. Once sends succeed the cursor reaches the
+// last record, and what the sink missed is what the WAL counted dropped.
+func TestUnreachableDestinationWithDropOldest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a minute of appends into a full WAL while the sink fails; make test runs it")
+	}
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{MaxBytes: 256 << 10, WhenFull: wal.DropOldest})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+		s.setFail(func(*sinks.Batch) error { return sinks.NewRetryable("network", errors.New("down")) })
+		r := start(w, "s", s, Options{MaxBufferedBytes: 64 << 10, RetryMin: time.Second, RetryMax: 10 * time.Second})
+		var last uint64
+		for range 60 {
+			last = appendN(t, w, 500, tagsOf(4), 200)
+			time.Sleep(time.Second)
+		}
+		dropped := w.Stats().Dropped["s"]
+		if dropped == 0 {
+			t.Fatal("nothing was dropped: the test did not fill the WAL")
+		}
+		s.heal(t, w, last, 2*time.Minute)
+		got, _, _ := s.snapshot()
+		if missed := last - uint64(len(got)); missed != dropped {
+			t.Errorf("the sink missed %d records, the WAL counted %d dropped", missed, dropped)
+		}
+		r.stop(t)
+		s.check(t)
+	})
 }

@@ -39,6 +39,12 @@ type flow struct {
 	failParts    map[*partition]bool // the partitions of the streak
 	paused       *sinks.Error        // set while a sink-permanent error pauses the sink
 	pauseRetryAt time.Time
+
+	// unanswered: the last failed send had no answer from the destination
+	// (sinks.Error.Unanswered); spilled: partitions were spilled since the
+	// destination last answered. With failingAfter failures in a row they
+	// hold the head reader (unreachable).
+	unanswered, spilled bool
 }
 
 func newFlow(concurrency int, retryMin, retryMax, pauseRetry time.Duration) flow {
@@ -52,7 +58,16 @@ func (f *flow) retrying() bool {
 // endStreak: the destination answered.
 func (f *flow) endStreak() {
 	f.failStreak, f.retryUntil, f.probe, f.probeFails = 0, time.Time{}, nil, 0
+	f.unanswered, f.spilled = false, false
 	clear(f.failParts)
+}
+
+// unreachable: the destination has not answered failingAfter sends in a
+// row and memory ran short meanwhile. What the head reader would read
+// then is mostly records of spilled partitions, read only to be passed by;
+// it waits until a send is answered (see catchup.go).
+func (f *flow) unreachable() bool {
+	return f.failStreak >= failingAfter && f.unanswered && f.spilled
 }
 
 // backoff is the wait after the attempts-th failure in a row: RetryMin
@@ -230,6 +245,7 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		return
 	}
 	l.failures[e.Class.String()+"/"+e.Reason]++
+	l.flow.unanswered = e.Unanswered()
 	l.sendFailed(p)
 	l.dropPart(p, l.cursor, now) // what the WAL dropped while it was sent
 	switch e.Class {

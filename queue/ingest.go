@@ -164,7 +164,10 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 			}
 			l.backPos = r.Seq + 1
 		} else {
-			l.readPos = r.Seq + 1
+			// Never back: a read made before the WAL dropped records for
+			// this sink (drop_oldest) holds records below the position
+			// dropForced moved on to, and they are at or below the cursor.
+			l.readPos = max(l.readPos, r.Seq+1)
 		}
 		if r.Seq <= l.cursor {
 			continue

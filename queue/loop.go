@@ -196,6 +196,12 @@ func (l *loop) run(ctx context.Context) error {
 		if in == nil {
 			backIn = nil // and on the catch-up reader
 		}
+		if in != nil && l.holdHead() {
+			// Only the head reader waits: the catch-up reader brings
+			// spilled partitions back when they may send.
+			in = nil
+			l.bufs.drop()
+		}
 		resetTimer(timer, l.nextWake(now))
 		select {
 		case rd := <-in:

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -45,6 +46,8 @@ type testSink struct {
 	carried, finals        int                   // sends answered with a carry; final batches
 	flushes                int                   // final batches of a carry alone
 	discards               int                   // carries the drainer gave up (Discard)
+
+	partitions atomic.Int64 // Partition calls: the records the drainer routed
 }
 
 // testCarry is what a carrying testSink hands back: the records it took in.
@@ -82,7 +85,7 @@ func newTestSink(lim sinks.Limits) *testSink {
 }
 
 func (s *testSink) Limits() sinks.Limits             { return s.lim }
-func (s *testSink) Partition(r *sinks.Record) string { return r.Tag }
+func (s *testSink) Partition(r *sinks.Record) string { s.partitions.Add(1); return r.Tag }
 func (s *testSink) Size(r *sinks.Record) int         { return len(r.Body) }
 
 func (s *testSink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {

@@ -22,6 +22,7 @@ func (l *loop) spill(now time.Time) {
 		l.unjoin(p)
 		p.spillFrom, p.reading = p.queue[0].Seq, readSpilled
 		l.d.spills.Inc()
+		l.flow.spilled = true
 		p.batch = detach(p.batch)
 		l.dropQueue(p)
 	}

@@ -58,6 +58,13 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
+// Unanswered reports whether the send failed without an answer from the
+// destination: the retryable reasons "network" (no connection, or it
+// broke) and "timeout". Every other failure is an answer.
+func (e *Error) Unanswered() bool {
+	return e.Class == Retryable && (e.Reason == "network" || e.Reason == "timeout")
+}
+
 // NewRetryable, NewThrottled, NewRecordPermanent and NewSinkPermanent
 // classify err.
 func NewRetryable(reason string, err error) error {
