@@ -19,9 +19,9 @@ import (
 // them back, and each partition's batches fill as fast as records are read
 // instead of waiting out Limits.MaxAge piece by piece.
 //
-// While the destination does not answer at all and partitions were spilled
-// (flow.unreachable), the head reader waits: it would read records only to
-// pass most of them by. The catch-up reader does not wait, so a spilled
+// While no connection to the destination can be made and partitions were
+// spilled (flow.unreachable), the head reader waits: it would read records
+// only to pass most of them by. The catch-up reader does not wait, so a spilled
 // partition that may send gets its records; the first send answered ends
 // the wait, and the head reader goes on from where it stopped.
 
@@ -53,7 +53,7 @@ func (l *loop) unjoin(p *partition) {
 	}
 }
 
-// holdHead: the destination does not answer (flow.unreachable) and a send
+// holdHead: the destination cannot be reached (flow.unreachable) and a send
 // whose answer ends the wait is in flight or to come: a batch waits to be
 // sent again, or the catch-up reader serves partitions. With nothing to
 // send (the WAL dropped what the spilled partitions held, say), the head

@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -134,27 +136,38 @@ func TestCatchUpAfterOutage(t *testing.T) {
 	}
 }
 
-// While the destination does not answer (sinks.Error.Unanswered) and memory
-// has run short, the head reader waits instead of reading records only to
-// pass them by: each costs a WAL read, a decode and a Partition call, for
-// every record the inputs take in while the outage lasts. A destination
-// that answers, with errors, does not hold it. Either way every record is
-// delivered once when sends succeed again.
+// While no connection to the destination can be made (sinks.Error.
+// Unreachable) and memory has run short, the head reader waits instead of
+// reading records only to pass them by: each costs a WAL read, a decode and
+// a Partition call, for every record the inputs take in while the outage
+// lasts. A destination that answers, even with errors, and a send that
+// times out or loses its connection midway (which can be one request's
+// own) do not hold it. Either way every record is delivered once when
+// sends succeed again.
 func TestUnreachableDestinationHoldsHeadReader(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a minute of appends while the sink fails; make test runs it")
 	}
+	refused := sinks.NewRetryable("network", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
 	for _, c := range []struct {
-		reason string
-		parts  int
-		held   bool
-	}{{"network", 4, true}, {"network", 1, true}, {"timeout", 4, true}, {"http_503", 4, false}} {
-		t.Run(fmt.Sprintf("%s, %d partitions", c.reason, c.parts), func(t *testing.T) {
+		name  string
+		err   error
+		parts int
+		held  bool
+	}{
+		{"connection refused", refused, 4, true},
+		{"connection refused, one partition", refused, 1, true},
+		{"no such host", sinks.NewRetryable("network", &net.DNSError{Err: "no such host", Name: "logs.example"}), 4, true},
+		{"timeout", sinks.NewRetryable("timeout", context.DeadlineExceeded), 4, false},
+		{"connection reset", sinks.NewRetryable("network", &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}), 4, false},
+		{"503", sinks.NewRetryable("http_503", errors.New("service unavailable")), 4, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := openWAL(t, wal.Options{})
 				defer w.Close()
 				s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
-				s.setFail(func(*sinks.Batch) error { return sinks.NewRetryable(c.reason, errors.New("down")) })
+				s.setFail(func(*sinks.Batch) error { return c.err })
 				m := NewMetrics(nil)
 				r := start(w, "s", s, Options{MaxBufferedBytes: 256 << 10, RetryMin: time.Second, RetryMax: 10 * time.Second, Metrics: m})
 				var last uint64
@@ -169,10 +182,10 @@ func TestUnreachableDestinationHoldsHeadReader(t *testing.T) {
 				routed := s.partitions.Load()
 				t.Logf("%d records appended, %d routed during the outage", last, routed)
 				if c.held && routed > int64(last)/4 {
-					t.Errorf("%d records routed while the destination did not answer, of %d appended: the head reader read on", routed, last)
+					t.Errorf("%d records routed while the destination could not be reached, of %d appended: the head reader read on", routed, last)
 				}
 				if !c.held && routed < int64(last) {
-					t.Errorf("%d records routed of %d appended: the head reader waited for a destination that answers", routed, last)
+					t.Errorf("%d records routed of %d appended: the head reader waited while the destination could be reached", routed, last)
 				}
 				s.heal(t, w, last, 2*time.Minute)
 				s.deliveredOnce(t, last)
@@ -184,7 +197,7 @@ func TestUnreachableDestinationHoldsHeadReader(t *testing.T) {
 }
 
 // With drop_oldest, the WAL can drop every record the spilled partitions
-// held while the destination does not answer: then nothing is left to send
+// held while the destination cannot be reached: then nothing is left to send
 // whose answer would end the head reader's wait, and the head reader reads
 // on instead of waiting for ever. Once sends succeed the cursor reaches the
 // last record, and what the sink missed is what the WAL counted dropped.
@@ -196,7 +209,9 @@ func TestUnreachableDestinationWithDropOldest(t *testing.T) {
 		w := openWAL(t, wal.Options{MaxBytes: 256 << 10, WhenFull: wal.DropOldest})
 		defer w.Close()
 		s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
-		s.setFail(func(*sinks.Batch) error { return sinks.NewRetryable("network", errors.New("down")) })
+		s.setFail(func(*sinks.Batch) error {
+			return sinks.NewRetryable("network", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
+		})
 		r := start(w, "s", s, Options{MaxBufferedBytes: 64 << 10, RetryMin: time.Second, RetryMax: 10 * time.Second})
 		var last uint64
 		for range 60 {
@@ -209,6 +224,11 @@ func TestUnreachableDestinationWithDropOldest(t *testing.T) {
 		}
 		s.heal(t, w, last, 2*time.Minute)
 		got, _, _ := s.snapshot()
+		for seq, n := range got {
+			if n != 1 {
+				t.Errorf("record %d delivered %d times", seq, n)
+			}
+		}
 		if missed := last - uint64(len(got)); missed != dropped {
 			t.Errorf("the sink missed %d records, the WAL counted %d dropped", missed, dropped)
 		}

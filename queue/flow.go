@@ -40,11 +40,12 @@ type flow struct {
 	paused       *sinks.Error        // set while a sink-permanent error pauses the sink
 	pauseRetryAt time.Time
 
-	// unanswered: the last failed send had no answer from the destination
-	// (sinks.Error.Unanswered); spilled: partitions were spilled since the
-	// destination last answered. With failingAfter failures in a row they
-	// hold the head reader (unreachable).
-	unanswered, spilled bool
+	// unreached counts the failed sends in a row that could not connect to
+	// the destination (sinks.Error.Unreachable); spilled: partitions were
+	// spilled since the destination last answered. Together they hold the
+	// head reader (unreachable).
+	unreached int
+	spilled   bool
 }
 
 func newFlow(concurrency int, retryMin, retryMax, pauseRetry time.Duration) flow {
@@ -58,16 +59,17 @@ func (f *flow) retrying() bool {
 // endStreak: the destination answered.
 func (f *flow) endStreak() {
 	f.failStreak, f.retryUntil, f.probe, f.probeFails = 0, time.Time{}, nil, 0
-	f.unanswered, f.spilled = false, false
+	f.unreached, f.spilled = 0, false
 	clear(f.failParts)
 }
 
-// unreachable: the destination has not answered failingAfter sends in a
-// row and memory ran short meanwhile. What the head reader would read
-// then is mostly records of spilled partitions, read only to be passed by;
-// it waits until a send is answered (see catchup.go).
+// unreachable: failingAfter sends in a row could not connect to the
+// destination, and memory ran short since it last answered. No partition
+// can deliver then, and what the head reader would read is mostly records
+// of spilled partitions, read only to be passed by: it waits until a send
+// gets an answer (see catchup.go).
 func (f *flow) unreachable() bool {
-	return f.failStreak >= failingAfter && f.unanswered && f.spilled
+	return f.unreached >= failingAfter && f.spilled
 }
 
 // backoff is the wait after the attempts-th failure in a row: RetryMin
@@ -245,7 +247,11 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		return
 	}
 	l.failures[e.Class.String()+"/"+e.Reason]++
-	l.flow.unanswered = e.Unanswered()
+	if e.Unreachable() {
+		l.flow.unreached++
+	} else {
+		l.flow.unreached = 0 // an answer, or a failure that may be this request's own
+	}
 	l.sendFailed(p)
 	l.dropPart(p, l.cursor, now) // what the WAL dropped while it was sent
 	switch e.Class {

@@ -200,7 +200,6 @@ func (l *loop) run(ctx context.Context) error {
 			// Only the head reader waits: the catch-up reader brings
 			// spilled partitions back when they may send.
 			in = nil
-			l.bufs.drop()
 		}
 		resetTimer(timer, l.nextWake(now))
 		select {

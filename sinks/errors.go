@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 )
 
@@ -58,11 +59,21 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Unanswered reports whether the send failed without an answer from the
-// destination: the retryable reasons "network" (no connection, or it
-// broke) and "timeout". Every other failure is an answer.
-func (e *Error) Unanswered() bool {
-	return e.Class == Retryable && (e.Reason == "network" || e.Reason == "timeout")
+// Unreachable reports whether the send failed because no connection to the
+// destination could be made: the dial was refused, found no route or timed
+// out, or the name did not resolve. That says the same of every send of
+// the sink, whatever its partition; a timeout, a connection broken midway
+// or an error answered can be one request's own.
+func (e *Error) Unreachable() bool {
+	if e.Class != Retryable {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(e.Err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(e.Err, &dns)
 }
 
 // NewRetryable, NewThrottled, NewRecordPermanent and NewSinkPermanent

@@ -1,4 +1,4 @@
-// Package nettest holds network fakes for the inputs' tests.
+// Package nettest holds network fakes for tests.
 package nettest
 
 import (

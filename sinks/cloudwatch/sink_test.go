@@ -11,6 +11,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	cwl "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
@@ -18,6 +20,7 @@ import (
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/emulator/cloudwatchlogs"
 	"github.com/logfwd/forwarder/internal/mototest"
+	"github.com/logfwd/forwarder/internal/nettest"
 	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/sinks"
@@ -477,5 +480,35 @@ func TestFallbackWarns(t *testing.T) {
 	if out := buf.String(); strings.Count(out, "level=WARN msg=\"records lack what the log group or stream template names") != 1 ||
 		!strings.Contains(out, `sink=cw template=/eks/${record.kubernetes.namespace} missing=${record.kubernetes.namespace} tag=pod.shop`) {
 		t.Fatalf("want one warning naming the template and the missing field:\n%s", out)
+	}
+}
+
+// A PutLogEvents that cannot connect is unreachable (the drainer holds its
+// head reader once sends in a row say so); one whose connection is closed
+// under it is not: that can be one request's own.
+func TestUnreachableClassified(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		addr        string
+		unreachable bool
+	}{
+		{"refused", nettest.ClosedAddr(t), true},
+		{"hung up", nettest.HangUpAddr(t), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			api := cwl.NewFromConfig(*staticAWS(), func(o *cwl.Options) {
+				o.BaseEndpoint = aws.String("http://" + c.addr)
+				o.RetryMaxAttempts = 1
+			})
+			_, err := api.PutLogEvents(context.Background(), &cwl.PutLogEventsInput{LogGroupName: aws.String("g"), LogStreamName: aws.String("s"),
+				LogEvents: []types.InputLogEvent{{Message: aws.String("m"), Timestamp: aws.Int64(1)}}})
+			if err == nil {
+				t.Fatal("PutLogEvents succeeded")
+			}
+			e := sinks.Classify(classify(err, "g", "s"))
+			if e.Unreachable() != c.unreachable || e.Class != sinks.Retryable {
+				t.Errorf("%v: class %v, unreachable %v, want retryable and %v", e, e.Class, e.Unreachable(), c.unreachable)
+			}
+		})
 	}
 }

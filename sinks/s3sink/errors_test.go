@@ -12,10 +12,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/nettest"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -205,5 +207,32 @@ func TestNoCredentialsIsSinkPermanent(t *testing.T) {
 	if e.Class != sinks.SinkPermanent || e.Reason != "no_credentials" || !strings.Contains(e.Error(), "no AWS credentials: give the service credentials") ||
 		strings.Contains(e.Error(), "exceeded maximum number of attempts") || !strings.Contains(e.Error(), "PutObject: get identity: ") {
 		t.Fatalf("send without credentials: %v (%s %s)", err, e.Class, e.Reason)
+	}
+}
+
+// A PutObject that cannot connect is unreachable (the drainer holds its
+// head reader once sends in a row say so); one whose connection is closed
+// under it is not: that can be one request's own.
+func TestUnreachableClassified(t *testing.T) {
+	s := keySink(t, "logs/${seq}", nil)
+	for _, c := range []struct {
+		name        string
+		addr        string
+		unreachable bool
+	}{
+		{"refused", nettest.ClosedAddr(t), true},
+		{"hung up", nettest.HangUpAddr(t), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := newReader(t, "http://"+c.addr).PutObject(context.Background(), &s3.PutObjectInput{
+				Bucket: aws.String("b"), Key: aws.String("k"), Body: strings.NewReader("line\n")})
+			if err == nil {
+				t.Fatal("PutObject succeeded")
+			}
+			e := sinks.Classify(s.classify(err))
+			if e.Unreachable() != c.unreachable || e.Class != sinks.Retryable {
+				t.Errorf("%v: class %v, unreachable %v, want retryable and %v", e, e.Class, e.Unreachable(), c.unreachable)
+			}
+		})
 	}
 }
