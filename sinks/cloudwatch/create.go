@@ -43,6 +43,10 @@ type creation struct {
 
 	mu       sync.Mutex
 	inflight map[string]*groupCreation // groups being created, by name
+	// owed holds the groups this sink created whose retention policy is not
+	// set yet (PutRetentionPolicy failed): the next creation sets it,
+	// although the group now exists.
+	owed map[string]bool
 
 	throttleMu   sync.Mutex
 	throttledAt  time.Time      // when the last summary line was logged
@@ -58,7 +62,7 @@ type groupCreation struct {
 
 func newCreation(streamsPerSecond, groupsPerSecond int) *creation {
 	return &creation{streams: newPacer(streamsPerSecond), groups: newPacer(groupsPerSecond),
-		inflight: map[string]*groupCreation{}, throttledSum: map[string]int{}}
+		inflight: map[string]*groupCreation{}, owed: map[string]bool{}, throttledSum: map[string]int{}}
 }
 
 // create makes the group (when the sink may and it is not known to exist)
@@ -165,23 +169,40 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 		return err
 	})
 	var exists *types.ResourceAlreadyExistsException
+	c := s.creates
 	switch {
 	case errors.As(err, &exists):
-		return nil // someone else made it; its settings are theirs
+		c.mu.Lock()
+		owed := c.owed[group]
+		c.mu.Unlock()
+		if !owed {
+			return nil // someone else made it; its settings are theirs
+		}
+		// This sink made it, and setting its retention failed: set it now.
 	case err != nil:
 		return err
+	default:
+		s.m.created.Inc()
+		s.log.Info("created log group", "sink", s.name, "group", group, "retention_days", s.cfg.RetentionDays, "class", s.cfg.LogGroupClass)
 	}
-	s.m.created.Inc()
-	s.log.Info("created log group", "sink", s.name, "group", group, "retention_days", s.cfg.RetentionDays, "class", s.cfg.LogGroupClass)
-	if s.cfg.RetentionDays > 0 {
-		// The group's turn covers its retention: one call of each a turn.
-		return s.createCall(ctx, kindRetention, nil, func(ctx context.Context) error {
-			_, err := s.api.PutRetentionPolicy(ctx, &cloudwatchlogs.PutRetentionPolicyInput{
-				LogGroupName: aws.String(group), RetentionInDays: aws.Int32(int32(s.cfg.RetentionDays))})
-			return err
-		})
+	if s.cfg.RetentionDays <= 0 {
+		return nil
 	}
-	return nil
+	c.mu.Lock()
+	c.owed[group] = true
+	c.mu.Unlock()
+	// The group's turn covers its retention: one call of each a turn.
+	err = s.createCall(ctx, kindRetention, nil, func(ctx context.Context) error {
+		_, err := s.api.PutRetentionPolicy(ctx, &cloudwatchlogs.PutRetentionPolicyInput{
+			LogGroupName: aws.String(group), RetentionInDays: aws.Int32(int32(s.cfg.RetentionDays))})
+		return err
+	})
+	if err == nil {
+		c.mu.Lock()
+		delete(c.owed, group)
+		c.mu.Unlock()
+	}
+	return err
 }
 
 // createCall makes one creation call at the pace of lim and counts its

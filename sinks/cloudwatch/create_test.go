@@ -9,10 +9,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	cwl "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -295,6 +298,65 @@ func TestGroupCreatedOnceWhenCreationEndsBetweenLooks(t *testing.T) {
 			t.Errorf("%d CreateLogGroup calls for one group, want 1", c)
 		}
 	})
+}
+
+// failFirst answers the first request of op with a 500, then passes every
+// request on.
+type failFirst struct {
+	h      http.Handler
+	op     string
+	failed atomic.Bool
+}
+
+func (f *failFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.Header.Get("X-Amz-Target"), "."+f.op) && f.failed.CompareAndSwap(false, true) {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.WriteHeader(http.StatusInternalServerError)
+		fmt.Fprint(w, `{"__type":"ServiceUnavailableException","message":"try again"}`)
+		return
+	}
+	f.h.ServeHTTP(w, r)
+}
+
+// A group this sink created whose retention policy failed gets it on the
+// next try, although CreateLogGroup then answers that the group exists; a
+// group someone else made keeps its own.
+func TestRetentionSetAfterItFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newCreateEnv(t, nil)
+		defer e.stop()
+		e.arr.h = &failFirst{h: e.emu, op: "PutRetentionPolicy"}
+		const group = "/eks/retention"
+		key := "\x00group\x00" + group
+		if err := e.sink.ensureGroup(context.Background(), group, key); err == nil {
+			t.Fatal("the group was made although its retention policy failed")
+		}
+		if err := e.sink.ensureGroup(context.Background(), group, key); err != nil {
+			t.Fatal(err)
+		}
+		if got := retentionOf(e.emu, group); got != 30 {
+			t.Errorf("retention of %s: %d days, want 30", group, got)
+		}
+		// Made by someone else, with no retention: left as it is.
+		if _, err := e.sink.api.CreateLogGroup(context.Background(), &cwl.CreateLogGroupInput{LogGroupName: aws.String("/eks/theirs")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.sink.ensureGroup(context.Background(), "/eks/theirs", "\x00group\x00/eks/theirs"); err != nil {
+			t.Fatal(err)
+		}
+		if got := retentionOf(e.emu, "/eks/theirs"); got != 0 {
+			t.Errorf("retention of a group made elsewhere set to %d days", got)
+		}
+	})
+}
+
+func retentionOf(emu *cloudwatchlogs.Server, group string) int32 {
+	for _, g := range emu.Groups() {
+		if g.Name == group {
+			return g.RetentionInDays
+		}
+	}
+	return -1
 }
 
 // With create_rate above the account's quota, the throttled creations wait
