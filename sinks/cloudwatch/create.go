@@ -25,7 +25,7 @@ const (
 	kindRetention = "retention" // PutRetentionPolicy on a group the sink created
 
 	outcomeCreated   = "created"   // done (for retention: set)
-	outcomeExists    = "exists"    // ResourceAlreadyExistsException: someone else made it
+	outcomeExists    = "exists"    // ResourceAlreadyExistsException: someone else made it, or a call whose answer was lost
 	outcomeThrottled = "throttled" // ThrottlingException: waited and made again
 	outcomeFailed    = "failed"    // any other error, returned to the drainer
 )
@@ -43,9 +43,10 @@ type creation struct {
 
 	mu       sync.Mutex
 	inflight map[string]*groupCreation // groups being created, by name
-	// owed holds the groups this sink created whose retention policy is not
-	// set yet (PutRetentionPolicy failed): the next creation sets it,
-	// although the group now exists.
+	// owed holds the groups this sink tried to create whose retention is
+	// not set yet (the creation's answer was lost, or PutRetentionPolicy
+	// failed and may succeed on the next try): the next creation sets it,
+	// although the group then exists. Kept in memory only.
 	owed map[string]bool
 
 	throttleMu   sync.Mutex
@@ -164,21 +165,26 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 	if len(s.cfg.Tags) > 0 {
 		in.Tags = s.cfg.Tags
 	}
+	// The group is owed its retention from the first call on: a call whose
+	// answer was lost may have made it, and the next finds it there.
+	c := s.creates
+	c.mu.Lock()
+	owed := c.owed[group]
+	if s.cfg.RetentionDays > 0 {
+		c.owed[group] = true
+	}
+	c.mu.Unlock()
 	err := s.createCall(ctx, kindGroup, s.creates.groups, func(ctx context.Context) error {
 		_, err := s.api.CreateLogGroup(ctx, in)
 		return err
 	})
 	var exists *types.ResourceAlreadyExistsException
-	c := s.creates
 	switch {
+	case errors.As(err, &exists) && !owed:
+		c.settle(group)
+		return nil // someone else made it; its settings are theirs
 	case errors.As(err, &exists):
-		c.mu.Lock()
-		owed := c.owed[group]
-		c.mu.Unlock()
-		if !owed {
-			return nil // someone else made it; its settings are theirs
-		}
-		// This sink made it, and setting its retention failed: set it now.
+		// This sink made it before, and its retention is not set yet.
 	case err != nil:
 		return err
 	default:
@@ -188,9 +194,6 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 	if s.cfg.RetentionDays <= 0 {
 		return nil
 	}
-	c.mu.Lock()
-	c.owed[group] = true
-	c.mu.Unlock()
 	// The group's turn covers its retention: one call of each a turn.
 	err = s.createCall(ctx, kindRetention, nil, func(ctx context.Context) error {
 		_, err := s.api.PutRetentionPolicy(ctx, &cloudwatchlogs.PutRetentionPolicyInput{
@@ -198,11 +201,28 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 		return err
 	})
 	if err == nil {
-		c.mu.Lock()
-		delete(c.owed, group)
-		c.mu.Unlock()
+		c.settle(group)
+		if owed {
+			s.log.Info("set the retention of log group", "sink", s.name, "group", group, "retention_days", s.cfg.RetentionDays)
+		}
+		return nil
 	}
-	return err
+	if e := sinks.Classify(classify(err, group, "")); e.Class != sinks.Retryable {
+		// Refused for good (logs:PutRetentionPolicy not granted, say): the
+		// group's records are not held back for its retention.
+		c.settle(group)
+		s.log.Warn("could not set the retention of log group: its events never expire; grant logs:PutRetentionPolicy, or set retention_days: 0 and set the retention by hand",
+			"sink", s.name, "group", group, "retention_days", s.cfg.RetentionDays, "error", err)
+		return nil
+	}
+	return err // the next try sets it
+}
+
+// settle forgets that group is owed its retention.
+func (c *creation) settle(group string) {
+	c.mu.Lock()
+	delete(c.owed, group)
+	c.mu.Unlock()
 }
 
 // createCall makes one creation call at the pace of lim and counts its

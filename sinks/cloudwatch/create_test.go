@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"sort"
 	"strings"
 	"sync"
@@ -300,54 +301,85 @@ func TestGroupCreatedOnceWhenCreationEndsBetweenLooks(t *testing.T) {
 	})
 }
 
-// failFirst answers the first request of op with a 500, then passes every
-// request on.
+// failFirst answers the first request of op with status and an error of
+// type code; with made, the request is served first and only its answer
+// is lost.
 type failFirst struct {
 	h      http.Handler
 	op     string
+	status int
+	code   string
+	made   bool
 	failed atomic.Bool
 }
 
 func (f *failFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if strings.HasSuffix(r.Header.Get("X-Amz-Target"), "."+f.op) && f.failed.CompareAndSwap(false, true) {
-		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-		w.WriteHeader(http.StatusInternalServerError)
-		fmt.Fprint(w, `{"__type":"ServiceUnavailableException","message":"try again"}`)
+	if !strings.HasSuffix(r.Header.Get("X-Amz-Target"), "."+f.op) || !f.failed.CompareAndSwap(false, true) {
+		f.h.ServeHTTP(w, r)
 		return
 	}
-	f.h.ServeHTTP(w, r)
+	if f.made {
+		f.h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	w.WriteHeader(f.status)
+	fmt.Fprintf(w, `{"__type":%q,"message":"injected"}`, f.code)
 }
 
-// A group this sink created whose retention policy failed gets it on the
-// next try, although CreateLogGroup then answers that the group exists; a
-// group someone else made keeps its own.
+// A group this sink made gets its retention once the retention call goes
+// through, although CreateLogGroup then answers that the group exists:
+// after PutRetentionPolicy failed, and after the answer to CreateLogGroup
+// was lost. A retention refused for good does not hold the group's records
+// back: it is logged. A group someone else made keeps its own settings.
 func TestRetentionSetAfterItFailed(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newCreateEnv(t, nil)
-		defer e.stop()
-		e.arr.h = &failFirst{h: e.emu, op: "PutRetentionPolicy"}
-		const group = "/eks/retention"
-		key := "\x00group\x00" + group
-		if err := e.sink.ensureGroup(context.Background(), group, key); err == nil {
-			t.Fatal("the group was made although its retention policy failed")
-		}
-		if err := e.sink.ensureGroup(context.Background(), group, key); err != nil {
-			t.Fatal(err)
-		}
-		if got := retentionOf(e.emu, group); got != 30 {
-			t.Errorf("retention of %s: %d days, want 30", group, got)
-		}
-		// Made by someone else, with no retention: left as it is.
-		if _, err := e.sink.api.CreateLogGroup(context.Background(), &cwl.CreateLogGroupInput{LogGroupName: aws.String("/eks/theirs")}); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.sink.ensureGroup(context.Background(), "/eks/theirs", "\x00group\x00/eks/theirs"); err != nil {
-			t.Fatal(err)
-		}
-		if got := retentionOf(e.emu, "/eks/theirs"); got != 0 {
-			t.Errorf("retention of a group made elsewhere set to %d days", got)
-		}
-	})
+	for _, c := range []struct {
+		name      string
+		fail      *failFirst
+		firstErr  bool  // the first ensureGroup fails
+		retention int32 // days, in the end
+		warned    bool
+	}{
+		{"retention failed", &failFirst{op: "PutRetentionPolicy", status: 500, code: "ServiceUnavailableException"}, true, 30, false},
+		{"creation's answer lost", &failFirst{op: "CreateLogGroup", status: 500, code: "ServiceUnavailableException", made: true}, true, 30, false},
+		{"retention refused", &failFirst{op: "PutRetentionPolicy", status: 400, code: "AccessDeniedException"}, false, 0, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				e := newCreateEnv(t, nil)
+				defer e.stop()
+				c.fail.h = e.emu
+				e.arr.h = c.fail
+				const group = "/eks/retention"
+				key := "\x00group\x00" + group
+				err := e.sink.ensureGroup(context.Background(), group, key)
+				if (err != nil) != c.firstErr {
+					t.Fatalf("first try: %v", err)
+				}
+				if err != nil {
+					if err := e.sink.ensureGroup(context.Background(), group, key); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if got := retentionOf(e.emu, group); got != c.retention {
+					t.Errorf("retention of %s: %d days, want %d", group, got, c.retention)
+				}
+				warned := strings.Contains(e.logs.String(), "could not set the retention of log group")
+				if warned != c.warned {
+					t.Errorf("warning logged %v, want %v:\n%s", warned, c.warned, e.logs)
+				}
+				// Made by someone else, with no retention: left as it is.
+				if _, err := e.sink.api.CreateLogGroup(context.Background(), &cwl.CreateLogGroupInput{LogGroupName: aws.String("/eks/theirs")}); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.sink.ensureGroup(context.Background(), "/eks/theirs", "\x00group\x00/eks/theirs"); err != nil {
+					t.Fatal(err)
+				}
+				if got := retentionOf(e.emu, "/eks/theirs"); got != 0 {
+					t.Errorf("retention of a group made elsewhere set to %d days", got)
+				}
+			})
+		})
+	}
 }
 
 func retentionOf(emu *cloudwatchlogs.Server, group string) int32 {
