@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -149,25 +150,34 @@ func TestUnreachableDestinationHoldsHeadReader(t *testing.T) {
 		t.Skip("-short: a minute of appends while the sink fails; make test runs it")
 	}
 	refused := sinks.NewRetryable("network", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
+	unavailable := sinks.NewRetryable("http_503", errors.New("service unavailable"))
 	for _, c := range []struct {
 		name  string
 		err   error
+		every int // with every > 0, each every-th failure is a 503 instead
 		parts int
 		held  bool
 	}{
-		{"connection refused", refused, 4, true},
-		{"connection refused, one partition", refused, 1, true},
-		{"no such host", sinks.NewRetryable("network", &net.DNSError{Err: "no such host", Name: "logs.example"}), 4, true},
-		{"timeout", sinks.NewRetryable("timeout", context.DeadlineExceeded), 4, false},
-		{"connection reset", sinks.NewRetryable("network", &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}), 4, false},
-		{"503", sinks.NewRetryable("http_503", errors.New("service unavailable")), 4, false},
+		{"connection refused", refused, 0, 4, true},
+		{"connection refused, one partition", refused, 0, 1, true},
+		{"no such host", sinks.NewRetryable("network", &net.DNSError{Err: "no such host", Name: "logs.example"}), 0, 4, true},
+		{"timeout", sinks.NewRetryable("timeout", context.DeadlineExceeded), 0, 4, false},
+		{"connection reset", sinks.NewRetryable("network", &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}), 0, 4, false},
+		{"503", unavailable, 0, 4, false},
+		{"two refused, then a 503", refused, 3, 4, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := openWAL(t, wal.Options{})
 				defer w.Close()
 				s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
-				s.setFail(func(*sinks.Batch) error { return c.err })
+				var failures atomic.Int64 // sends may fail at once
+				s.setFail(func(*sinks.Batch) error {
+					if n := failures.Add(1); c.every > 0 && n%int64(c.every) == 0 {
+						return unavailable
+					}
+					return c.err
+				})
 				m := NewMetrics(nil)
 				r := start(w, "s", s, Options{MaxBufferedBytes: 256 << 10, RetryMin: time.Second, RetryMax: 10 * time.Second, Metrics: m})
 				var last uint64

@@ -60,17 +60,27 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Unreachable reports whether the send failed because no connection to the
-// destination could be made: the dial was refused, found no route or timed
-// out, or the name did not resolve. That says the same of every send of
-// the sink, whatever its partition; a timeout, a connection broken midway
-// or an error answered can be one request's own.
+// destination, or to the HTTP proxy in front of it, could be made: the
+// dial was refused, found no route or timed out, or the name did not
+// resolve. That says the same of every send of the sink, whatever its
+// partition; a timeout, a connection broken midway or an error answered
+// (a proxy's 502 included) can be one request's own.
 func (e *Error) Unreachable() bool {
 	if e.Class != Retryable {
 		return false
 	}
-	var op *net.OpError
-	if errors.As(e.Err, &op) && op.Op == "dial" {
-		return true
+	for err := e.Err; ; {
+		var op *net.OpError
+		if !errors.As(err, &op) {
+			break
+		}
+		if op.Op == "dial" {
+			return true
+		}
+		if op.Op != "proxyconnect" { // net/http's dial of the proxy wraps the dial's error
+			break
+		}
+		err = op.Err
 	}
 	var dns *net.DNSError
 	return errors.As(e.Err, &dns)
