@@ -8,7 +8,8 @@
 #   restart:  the same load, the forwarder stopped, the endpoint up, a new process
 #             started on the backlog.
 # Each line: records delivered, seconds from the first delivery to the last one
-# (S3: to the last object that was full; the last, partial ones wait max_object_age),
+# (S3: to the last object that was full, objects of 1 MiB with 100 tags; the last,
+# partial ones wait max_object_age),
 # the rate, the wait from the endpoint coming up to the first delivery (a retry
 # interval of the sink, at most 30 s), forwarder CPU, peak RssAnon and the records
 # read again from the WAL (forwarder_sink_reread_records_total). Default
@@ -46,7 +47,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# config FILE DATA_DIR SINK
+# config FILE DATA_DIR SINK TAGS
 config() {
 	cat >"$1" <<YAML
 data_dir: $2
@@ -68,6 +69,10 @@ YAML
     endpoint: "$endpoint"
     path_style: true
 YAML
+		# With 100 tags a tag's share of the records (about 3 MB of lines) fills no
+		# object of the default 64 MiB, and the figure, up to the last full object,
+		# would be 0: objects of 1 MiB then.
+		if [ "${4:-1}" -gt 1 ]; then echo "    max_object_bytes: 1MiB" >>"$1"; fi
 	else
 		cat >>"$1" <<YAML
   - name: sink
@@ -162,7 +167,7 @@ for sink in ${BENCH_SINKS-s3 cloudwatch}; do
 		for mode in catch-up restart; do
 			data=$dir/data-$sink-$tags-$mode
 			rm -rf "$data"
-			config "$dir/c.yaml" "$data" "$sink"
+			config "$dir/c.yaml" "$data" "$sink" "$tags"
 			log=$dir/$sink-$tags-$mode.log
 			: >"$log"
 			start_fwd "$dir/c.yaml" "$log"
