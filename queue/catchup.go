@@ -21,9 +21,10 @@ import (
 //
 // While no connection to the destination can be made and partitions were
 // spilled (flow.unreachable), the head reader waits: it would read records
-// only to pass most of them by. The catch-up reader does not wait, so a spilled
-// partition that may send gets its records; the first send answered ends
-// the wait, and the head reader goes on from where it stopped.
+// only to pass most of them by. The catch-up reader does not wait, so a
+// spilled partition that may send gets its records; the first send that
+// ends otherwise than in a failed dial ends the wait, and the head reader
+// goes on from where it stopped.
 
 // join lets the catch-up reader serve spilled partition p, which can send
 // again: from p.spillFrom on, p takes the records it reads. A reader

@@ -67,7 +67,7 @@ func (f *flow) endStreak() {
 // destination, and memory ran short since it last answered. No partition
 // can deliver then, and what the head reader would read is mostly records
 // of spilled partitions, read only to be passed by: it waits until a send
-// gets an answer (see catchup.go).
+// ends otherwise (see catchup.go).
 func (f *flow) unreachable() bool {
 	return f.unreached >= failingAfter && f.spilled
 }
