@@ -191,6 +191,9 @@ func TestUnreachableDestinationHoldsHeadReader(t *testing.T) {
 				}
 				routed := s.partitions.Load()
 				t.Logf("%d records appended, %d routed during the outage", last, routed)
+				if got := r.d.Status().Unreachable; got != c.held {
+					t.Errorf("/status unreachable %v during the outage, want %v", got, c.held)
+				}
 				if c.held && routed > int64(last)/4 {
 					t.Errorf("%d records routed while the destination could not be reached, of %d appended: the head reader read on", routed, last)
 				}
@@ -199,6 +202,9 @@ func TestUnreachableDestinationHoldsHeadReader(t *testing.T) {
 				}
 				s.heal(t, w, last, 2*time.Minute)
 				s.deliveredOnce(t, last)
+				if r.d.Status().Unreachable {
+					t.Error("/status unreachable after sends succeed again")
+				}
 				r.stop(t)
 				s.check(t)
 			})

@@ -34,6 +34,10 @@ type Status struct {
 	Concurrency int     `json:"concurrency"`            // partitions allowed in flight now (lowered while throttled)
 	Partitions  int     `json:"partitions"`             // partitions with records pending
 	CatchingUp  int     `json:"catching_up_partitions"` // spilled partitions being read again from the WAL
+	// Unreachable: sends in a row could not connect to the destination and
+	// partitions were spilled; new records are not read until a send ends
+	// otherwise (see catchup.go).
+	Unreachable bool `json:"unreachable,omitempty"`
 	// Admitted is how many partitions max_partitions (MaxPartitions)
 	// admits now; Overflowed the records that went to the overflow
 	// partition since the start. All three are 0 without a bound.
@@ -77,6 +81,7 @@ func (l *loop) updateStatus() {
 		s.State, s.Cursor, s.LagRecords, s.LagSeconds = state, l.cursor, lag, lagSec
 		s.InFlight, s.Concurrency, s.Partitions, s.Buffered = l.inflight, l.limit, len(l.parts), l.mem.buffered()
 		s.CatchingUp = len(l.joined)
+		s.Unreachable = l.holdHead()
 		if l.guard != nil {
 			s.Admitted, s.MaxPartitions, s.Overflowed = l.guard.open(), d.lim.MaxPartitions, l.overflowTotal
 		}
