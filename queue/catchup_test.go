@@ -147,7 +147,7 @@ func TestCatchUpAfterOutage(t *testing.T) {
 // sends succeed again.
 func TestUnreachableDestinationHoldsHeadReader(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: a minute of appends while the sink fails; make test runs it")
+		t.Skip("-short: half a minute of appends while the sink fails; make test runs it")
 	}
 	refused := sinks.NewRetryable("network", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")})
 	unavailable := sinks.NewRetryable("http_503", errors.New("service unavailable"))
@@ -181,7 +181,7 @@ func TestUnreachableDestinationHoldsHeadReader(t *testing.T) {
 				m := NewMetrics(nil)
 				r := start(w, "s", s, Options{MaxBufferedBytes: 256 << 10, RetryMin: time.Second, RetryMax: 10 * time.Second, Metrics: m})
 				var last uint64
-				for range 60 { // a minute, 500 records of 200 bytes a second
+				for range 30 { // half a minute, 500 records of 200 bytes a second
 					last = appendN(t, w, 500, tagsOf(c.parts), 200)
 					time.Sleep(time.Second)
 				}
