@@ -207,7 +207,7 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 		}
 		return nil
 	}
-	if e := sinks.Classify(classify(err, group, "")); e.Class != sinks.Retryable {
+	if e := sinks.Classify(classify(err, group, "")); e.Class == sinks.SinkPermanent || e.Class == sinks.RecordPermanent {
 		// Refused for good (logs:PutRetentionPolicy not granted, say): the
 		// group's records are not held back for its retention.
 		c.settle(group)

@@ -341,6 +341,7 @@ func TestRetentionSetAfterItFailed(t *testing.T) {
 	}{
 		{"retention failed", &failFirst{op: "PutRetentionPolicy", status: 500, code: "ServiceUnavailableException"}, true, 30, false},
 		{"creation's answer lost", &failFirst{op: "CreateLogGroup", status: 500, code: "ServiceUnavailableException", made: true}, true, 30, false},
+		{"retention limited", &failFirst{op: "PutRetentionPolicy", status: 400, code: "LimitExceededException"}, true, 30, false},
 		{"retention refused", &failFirst{op: "PutRetentionPolicy", status: 400, code: "AccessDeniedException"}, false, 0, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
