@@ -300,6 +300,13 @@ func (r *Reader) ReadInto(maxRecords, maxBytes int, buf *ReadBuffer) ([]Record, 
 	}
 	if len(recs) > 0 {
 		r.next = recs[len(recs)-1].Seq + 1
+	} else {
+		// Nothing from r.next on: what it did not read may have been
+		// deleted (drop_oldest, or retention passing a reader no cursor
+		// holds back), which leaves a position Wait finds committed.
+		r.w.mu.Lock()
+		r.next = max(r.next, r.w.st.firstSeq)
+		r.w.mu.Unlock()
 	}
 	return recs, nil
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -238,6 +239,60 @@ func TestCursorsStateAndRetention(t *testing.T) {
 	}
 	if err := w.DropCursor(ctx, "cw"); !errors.Is(err, ErrUnknownCursor) {
 		t.Fatalf("dropping twice: %v", err)
+	}
+}
+
+// TestReaderPassedByRetentionWaits: a reader whose records were all
+// deleted (no cursor held them) waits for the next append; it does not
+// find its position committed and read nothing, again and again.
+func TestReaderPassedByRetentionWaits(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	ctx := context.Background()
+	if _, err := w.RegisterCursor(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	appendT(t, w, []Record{{Tag: "a", Body: []byte(`{"a":1}`)}, {Tag: "a", Body: []byte(`{"a":2}`)}}, "")
+	rd := w.NewReader(1)
+	var b Batch
+	b.SetCursor("s", 2)
+	if err := w.Commit(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	for w.Stats().FirstSeq != 3 {
+		time.Sleep(time.Millisecond) // retention runs in the next transaction
+		if err := w.Commit(ctx, &Batch{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var reads atomic.Int64
+	got := make(chan []Record, 1)
+	go func() {
+		for {
+			recs, err := rd.ReadInto(0, 0, nil)
+			reads.Add(1)
+			if err != nil || len(recs) > 0 {
+				got <- recs
+				return
+			}
+			if err := rd.Wait(ctx); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if n := reads.Load(); n > 2 {
+		t.Fatalf("a reader passed by retention read %d times in 100 ms with nothing appended", n)
+	}
+	appendT(t, w, []Record{{Tag: "a", Body: []byte(`{"a":3}`)}}, "")
+	select {
+	case recs := <-got:
+		if len(recs) != 1 || recs[0].Seq != 3 {
+			t.Fatalf("got %+v", recs)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reader not woken by append")
 	}
 }
 
