@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -108,6 +109,11 @@ func TestEndpoints(t *testing.T) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+	// The sink read the record a moment after its append: from memory.
+	if !regexp.MustCompile(`(?m)^forwarder_wal_reads_total\{from="memory"\} [1-9]`).MatchString(metrics) ||
+		!strings.Contains(metrics, `forwarder_wal_reads_total{from="file"}`) {
+		t.Errorf("/metrics: the WAL's reads: %s", regexp.MustCompile(`(?m)^forwarder_wal_reads.*$`).FindAllString(metrics, -1))
 	}
 	if code, _ := get(t, base, "/nope"); code != 404 {
 		t.Errorf("/nope: %d", code)

@@ -12,7 +12,7 @@ type WALCollector struct {
 	maxBytes int64
 
 	bytes, maxB, file, records, full, failed, commits, dropped *prometheus.Desc
-	diskFull, diskFree, fileFree, minFree                      *prometheus.Desc
+	diskFull, diskFree, fileFree, minFree, reads               *prometheus.Desc
 }
 
 // NewWALCollector returns a collector for w.
@@ -30,11 +30,13 @@ func NewWALCollector(w *wal.WAL, maxBytes int64) *WALCollector {
 		diskFree: prometheus.NewDesc("forwarder_wal_disk_free_bytes", "Free space on the WAL's file system, for an unprivileged process (-1: unknown).", nil, nil),
 		fileFree: prometheus.NewDesc("forwarder_wal_file_free_bytes", "Free pages inside the WAL file, reused before the file grows.", nil, nil),
 		minFree:  prometheus.NewDesc("forwarder_wal_min_free_bytes", "wal.min_free_bytes.", nil, nil),
+		reads: prometheus.NewDesc("forwarder_wal_reads_total", "Reads of the WAL by the sinks that returned records, by where they were served from: memory (the entries committed last, kept uncompressed: a sink that keeps up with appends) or the file.",
+			[]string{"from"}, nil),
 	}
 }
 
 func (c *WALCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.bytes, c.maxB, c.file, c.records, c.full, c.failed, c.commits, c.dropped, c.diskFull, c.diskFree, c.fileFree, c.minFree} {
+	for _, d := range []*prometheus.Desc{c.bytes, c.maxB, c.file, c.records, c.full, c.failed, c.commits, c.dropped, c.diskFull, c.diskFree, c.fileFree, c.minFree, c.reads} {
 		ch <- d
 	}
 }
@@ -58,6 +60,8 @@ func (c *WALCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.diskFree, prometheus.GaugeValue, float64(st.DiskFreeBytes))
 	ch <- prometheus.MustNewConstMetric(c.fileFree, prometheus.GaugeValue, float64(st.FileFreeBytes))
 	ch <- prometheus.MustNewConstMetric(c.minFree, prometheus.GaugeValue, float64(c.w.MinFreeBytes()))
+	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(st.MemoryReads), "memory")
+	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(st.FileReads), "file")
 	for name, n := range st.Dropped {
 		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(n), name)
 	}

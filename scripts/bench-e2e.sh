@@ -286,14 +286,17 @@ PY
 )
 	read -r span n s3done cwdone <<<"$line"
 	c=$(python3 -c "print($(cpu "$PID") - $c0)")
-	commits=$(curl -s http://127.0.0.1:19880/metrics | awk '/^forwarder_wal_commits_total /{print $2}')
+	metrics=$(curl -s http://127.0.0.1:19880/metrics)
+	commits=$(awk '/^forwarder_wal_commits_total /{print $2}' <<<"$metrics")
+	memreads=$(awk '/^forwarder_wal_reads_total\{from="memory"\}/{print $2}' <<<"$metrics")
+	filereads=$(awk '/^forwarder_wal_reads_total\{from="file"\}/{print $2}' <<<"$metrics")
 	wrote=$(awk '/^write_bytes:/{print $2}' "/proc/$PID/io" 2>/dev/null || echo 0)
 	profiled
 	stop "$PID"
 	peak=$(cat "$dir/peak")
 	line=$(python3 -c "
-span, n, c, peak, commits, wrote = $span, $n, $c, $peak, ${commits:-0}, ${wrote:-0}
-print(f'{n:,} records in both sinks in {span:.2f} s: {n/span:,.0f} records/s; fwd CPU {c:.2f} s ({c/max(n,1)*1e6:.2f} us/record), peak RssAnon {peak/1024:.1f} MiB; S3 done by {$s3done} s, CloudWatch by {$cwdone} s; {commits:,.0f} WAL commits, {wrote/2**20:,.0f} MiB written')")
+span, n, c, peak, commits, wrote, mem, file = $span, $n, $c, $peak, ${commits:-0}, ${wrote:-0}, ${memreads:-0}, ${filereads:-0}
+print(f'{n:,} records in both sinks in {span:.2f} s: {n/span:,.0f} records/s; fwd CPU {c:.2f} s ({c/max(n,1)*1e6:.2f} us/record), peak RssAnon {peak/1024:.1f} MiB; S3 done by {$s3done} s, CloudWatch by {$cwdone} s; {commits:,.0f} WAL commits, {wrote/2**20:,.0f} MiB written; WAL reads {mem:,.0f} from memory, {file:,.0f} from the file')")
 	echo "$line  load $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "$span $line  load $(cut -d' ' -f1-3 /proc/loadavg)" >>"$dir/runs"
 done

@@ -163,7 +163,7 @@ func TestCorruption(t *testing.T) {
 func TestCorruptionNeverReturnsWrongData(t *testing.T) {
 	r := rand.New(rand.NewSource(12))
 	recs := makeRecords(r, "x", 20, 60)
-	e := encodeEntries(recs)[0]
+	e := encodeEntries(recs, nil)[0]
 	value := append([]byte(nil), e.finish(42)...)
 	want, err := decodeEntry(42, value, nil, nil)
 	if err != nil || len(want) != 20 {

@@ -92,6 +92,23 @@
 // and compress their own entries, in parallel, before handing them to the
 // writer, which only adds keys and finishes checksums.
 //
+// # Reads of what was just appended
+//
+// Every sink reads every record, most of them a commit or two after the
+// append that stored them, when the appending goroutine had them
+// uncompressed a moment before. So entries keep their uncompressed bytes
+// (the buffer they were made in) until their transaction commits, and the
+// writer then keeps the entries it committed last, one run of consecutive
+// entries of at most 4 MiB of buffers; a read that starts within that run
+// copies from it instead of reading the file, checking the checksum and
+// decompressing, for each sink. An entry joins only once its transaction
+// committed (a refused commit's entries never do, and their sequence
+// numbers go to the next append), leaves once retention or drop_oldest
+// deletes it, and holds its buffer on the way to its commit only while
+// entries on their way hold less than 4 MiB (else it is read from the file,
+// like any older record). Reads return copies, whichever way they go.
+// Stats counts reads by where they were served from.
+//
 // # Size
 //
 // MaxBytes bounds the sum of stored entry values (compressed), not the

@@ -53,16 +53,29 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // goroutine, so the writer only adds the key and finishes the checksum.
 type entry struct {
 	count int
-	value []byte // header (checksum unset) + stored payload
-	crc   uint32 // CRC32C of the stored payload
+	value []byte  // header (checksum unset) + stored payload
+	crc   uint32  // CRC32C of the stored payload
+	raw   *[]byte // the records uncompressed, kept for recent; nil: not kept
 }
 
-var rawPool = sync.Pool{New: func() any { b := make([]byte, 0, maxEntryRaw+64<<10); return &b }}
+// rawPool holds the buffers entries are made in; an entry that ends with
+// a large record grows its buffer past this.
+var rawPool = sync.Pool{New: func() any { b := make([]byte, 0, maxEntryRaw+4<<10); return &b }}
+
+// putRaw returns a buffer to rawPool, unless a large record made it large.
+func putRaw(bp *[]byte) {
+	if cap(*bp) <= maxKeptRaw {
+		*bp = (*bp)[:0]
+		rawPool.Put(bp)
+	}
+}
 
 // encodeEntries turns records into entries of about maxEntryRaw
 // uncompressed bytes each. A large append's entries are compressed in
-// parallel, on as many cores as there are.
-func encodeEntries(recs []Record) []entry {
+// parallel, on as many cores as there are. Entries keep their
+// uncompressed records for keep's recent entries while it has room
+// (keep nil: none).
+func encodeEntries(recs []Record, keep *recent) []entry {
 	// Cut points first, from sizes alone.
 	var cuts []int // end index (exclusive) of each entry's records
 	size := 0
@@ -86,7 +99,11 @@ func encodeEntries(recs []Record) []entry {
 		}
 		out[j] = sealEntry(raw, cuts[j]-start)
 		*bp = raw
-		rawPool.Put(bp)
+		if keep.keep(raw) {
+			out[j].raw = bp
+		} else {
+			putRaw(bp)
+		}
 	}
 	workers := min(len(cuts), runtime.GOMAXPROCS(0))
 	if workers <= 1 {
@@ -250,6 +267,12 @@ func decodeInto(first uint64, value []byte, dst []Record, d *decoder) ([]Record,
 		raw = d.alloc(rawLen)
 		copy(raw, payload)
 	}
+	return parseEntry(first, raw, count, dst, d)
+}
+
+// parseEntry appends the count records of an entry's uncompressed bytes
+// raw, stored at key first, to dst; the records point into raw.
+func parseEntry(first uint64, raw []byte, count int, dst []Record, d *decoder) ([]Record, error) {
 	dst = slices.Grow(dst, count)
 	seq := first
 	tag := ""

@@ -61,6 +61,10 @@ func openT(t testing.TB, dir string, opts Options) *WAL {
 	return w
 }
 
+// forgetRecent empties w's recent entries, so that reads go to the file:
+// for tests that change the file behind the writer's back.
+func forgetRecent(w *WAL) { w.recent.committed(nil, true, 0) }
+
 func appendT(t testing.TB, w *WAL, recs []Record, chunk string) Result {
 	t.Helper()
 	res, err := w.Append(context.Background(), recs, AppendOptions{ChunkID: chunk})

@@ -193,6 +193,7 @@ func TestNextIntoDamagedHeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	forgetRecent(w)
 	var buf ReadBuffer
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)

@@ -58,58 +58,23 @@ func (b *ReadBuffer) Trim() {
 
 // read is Read, into buf's memory when buf is not nil.
 func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Record, error) {
-	var out []Record
-	d := &decoder{tags: tagTable{}}
-	if buf != nil {
-		d.scratch = buf.raw[:0]
+	newDecoder := func() *decoder {
+		d := &decoder{tags: tagTable{}}
+		if buf != nil {
+			d.scratch = buf.raw[:0]
+		}
+		return d
 	}
-	err := w.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketEntries).Cursor()
-		k, v := seekEntry(c, from)
-		if k != nil && maxRecords > 0 {
-			// One allocation instead of a slice grown entry by entry.
-			n, raw := readCap(tx.Bucket(bucketEntries).Cursor(), k, from, maxRecords, maxBytes)
-			switch {
-			case buf == nil:
-				out = make([]Record, 0, n)
-			case cap(buf.recs) < n:
-				out = make([]Record, 0, max(n, min(2*cap(buf.recs), 2*n), minBufferRecords))
-			default:
-				out = buf.recs[:0]
-			}
-			if buf != nil && cap(d.scratch) < raw {
-				// Room for the whole read at once, instead of memory for
-				// each entry now and for the next read after. The headers
-				// are not checked yet: a damaged one makes this at most
-				// readRawBound; what does not fit is decoded into memory
-				// of its own. A buffer past that bound, sized by what a
-				// read decoded (below), is not made again smaller.
-				if want := min(max(raw, 2*cap(d.scratch), minBufferBytes), readRawBound(maxBytes)); want > cap(d.scratch) {
-					d.scratch = make([]byte, 0, want)
-				}
-			}
+	d := newDecoder()
+	out, ok := w.recent.read(from, maxRecords, maxBytes, buf, d)
+	var err error
+	if !ok {
+		d = newDecoder()
+		out, err = w.readFile(from, maxRecords, maxBytes, buf, d)
+		if len(out) > 0 {
+			w.recent.fileReads.Add(1)
 		}
-		size := 0
-		for ; k != nil; k, v = c.Next() {
-			first := binary.BigEndian.Uint64(k)
-			n0 := len(out)
-			var err error
-			if out, err = decodeEntry(first, v, out, d); err != nil {
-				return w.corruption(first, v, err)
-			}
-			// Drop what precedes from in the first entry.
-			if skip := int(from) - int(first); skip > 0 && n0 == 0 {
-				out = append(out[:0], out[min(skip, len(out)):]...)
-			}
-			for _, r := range out[n0:] {
-				size += len(r.Body)
-			}
-			if (maxRecords > 0 && len(out) >= maxRecords) || (maxBytes > 0 && size >= maxBytes) {
-				break
-			}
-		}
-		return nil
-	})
+	}
 	if maxRecords > 0 && len(out) > maxRecords {
 		out = out[:maxRecords]
 	}
@@ -133,6 +98,67 @@ func (w *WAL) read(from uint64, maxRecords, maxBytes int, buf *ReadBuffer) ([]Re
 			buf.raw = make([]byte, 0, max(used, minBufferBytes))
 		}
 	}
+	return out, err
+}
+
+// sizeRead returns the slice a read of about n records and raw bytes of
+// records appends its records to, and gives d room for raw bytes: one
+// allocation instead of a slice grown entry by entry, and memory for the
+// whole read at once instead of for each entry now and for the next read
+// after (buf nil: new memory).
+func sizeRead(buf *ReadBuffer, d *decoder, n, raw, maxBytes int) []Record {
+	var out []Record
+	switch {
+	case buf == nil:
+		out = make([]Record, 0, n)
+	case cap(buf.recs) < n:
+		out = make([]Record, 0, max(n, min(2*cap(buf.recs), 2*n), minBufferRecords))
+	default:
+		out = buf.recs[:0]
+	}
+	if buf != nil && cap(d.scratch) < raw {
+		// The file's headers are not checked yet: a damaged one makes
+		// this at most readRawBound; what does not fit is decoded into
+		// memory of its own. A buffer past that bound, sized by what a
+		// read decoded (read), is not made again smaller.
+		if want := min(max(raw, 2*cap(d.scratch), minBufferBytes), readRawBound(maxBytes)); want > cap(d.scratch) {
+			d.scratch = make([]byte, 0, want)
+		}
+	}
+	return out
+}
+
+// readFile is read from the file, into d's memory.
+func (w *WAL) readFile(from uint64, maxRecords, maxBytes int, buf *ReadBuffer, d *decoder) ([]Record, error) {
+	var out []Record
+	err := w.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketEntries).Cursor()
+		k, v := seekEntry(c, from)
+		if k != nil && maxRecords > 0 {
+			n, raw := readCap(tx.Bucket(bucketEntries).Cursor(), k, from, maxRecords, maxBytes)
+			out = sizeRead(buf, d, n, raw, maxBytes)
+		}
+		size := 0
+		for ; k != nil; k, v = c.Next() {
+			first := binary.BigEndian.Uint64(k)
+			n0 := len(out)
+			var err error
+			if out, err = decodeEntry(first, v, out, d); err != nil {
+				return w.corruption(first, v, err)
+			}
+			// Drop what precedes from in the first entry.
+			if skip := int(from) - int(first); skip > 0 && n0 == 0 {
+				out = append(out[:0], out[min(skip, len(out)):]...)
+			}
+			for _, r := range out[n0:] {
+				size += len(r.Body)
+			}
+			if (maxRecords > 0 && len(out) >= maxRecords) || (maxBytes > 0 && size >= maxBytes) {
+				break
+			}
+		}
+		return nil
+	})
 	return out, err
 }
 
@@ -335,13 +361,18 @@ type Stats struct {
 	// neither has MinFreeBytes to spare (see DiskFull).
 	DiskFreeBytes int64
 	FileFreeBytes int64
+	// MemoryReads and FileReads count the reads since Open that returned
+	// records: from the entries committed last, kept uncompressed in
+	// memory, or from the file.
+	MemoryReads, FileReads uint64
 }
 
 // Stats returns the committed state; it does not touch the disk but for the file size.
 func (w *WAL) Stats() Stats {
 	st := w.snapshot()
 	s := Stats{Path: w.path, FirstSeq: st.firstSeq, NextSeq: st.nextSeq, Records: st.nextSeq - st.firstSeq,
-		Bytes: st.liveBytes, Cursors: st.cursors, Dropped: st.dropped, Commits: w.commits.Load()}
+		Bytes: st.liveBytes, Cursors: st.cursors, Dropped: st.dropped, Commits: w.commits.Load(),
+		MemoryReads: w.recent.memoryReads.Load(), FileReads: w.recent.fileReads.Load()}
 	_ = w.db.View(func(tx *bolt.Tx) error {
 		s.FileBytes = tx.Size()
 		return nil

@@ -143,6 +143,7 @@ type WAL struct {
 	closeMu  sync.Mutex
 	closed   bool
 
+	recent   recent        // the entries committed last, uncompressed
 	commits  atomic.Uint64 // transactions committed since Open
 	full     atomic.Bool   // appends are waiting for room under max_bytes
 	diskFull atomic.Bool   // appends are waiting for room on the disk (MinFreeBytes)
@@ -539,16 +540,18 @@ func (w *WAL) Append(ctx context.Context, recs []Record, opts AppendOptions) (Re
 	if len(opts.ChunkDigest) > MaxChunkDigest || opts.ChunkID == "" && len(opts.ChunkDigest) > 0 {
 		return Result{}, fmt.Errorf("%w: a digest of %d bytes for chunk id %q, at most %d with an id", ErrChunkID, len(opts.ChunkDigest), opts.ChunkID, MaxChunkDigest)
 	}
-	req := &appendReq{ctx: ctx, entries: encodeEntries(recs), n: uint64(len(recs)), chunk: opts.ChunkID,
-		digest: opts.ChunkDigest, done: make(chan appendResult, 1)}
+	req := &appendReq{ctx: ctx, entries: encodeEntries(recs, &w.recent), n: uint64(len(recs)), chunk: opts.ChunkID,
+		digest: opts.ChunkDigest, done: make(chan appendResult, 1), recent: &w.recent}
 	for _, e := range req.entries {
 		req.bytes += int64(len(e.value))
 	}
 	select {
 	case w.appendCh <- req:
 	case <-ctx.Done():
+		w.recent.releaseAll(req)
 		return Result{}, ctx.Err()
 	case <-w.done:
+		w.recent.releaseAll(req)
 		return Result{}, w.closedErr()
 	}
 	select {

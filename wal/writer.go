@@ -22,6 +22,14 @@ type appendReq struct {
 	chunk   string
 	digest  []byte // of the request chunk names; nil: none given
 	done    chan appendResult
+	recent  *recent // of the WAL: see answer
+}
+
+// answer answers r, once; the buffers its entries hold for recent and
+// did not give it (it did not store them) go back.
+func (r *appendReq) answer(res appendResult) {
+	r.recent.releaseAll(r)
+	r.done <- res
 }
 
 type appendResult struct {
@@ -115,6 +123,13 @@ type writer struct {
 	// (probeRoom, every noSpaceProbeInterval), only the room gained since
 	// counts (see room).
 	noSpace *noSpaceMark
+
+	// The open transaction's entries whose buffers recent gets when it
+	// commits, their buffers' size, and whether they do not follow what
+	// recent holds (see keepRecent).
+	txRecent      []recentEntry
+	txRecentBytes int
+	txFresh       bool
 	// probeLeft: a probe's value is in the file, its deletion refused;
 	// the next transaction deletes it (apply).
 	probeLeft bool
@@ -138,7 +153,7 @@ func (wr *writer) run() {
 		wr.flush() // commit what SyncInterval holds
 		wr.logDrops(true)
 		for _, r := range wr.waiting {
-			r.done <- appendResult{err: wr.w.closedErr()}
+			r.answer(appendResult{err: wr.w.closedErr()})
 		}
 	}()
 	for {
@@ -290,7 +305,7 @@ func (wr *writer) applyGroup(appends []*appendReq, commits []*commitReq) (room *
 		wr.fail(err)
 	}
 	for _, r := range appends {
-		r.done <- appendResult{err: wr.failed}
+		r.answer(appendResult{err: wr.failed})
 	}
 	for _, c := range commits {
 		c.done <- commitResult{err: wr.failed}
@@ -350,7 +365,7 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 	t := time.Now()
 	for i, r := range appends {
 		if err := r.ctx.Err(); err != nil {
-			now = append(now, func() { r.done <- appendResult{err: err} })
+			now = append(now, func() { r.answer(appendResult{err: err}) })
 			continue
 		}
 		if r.chunk != "" {
@@ -359,27 +374,27 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 				// answered only when, and as, that copy commits.
 				ans := c.answer(r)
 				if wr.w.opts.Sync == SyncInterval {
-					now = append(now, func() { r.done <- ans })
+					now = append(now, func() { r.answer(ans) })
 				} else {
 					later = append(later, func(err error) {
 						if err != nil {
 							ans = appendResult{err: err}
 						}
-						r.done <- ans
+						r.answer(ans)
 					})
 				}
 				continue
 			}
 			if c, ok := lookupChunk(chunks, r.chunk, t, wr.w.opts.DedupWindow); ok {
 				ans := c.answer(r) // stored by a committed transaction
-				now = append(now, func() { r.done <- ans })
+				now = append(now, func() { r.answer(ans) })
 				continue
 			}
 		}
 		max := wr.w.opts.MaxBytes
 		if max > 0 && r.bytes > max {
 			err := fmt.Errorf("%w: %d bytes stored, max_bytes is %d", ErrTooLarge, r.bytes, max)
-			now = append(now, func() { r.done <- appendResult{err: err} })
+			now = append(now, func() { r.answer(appendResult{err: err}) })
 			continue
 		}
 		// Room on the disk first, whatever WhenFull says: dropping the
@@ -412,9 +427,9 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 		}
 		if wr.w.opts.Sync == SyncInterval {
 			// Acknowledged before the commit: see SyncInterval.
-			now = append(now, func() { r.done <- appendResult{Result: res} })
+			now = append(now, func() { r.answer(appendResult{Result: res}) })
 		} else {
-			later = append(later, func(err error) { r.done <- appendResult{Result: res, err: err} })
+			later = append(later, func(err error) { r.answer(appendResult{Result: res, err: err}) })
 		}
 	}
 	meta := tx.Bucket(bucketMeta)
@@ -551,6 +566,7 @@ func (wr *writer) put(tx *bolt.Tx, r *appendReq, now time.Time) (Result, error) 
 		if err := entries.Put(seqKey(wr.st.nextSeq), e.finish(wr.st.nextSeq)); err != nil {
 			return res, fmt.Errorf("put entry %d: %w", wr.st.nextSeq, err)
 		}
+		wr.keepRecent(e)
 		wr.st.nextSeq += uint64(e.count)
 	}
 	wr.st.liveBytes += r.bytes
@@ -562,6 +578,38 @@ func (wr *writer) put(tx *bolt.Tx, r *appendReq, now time.Time) (Result, error) 
 		}
 	}
 	return res, nil
+}
+
+// keepRecent takes the buffer of an entry put at wr.st.nextSeq for the
+// recent entries, which get it if the transaction commits. An entry without
+// one, or the first of the transaction's entries let go to bound them,
+// breaks the run that recent holds (txFresh).
+func (wr *writer) keepRecent(e *entry) {
+	if e.raw == nil {
+		wr.releaseRecent()
+		wr.txFresh = true
+		return
+	}
+	wr.txRecent = append(wr.txRecent, recentEntry{first: wr.st.nextSeq, count: e.count, raw: e.raw})
+	wr.txRecentBytes += cap(*e.raw)
+	e.raw = nil
+	drop := 0
+	for ; wr.txRecentBytes > recentCap; drop++ {
+		wr.txRecentBytes -= cap(*wr.txRecent[drop].raw)
+		wr.w.recent.release(wr.txRecent[drop].raw)
+		wr.txFresh = true
+	}
+	if drop > 0 {
+		wr.txRecent = append(wr.txRecent[:0], wr.txRecent[drop:]...)
+	}
+}
+
+// releaseRecent lets go of the buffers the open transaction's entries hold.
+func (wr *writer) releaseRecent() {
+	for _, e := range wr.txRecent {
+		wr.w.recent.release(e.raw)
+	}
+	wr.txRecent, wr.txRecentBytes = wr.txRecent[:0], 0
 }
 
 var errOpInvalid = errors.New("wal: invalid change")
@@ -755,6 +803,8 @@ func (wr *writer) flush() {
 	tx, replies, commits := wr.tx, wr.replies, wr.commits
 	appended, deleted, probe := wr.txAppends, wr.txDeleted, wr.txProbe
 	wr.tx, wr.replies, wr.commits, wr.txAppends, wr.txDeleted, wr.txProbe = nil, nil, nil, 0, 0, false
+	kept, fresh := wr.txRecent, wr.txFresh
+	wr.txRecent, wr.txRecentBytes, wr.txFresh = nil, 0, false
 	answer := func(err error) {
 		for _, reply := range replies {
 			reply(err)
@@ -767,6 +817,9 @@ func (wr *writer) flush() {
 		// Nothing changed (a kick, an append still waiting for room):
 		// no commit, no fsync.
 		tx.Rollback()
+		for _, e := range kept { // none: storing an entry changes something
+			wr.w.recent.release(e.raw)
+		}
 		answer(nil)
 		return
 	}
@@ -774,6 +827,7 @@ func (wr *writer) flush() {
 	err := commitTx(tx)
 	if err == nil {
 		wr.w.commits.Add(1)
+		wr.w.recent.committed(kept, fresh, wr.st.firstSeq)
 		wr.w.publish(wr.st)
 		answer(nil)
 		if deleted > 0 {
@@ -789,6 +843,9 @@ func (wr *writer) flush() {
 			wr.moreWork = true // see whether the held appends fit now
 		}
 		return
+	}
+	for _, e := range kept {
+		wr.w.recent.release(e.raw)
 	}
 	if wr.w.opts.Sync != SyncAlways || !isNoSpace(err) {
 		wr.fail(fmt.Errorf("commit: %w", err))
@@ -845,7 +902,7 @@ func (wr *writer) flush() {
 	wr.noHousekeeping = false
 	if !ok {
 		for _, r := range held {
-			r.done <- appendResult{err: wr.failed}
+			r.answer(appendResult{err: wr.failed})
 		}
 		return
 	}
@@ -885,6 +942,7 @@ func (wr *writer) fail(err error) {
 		_ = wr.tx.Rollback()
 		wr.tx = nil
 	}
+	wr.releaseRecent()
 	for _, reply := range wr.replies {
 		reply(wr.failed)
 	}
@@ -894,7 +952,7 @@ func (wr *writer) fail(err error) {
 	// Appends held for room wait in no transaction: answered now, not at
 	// the next request, which may never come.
 	for _, r := range wr.waiting {
-		r.done <- appendResult{err: wr.failed}
+		r.answer(appendResult{err: wr.failed})
 	}
 	wr.replies, wr.commits, wr.waiting = nil, nil, nil
 	wr.w.mu.Lock()
