@@ -45,9 +45,13 @@ type creation struct {
 	inflight map[string]*groupCreation // groups being created, by name
 	// owed holds the groups this sink tried to create whose retention is
 	// not set yet (the creation's answer was lost, or PutRetentionPolicy
-	// failed and may succeed on the next try): the next creation sets it,
-	// although the group then exists. Kept in memory only.
-	owed map[string]bool
+	// failed and may succeed on the next try, or the process stopped in
+	// between): the next creation sets it, although the group then exists.
+	// Also kept in the sink's state (state, once Recover gave it), a key
+	// under retentionPrefix each, made before the first CreateLogGroup of
+	// the group and deleted once its retention is set or refused for good.
+	owed  map[string]bool
+	state sinks.State
 
 	throttleMu   sync.Mutex
 	throttledAt  time.Time      // when the last summary line was logged
@@ -166,14 +170,22 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 		in.Tags = s.cfg.Tags
 	}
 	// The group is owed its retention from the first call on: a call whose
-	// answer was lost may have made it, and the next finds it there.
+	// answer was lost may have made it, and the next finds it there; so
+	// may the next run, should this one stop before the retention is set.
 	c := s.creates
 	c.mu.Lock()
-	owed := c.owed[group]
-	if s.cfg.RetentionDays > 0 {
-		c.owed[group] = true
-	}
+	owed, st := c.owed[group], c.state
 	c.mu.Unlock()
+	if s.cfg.RetentionDays > 0 && !owed {
+		if st != nil {
+			if err := st.Put(ctx, retentionKey(group), nil); err != nil {
+				return sinks.NewRetryable("state", fmt.Errorf("record that log group %q is owed its retention: %w", group, err))
+			}
+		}
+		c.mu.Lock()
+		c.owed[group] = true
+		c.mu.Unlock()
+	}
 	err := s.createCall(ctx, kindGroup, s.creates.groups, func(ctx context.Context) error {
 		_, err := s.api.CreateLogGroup(ctx, in)
 		return err
@@ -181,7 +193,7 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 	var exists *types.ResourceAlreadyExistsException
 	switch {
 	case errors.As(err, &exists) && !owed:
-		c.settle(group)
+		s.forgetOwed(ctx, group)
 		return nil // someone else made it; its settings are theirs
 	case errors.As(err, &exists):
 		// This sink made it before, and its retention is not set yet.
@@ -201,7 +213,7 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 		return err
 	})
 	if err == nil {
-		c.settle(group)
+		s.forgetOwed(ctx, group)
 		if owed {
 			s.log.Info("set the retention of log group", "sink", s.name, "group", group, "retention_days", s.cfg.RetentionDays)
 		}
@@ -210,7 +222,7 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 	if e := sinks.Classify(classify(err, group, "")); e.Class == sinks.SinkPermanent || e.Class == sinks.RecordPermanent {
 		// Refused for good (logs:PutRetentionPolicy not granted, say): the
 		// group's records are not held back for its retention.
-		c.settle(group)
+		s.forgetOwed(ctx, group)
 		s.log.Warn("could not set the retention of log group: its events never expire; grant logs:PutRetentionPolicy, or set retention_days: 0 and set the retention by hand",
 			"sink", s.name, "group", group, "retention_days", s.cfg.RetentionDays, "error", err)
 		return nil
@@ -218,11 +230,57 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 	return err // the next try sets it
 }
 
-// settle forgets that group is owed its retention.
-func (c *creation) settle(group string) {
+// forgetOwed forgets that group is owed its retention. Should the sink's
+// state fail to forget it (the WAL failing), the next run sets the
+// retention once more.
+func (s *Sink) forgetOwed(ctx context.Context, group string) {
+	c := s.creates
 	c.mu.Lock()
+	owed, st := c.owed[group], c.state
 	delete(c.owed, group)
 	c.mu.Unlock()
+	if owed && st != nil {
+		if err := st.Delete(ctx, retentionKey(group)); err != nil {
+			s.log.Warn("could not delete a log group's owed retention from the sink's state", "sink", s.name, "group", group, "error", err)
+		}
+	}
+}
+
+// retentionPrefix starts the sink-state key of each group owed its
+// retention (see creation.owed).
+const retentionPrefix = "retention/"
+
+func retentionKey(group string) []byte { return []byte(retentionPrefix + group) }
+
+// loadOwed takes the groups owed their retention from st, the sink's
+// state, and records those to come there. With retention_days 0 (or
+// create_group false) none is owed: the keys an earlier configuration
+// left are deleted.
+func (s *Sink) loadOwed(ctx context.Context, st sinks.State) error {
+	var groups []string
+	err := st.Scan([]byte(retentionPrefix), func(k, _ []byte) error {
+		groups = append(groups, string(k[len(retentionPrefix):]))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if s.cfg.RetentionDays <= 0 || !s.cfg.CreateGroup {
+		for _, g := range groups {
+			if err := st.Delete(ctx, retentionKey(g)); err != nil {
+				return err
+			}
+		}
+		groups = nil
+	}
+	c := s.creates
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.state = st
+	for _, g := range groups {
+		c.owed[g] = true
+	}
+	return nil
 }
 
 // createCall makes one creation call at the pace of lim and counts its

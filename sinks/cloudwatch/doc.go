@@ -109,6 +109,11 @@
 // of whose records the WAL still holds for their stream are deleted at
 // start.
 //
+// The sink's state also holds a key "retention/<group>" for each group
+// the sink set out to create with retention_days and whose retention is
+// not set yet (see creation.owed in create.go): Recover loads them, and
+// the group's next creation sets the retention although the group exists.
+//
 // # Guarantee
 //
 // For streams this forwarder writes alone (the default names put

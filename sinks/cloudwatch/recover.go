@@ -47,6 +47,9 @@ var errNoRead = errors.New("cloudwatch: GetLogEvents refused")
 // for the rest of the run. Recover returns an unclassified error only when
 // the WAL fails or an intent is damaged.
 func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
+	if err := s.loadOwed(ctx, st); err != nil {
+		return fmt.Errorf("read the log groups owed their retention: %w", err)
+	}
 	all, err := loadIntents(st)
 	if err != nil {
 		return fmt.Errorf("read intents: %w", err)

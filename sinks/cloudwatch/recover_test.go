@@ -935,3 +935,57 @@ func TestFamily(t *testing.T) {
 		t.Errorf("family %q of partition %q", e2.sink.Family(&r, p), p)
 	}
 }
+
+// A process that stops between CreateLogGroup and PutRetentionPolicy
+// leaves the group owed its retention in the sink's state: the next one
+// sets it when it finds the group there, and forgets the debt.
+func TestRetentionOwedAcrossRestart(t *testing.T) {
+	hangRetention := func(op string, n int) string {
+		if op == "PutRetentionPolicy" {
+			return hang
+		}
+		return pass
+	}
+	e, p, cfg := newProxied(t, setup{rule: hangRetention})
+	e.appendLines(20, time.Now(), "m")
+	e.runUntilHung(p, 1)
+	if got := retentionOf(e.emu, "g"); got != 0 {
+		t.Fatalf("retention of g after the stop: %d days, want none yet", got)
+	}
+	owed := func() int {
+		n := 0
+		e.w.ScanState("cw", []byte("s/"+retentionPrefix), func(k, v []byte) error { n++; return nil })
+		return n
+	}
+	if n := owed(); n != 1 {
+		t.Fatalf("%d groups owed their retention in the sink's state, want 1", n)
+	}
+	logs := e.rerun(cfg)
+	e.expectOnce(20, "m")
+	if got := retentionOf(e.emu, "g"); got != 30 {
+		t.Errorf("retention of g after the restart: %d days, want 30\n%s", got, logs)
+	}
+	if n := owed(); n != 0 {
+		t.Errorf("%d groups still owed their retention", n)
+	}
+	if !strings.Contains(logs.String(), `msg="set the retention of log group" sink=cw group=g retention_days=30`) {
+		t.Errorf("no line for the retention set:\n%s", logs)
+	}
+
+	// With retention_days 0, a debt an earlier configuration left is
+	// forgotten, not paid.
+	var b wal.Batch
+	b.Put("cw", []byte("s/"+retentionPrefix+"/eks/old"), nil)
+	if err := e.w.Commit(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	if n := owed(); n != 1 {
+		t.Fatalf("%d groups owed their retention, want the one put there", n)
+	}
+	cfg.RetentionDays = 0
+	e.appendLines(1, time.Now(), "z") // the drainer recovers before it reads it
+	e.rerun(cfg)
+	if n := owed(); n != 0 {
+		t.Errorf("%d groups owed their retention with retention_days 0", n)
+	}
+}
