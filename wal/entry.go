@@ -58,17 +58,7 @@ type entry struct {
 	raw   *[]byte // the records uncompressed, kept for recent; nil: not kept
 }
 
-// rawPool holds the buffers entries are made in; an entry that ends with
-// a large record grows its buffer past this.
-var rawPool = sync.Pool{New: func() any { b := make([]byte, 0, maxEntryRaw+4<<10); return &b }}
-
-// putRaw returns a buffer to rawPool, unless a large record made it large.
-func putRaw(bp *[]byte) {
-	if cap(*bp) <= maxKeptRaw {
-		*bp = (*bp)[:0]
-		rawPool.Put(bp)
-	}
-}
+var rawPool = sync.Pool{New: func() any { b := make([]byte, 0, maxEntryRaw+64<<10); return &b }}
 
 // encodeEntries turns records into entries of about maxEntryRaw
 // uncompressed bytes each. A large append's entries are compressed in
@@ -98,12 +88,9 @@ func encodeEntries(recs []Record, keep *recent) []entry {
 			raw = appendRecord(raw, &recs[i])
 		}
 		out[j] = sealEntry(raw, cuts[j]-start)
+		out[j].raw = keep.keep(raw)
 		*bp = raw
-		if keep.keep(raw) {
-			out[j].raw = bp
-		} else {
-			putRaw(bp)
-		}
+		rawPool.Put(bp)
 	}
 	workers := min(len(cuts), runtime.GOMAXPROCS(0))
 	if workers <= 1 {

@@ -17,9 +17,27 @@ const (
 	// Append to their commit; an entry made while it is taken holds none,
 	// and the entries committed before it leave recent.
 	inflightCap = 4 << 20
-	// maxKeptRaw: an entry larger than this (one large record) is not kept.
-	maxKeptRaw = maxEntryRaw + 8<<10
+	// keptBufCap is the size of the pooled buffers entries are kept in: a
+	// whole entry of log records (maxEntryRaw and its last record). A
+	// smaller entry (a small append's) is kept in a buffer of its size, a
+	// larger one (ending in a large record) too, up to maxKeptRaw; one
+	// larger than that is not kept.
+	keptBufCap   = maxEntryRaw + 16<<10
+	smallKeptRaw = 8 << 10
+	maxKeptRaw   = 256 << 10
 )
+
+// keptPool holds the buffers of keptBufCap that entries are kept in.
+var keptPool = sync.Pool{New: func() any { b := make([]byte, 0, keptBufCap); return &b }}
+
+// putKept returns the buffer of an entry that leaves, to keptPool if it
+// came from there.
+func putKept(bp *[]byte) {
+	if cap(*bp) == keptBufCap {
+		*bp = (*bp)[:0]
+		keptPool.Put(bp)
+	}
+}
 
 // recent holds the uncompressed records of the entries committed last:
 // a reader that keeps up with appends (a sink's head reader) copies them
@@ -50,23 +68,36 @@ type recentEntry struct {
 
 func (e *recentEntry) end() uint64 { return e.first + uint64(e.count) }
 
-// keep reports whether an entry being made may hold its buffer raw until
-// its commit, and counts it if so.
-func (r *recent) keep(raw []byte) bool {
-	if r == nil || cap(raw) > maxKeptRaw {
-		return false
+// keep returns a copy of raw, the uncompressed records of an entry being
+// made, for the entry to hold until its commit, and counts it; nil when
+// there is no room for it.
+func (r *recent) keep(raw []byte) *[]byte {
+	if r == nil || len(raw) > maxKeptRaw {
+		return nil
 	}
-	if r.inflight.Add(int64(cap(raw))) > inflightCap {
-		r.inflight.Add(-int64(cap(raw)))
-		return false
+	size := len(raw)
+	if size > smallKeptRaw && size <= keptBufCap {
+		size = keptBufCap
 	}
-	return true
+	if r.inflight.Add(int64(size)) > inflightCap {
+		r.inflight.Add(-int64(size))
+		return nil
+	}
+	var bp *[]byte
+	if size == keptBufCap {
+		bp = keptPool.Get().(*[]byte)
+	} else {
+		b := make([]byte, 0, size)
+		bp = &b
+	}
+	*bp = append((*bp)[:0], raw...)
+	return bp
 }
 
 // release returns the buffer of an entry that will not reach recent.
 func (r *recent) release(raw *[]byte) {
 	r.inflight.Add(-int64(cap(*raw)))
-	putRaw(raw)
+	putKept(raw)
 }
 
 // releaseAll releases the buffers the entries of req still hold: the
@@ -107,7 +138,7 @@ func (r *recent) committed(ents []recentEntry, fresh bool, firstSeq uint64) {
 func (r *recent) evict(n int) {
 	for i := r.head; i < r.head+n; i++ {
 		if i < len(r.ents) {
-			putRaw(r.ents[i].raw)
+			putKept(r.ents[i].raw)
 			r.ents[i] = recentEntry{}
 		}
 	}

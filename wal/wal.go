@@ -441,6 +441,7 @@ func (w *WAL) Close() error {
 		close(w.quit)
 	}
 	<-w.done
+	w.recent.committed(nil, true, 0) // reads fail from now on, as the file's do
 	return w.db.Close()
 }
 

@@ -125,11 +125,10 @@ type writer struct {
 	noSpace *noSpaceMark
 
 	// The open transaction's entries whose buffers recent gets when it
-	// commits, their buffers' size, and whether they do not follow what
-	// recent holds (see keepRecent).
-	txRecent      []recentEntry
-	txRecentBytes int
-	txFresh       bool
+	// commits, and whether they do not follow what recent holds (see
+	// keepRecent).
+	txRecent []recentEntry
+	txFresh  bool
 	// probeLeft: a probe's value is in the file, its deletion refused;
 	// the next transaction deletes it (apply).
 	probeLeft bool
@@ -582,26 +581,17 @@ func (wr *writer) put(tx *bolt.Tx, r *appendReq, now time.Time) (Result, error) 
 
 // keepRecent takes the buffer of an entry put at wr.st.nextSeq for the
 // recent entries, which get it if the transaction commits. An entry without
-// one, or the first of the transaction's entries let go to bound them,
-// breaks the run that recent holds (txFresh).
+// one breaks the run that recent holds (txFresh).
 func (wr *writer) keepRecent(e *entry) {
 	if e.raw == nil {
 		wr.releaseRecent()
 		wr.txFresh = true
 		return
 	}
+	// What recent cannot hold of them (more than recentCap) it lets go of
+	// when it takes them, oldest first.
 	wr.txRecent = append(wr.txRecent, recentEntry{first: wr.st.nextSeq, count: e.count, raw: e.raw})
-	wr.txRecentBytes += cap(*e.raw)
 	e.raw = nil
-	drop := 0
-	for ; wr.txRecentBytes > recentCap; drop++ {
-		wr.txRecentBytes -= cap(*wr.txRecent[drop].raw)
-		wr.w.recent.release(wr.txRecent[drop].raw)
-		wr.txFresh = true
-	}
-	if drop > 0 {
-		wr.txRecent = append(wr.txRecent[:0], wr.txRecent[drop:]...)
-	}
 }
 
 // releaseRecent lets go of the buffers the open transaction's entries hold.
@@ -609,7 +599,7 @@ func (wr *writer) releaseRecent() {
 	for _, e := range wr.txRecent {
 		wr.w.recent.release(e.raw)
 	}
-	wr.txRecent, wr.txRecentBytes = wr.txRecent[:0], 0
+	wr.txRecent = wr.txRecent[:0]
 }
 
 var errOpInvalid = errors.New("wal: invalid change")
@@ -804,7 +794,7 @@ func (wr *writer) flush() {
 	appended, deleted, probe := wr.txAppends, wr.txDeleted, wr.txProbe
 	wr.tx, wr.replies, wr.commits, wr.txAppends, wr.txDeleted, wr.txProbe = nil, nil, nil, 0, 0, false
 	kept, fresh := wr.txRecent, wr.txFresh
-	wr.txRecent, wr.txRecentBytes, wr.txFresh = nil, 0, false
+	wr.txRecent, wr.txFresh = nil, false
 	answer := func(err error) {
 		for _, reply := range replies {
 			reply(err)
