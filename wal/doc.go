@@ -96,10 +96,10 @@
 //
 // Every sink reads every record, most of them a commit or two after the
 // append that stored them, when the appending goroutine had them
-// uncompressed a moment before. So entries keep their uncompressed bytes
-// (the buffer they were made in) until their transaction commits, and the
-// writer then keeps the entries it committed last, one run of consecutive
-// entries of at most 4 MiB of buffers; a read that starts within that run
+// uncompressed a moment before. So entries keep a copy of their
+// uncompressed bytes until their transaction commits, and the writer then
+// keeps the entries it committed last, one run of consecutive entries of
+// at most 4 MiB of buffers; a read that starts within that run
 // copies from it instead of reading the file, checking the checksum and
 // decompressing, for each sink. An entry joins only once its transaction
 // committed (a refused commit's entries never do, and their sequence
