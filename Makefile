@@ -8,7 +8,7 @@ BIN      := bin/forwarder
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build deps run test vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-partitions bench-tools crash powercut clean e2e soak image image-tools image-test
+.PHONY: all build deps run test test-heavy vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-partitions bench-tools crash powercut clean e2e soak image image-tools image-test
 
 # Fuzz targets: package, target name, and the number of inputs make test tries
 # (5 to 12 seconds each on 2 cores, most of it the seed corpus; make fuzz runs each for 5 minutes).
@@ -53,14 +53,27 @@ run: build
 # Budget: 6 minutes on 2 cores.
 TEST_TMPDIR ?= $(shell d=/dev/shm; [ -d $$d ] && [ -w $$d ] && [ "$$(stat -f -c %T $$d)" = tmpfs ] && \
 	[ "$$(df -Pk $$d | awk 'NR==2 {print $$4}')" -ge 4194304 ] && echo $$d || echo $${TMPDIR:-/tmp})
+# Tests whose volume of data the race detector slows several times over: they skip
+# under -race (internal/racedetect) and make test runs them without it.
+HEAVY_TESTS = ./wal:TestPowerCut,TestFullDiskCyclesNeverRefuseCommits,TestRecentReadsMatchTheFile \
+	./sinks/s3sink:TestMoto,TestManyPartitionsStayOpen,TestObjectRoundTrips
+
 test: deps fmt-check vet
 	@echo "test data under $(TEST_TMPDIR)"
 	@side=$$(mktemp); \
 	{ TMPDIR=$(TEST_TMPDIR) $(GO) test -count=1 -timeout 9m ./e2e && \
 	  TMPDIR=$(TEST_TMPDIR) $(GO) test -race -short -count=1 -timeout 5m ./e2e && \
+	  $(MAKE) --no-print-directory test-heavy && \
 	  $(MAKE) --no-print-directory fuzz-short; } >$$side 2>&1 & pid=$$!; \
 	TMPDIR=$(TEST_TMPDIR) $(GO) test -race -count=1 -timeout 9m $$($(GO) list ./... | grep -v '/e2e$$'); rc=$$?; \
 	wait $$pid || rc=1; echo "--- e2e (without and with -race -short), then fuzzing:"; cat $$side; rm -f $$side; exit $$rc
+
+test-heavy:
+	@for t in $(HEAVY_TESTS); do \
+		pkg=$${t%%:*}; names=$$(echo $${t#*:} | tr , '|'); \
+		echo "without -race: $$names ($$pkg)"; \
+		TMPDIR=$(TEST_TMPDIR) $(GO) test -count=1 -timeout 5m -run "^($$names)\$$" $$pkg || exit 1; \
+	done
 
 # Each fuzz target for its count of inputs in make test, for FUZZTIME (5m) each in
 # make fuzz. make test counts inputs rather than time: Go 1.26's fuzzer can fail a run

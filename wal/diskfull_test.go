@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/logfwd/forwarder/internal/racedetect"
 	"github.com/logfwd/forwarder/internal/tmpfstest"
 	bolt "go.etcd.io/bbolt"
 )
@@ -539,6 +540,7 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 // leaves that retention rewrites: retention then runs in smaller steps,
 // after the cursor commit, not in it.
 func TestFullDiskCyclesNeverRefuseCommits(t *testing.T) {
+	racedetect.Heavy(t)
 	mnt := tmpfstest.Mount(t, "8m")
 	w := openT(t, mnt, Options{MinFreeBytes: 64 << 10})
 	defer w.Close()

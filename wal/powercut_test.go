@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/logfwd/forwarder/internal/faultfs"
+	"github.com/logfwd/forwarder/internal/racedetect"
 	"github.com/logfwd/forwarder/internal/testseed"
 )
 
@@ -119,6 +120,7 @@ func verifyAfterCut(t *testing.T, dir, label string, rep faultfs.CutReport, tall
 // WAL_POWERCUT_RUNS sets the number of random cuts (20; make powercut runs
 // 500) and WAL_POWERCUT_SEED replays one run's cut times and choices.
 func TestPowerCut(t *testing.T) {
+	racedetect.Heavy(t)
 	if testing.Short() {
 		t.Skip("-short: power cuts on faultfs (about 15 s); make test runs it")
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/logfwd/forwarder/internal/racedetect"
 )
 
 // sameRecords fails t unless got and want hold the same records.
@@ -33,6 +35,7 @@ func sameRecords(t *testing.T, what string, got, want []Record) {
 // return what reads of the file return, whatever the position, limits,
 // entry sizes (large records are not kept), retention and drop_oldest.
 func TestRecentReadsMatchTheFile(t *testing.T) {
+	racedetect.Heavy(t)
 	w := openT(t, t.TempDir(), Options{MaxBytes: 6 << 20, WhenFull: DropOldest})
 	defer w.Close()
 	if _, err := w.RegisterCursor(context.Background(), "s"); err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/internal/mototest"
+	"github.com/logfwd/forwarder/internal/racedetect"
 	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
@@ -39,6 +40,7 @@ func startMoto(t *testing.T) string {
 // interrupted and finished by Recover, the errors of a missing bucket, and
 // the conditional writes (testConditionalWrites).
 func TestMoto(t *testing.T) {
+	racedetect.Heavy(t)
 	if testing.Short() {
 		t.Skip("-short: moto_server, started for the test; make test runs it")
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/racedetect"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -31,6 +32,7 @@ func manyRecs(n, size int) []sinks.Record {
 }
 
 func TestObjectRoundTrips(t *testing.T) {
+	racedetect.Heavy(t)
 	recs := manyRecs(5000, 250)
 	for _, enc := range []encoding{
 		{Compression: config.CompressionGzip, Level: 1, TimeKey: "@timestamp"},

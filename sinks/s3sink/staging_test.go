@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/racedetect"
 	"github.com/logfwd/forwarder/internal/tmpfstest"
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/sinks"
@@ -35,6 +36,7 @@ import (
 // max_object_age (here, by the drain that stands for it, so that the test
 // does not depend on the machine's speed).
 func TestManyPartitionsStayOpen(t *testing.T) {
+	racedetect.Heavy(t)
 	if testing.Short() {
 		t.Skip("-short: 2,000 partitions staged on disk; make test runs it")
 	}
