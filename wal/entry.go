@@ -89,8 +89,10 @@ func encodeEntries(recs []Record, keep *recent) []entry {
 		}
 		out[j] = sealEntry(raw, cuts[j]-start)
 		out[j].raw = keep.keep(raw)
-		*bp = raw
-		rawPool.Put(bp)
+		if cap(raw) <= 1<<20 { // not the buffer of a rare huge record
+			*bp = raw
+			rawPool.Put(bp)
+		}
 	}
 	workers := min(len(cuts), runtime.GOMAXPROCS(0))
 	if workers <= 1 {

@@ -63,7 +63,7 @@ type recent struct {
 type recentEntry struct {
 	first uint64
 	count int
-	raw   *[]byte // from rawPool; returned to it when the entry leaves
+	raw   *[]byte // a copy of the records (keep); to keptPool when it leaves
 }
 
 func (e *recentEntry) end() uint64 { return e.first + uint64(e.count) }

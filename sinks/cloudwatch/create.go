@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 	"github.com/aws/smithy-go"
@@ -198,6 +199,14 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 	case errors.As(err, &exists):
 		// This sink made it before, and its retention is not set yet.
 	case err != nil:
+		if !owed && !mayHaveMade(err) {
+			// Refused (AccessDenied, a name the service does not take)
+			// or never sent: not this sink's group, should another make
+			// it. Forgotten even as the sink stops.
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			s.forgetOwed(ctx, group)
+			cancel()
+		}
 		return err
 	default:
 		s.m.created.Inc()
@@ -283,6 +292,23 @@ func (s *Sink) loadOwed(ctx context.Context, st sinks.State) error {
 	return nil
 }
 
+// errNotSent marks a creation call that createCall did not make: the
+// context ended while it waited its turn (after throttled attempts, if
+// any, which made nothing either).
+var errNotSent = errors.New("cloudwatch: creation call not made")
+
+// mayHaveMade reports whether a CreateLogGroup that failed with err may
+// have made the group: not when it was never sent, nor when the service
+// answered it with a client error (4xx: refused); yes when its answer was
+// lost or was a server error.
+func mayHaveMade(err error) bool {
+	if errors.Is(err, errNotSent) {
+		return false
+	}
+	var re *awshttp.ResponseError
+	return !errors.As(err, &re) || re.HTTPStatusCode() < 400 || re.HTTPStatusCode() >= 500
+}
+
 // createCall makes one creation call at the pace of lim and counts its
 // outcome. A ThrottlingException is not an error: the call waits with
 // backoff and is made again, and every other creation call of lim waits
@@ -299,7 +325,8 @@ func (s *Sink) createCall(ctx context.Context, kind string, lim *pacer, call fun
 	for attempt := 0; ; attempt++ {
 		if !unpaced || attempt > 0 {
 			if err := lim.wait(ctx); err != nil {
-				return err
+				// Those before, if any, were throttled: none was made.
+				return fmt.Errorf("%w: %w", errNotSent, err)
 			}
 		}
 		err := call(ctx)

@@ -989,3 +989,43 @@ func TestRetentionOwedAcrossRestart(t *testing.T) {
 		t.Errorf("%d groups owed their retention with retention_days 0", n)
 	}
 }
+
+// A CreateLogGroup the service refused (AccessDenied) made no group: the
+// group is not owed its retention, and one made by someone else before
+// the next start keeps its own.
+func TestRetentionNotOwedWhenCreationRefused(t *testing.T) {
+	e, p, cfg := newProxied(t, setup{})
+	p.setAnswer("CreateLogGroup", "AccessDeniedException")
+	e.appendLines(5, time.Now(), "m")
+	d := queue.New(e.w, "cw", e.sink, queue.Options{Metrics: e.qm, RetryMin: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		Fingerprint: e.sink.Fingerprint()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	if !waitUntil(10*time.Second, func() bool { return p.count("CreateLogGroup") >= 1 && d.Status().State == "paused" }) {
+		t.Errorf("CreateLogGroup calls %d, status %+v", p.count("CreateLogGroup"), d.Status())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	e.w.ScanState("cw", []byte("s/"+retentionPrefix), func(k, v []byte) error { n++; return nil })
+	if n != 0 {
+		t.Fatalf("%d groups owed their retention after a refused creation", n)
+	}
+	// Someone else makes the group, with a retention of their own.
+	p.setAnswer("CreateLogGroup", "")
+	cl := e.sink.api
+	if _, err := cl.CreateLogGroup(context.Background(), &cwl.CreateLogGroupInput{LogGroupName: aws.String("g")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.PutRetentionPolicy(context.Background(), &cwl.PutRetentionPolicyInput{LogGroupName: aws.String("g"), RetentionInDays: aws.Int32(365)}); err != nil {
+		t.Fatal(err)
+	}
+	e.rerun(cfg)
+	e.expectOnce(5, "m")
+	if got := retentionOf(e.emu, "g"); got != 365 {
+		t.Errorf("retention of a group made by someone else: %d days, want their 365", got)
+	}
+}
