@@ -15,7 +15,8 @@
 # BENCH_FORWARDER runs another build of the forwarder. BENCH_PARTS picks the parts (default "ingest backlog drain both"); BENCH_REPEAT runs each
 # ingest and both run that many times (default 1) and prints the median's line last;
 # BENCH_PPROF=DIR turns admin.pprof on and saves a CPU profile of each run (its first
-# BENCH_PPROF_SECONDS, default 4) and of what it allocated in DIR. It needs the ports of `forwarder dev` (24224,
+# BENCH_PPROF_SECONDS, default 4) and of what it allocated in DIR; the "both" part then
+# prints CPU and allocations per record by stage (scripts/pprof-stages.py). It needs the ports of `forwarder dev` (24224,
 # 8080, 9880, 4566, 4567) and 25224, 18080, 19880, 4599 free, and about three times
 # BENCH_BACKLOG of disk in BENCH_DIR (default a new directory under /tmp). Run it on an
 # otherwise idle machine: the figures depend on it; `cat /proc/loadavg` is printed with
@@ -301,5 +302,13 @@ print(f'{n:,} records in both sinks in {span:.2f} s: {n/span:,.0f} records/s; fw
 	echo "$span $line  load $(cut -d' ' -f1-3 /proc/loadavg)" >>"$dir/runs"
 done
 if [ "$repeat" -gt 1 ]; then echo "median of $repeat: $(median "$dir/runs")"; fi
+if [ -n "$pprof" ]; then
+	# CPU per record by stage (of the profiles' first BENCH_PPROF_SECONDS), and what
+	# each stage allocated per record over the whole run (the process started for it).
+	echo "CPU by stage, mean of the $repeat profiled run(s):"
+	python3 "$root/scripts/pprof-stages.py" "$fwd" "$records" "$pprof"/both-*.pprof
+	echo "allocations by stage:"
+	python3 "$root/scripts/pprof-stages.py" "$fwd" "$records" "$pprof"/both-*.allocs
+fi
 fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
