@@ -22,7 +22,7 @@ STAGES = [
     ("CloudWatch HTTP and the rest of the SDK", CW_PUT, r"."),
     ("CloudWatch events, calls, intents", r"sinks/cloudwatch\.\(\*Sink\)\.Send", r"."),
     ("CloudWatch partition (name templates)", r"sinks/cloudwatch\.\(\*Sink\)\.Partition", r"."),
-    ("S3 lines, gzip and upload", r"sinks/s3sink\.", r"."),
+    ("S3 lines, gzip and upload", r"sinks/s3(sink)?\.", r"."),  # sinks/s3 before its rename
     ("HTTP client transport (both sinks)", r"net/http\.\(\*persistConn\)", r"."),
     ("WAL read", r"wal\.\(\*Reader\)|wal\.\(\*WAL\)\.read", r"."),
     ("WAL append (s2, commit, fsync)", r"wal\.\(\*writer\)|wal\.encodeEntries|wal\.sealEntry", r"."),
