@@ -266,3 +266,44 @@ func BenchmarkReadTwoReaders(b *testing.B) {
 	}
 	reportRate(b, 2*b.N*200000)
 }
+
+// BenchmarkReadHead is what a sink that keeps up with appends reads: after
+// each append of 1,000 records of 250 bytes, two readers (the two sinks)
+// read them into ReadBuffers of their own. "memory" reads them from the
+// entries the WAL keeps (recent), "file" from bbolt (the entries are
+// dropped from memory after each append). Only the reads are timed.
+func BenchmarkReadHead(b *testing.B) {
+	for _, from := range []string{"memory", "file"} {
+		b.Run(from, func(b *testing.B) {
+			w := openT(b, b.TempDir(), Options{CompactRatio: -1})
+			defer w.Close()
+			recs := benchRecords(benchBodies(1000, 250))
+			rds := [2]*Reader{w.NewReader(1), w.NewReader(1)}
+			var bufs [2]ReadBuffer
+			b.SetBytes(2 * 1000 * 250)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				if _, err := w.Append(context.Background(), recs, AppendOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				if from == "file" {
+					forgetRecent(w)
+				}
+				b.StartTimer()
+				for j, rd := range rds {
+					got, err := rd.ReadInto(10000, 4<<20, &bufs[j])
+					if err != nil || len(got) != 1000 {
+						b.Fatalf("reader %d: %d records, %v", j, len(got), err)
+					}
+				}
+			}
+			b.StopTimer()
+			reportRate(b, 2*b.N*1000)
+			if st := w.Stats(); from == "memory" && st.FileReads > 0 || from == "file" && st.MemoryReads > 0 {
+				b.Fatalf("%s: %d reads from memory, %d from the file", from, st.MemoryReads, st.FileReads)
+			}
+		})
+	}
+}
