@@ -5,14 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/logfwd/forwarder/internal/racedetect"
 )
@@ -116,13 +112,9 @@ func TestRecentNeverHoldsRefusedEntries(t *testing.T) {
 	w := openT(t, t.TempDir(), Options{})
 	defer w.Close()
 	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
-	full := func(tx *bolt.Tx) error {
-		tx.Rollback()
-		return &fs.PathError{Op: "write", Path: "wal.db", Err: syscall.ENOSPC}
-	}
-	commitHook.Store(&full)
+	_, stop := noSpaceCommits(t)
 	_, err := w.Append(context.Background(), []Record{{Body: []byte(`{"refused":2}`)}, {Body: []byte(`{"refused":3}`)}}, AppendOptions{})
-	commitHook.Store(nil)
+	stop()
 	if err == nil {
 		t.Fatal("an append on a full disk was stored")
 	}
