@@ -7,9 +7,9 @@ import (
 )
 
 const (
-	// recentCap bounds the buffers recent holds: about 70 entries of log
-	// records, 15,000 records of 250 bytes, what a few commits store under
-	// load. A sink that keeps up with appends reads a commit or two behind.
+	// recentCap bounds the buffers recent holds: about 58 whole entries of
+	// log records (keptBufCap each), 11,000 records of 250 bytes, what a
+	// few commits store under load. A sink that keeps up with appends reads a commit or two behind.
 	recentCap = 4 << 20
 	// recentMaxEntries bounds its entries (small appends make small ones).
 	recentMaxEntries = 4096

@@ -250,7 +250,7 @@ func (s *Sink) forgetOwed(ctx context.Context, group string) {
 	c.mu.Unlock()
 	if owed && st != nil {
 		if err := st.Delete(ctx, retentionKey(group)); err != nil {
-			s.log.Warn("could not delete a log group's owed retention from the sink's state", "sink", s.name, "group", group, "error", err)
+			s.log.Warn("could not delete a log group's owed retention from the sink's state: the next start sets the group's retention_days again; check the WAL's errors", "sink", s.name, "group", group, "error", err)
 		}
 	}
 }
