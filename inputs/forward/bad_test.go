@@ -86,6 +86,31 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestResetInAMessage: a client whose connection is reset (RST) in the
+// middle of a message has it counted and logged as truncated, as one that
+// closes there.
+func TestResetInAMessage(t *testing.T) {
+	f := start(t, defaultCfg(), wal.Options{})
+	good := messageMode("t", eventTime(time.Now()), record("a", 1), nil)
+	c := f.dial().(*net.TCPConn)
+	c.Write(good[:len(good)-3])
+	// The server reads the bytes before the reset, which would otherwise
+	// throw them away unread.
+	time.Sleep(200 * time.Millisecond)
+	c.SetLinger(0)
+	c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "truncated")) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a reset in a message is not counted as truncated; log:\n%s", f.logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !strings.Contains(f.logs.String(), "connection reset") {
+		t.Fatalf("the log does not say the connection was reset:\n%s", f.logs.String())
+	}
+}
+
 func TestSlowClientTimesOut(t *testing.T) {
 	old := messageTimeout
 	messageTimeout = 200 * time.Millisecond

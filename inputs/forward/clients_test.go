@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -123,5 +125,63 @@ func TestTLS(t *testing.T) {
 	}
 	if !strings.Contains(f.logs.String(), "tls=true") {
 		t.Fatal("the listening line does not say TLS")
+	}
+}
+
+// heldConn holds what is written to it, once hold is set, until Close
+// writes it all at once: the server then reads a TLS client's last records
+// and its close_notify together.
+type heldConn struct {
+	net.Conn
+	hold bool
+	held []byte
+}
+
+func (c *heldConn) Write(b []byte) (int, error) {
+	if c.hold {
+		c.held = append(c.held, b...)
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *heldConn) Close() error {
+	c.Conn.SetWriteDeadline(time.Time{}) // crypto/tls set one in the past after its close_notify
+	_, err := c.Conn.Write(c.held)
+	if cerr := c.Conn.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// TestTLSMessagesBeforeClose: a TLS 1.2 client that writes its last
+// messages and closes at once (no acks asked) has them stored, though the
+// connection returns the last one's bytes with the end of the stream
+// (crypto/tls reads the close_notify behind them).
+func TestTLSMessagesBeforeClose(t *testing.T) {
+	srvCert, srvKey, srvX509 := selfSigned(t, "server")
+	pool := x509.NewCertPool()
+	pool.AddCert(srvX509)
+	cfg := defaultCfg()
+	cfg.TLS = config.TLS{CertFile: srvCert, KeyFile: srvKey}
+	f := start(t, cfg, wal.Options{})
+	for i := range 5 {
+		hc := &heldConn{Conn: f.dial()}
+		// TLS 1.2: in 1.3 the close_notify is encrypted, and crypto/tls
+		// does not see it behind the data.
+		tc := tls.Client(hc, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MaxVersion: tls.VersionTLS12})
+		if err := tc.Handshake(); err != nil {
+			t.Fatal(err)
+		}
+		hc.hold = true
+		tc.Write(messageMode("tls", eventTime(time.Now()), record("n", 2*i), nil))
+		tc.Write(messageMode("tls", eventTime(time.Now()), record("n", 2*i+1), nil))
+		if err := tc.Close(); err != nil {
+			t.Fatal(err)
+		}
+		f.waitRecords(2 * (i + 1))
+	}
+	if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "truncated")); n != 0 {
+		t.Fatalf("%v messages counted as truncated", n)
 	}
 }

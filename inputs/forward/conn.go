@@ -32,6 +32,11 @@ type conn struct {
 	consumed int // length of the message last returned by next
 	fr       framer
 	read     int64 // bytes read from the connection, for error positions
+	// readErr is what a read that also returned bytes ended with (a TLS
+	// connection returns a last message and the client's close together):
+	// the messages in those bytes are taken first, then it ends the
+	// connection as it would have.
+	readErr error
 	// own is where a connection with nothing pending reads: a small buffer
 	// of its own, so that idle connections hold nothing of the budget. A
 	// message that does not fit moves to a buffer reserved from it
@@ -382,20 +387,27 @@ func (c *conn) next() ([]byte, error) {
 				return nil, &badMessage{reason: "too_large", offset: -1, err: errSize(len(pending), max, limit)}
 			}
 		}
-		if err := c.makeRoom(max, deadline); err != nil {
-			return nil, err
+		n, err := 0, c.readErr
+		if err == nil {
+			if err := c.makeRoom(max, deadline); err != nil {
+				return nil, err
+			}
+			if !c.readUntil(deadline) {
+				return nil, errClosing // the server stops reading, in a message or not
+			}
+			n, err = c.nc.Read(c.buf[len(c.buf):cap(c.buf)])
+			c.buf = c.buf[:len(c.buf)+n]
+			c.read += int64(n)
+			if err != nil && n > 0 {
+				c.readErr = err // the whole messages of these bytes first
+				continue
+			}
 		}
-		if !c.readUntil(deadline) {
-			return nil, errClosing // the server stops reading, in a message or not
-		}
-		n, err := c.nc.Read(c.buf[len(c.buf):cap(c.buf)])
-		c.buf = c.buf[:len(c.buf)+n]
-		c.read += int64(n)
 		if err != nil {
 			if len(c.buf) == c.start && isTimeout(err) && c.closing() || isTimeout(err) && c.readsEnded() {
 				return nil, errClosing // nothing more came before the server stops, or it stopped reading
 			}
-			if len(c.buf) > c.start && (errors.Is(err, io.EOF) || isTimeout(err)) {
+			if len(c.buf) > c.start && !errors.Is(err, net.ErrClosed) { // the client's end (EOF, a reset) or its time
 				return nil, &badMessage{reason: reasonFor(err), offset: -1, err: errIncomplete(len(c.buf)-c.start, err)}
 			}
 			return nil, err
