@@ -329,7 +329,9 @@ func (s *Sink) createCall(ctx context.Context, kind string, lim *pacer, call fun
 				return fmt.Errorf("%w: %w", errNotSent, err)
 			}
 		}
-		err := call(ctx)
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		err := call(cctx)
+		cancel()
 		var exists *types.ResourceAlreadyExistsException
 		var ae smithy.APIError
 		switch {

@@ -1029,3 +1029,29 @@ func TestRetentionNotOwedWhenCreationRefused(t *testing.T) {
 		t.Errorf("retention of a group made by someone else: %d days, want their 365", got)
 	}
 }
+
+// Calls that get no answer (an endpoint that took the request and went
+// quiet) end after callTimeout and are sent again: the stream does not
+// wait on them for good, and nothing is lost.
+func TestHungCallsTimeOut(t *testing.T) {
+	old := callTimeout
+	callTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { callTimeout = old })
+	e, p, _ := newProxied(t, setup{rule: func(op string, n int) string {
+		if (op == "PutLogEvents" || op == "CreateLogStream" || op == "CreateLogGroup") && n == 1 {
+			return hang
+		}
+		return pass
+	}})
+	e.appendLines(30, time.Now(), "m")
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.expectOnce(30, "m")
+	for _, op := range []string{"PutLogEvents", "CreateLogGroup", "CreateLogStream"} {
+		if p.count(op) < 2 {
+			t.Errorf("%s sent %d times: the hung one was not sent again", op, p.count(op))
+		}
+	}
+	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "retryable", "timeout")); n < 1 {
+		t.Errorf("%v retries counted as timeouts", n)
+	}
+}

@@ -80,6 +80,12 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	return out, nil
 }
 
+// callTimeout bounds one call of the CloudWatch Logs API (PutLogEvents or
+// a creation): a call that has no answer by then (an endpoint or proxy that
+// took the request and went quiet) ends as a timeout and is retried, so
+// that no stream waits on it for good. PutLogEvents takes at most 1 MiB.
+var callTimeout = time.Minute
+
 // put sends one call of evs, whose body with the token known when it was
 // built is body, creating the group and stream when they are missing and
 // following a service's sequence token. It gives body's buffer back.
@@ -109,7 +115,9 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 			other = appendPutBody(other[:0], group, stream, tok, evs)
 			opt = withBody(other, "")
 		}
-		res, err := s.api.PutLogEvents(ctx, in, opt)
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		res, err := s.api.PutLogEvents(cctx, in, opt)
+		cancel()
 		if err == nil {
 			s.m.puts.Inc()
 			s.known.put(key, "")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/prometheus/client_golang/prometheus"
@@ -145,6 +147,20 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 		return retry.NewStandard(func(o *retry.StandardOptions) {
 			o.MaxAttempts = 1
 			o.RateLimiter = ratelimit.None
+		})
+	}
+	// The SDK's client keeps 10 idle connections to a host: with more
+	// streams sending at once, each call past those would connect (and
+	// shake hands) again. An answer that does not begin within callTimeout
+	// fails the call (retried); a client given in Options.AWS is kept as
+	// it is.
+	if bc, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient); ok || awsCfg.HTTPClient == nil {
+		if bc == nil {
+			bc = awshttp.NewBuildableClient()
+		}
+		awsCfg.HTTPClient = bc.WithTransportOptions(func(tr *http.Transport) {
+			tr.MaxIdleConnsPerHost = max(tr.MaxIdleConnsPerHost, s.cfg.MaxConcurrentStreams)
+			tr.ResponseHeaderTimeout = callTimeout
 		})
 	}
 	s.api = cloudwatchlogs.NewFromConfig(awsCfg, func(o *cloudwatchlogs.Options) {
