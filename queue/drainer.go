@@ -228,6 +228,7 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 		d.setState(func(s *Status) { s.LagRecords = st.NextSeq - 1 - cursor })
 	}
 	paused := false
+	full := time.Second // the next wait after a commit found the disk full
 	for attempt := 1; ; attempt++ {
 		err := r.Recover(ctx, d.st)
 		if err == nil || ctx.Err() != nil {
@@ -236,6 +237,19 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 				d.paused.Set(0)
 			}
 			return nil
+		}
+		if errors.Is(err, wal.ErrNoSpace) {
+			// A state commit found the disk full: as the loop's commits
+			// (commitWaiting), wait for room; what was done is done again.
+			d.log.Warn("finishing interrupted work: the WAL's disk is full; retrying", "retry_in", full, "error", err)
+			d.setState(func(s *Status) { s.LastError, s.LastErrorAt = err.Error(), time.Now() })
+			select {
+			case <-time.After(full):
+			case <-ctx.Done():
+				return nil
+			}
+			full = min(2*full, 30*time.Second)
+			continue
 		}
 		var e *sinks.Error
 		if !errors.As(err, &e) {

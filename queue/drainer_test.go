@@ -612,6 +612,7 @@ type recoveringSink struct {
 	mu      sync.Mutex
 	allowed bool
 	calls   int
+	err     error // what Recover returns until allowed; nil: AccessDenied
 }
 
 func (s *recoveringSink) Recover(ctx context.Context, st sinks.State) error {
@@ -619,9 +620,49 @@ func (s *recoveringSink) Recover(ctx context.Context, st sinks.State) error {
 	defer s.mu.Unlock()
 	s.calls++
 	if !s.allowed {
+		if s.err != nil {
+			return s.err
+		}
 		return sinks.NewSinkPermanent("AccessDenied", fmt.Errorf("access denied"))
 	}
 	return nil
+}
+
+// A state commit of Recover that finds the WAL's disk full (an S3 upload
+// a crash interrupted, finished at start) is retried as the loop's commits
+// are, with a warning, until there is room: the drainer does not end, and
+// with it the service.
+func TestRecoverDiskFullWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		last := appendN(t, w, 20, tagsOf(2), 10)
+		s := &recoveringSink{testSink: newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2}),
+			err: fmt.Errorf("record delivery of %q: %w", "k", fmt.Errorf("%w: write wal.db: no space left on device", wal.ErrNoSpace))}
+		var logs syncbuf.Buffer
+		r := start(w, "s", s, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if st := r.d.Status(); st.State != StateRecovering || !strings.Contains(st.LastError, "no space") {
+			t.Fatalf("status while the disk is full: %+v", st)
+		}
+		if !strings.Contains(logs.String(), "the WAL's disk is full; retrying") {
+			t.Fatalf("no warning:\n%s", logs.String())
+		}
+		s.mu.Lock()
+		calls := s.calls
+		s.allowed = true
+		s.mu.Unlock()
+		if calls < 3 || calls > 8 {
+			t.Fatalf("%d Recover calls in a minute, want one every 1 s to 30 s", calls)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d after room was found, want %d", pos, last)
+		}
+		r.stop(t)
+	})
 }
 
 // A sink that cannot finish its interrupted work at start is paused, and
