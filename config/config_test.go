@@ -513,6 +513,11 @@ var badConfigs = []struct {
 	}},
 	// The unset variable is reported once: not again as a missing bucket.
 	{"unset_env.yaml", []string{`5: environment variable FORWARDER_TEST_UNSET_VARIABLE is not set`}},
+	// Nor a TLS key or certificate named by one as missing.
+	{"unset_env_tls.yaml", []string{
+		`6: environment variable FORWARDER_TEST_UNSET_VARIABLE is not set`,
+		`9: environment variable FORWARDER_TEST_UNSET_VARIABLE is not set`,
+	}},
 	{"two_problems.yaml", []string{
 		`3: wal.max_bytes: must be at least 1MiB, not 512KiB`,
 		`8: sink "archive": compression: "lz4" is not one of gzip, zstd, none`,

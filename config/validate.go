@@ -191,10 +191,10 @@ func (s section) listen(key, addr string) {
 
 // certAndKey checks that a TLS certificate and its key are given together.
 func (s section) certAndKey(cert, key string) {
-	switch {
-	case cert != "" && key == "":
+	switch { // a file named by an unset ${env.NAME} was reported already
+	case cert != "" && key == "" && !s.c.failed[s.keyPath("key_file")]:
 		s.at("cert_file", "%s: cert_file needs key_file", s.desc)
-	case cert == "" && key != "":
+	case cert == "" && key != "" && !s.c.failed[s.keyPath("cert_file")]:
 		s.at("key_file", "%s: key_file needs cert_file", s.desc)
 	}
 }

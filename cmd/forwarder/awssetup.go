@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 //
 // notes say, per sink, the region and the credentials' source, for check to print.
 func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems config.Problems, ws []warning, notes []string) {
+	problems = tlsProblems(cfg, path)
 	for _, s := range cfg.Sinks {
 		region := ""
 		switch {
@@ -95,4 +97,22 @@ func credentialSourceName(s aws.CredentialSource) string {
 		return "assumed role"
 	}
 	return fmt.Sprintf("source %d", s)
+}
+
+// tlsProblems loads the inputs' TLS files as they will when they start: a
+// certificate, key or client CA file missing, unreadable or not matching
+// is a problem check finds, and run before it starts anything.
+func tlsProblems(cfg *config.Config, path string) (problems config.Problems) {
+	add := func(input string, load func() (*tls.Config, error)) {
+		if _, err := load(); err != nil {
+			problems = append(problems, config.Problem{File: path, Msg: fmt.Sprintf("inputs.%s.tls: %v", input, err)})
+		}
+	}
+	if in := cfg.Inputs.Forward; in != nil && in.TLS.Enabled() {
+		add("forward", in.TLS.ServerConfig)
+	}
+	if in := cfg.Inputs.HTTP; in != nil && in.TLS.Enabled() {
+		add("http", in.TLS.ServerConfig)
+	}
+	return problems
 }

@@ -37,6 +37,8 @@ func TestCheckGoodConfig(t *testing.T) {
 // without authentication or without TLS, as run does at start.
 func TestCheckWarnsAboutCleartextInputs(t *testing.T) {
 	t.Parallel()
+	cert, key := selfSignedFiles(t)
+	files := fmt.Sprintf("{cert_file: %q, key_file: %q}", cert, key)
 	for _, c := range []struct {
 		name, inputs string
 		want         []string
@@ -49,7 +51,7 @@ func TestCheckWarnsAboutCleartextInputs(t *testing.T) {
 			"warning: the HTTP input accepts records from anyone who can reach it",
 			"warning: the HTTP input has no TLS",
 		}},
-		{"with TLS", "inputs:\n  forward: {listen: \"0.0.0.0:24224\", shared_key: k, tls: {cert_file: /c, key_file: /k}}\n  http: {listen: \"0.0.0.0:8080\", token: t, tls: {cert_file: /c, key_file: /k}}\n", nil},
+		{"with TLS", "inputs:\n  forward: {listen: \"0.0.0.0:24224\", shared_key: k, tls: " + files + "}\n  http: {listen: \"0.0.0.0:8080\", token: t, tls: " + files + "}\n", nil},
 		{"loopback", inputsYAML, nil},
 	} {
 		path, _ := writeConfig(t, c.inputs, adminYAML)
@@ -152,6 +154,50 @@ func TestCheckAndRunAgree(t *testing.T) {
 				t.Errorf("%s: %s: exit %d, stderr:\n%s\nwant exit 1 and:\n%s", c.name, cmd, r.code, r.stderr, want.String())
 			}
 		}
+	}
+}
+
+// check loads the inputs' TLS files as the inputs will (a missing key, a
+// client CA file that holds no certificate), and run refuses them before it
+// opens the WAL; the same lines from both.
+func TestCheckLoadsTLSFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(ca, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inputs := fmt.Sprintf(`inputs:
+  forward:
+    listen: "127.0.0.1:0"
+    tls: {cert_file: %[1]q, key_file: %[1]q, client_ca_file: %[2]q}
+  http:
+    listen: "127.0.0.1:0"
+    tls: {cert_file: %[3]q, key_file: %[3]q}
+`, filepath.Join(dir, "missing.pem"), ca, filepath.Join(dir, "none.pem"))
+	path, dataDir := writeConfig(t, inputs, adminYAML, sinkYAML)
+	for _, cmd := range []string{"check", "run"} {
+		r := forwarderCmdEnv(t, awsEnv, cmd, "-c", path)
+		for _, want := range []string{
+			path + ": inputs.forward.tls: load certificate " + filepath.Join(dir, "missing.pem"),
+			path + ": inputs.http.tls: load certificate " + filepath.Join(dir, "none.pem"),
+			path + ": 2 problems\n",
+		} {
+			if r.code != exitFail || !strings.Contains(r.stderr, want) {
+				t.Errorf("%s: exit %d, stderr:\n%s\nwant exit 1 and %q", cmd, r.code, r.stderr, want)
+			}
+		}
+	}
+	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+		t.Errorf("run made the data directory before refusing the TLS files: %v", err)
+	}
+	// A client CA file without a certificate, the certificate and key good.
+	cert, key := selfSignedFiles(t)
+	inputs = fmt.Sprintf("inputs:\n  forward:\n    listen: \"127.0.0.1:0\"\n    tls: {cert_file: %q, key_file: %q, client_ca_file: %q}\n", cert, key, ca)
+	path, _ = writeConfig(t, inputs, adminYAML, sinkYAML)
+	r := forwarderCmdEnv(t, awsEnv, "check", "-c", path)
+	if want := path + ": inputs.forward.tls: no certificate in client CA file " + ca + "\n"; r.code != exitFail || !strings.Contains(r.stderr, want) {
+		t.Errorf("check: exit %d, stderr:\n%s\nwant exit 1 and %q", r.code, r.stderr, want)
 	}
 }
 

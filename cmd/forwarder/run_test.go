@@ -452,6 +452,9 @@ func TestRunRemovesStaleStaging(t *testing.T) {
 	}
 	s := startService(t, path, "AWS_ACCESS_KEY_ID=AKIDTEST", "AWS_SECRET_ACCESS_KEY=secret", "AWS_EC2_METADATA_DISABLED=true")
 	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+	// The staging sink removes its leftovers as its drainer starts, after
+	// the service has: a stop before that leaves them to the next start.
+	s.waitForLine(func(l string) bool { return strings.Contains(l, "removed the staged objects a previous run left") })
 	s.signal(syscall.SIGTERM)
 	if code := s.wait(10 * time.Second); code != exitOK {
 		t.Fatalf("exit status %d; stderr:\n%s", code, s.stderr.String())

@@ -3,7 +3,6 @@ package forward
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -101,21 +100,9 @@ func (s *Server) Start() error {
 }
 
 func serverTLS(c config.TLS) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	cfg, err := c.ServerConfig()
 	if err != nil {
-		return nil, fmt.Errorf("forward input: load certificate %s and key %s: %w", c.CertFile, c.KeyFile, err)
-	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if c.ClientCAFile != "" {
-		pem, err := os.ReadFile(c.ClientCAFile)
-		if err != nil {
-			return nil, fmt.Errorf("forward input: read client CA file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("forward input: no certificate in client CA file %s", c.ClientCAFile)
-		}
-		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		return nil, fmt.Errorf("forward input: %w", err)
 	}
 	return cfg, nil
 }

@@ -161,11 +161,11 @@ func (s *Server) Start() error {
 		return errors.New("httpin: already started")
 	}
 	if s.cfg.TLS.Enabled() {
-		cert, err := tls.LoadX509KeyPair(s.cfg.TLS.CertFile, s.cfg.TLS.KeyFile)
+		cfg, err := s.cfg.TLS.ServerConfig()
 		if err != nil {
-			return fmt.Errorf("load TLS certificate for %s: %w", s.cfg.Listen, err)
+			return fmt.Errorf("TLS for %s: %w", s.cfg.Listen, err)
 		}
-		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		s.tls = cfg
 		s.srv.TLSConfig = s.tls
 	}
 	ln, err := s.listen("tcp", s.cfg.Listen)

@@ -219,7 +219,7 @@ func TestStartErrors(t *testing.T) {
 	}
 
 	s = New(config.HTTP{Listen: "127.0.0.1:0", TLS: config.HTTPTLS{CertFile: "/nonexistent/tls.crt", KeyFile: "/nonexistent/tls.key"}}, pipe, nil)
-	if err := s.Start(); err == nil || !strings.Contains(err.Error(), "load TLS certificate for 127.0.0.1:0") || !strings.Contains(err.Error(), "/nonexistent/tls.crt") {
+	if err := s.Start(); err == nil || !strings.Contains(err.Error(), "TLS for 127.0.0.1:0: load certificate") || !strings.Contains(err.Error(), "/nonexistent/tls.crt") {
 		t.Errorf("start with a missing certificate: %v", err)
 	}
 	if s.Addr() != nil {
