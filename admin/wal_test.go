@@ -66,6 +66,14 @@ func TestWALAndDeadLetters(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil || st.NextSeq != 31 || st.Cursors["cw"] != 30 {
 		t.Fatalf("/wal: %d %v %s", code, err, body)
 	}
+	var keys map[string]any
+	_ = json.Unmarshal([]byte(body), &keys)
+	for _, k := range []string{"path", "first_seq", "next_seq", "records", "live_bytes", "file_bytes", "cursors", "dropped",
+		"commits", "disk_free_bytes", "file_free_bytes", "memory_reads", "file_reads"} {
+		if _, ok := keys[k]; !ok || len(keys) != 13 {
+			t.Fatalf("/wal's keys are not the documented ones (%s): %s", k, body)
+		}
+	}
 	lines := func(path string) (int, []queue.DeadLetter, http.Header) {
 		t.Helper()
 		res, err := http.Get(base + path)

@@ -346,25 +346,26 @@ func (r *Reader) Position() uint64 { return r.next }
 
 // Stats describe the WAL as last committed.
 type Stats struct {
-	Path      string
-	FirstSeq  uint64 // oldest live record (== NextSeq when empty)
-	NextSeq   uint64 // sequence number of the next append
-	Records   uint64 // live records
-	Bytes     int64  // live entry bytes, what max_bytes bounds
-	FileBytes int64  // size of the file (high-water: bbolt never shrinks it)
-	Cursors   map[string]uint64
-	Dropped   map[string]uint64 // records each cursor lost to drop_oldest
-	Commits   uint64            // transactions committed since Open
+	Path      string            `json:"path"`
+	FirstSeq  uint64            `json:"first_seq"`  // oldest live record (== NextSeq when empty)
+	NextSeq   uint64            `json:"next_seq"`   // sequence number of the next append
+	Records   uint64            `json:"records"`    // live records
+	Bytes     int64             `json:"live_bytes"` // live entry bytes, what max_bytes bounds
+	FileBytes int64             `json:"file_bytes"` // size of the file (high-water: bbolt never shrinks it)
+	Cursors   map[string]uint64 `json:"cursors"`
+	Dropped   map[string]uint64 `json:"dropped"` // records each cursor lost to drop_oldest
+	Commits   uint64            `json:"commits"` // transactions committed since Open
 	// DiskFreeBytes is the free space of the file system holding the file
 	// (what an unprivileged process may take; -1 when it cannot tell), and
 	// FileFreeBytes the pages free inside the file. Appends wait while
 	// neither has MinFreeBytes to spare (see DiskFull).
-	DiskFreeBytes int64
-	FileFreeBytes int64
+	DiskFreeBytes int64 `json:"disk_free_bytes"`
+	FileFreeBytes int64 `json:"file_free_bytes"`
 	// MemoryReads and FileReads count the reads since Open that returned
 	// records: from the entries committed last, kept uncompressed in
 	// memory, or from the file.
-	MemoryReads, FileReads uint64
+	MemoryReads uint64 `json:"memory_reads"`
+	FileReads   uint64 `json:"file_reads"`
 }
 
 // Stats returns the committed state; it does not touch the disk but for the file size.
