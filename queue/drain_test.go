@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -166,6 +167,49 @@ func TestDeadLettersAreSummedUpAsSuch(t *testing.T) {
 		if n := strings.Count(out, `level=WARN msg="records dead-lettered:`); n != 1 || !strings.Contains(out, "key_too_long=20 too_old=10") ||
 			!strings.Contains(out, "forwarder wal dead-letters") {
 			t.Errorf("want one warning counting 20 key_too_long and 10 too_old dead letters, saying how to list them:\n%s", out)
+		}
+	})
+}
+
+// Dead letters and retried sends since the last summary are summed up
+// when the drainer stops too: a stop within the interval leaves none
+// counted but never logged.
+func TestSummaryAtStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		var logs syncbuf.Buffer
+		log := slog.New(slog.NewTextHandler(&logs, nil))
+		s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})
+		var mu sync.Mutex
+		fails := 0
+		s.setFail(func(b *sinks.Batch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if b.Partition == "p00" {
+				return sinks.NewRecordPermanent("key_too_long", fmt.Errorf("key of 1,100 bytes"))
+			}
+			if fails < 2 {
+				fails++
+				return sinks.NewRetryable("http_503", fmt.Errorf("unavailable"))
+			}
+			return nil
+		})
+		last := appendN(t, w, 60, tagsOf(3), 10)
+		r := start(w, "s", s, Options{Logger: log, SummaryInterval: time.Hour})
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d", pos)
+		}
+		if out := logs.String(); strings.Contains(out, "dead-lettered") || strings.Contains(out, "retried") {
+			t.Fatalf("summed up within the interval:\n%s", out)
+		}
+		r.stop(t)
+		out := logs.String()
+		if !strings.Contains(out, `msg="records dead-lettered:`) || !strings.Contains(out, "key_too_long=20") ||
+			!strings.Contains(out, "sends failed and are retried") || !strings.Contains(out, "retryable/http_503=2") {
+			t.Errorf("the stop did not sum up the dead letters and retries since the last summary:\n%s", out)
 		}
 	})
 }

@@ -130,6 +130,9 @@ func newLoop(d *Drainer, cursor uint64, g *guard) (*loop, error) {
 func (l *loop) run(ctx context.Context) error {
 	d := l.d
 	l.ctx = ctx
+	// What failed or was dead-lettered since the last summary is summed
+	// up at the end too, whatever the interval.
+	defer func() { l.summarizeNow(time.Now()) }()
 	// Deferred in this order so that everything is told to stop before
 	// the wait for it.
 	defer l.wg.Wait()

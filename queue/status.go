@@ -99,7 +99,15 @@ func (l *loop) updateStatus() {
 // failing. Dead letters are records the destination will never take: a
 // warning that says where they are kept.
 func (l *loop) summarize(now time.Time) {
-	if len(l.failures)+len(l.deadReasons) == 0 || now.Sub(l.lastSummary) < l.d.opts.SummaryInterval {
+	if now.Sub(l.lastSummary) < l.d.opts.SummaryInterval {
+		return
+	}
+	l.summarizeNow(now)
+}
+
+// summarizeNow is summarize, whenever the last summary was.
+func (l *loop) summarizeNow(now time.Time) {
+	if len(l.failures)+len(l.deadReasons) == 0 {
 		return
 	}
 	l.lastSummary = now
