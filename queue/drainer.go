@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/logfwd/forwarder/sinks"
@@ -105,6 +106,8 @@ type Drainer struct {
 
 	mu     sync.Mutex
 	status Status
+
+	steps atomic.Int64 // the loop's steps, counted with Options.checkInvariants
 }
 
 // New returns a Drainer for sink, whose cursor in w is named name.

@@ -778,6 +778,35 @@ func TestMemoryBoundCountsBatchesInFlight(t *testing.T) {
 	})
 }
 
+// While every send slot is taken and more partitions are due, the loop
+// waits for a send to end, not for a timer a millisecond away: a slow
+// destination with a backlog does not make it spin.
+func TestFullSlotsDoNotSpin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := &heldSink{testSink: newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 64 << 10, MaxAge: time.Second, Concurrency: 1}), release: make(chan struct{})}
+		r := start(w, "s", s, Options{})
+		last := appendN(t, w, 100, tagsOf(8), 100) // 8 partitions, each with a full batch due
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		before := r.d.steps.Load()
+		time.Sleep(time.Minute) // one send held all along
+		synctest.Wait()
+		if n := r.d.steps.Load() - before; n > 120 {
+			t.Errorf("%d steps of the loop in a minute with every slot taken, want about one a second", n)
+		}
+		close(s.release)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d, want %d", pos, last)
+		}
+		r.stop(t)
+		s.check(t)
+	})
+}
+
 // A destination that fails every send (down, or unreachable) is probed one
 // batch at a time with a sink-wide backoff, not by every partition on its
 // own schedule, each building its request again; once it answers, every

@@ -271,7 +271,9 @@ func resetTimer(t *time.Timer, d time.Duration) {
 
 func (l *loop) nextWake(now time.Time) time.Duration {
 	wake := time.Hour
-	if len(l.due) > 0 {
+	// With every send slot taken (or a paused sink's probe in flight) a
+	// due partition waits for a send to end, whose result wakes the loop.
+	if len(l.due) > 0 && l.inflight < l.limit && (l.flow.paused == nil || l.inflight == 0) {
 		wake = l.due[0].dueAt.Sub(now)
 	}
 	return max(l.flow.wake(now, wake), time.Millisecond)
