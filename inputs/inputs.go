@@ -160,6 +160,7 @@ type Metrics struct {
 	Bytes        *prometheus.CounterVec // body bytes stored
 	Rejected     *prometheus.CounterVec // requests or messages refused, by reason
 	Deduplicated *prometheus.CounterVec // records acknowledged again without being stored (a re-sent chunk)
+	ChunkReused  *prometheus.CounterVec // forward chunk ids reused for another message: stored without deduplication
 	Unrouted     *prometheus.CounterVec // records no sink matches: acknowledged, not stored
 	InvalidUTF8  *prometheus.CounterVec // records whose invalid UTF-8 was replaced
 	Connections  *prometheus.GaugeVec   // open connections
@@ -181,6 +182,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Messages or requests refused (nothing of them stored), by reason."}, []string{"input", "reason"}),
 		Deduplicated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_deduplicated_records_total",
 			Help: "Records of a re-sent chunk or Idempotency-Key, acknowledged again without being stored twice."}, in),
+		ChunkReused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_chunk_id_reused_total",
+			Help: "Forward messages whose chunk id was stored within dedup_window for another message (a client that reuses ids): stored and acknowledged without deduplication."}, in),
 		Unrouted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_unrouted_records_total",
 			Help: "Records whose tag matches no sink: acknowledged and not stored."}, in),
 		InvalidUTF8: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_invalid_utf8_records_total",
@@ -197,7 +200,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Times a connection or request waited for room in the inputs' memory budget (the forward input reads no further meanwhile)."}, in),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Records, m.Bytes, m.Rejected, m.Deduplicated, m.Unrouted, m.InvalidUTF8, m.Connections, m.AcceptErrors,
+		reg.MustRegister(m.Records, m.Bytes, m.Rejected, m.Deduplicated, m.ChunkReused, m.Unrouted, m.InvalidUTF8, m.Connections, m.AcceptErrors,
 			m.MemoryHeld, m.MemoryLimit, m.MemoryWaits)
 	}
 	return m

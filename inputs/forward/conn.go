@@ -209,9 +209,19 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 		}
 		var id wal.AppendOptions
 		if m.chunk != "" {
-			id.ChunkID = inputs.ForwardChunkID(m.chunk)
+			id.ChunkID, id.ChunkDigest = inputs.ForwardChunkID(m.chunk), m.digest()
 		}
 		_, err = c.s.p.Store(storeCtx, "forward", m.records, id)
+		if errors.Is(err, wal.ErrChunkConflict) {
+			// The client reused a chunk id for another message: stored
+			// without deduplication rather than acknowledged and dropped.
+			c.s.p.Metrics.ChunkReused.WithLabelValues("forward").Inc()
+			if n, ok := c.s.rejects.allow("chunk_reused", time.Now()); ok {
+				log.Warn("a chunk id stored within dedup_window for another message came again: the client reuses chunk ids; stored without deduplication (a re-sent message with a reused id may be stored twice)",
+					"tag", m.tag, "chunk", m.chunk, "records", len(m.records), "same_reason_not_logged_in_last_minute", n)
+			}
+			_, err = c.s.p.Store(storeCtx, "forward", m.records, wal.AppendOptions{})
+		}
 		tag, records := m.tag, len(m.records)
 		m.release() // stored or not, the WAL holds no reference to the records
 		if err != nil {

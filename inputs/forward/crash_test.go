@@ -49,10 +49,13 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// crashMessage is the message of chunk; sent again, it is the same message
+// (its records' times too), as a client re-sends a chunk.
 func crashMessage(chunk int) []byte {
 	var entries [][]byte
+	at := eventTime(time.Unix(1_700_000_000+int64(chunk), 0))
 	for i := 0; i < 10; i++ {
-		entries = append(entries, entry(eventTime(time.Now()), record("chunk", chunk, "i", i)))
+		entries = append(entries, entry(at, record("chunk", chunk, "i", i)))
 	}
 	return forwardMode("crash", entries, options(fmt.Sprint("chunk-", chunk)))
 }

@@ -165,6 +165,38 @@ func TestChunkDedup(t *testing.T) {
 	}
 }
 
+// A client that reuses a chunk id for another message (a counter started
+// again after a restart, say) has that message stored and acknowledged,
+// without deduplication, counted and warned about: not acknowledged and
+// dropped as a re-sent one. The first message sent again is still
+// deduplicated.
+func TestChunkIDReused(t *testing.T) {
+	f := start(t, defaultCfg(), wal.Options{})
+	at := eventTime(time.Now())
+	first := forwardMode("a", [][]byte{entry(at, record("x", 1)), entry(at, record("x", 2))}, options("1"))
+	other := forwardMode("a", [][]byte{entry(at, record("x", 3)), entry(at, record("x", 4))}, options("1"))
+	c := f.dial()
+	for _, msg := range [][]byte{first, other, first} {
+		c.Write(msg)
+		if id := readAck(t, c); id != "1" {
+			t.Fatalf("ack %q", id)
+		}
+	}
+	recs := f.waitRecords(4)
+	if string(recs[2].Body) != `{"x":3}` || string(recs[3].Body) != `{"x":4}` {
+		t.Fatalf("stored %q and %q, want the second message's records", recs[2].Body, recs[3].Body)
+	}
+	if n := testutil.ToFloat64(f.metrics.ChunkReused.WithLabelValues("forward")); n != 1 {
+		t.Fatalf("chunk ids reused: %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(f.metrics.Deduplicated.WithLabelValues("forward")); n != 2 {
+		t.Fatalf("deduplicated records %v, want 2 (the first message sent again)", n)
+	}
+	if !strings.Contains(f.logs.String(), "the client reuses chunk ids") {
+		t.Fatalf("no warning:\n%s", f.logs.String())
+	}
+}
+
 // A forward chunk id is never taken for an HTTP Idempotency-Key, though
 // both share the WAL's table of ids: the chunk "http:zz" is stored even
 // after an HTTP request with the key "zz". Ids a version before the
@@ -182,8 +214,9 @@ func TestChunkIDsApartFromIdempotencyKeys(t *testing.T) {
 	stored("before", "chunk-from-before")
 	stored("before", "forward:x")
 	c := f.dial()
+	at := eventTime(time.Now()) // a message sent again is the same message
 	for _, chunk := range []string{"http:zz", "chunk-from-before", "forward:x", "forward:x", "http:zz"} {
-		c.Write(messageMode("fwd", eventTime(time.Now()), record("chunk", chunk), options(chunk)))
+		c.Write(messageMode("fwd", at, record("chunk", chunk), options(chunk)))
 		if id := readAck(t, c); id != chunk {
 			t.Fatalf("ack %q, want %q", id, chunk)
 		}
