@@ -11,7 +11,9 @@ import (
 
 const checkUsage = `Usage: forwarder check [-c FILE]
 
-Validate a configuration file. Print "FILE: OK" and a summary of what it configures, and
+Validate a configuration file, and load the inputs' TLS certificates and keys as run
+would (run check where the service runs, with its environment). Print "FILE: OK" and a
+summary of what it configures, and
 on stderr a warning for each input other machines can reach without authentication or
 without TLS, and for each S3 key without ${hostname} or ${uuid}; or every problem with its
 line, on stderr, and exit 1.

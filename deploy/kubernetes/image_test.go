@@ -11,7 +11,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"debug/elf"
 	"encoding/json"
 	"encoding/pem"
@@ -19,12 +23,14 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // imageConfig is the part of podman image inspect's answer the test reads.
@@ -161,8 +167,12 @@ func TestImage(t *testing.T) {
 	if label == "" || !strings.HasPrefix(string(out), "forwarder "+label+" (") {
 		t.Errorf("forwarder version says %q; the image's version label is %q", out, label)
 	}
+	// The Secret forwarder-tls, mounted where the pod has it: check loads
+	// the inputs' certificate and key.
+	tlsDir := filepath.Join(dir, "forwarder-tls")
+	writeTLSSecret(t, tlsDir)
 	cfgPath := filepath.Join(dir, "forwarder.yaml")
-	if err := os.WriteFile(cfgPath, cfgFile.data, 0o644); err != nil {
+	if err := os.WriteFile(cfgPath, bytes.ReplaceAll(cfgFile.data, []byte(tlsMount+"/"), []byte(tlsDir+"/")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	load(t) // sets the container's environment variables, as the pod has them
@@ -183,6 +193,37 @@ func TestImage(t *testing.T) {
 		t.Errorf("forwarder check warns about the image's configuration:\n%s", out)
 	}
 	t.Logf("%s: %s/%s, %d files, binary %d bytes: %s", ref, img.Os, img.Architecture, len(files), len(bin.data), strings.TrimSpace(string(out)))
+}
+
+// tlsMount is where the pod mounts the Secret forwarder-tls.
+const tlsMount = "/etc/forwarder-tls"
+
+// writeTLSSecret writes what the Secret forwarder-tls holds, tls.crt and
+// tls.key, a self-signed certificate, into dir.
+func writeTLSSecret(t *testing.T, dir string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "forwarder"},
+		DNSNames: []string{"forwarder"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]*pem.Block{"tls.crt": {Type: "CERTIFICATE", Bytes: der}, "tls.key": {Type: "PRIVATE KEY", Bytes: kder}} {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // caBundle is the host's CA bundle, which make image copies in.
