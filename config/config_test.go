@@ -515,8 +515,8 @@ var badConfigs = []struct {
 	{"unset_env.yaml", []string{`5: environment variable FORWARDER_TEST_UNSET_VARIABLE is not set`}},
 	// Nor a TLS key or certificate named by one as missing.
 	{"unset_env_tls.yaml", []string{
-		`6: environment variable FORWARDER_TEST_UNSET_VARIABLE is not set`,
-		`9: environment variable FORWARDER_TEST_UNSET_VARIABLE is not set`,
+		`5: environment variable FORWARDER_TEST_UNSET_VARIABLE is not set`,
+		`11: environment variable FORWARDER_TEST_UNSET_VARIABLE is not set`,
 	}},
 	{"two_problems.yaml", []string{
 		`3: wal.max_bytes: must be at least 1MiB, not 512KiB`,

@@ -65,7 +65,7 @@ func (f *Forward) validate(s section) {
 	}
 	tls := s.child("tls")
 	tls.certAndKey(f.TLS.CertFile, f.TLS.KeyFile)
-	if f.TLS.ClientCAFile != "" && f.TLS.CertFile == "" {
+	if f.TLS.ClientCAFile != "" && f.TLS.CertFile == "" && !s.c.failed[tls.keyPath("cert_file")] {
 		tls.invalid("client_ca_file", "needs cert_file and key_file")
 	}
 	atLeast(s, "max_message_bytes", f.MaxMessageBytes, 1)

@@ -245,7 +245,11 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 			// A state commit found the disk full: as the loop's commits
 			// (commitWaiting), wait for room; what was done is done again.
 			d.log.Warn("finishing interrupted work: the WAL's disk is full; retrying", "retry_in", full, "error", err)
-			d.setState(func(s *Status) { s.LastError, s.LastErrorAt = err.Error(), time.Now() })
+			if paused { // the destination took what it refused before
+				d.paused.Set(0)
+				paused = false
+			}
+			d.setState(func(s *Status) { s.State, s.LastError, s.LastErrorAt = StateRecovering, err.Error(), time.Now() })
 			select {
 			case <-time.After(full):
 			case <-ctx.Done():
@@ -254,6 +258,7 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 			full = min(2*full, 30*time.Second)
 			continue
 		}
+		full = time.Second
 		var e *sinks.Error
 		if !errors.As(err, &e) {
 			return fmt.Errorf("recover sink %q: %w", d.name, err)

@@ -67,8 +67,8 @@ func cmdWALStats(args []string, stdout, stderr io.Writer) int {
 			return exitFail
 		}
 		defer resp.Body.Close()
-		var st wal.Stats
-		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		st, err := decodeWALStats(resp.Body)
+		if err != nil {
 			fmt.Fprintf(stderr, "%s: read the running service's WAL statistics: %v\n", cmd, err)
 			return exitFail
 		}
@@ -169,4 +169,40 @@ func formatBytes(n int64) string {
 		v, unit = v/1024, u
 	}
 	return fmt.Sprintf("%d bytes (%.1f %s)", n, v, unit)
+}
+
+// decodeWALStats reads /wal's answer: its keys in snake_case, or a running
+// service of a version before them, whose keys were wal.Stats' field names.
+func decodeWALStats(r io.Reader) (wal.Stats, error) {
+	body, err := io.ReadAll(r)
+	if err != nil {
+		return wal.Stats{}, err
+	}
+	var st wal.Stats
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(body, &keys); err != nil {
+		return st, err
+	}
+	if _, ok := keys["next_seq"]; ok {
+		err := json.Unmarshal(body, &st)
+		return st, err
+	}
+	var old struct { // the field names, without tags
+		Path              string
+		FirstSeq, NextSeq uint64
+		Records           uint64
+		Bytes, FileBytes  int64
+		Cursors, Dropped  map[string]uint64
+		Commits           uint64
+		DiskFreeBytes     int64
+		FileFreeBytes     int64
+		MemoryReads       uint64
+		FileReads         uint64
+	}
+	if err := json.Unmarshal(body, &old); err != nil || old.Path == "" {
+		return st, fmt.Errorf("the answer names no WAL file: %.200s", body)
+	}
+	return wal.Stats{Path: old.Path, FirstSeq: old.FirstSeq, NextSeq: old.NextSeq, Records: old.Records, Bytes: old.Bytes,
+		FileBytes: old.FileBytes, Cursors: old.Cursors, Dropped: old.Dropped, Commits: old.Commits,
+		DiskFreeBytes: old.DiskFreeBytes, FileFreeBytes: old.FileFreeBytes, MemoryReads: old.MemoryReads, FileReads: old.FileReads}, nil
 }

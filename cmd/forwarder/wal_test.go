@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -278,4 +279,38 @@ var dumpLines = []string{
 	`{"seq":1,"time":"2024-01-02T03:04:05.123456789Z","tag":"app.web","body":{"msg":"hello","n":1}}` + "\n",
 	`{"seq":2,"time":"2024-01-02T03:04:06Z","tag":"app.db","body":"not json <&> \"quoted\""}` + "\n",
 	`{"seq":3,"time":"2024-01-02T03:04:07.5Z","tag":"pod.x","body":{"kubernetes":{"pod_name":"web-1"},"a":[1,2]}}` + "\n",
+}
+
+// wal stats reads /wal of a running service of this version (keys in
+// snake_case) and of one before it (keys as wal.Stats' field names).
+func TestDecodeWALStats(t *testing.T) {
+	want := wal.Stats{Path: "/var/lib/forwarder/wal.db", FirstSeq: 5, NextSeq: 9, Records: 4, Bytes: 400, FileBytes: 8192,
+		Cursors: map[string]uint64{"archive": 6}, Dropped: map[string]uint64{}, Commits: 3, DiskFreeBytes: 1 << 30, FileFreeBytes: 4096,
+		MemoryReads: 2, FileReads: 1}
+	now, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type untagged struct { // wal.Stats before its JSON tags
+		Path                         string
+		FirstSeq, NextSeq, Records   uint64
+		Bytes, FileBytes             int64
+		Cursors, Dropped             map[string]uint64
+		Commits                      uint64
+		DiskFreeBytes, FileFreeBytes int64
+		MemoryReads, FileReads       uint64
+	}
+	before, err := json.Marshal(untagged(want))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range [][]byte{now, before} {
+		got, err := decodeWALStats(bytes.NewReader(body))
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: got %+v, %v; want %+v", body, got, err, want)
+		}
+	}
+	if _, err := decodeWALStats(strings.NewReader(`{"error":"x"}`)); err == nil {
+		t.Error("an answer that names no WAL file was taken")
+	}
 }

@@ -409,7 +409,9 @@ func (c *conn) next() ([]byte, error) {
 			c.buf = c.buf[:len(c.buf)+n]
 			c.read += int64(n)
 			if err != nil && n > 0 {
-				c.readErr = err // the whole messages of these bytes first
+				if !isTimeout(err) { // a timeout passes: the next read sees its own
+					c.readErr = err // the whole messages of these bytes first
+				}
 				continue
 			}
 		}

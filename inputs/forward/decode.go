@@ -24,22 +24,21 @@ type message struct {
 	chunk   string // option.chunk: the client wants {"ack": chunk} once stored
 	invalid int    // records whose invalid UTF-8 was replaced
 	buf     []byte // the records' bodies
+	times   uint64 // a hash of the records' times as the message had them (see digest)
 	hold    *inputs.Hold
 }
 
 // digest names m's records for its chunk id (wal.AppendOptions.ChunkDigest):
 // a client that sends the same chunk id again with other records reused
-// the id. CRC-32C of the tag and the bodies, a hash of the times, and the
-// counts: enough to tell messages apart by accident, at a few
-// nanoseconds a record.
+// the id. CRC-32C of the tag and the bodies, a hash of the times as sent
+// (a time of 0, stored as the time of arrival, hashes as 0: a re-send is
+// the same message), and the count: enough to tell messages apart by
+// accident, at a few nanoseconds a record.
 func (m *message) digest() []byte {
 	crc := crc32.Update(0, castagnoli, []byte(m.tag))
 	var body int
-	times := uint64(len(m.records))
 	for i := range m.records {
-		r := &m.records[i]
-		body += len(r.Body)
-		times = (times ^ uint64(r.Time)) * 0x100000001b3 // FNV-1a's prime, word by word
+		body += len(m.records[i].Body)
 	}
 	if body == len(m.buf) {
 		crc = crc32.Update(crc, castagnoli, m.buf) // the bodies, one after another
@@ -49,7 +48,7 @@ func (m *message) digest() []byte {
 		}
 	}
 	d := binary.BigEndian.AppendUint32(nil, crc)
-	d = binary.BigEndian.AppendUint64(d, times)
+	d = binary.BigEndian.AppendUint64(d, m.times)
 	return binary.BigEndian.AppendUint32(d, uint32(len(m.records)))
 }
 
@@ -108,6 +107,7 @@ type decoder struct {
 	recs    []wal.Record // the records decoded so far, their bodies in buf
 	invalid int          // records of the current message with invalid UTF-8 replaced
 	window  []byte       // decompressed entries not yet decoded
+	times   uint64       // a hash of the message's times as sent (0 not yet replaced by now)
 }
 
 // decode decodes one message: Message, Forward, PackedForward or
@@ -147,7 +147,7 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 	}
 	// Record JSON is usually a little smaller than its msgpack (the times
 	// and the entries' arrays are not in it); the buffer grows if it is not.
-	d.invalid = 0
+	d.invalid, d.times = 0, 0
 	if err := d.reserveJSON(inputs.BufClass(len(full) + 64)); err != nil {
 		return nil, d.budgetErr(err)
 	}
@@ -228,7 +228,7 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 	for i := range d.recs {
 		d.recs[i].Tag = m.tag
 	}
-	m.records, m.buf = d.recs, d.buf
+	m.records, m.buf, m.times = d.recs, d.buf, d.times
 	d.recs, d.buf = nil, nil // they belong to the message now
 	m.invalid, d.invalid = d.invalid, 0
 	return m, nil
@@ -437,6 +437,7 @@ func (d *decoder) time(b []byte) (int64, []byte, error) {
 	default:
 		return 0, b, fmt.Errorf("time is a %s, want an EventTime or a number", msgp.NextType(b))
 	}
+	d.times = (d.times ^ uint64(t)) * 0x100000001b3 // FNV-1a's prime, word by word
 	if t == 0 {
 		t = d.now().UnixNano()
 	}

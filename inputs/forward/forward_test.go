@@ -195,6 +195,19 @@ func TestChunkIDReused(t *testing.T) {
 	if !strings.Contains(f.logs.String(), "the client reuses chunk ids") {
 		t.Fatalf("no warning:\n%s", f.logs.String())
 	}
+	// A message whose time is 0 (stored as the time of arrival) sent again
+	// is the same message.
+	zero := messageMode("a", msgp.AppendInt(nil, 0), record("x", 5), options("z"))
+	for range 2 {
+		c.Write(zero)
+		if id := readAck(t, c); id != "z" {
+			t.Fatalf("ack %q", id)
+		}
+	}
+	f.waitRecords(5)
+	if n := testutil.ToFloat64(f.metrics.ChunkReused.WithLabelValues("forward")); n != 1 {
+		t.Fatalf("chunk ids reused: %v after a message of time 0 sent again, want 1", n)
+	}
 }
 
 // A forward chunk id is never taken for an HTTP Idempotency-Key, though

@@ -152,14 +152,16 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 	// The SDK's client keeps 10 idle connections to a host: with more
 	// streams sending at once, each call past those would connect (and
 	// shake hands) again. An answer that does not begin within callTimeout
-	// fails the call (retried); a client given in Options.AWS is kept as
-	// it is.
+	// fails the call (retried). The SDK's own kind of client is copied with
+	// these settings; a client of another kind given in Options.AWS is used
+	// as it is.
 	if bc, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient); ok || awsCfg.HTTPClient == nil {
 		if bc == nil {
 			bc = awshttp.NewBuildableClient()
 		}
 		awsCfg.HTTPClient = bc.WithTransportOptions(func(tr *http.Transport) {
 			tr.MaxIdleConnsPerHost = max(tr.MaxIdleConnsPerHost, s.cfg.MaxConcurrentStreams)
+			tr.MaxIdleConns = max(tr.MaxIdleConns, s.cfg.MaxConcurrentStreams)
 			tr.ResponseHeaderTimeout = callTimeout
 		})
 	}
