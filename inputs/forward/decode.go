@@ -47,7 +47,7 @@ func (m *message) digest() []byte {
 			crc = crc32.Update(crc, castagnoli, m.records[i].Body)
 		}
 	}
-	d := binary.BigEndian.AppendUint32(nil, crc)
+	d := binary.BigEndian.AppendUint32(make([]byte, 0, 16), crc)
 	d = binary.BigEndian.AppendUint64(d, m.times)
 	return binary.BigEndian.AppendUint32(d, uint32(len(m.records)))
 }
