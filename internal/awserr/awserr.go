@@ -8,7 +8,10 @@ package awserr
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go"
@@ -63,13 +66,60 @@ func Clean(err error) error {
 // refresh credentials before it could send the request: no source in the
 // chain had any, or the one it uses (a web identity token, a container or
 // instance endpoint) failed to give them.
+//
+// The signing step wraps every failure to resolve credentials in "get
+// identity: ", also when the credential service answered (STS refusing a
+// web identity token, say: its answer is in the chain then); an answer of
+// the service called, whose message would say so, is not such a failure.
 func NoCredentials(err error) bool {
-	var ae smithy.APIError
-	if err == nil || errors.As(err, &ae) {
-		return false // the service answered: the request was signed
+	if err == nil {
+		return false
 	}
-	// The SDK's signing step wraps every failure to resolve credentials so.
-	return strings.Contains(err.Error(), "get identity: ")
+	text := err.Error()
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		if i := strings.Index(text, ae.Error()); i >= 0 {
+			text = text[:i] // what wraps the answer, not the answer's message
+		}
+	}
+	return strings.Contains(text, "get identity: ")
+}
+
+// CredentialsTransient reports whether a NoCredentials error is one that
+// passes: the credential service (STS, the container or instance endpoint)
+// throttled, failed (5xx, IDPCommunicationError) or could not be reached.
+// Those are retried; the others (a token or role refused) need a fix.
+func CredentialsTransient(err error) bool {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		switch ae.ErrorCode() {
+		case "IDPCommunicationError", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException",
+			"ServiceUnavailable", "ServiceUnavailableException", "InternalFailure", "InternalError":
+			return true
+		}
+	}
+	var re interface{ HTTPStatusCode() int }
+	if errors.As(err, &re) {
+		return re.HTTPStatusCode() >= 500 || re.HTTPStatusCode() == 429
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}
+
+// ClockSkew reports whether err is the service refusing a signature made
+// with a clock too far from its own: the SDK marks such an answer
+// retryable (it learnt the offset, and signs the next call with it).
+func ClockSkew(err error) bool {
+	var r interface{ RetryableError() bool }
+	var ae smithy.APIError
+	if !errors.As(err, &r) || !r.RetryableError() || !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.ErrorCode() {
+	case "InvalidSignatureException", "SignatureDoesNotMatch", "AuthFailure", "RequestTimeTooSkewed", "AccessDeniedException":
+		return true
+	}
+	return false
 }
 
 // NoCredentialsHelp says what to fix when NoCredentials holds.

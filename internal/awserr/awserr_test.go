@@ -2,11 +2,16 @@ package awserr
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"syscall"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 func TestClean(t *testing.T) {
@@ -47,5 +52,64 @@ func TestNoCredentials(t *testing.T) {
 	}
 	if NoCredentials(errors.New("connection refused")) || NoCredentials(nil) {
 		t.Error("a network error is taken for missing credentials")
+	}
+}
+
+// stsFailure is what a call gets when the web identity provider's
+// AssumeRoleWithWebIdentity failed: STS's answer inside the signing step's
+// "get identity: " wrapping, inside the call's operation error.
+func stsFailure(code string, status int) error {
+	answer := &smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status}},
+		Err: &smithy.GenericAPIError{Code: code, Message: "from STS"}}
+	sts := &smithy.OperationError{ServiceID: "STS", OperationName: "AssumeRoleWithWebIdentity", Err: answer}
+	return &smithy.OperationError{ServiceID: "CloudWatch Logs", OperationName: "PutLogEvents",
+		Err: fmt.Errorf("get identity: get credentials: failed to refresh cached credentials, %w", sts)}
+}
+
+func TestCredentialsFromSTS(t *testing.T) {
+	for _, c := range []struct {
+		code      string
+		status    int
+		transient bool
+	}{
+		{"AccessDenied", 403, false},
+		{"InvalidIdentityToken", 400, false},
+		{"ExpiredTokenException", 400, false},
+		{"IDPCommunicationError", 400, true},
+		{"Throttling", 400, true},
+		{"InternalFailure", 500, true},
+		{"ServiceUnavailable", 503, true},
+	} {
+		err := stsFailure(c.code, c.status)
+		if !NoCredentials(err) {
+			t.Errorf("%s from STS: not seen as a failure to get credentials", c.code)
+		}
+		if got := CredentialsTransient(err); got != c.transient {
+			t.Errorf("%s from STS: transient %v, want %v", c.code, got, c.transient)
+		}
+	}
+	reached := &smithy.OperationError{OperationName: "AssumeRoleWithWebIdentity", Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}
+	if err := fmt.Errorf("get identity: get credentials: %w", reached); !NoCredentials(err) || !CredentialsTransient(err) {
+		t.Error("STS not reached: not a transient failure to get credentials")
+	}
+}
+
+// skewed is the SDK's mark on an answer a clock too far from the service's
+// may have caused (aws/retry's retryableClockSkewError).
+type skewed struct{ error }
+
+func (e skewed) RetryableError() bool { return true }
+func (e skewed) Unwrap() error        { return e.error }
+
+func TestClockSkew(t *testing.T) {
+	sig := &smithy.GenericAPIError{Code: "InvalidSignatureException", Message: "Signature expired"}
+	if !ClockSkew(&smithy.OperationError{OperationName: "PutLogEvents", Err: skewed{sig}}) {
+		t.Error("a signature refused for the clock, marked by the SDK, is not clock skew")
+	}
+	if ClockSkew(&smithy.OperationError{OperationName: "PutLogEvents", Err: sig}) {
+		t.Error("a signature refused without the SDK's mark (no skew seen) is taken for clock skew")
+	}
+	if ClockSkew(skewed{&smithy.GenericAPIError{Code: "ThrottlingException"}}) {
+		t.Error("another retryable error is taken for clock skew")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/logfwd/forwarder/internal/awserr"
 	"github.com/logfwd/forwarder/sinks"
 )
 
@@ -78,9 +79,16 @@ func (s *Sink) create(ctx context.Context, group, stream string) error {
 	s.m.waiting.Inc()
 	defer s.m.waiting.Dec()
 	groupKey := "\x00group\x00" + group
+	var groupDenied error // CreateLogGroup refused for want of the permission
 	if s.cfg.CreateGroup {
 		if err := s.ensureGroup(ctx, group, groupKey); err != nil {
-			return classify(err, group, stream)
+			if !accessDenied(err) {
+				return s.classifyCreate(err, "CreateLogGroup", group, stream)
+			}
+			// A role may write to groups made elsewhere (by Terraform, say)
+			// without logs:CreateLogGroup: the stream is made if the group
+			// is there, and the refusal stands only if it is not.
+			groupDenied = err
 		}
 	}
 	if !s.cfg.CreateStream {
@@ -93,18 +101,46 @@ func (s *Sink) create(ctx context.Context, group, stream string) error {
 	})
 	var exists *types.ResourceAlreadyExistsException
 	var missing *types.ResourceNotFoundException
+	if groupDenied != nil && (err == nil || errors.As(err, &exists)) {
+		s.known.put(groupKey, "") // it exists: its streams need not try to make it again
+	}
 	switch {
 	case err == nil:
 		s.m.created.Inc()
 		return nil
 	case errors.As(err, &exists):
 		return nil
+	case errors.As(err, &missing) && groupDenied != nil:
+		return classify(groupDenied, group, stream)
 	case errors.As(err, &missing) && s.cfg.CreateGroup:
 		s.known.delete(groupKey) // deleted behind our back: create it on the next try
 		return sinks.NewRetryable("ResourceNotFoundException", fmt.Errorf("log group %q vanished: %w", group, err))
 	case errors.As(err, &missing):
 		return sinks.NewSinkPermanent("ResourceNotFoundException", fmt.Errorf(
 			"log group %q does not exist and create_group is false: create the group or set create_group: true in sink %q", group, s.name))
+	}
+	return s.classifyCreate(err, "CreateLogStream", group, stream)
+}
+
+// accessDenied reports whether err is the service's refusal for want of a
+// permission.
+func accessDenied(err error) bool {
+	var ae smithy.APIError
+	return errors.As(err, &ae) && (ae.ErrorCode() == "AccessDeniedException" || ae.ErrorCode() == "AccessDenied")
+}
+
+// classifyCreate is classify for a creation call. What the service refuses
+// in one (InvalidParameterException: a KMS key disabled or not found, tags
+// or a class it does not take, a name) is the sink's settings, never a
+// record's content: the sink pauses until it is fixed, and the records
+// that need the group or stream wait in the WAL instead of being
+// dead-lettered.
+func (s *Sink) classifyCreate(err error, op, group, stream string) error {
+	var ae smithy.APIError
+	if errors.As(err, &ae) && ae.ErrorCode() == "InvalidParameterException" {
+		return sinks.NewSinkPermanent(ae.ErrorCode(), fmt.Errorf(
+			"%s refused the parameters of log group %q, stream %q: check kms_key_id (the key must be enabled and allow CloudWatch Logs), tags and log_group_class of sink %q: %w",
+			op, group, stream, s.name, awserr.Clean(err)))
 	}
 	return classify(err, group, stream)
 }

@@ -1055,3 +1055,95 @@ func TestHungCallsTimeOut(t *testing.T) {
 		t.Errorf("%v retries counted as timeouts", n)
 	}
 }
+
+// A signature the service refuses for a clock an hour off its own
+// (InvalidSignatureException "Signature expired", the answer's Date an hour
+// ahead) is retried, not taken for bad credentials: the SDK learnt the
+// offset, and the next call, signed with it, lands.
+func TestClockSkewRetried(t *testing.T) {
+	e := newEnv(t, nil)
+	var mu sync.Mutex
+	refused := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		first := refused == 0 && r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents"
+		if first {
+			refused++
+		}
+		mu.Unlock()
+		if !first {
+			e.emu.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Date", time.Now().Add(time.Hour).UTC().Format(http.TimeFormat))
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.Header().Set("X-Amzn-ErrorType", "InvalidSignatureException")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"__type":"InvalidSignatureException","message":"Signature expired: 20261202T230000Z is now earlier than 20261202T230500Z"}`)
+	}))
+	t.Cleanup(srv.Close)
+	e.restart(streamCfg(srv.URL))
+	e.appendLines(10, time.Now(), "m")
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.expectOnce(10, "m")
+	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "retryable", "clock_skew")); n != 1 || refused != 1 {
+		t.Errorf("%v retries for clock skew after %d refusals, want 1", n, refused)
+	}
+}
+
+// A role without logs:CreateLogGroup writing to a group made elsewhere
+// (by Terraform, say): the refused CreateLogGroup does not pause the sink,
+// the streams are made in the group that is there, and the group is known
+// from then on (one CreateLogGroup for its three streams).
+func TestGroupMadeElsewhereWithoutCreateLogGroup(t *testing.T) {
+	e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) { c.LogStream = "${tag}" }})
+	p.setAnswer("CreateLogGroup", "AccessDeniedException")
+	if _, err := e.sink.api.CreateLogGroup(context.Background(), &cwl.CreateLogGroupInput{LogGroupName: aws.String("other")}); err == nil {
+		t.Fatal("the proxy let a CreateLogGroup through")
+	}
+	cl := cwl.New(cwl.Options{Region: "us-east-1", BaseEndpoint: aws.String(e.url), Credentials: staticAWS().Credentials})
+	if _, err := cl.CreateLogGroup(context.Background(), &cwl.CreateLogGroupInput{LogGroupName: aws.String("g")}); err != nil {
+		t.Fatal(err)
+	}
+	before := p.count("CreateLogGroup")
+	for _, tag := range []string{"a", "b", "c"} {
+		e.append(wal.Record{Time: time.Now().UnixNano(), Tag: tag, Body: []byte(`{"log":"` + tag + `"}`)})
+	}
+	e.rerun(cfg)
+	for _, tag := range []string{"a", "b", "c"} {
+		if got := e.copies("g", tag); got[`{"log":"`+tag+`"}`] != 1 {
+			t.Errorf("stream %s holds %v", tag, got)
+		}
+	}
+	if n := p.count("CreateLogGroup") - before; n != 1 {
+		t.Errorf("%d CreateLogGroup calls for three streams of a group that exists, want 1", n)
+	}
+}
+
+// A CreateLogGroup refused for the sink's settings (InvalidParameterException:
+// a KMS key disabled, say) pauses the sink, saying what to check; the
+// records wait in the WAL, none is dead-lettered, and once the settings
+// are taken they are delivered.
+func TestGroupSettingsRefusedPauses(t *testing.T) {
+	e, p, cfg := newProxied(t, setup{})
+	p.setAnswer("CreateLogGroup", "InvalidParameterException")
+	e.appendLines(5, time.Now(), "m")
+	d := queue.New(e.w, "cw", e.sink, queue.Options{Metrics: e.qm, RetryMin: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		Fingerprint: e.sink.Fingerprint()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	if !waitUntil(10*time.Second, func() bool { return d.Status().State == "paused" }) {
+		t.Errorf("status %+v, want paused", d.Status())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Status(); !strings.Contains(st.LastError, "kms_key_id") || st.DeadLettered != 0 {
+		t.Errorf("status %+v: want the error to name kms_key_id, and no dead letters", st)
+	}
+	p.setAnswer("CreateLogGroup", "")
+	e.rerun(cfg)
+	e.expectOnce(5, "m")
+}

@@ -196,7 +196,13 @@ func dedupRejections(rj []sinks.Rejection) []sinks.Rejection {
 // classify maps an error of the CloudWatch Logs API to the drainer's classes.
 func classify(err error, group, stream string) error {
 	if awserr.NoCredentials(err) {
+		if awserr.CredentialsTransient(err) { // STS or the credential endpoint failed for a moment
+			return sinks.NewRetryable("credentials", awserr.Clean(err))
+		}
 		return sinks.NewSinkPermanent("no_credentials", awserr.NoCredentialsHelp(awserr.Clean(err)))
+	}
+	if awserr.ClockSkew(err) { // the next call is signed with the offset the SDK learnt
+		return sinks.NewRetryable("clock_skew", awserr.Clean(err))
 	}
 	err = awserr.Clean(err)
 	var ae smithy.APIError

@@ -46,7 +46,13 @@ func (s *Sink) classify(err error) error {
 		return sinks.NewRetryable("timeout", err)
 	}
 	if awserr.NoCredentials(err) {
+		if awserr.CredentialsTransient(err) { // STS or the credential endpoint failed for a moment
+			return sinks.NewRetryable("credentials", awserr.Clean(err))
+		}
 		return sinks.NewSinkPermanent("no_credentials", awserr.NoCredentialsHelp(awserr.Clean(err)))
+	}
+	if awserr.ClockSkew(err) { // the next call is signed with the offset the SDK learnt
+		return sinks.NewRetryable("clock_skew", awserr.Clean(err))
 	}
 	err = awserr.Clean(err) // what people read: the operation and S3's code and message
 	var signErr *v4.SigningError
