@@ -1,8 +1,9 @@
 // Package admin is the forwarder's admin HTTP server: Prometheus metrics,
 // liveness and readiness, a JSON status page and, when enabled, Go's
 // profiles. It only reads: the WAL's statistics and the drainers' status.
-// Nothing it serves holds a secret or record content (profiles hold code
-// locations and sizes, /debug/pprof/cmdline the command line).
+// Nothing it serves holds a secret (profiles hold code locations and sizes,
+// /debug/pprof/cmdline the command line); record content only
+// /dead-letters, which answers only requests from the machine itself.
 package admin
 
 import (

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -32,6 +33,10 @@ const (
 // that the byte bound left out. They are copied out of the WAL before the
 // answer is written: a slow client must not hold a read transaction open.
 func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
+	if !fromThisMachine(r) {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "dead letters hold the records' content: they are served to this machine's own addresses only (run forwarder wal dead-letters where the service runs, in its pod with kubectl exec)"})
+		return
+	}
 	names := slices.Sorted(maps.Keys(s.src.WAL.Stats().Cursors))
 	if sink := r.URL.Query().Get("sink"); sink != "" {
 		if !slices.Contains(names, sink) {
@@ -92,4 +97,20 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 		out.WriteByte('\n')
 	}
 	out.Flush()
+}
+
+// fromThisMachine reports whether r comes from the machine the server runs
+// on (or its pod): from a loopback address, or from the address it reached
+// (admin.listen on one of the machine's addresses).
+func fromThisMachine(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	ip := net.ParseIP(host)
+	if err != nil || ip == nil {
+		return false
+	}
+	if ip.IsLoopback() {
+		return true
+	}
+	la, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr)
+	return ok && la.IP.Equal(ip)
 }

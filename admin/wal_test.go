@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +116,37 @@ func TestWALAndDeadLetters(t *testing.T) {
 	}
 	if err := <-served; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// /dead-letters, which holds records' content, answers only requests from
+// the machine itself: another pod reaching admin.listen gets 403.
+func TestDeadLettersOnlyFromThisMachine(t *testing.T) {
+	w, err := wal.Open(t.TempDir(), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	s := New("127.0.0.1:0", Sources{WAL: w, Gatherer: prometheus.NewRegistry()}, slog.New(slog.DiscardHandler))
+	for _, c := range []struct {
+		remote, local string
+		want          int
+	}{
+		{"127.0.0.1:40000", "127.0.0.1:9880", http.StatusOK},
+		{"[::1]:40000", "[::1]:9880", http.StatusOK},
+		{"10.1.2.3:40000", "10.1.2.3:9880", http.StatusOK}, // the pod's own address
+		{"10.1.2.4:40000", "10.1.2.3:9880", http.StatusForbidden},
+	} {
+		local, err := net.ResolveTCPAddr("tcp", c.local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := httptest.NewRequestWithContext(context.WithValue(context.Background(), http.LocalAddrContextKey, local), "GET", "/dead-letters", nil)
+		r.RemoteAddr = c.remote
+		rec := httptest.NewRecorder()
+		s.srv.Handler.ServeHTTP(rec, r)
+		if rec.Code != c.want {
+			t.Errorf("from %s to %s: %d %s, want %d", c.remote, c.local, rec.Code, rec.Body, c.want)
+		}
 	}
 }

@@ -379,22 +379,29 @@ func (w *WAL) compact() error {
 	before, _ := os.Stat(w.path)
 	tmp := w.path + ".compact"
 	_ = os.Remove(tmp)
+	// Until the file is closed for the rename, a copy that cannot be made
+	// (no room on the disk for it, say) leaves the file as it is, in use:
+	// compaction only gives space back.
+	skip := func(err error) error {
+		_ = os.Remove(tmp)
+		w.log.Warn("wal: could not compact the file; going on with it as it is (it is compacted at a later start with room for a copy of its live records)",
+			"path", w.path, "error", err)
+		return nil
+	}
 	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{NoSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
-		return fmt.Errorf("compact wal: %w", err)
+		return skip(err)
 	}
 	if err := bolt.Compact(dst, w.db, 64<<20); err != nil {
 		dst.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("compact wal: %w", err)
+		return skip(err)
 	}
 	if err := dst.Sync(); err != nil {
 		dst.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("compact wal: fsync: %w", err)
+		return skip(fmt.Errorf("fsync: %w", err))
 	}
 	if err := dst.Close(); err != nil {
-		return fmt.Errorf("compact wal: %w", err)
+		return skip(err)
 	}
 	if err := w.db.Close(); err != nil {
 		return fmt.Errorf("compact wal: %w", err)

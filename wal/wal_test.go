@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/internal/tmpfstest"
 )
 
@@ -811,4 +813,42 @@ func TestCompactAtOpen(t *testing.T) {
 		t.Fatalf("cursor after compaction: %v", st.Cursors)
 	}
 	t.Logf("file %d bytes before compaction, %d after", before.Size(), after.Size())
+}
+
+// A compaction that cannot make its copy (here a directory where the copy
+// goes; on a full disk, no room for it) leaves the file as it is: the WAL
+// opens with every record, and says why it did not compact.
+func TestCompactionThatCannotCopyIsSkipped(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	ctx := context.Background()
+	w.RegisterCursor(ctx, "s")
+	r := rand.New(rand.NewSource(10))
+	var last Result
+	for i := 0; i < 40; i++ {
+		last = appendT(t, w, makeRecords(r, fmt.Sprint(i), 500, 500), "")
+	}
+	b := &Batch{}
+	b.SetCursor("s", last.Last-500)
+	commitT(t, w, b)
+	w.Close()
+	in := filepath.Join(dir, FileName+".compact")
+	if err := os.MkdirAll(filepath.Join(in, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.Stat(filepath.Join(dir, FileName))
+	var logs syncbuf.Buffer
+	w = openT(t, dir, Options{CompactMinFileBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer w.Close()
+	after, _ := os.Stat(filepath.Join(dir, FileName))
+	if after.Size() != before.Size() {
+		t.Fatalf("the file went from %d to %d bytes", before.Size(), after.Size())
+	}
+	if got := readAll(t, w, 1); len(got) != 500 || got[0].Seq != last.First {
+		t.Fatalf("%d records from %d", len(got), got[0].Seq)
+	}
+	if !strings.Contains(logs.String(), "could not compact the file") {
+		t.Fatalf("no warning:\n%s", logs.String())
+	}
+	appendT(t, w, makeRecords(r, "after", 10, 100), "") // and it is in use
 }
