@@ -778,6 +778,34 @@ func TestMemoryBoundCountsBatchesInFlight(t *testing.T) {
 	})
 }
 
+// At a stop, in-flight sends get ShutdownTimeout, but no longer than until
+// a second before StopBy: what stopped before the drainer took part of the
+// service's stop, and the drainer's own wait must not make it outlast it.
+func TestStopByBoundsSends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := &heldSink{testSink: newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 64 << 10, MaxAge: time.Second, Concurrency: 1}), release: make(chan struct{})}
+		var by time.Time
+		r := start(w, "s", s, Options{ShutdownTimeout: 10 * time.Second, StopBy: func() time.Time { return by }})
+		appendN(t, w, 10, tagsOf(1), 100)
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		s.mu.Lock()
+		held := s.held
+		s.mu.Unlock()
+		if held == 0 {
+			t.Fatal("no send in flight")
+		}
+		by = time.Now().Add(3 * time.Second)
+		began := time.Now()
+		r.stop(t)
+		if took := time.Since(began); took != 2*time.Second {
+			t.Errorf("the stop took %v with a send in flight, want 2s (a second before StopBy, not ShutdownTimeout's 10s)", took)
+		}
+	})
+}
+
 // While every send slot is taken and more partitions are due, the loop
 // waits for a send to end, not for a timer a millisecond away: a slow
 // destination with a backlog does not make it spin.

@@ -247,9 +247,15 @@ func (l *loop) run(ctx context.Context) error {
 			done, stopping = nil, true
 			stopReading()
 			l.stopCatchUp()
-			hardStop = time.After(d.opts.ShutdownTimeout)
+			wait := d.opts.ShutdownTimeout
+			if d.opts.StopBy != nil {
+				if by := d.opts.StopBy(); !by.IsZero() {
+					wait = max(min(wait, time.Until(by)-time.Second), 0)
+				}
+			}
+			hardStop = time.After(wait)
 			if l.inflight > 0 {
-				d.log.Info("stopping: waiting for in-flight batches", "inflight", l.inflight, "timeout", d.opts.ShutdownTimeout)
+				d.log.Info("stopping: waiting for in-flight batches", "inflight", l.inflight, "timeout", wait)
 			}
 		case <-hardStop:
 			d.log.Warn("shutdown timeout: cancelling in-flight sends; their records stay in the WAL and are sent again at the next start", "inflight", l.inflight)

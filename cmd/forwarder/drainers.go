@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -65,7 +66,7 @@ var sinkBuilders = map[string]func(ctx context.Context, s config.Sink, d sinkDep
 
 // drainerActors returns one actor per configured sink, each draining the WAL into its
 // destination from the sink's own cursor.
-func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) ([]actor, []*queue.Drainer, error) {
+func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger, stopBy func() time.Time) ([]actor, []*queue.Drainer, error) {
 	metrics := queue.NewMetrics(reg)
 	removeStaleStaging(cfg, log)
 	var actors []actor
@@ -87,6 +88,7 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 			Match:            config.NewTagMatcher(s.Match).Match,
 			Fingerprint:      fingerprint(s, dest),
 			ShutdownTimeout:  sendTimeout(cfg),
+			StopBy:           stopBy,
 			MaxBufferedBytes: buffers[s.Name],
 			Metrics:          metrics,
 			Logger:           log,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/logfwd/forwarder/wal"
@@ -33,9 +34,19 @@ type group struct {
 	// failed reports the error of the actor whose return started the shutdown, at once,
 	// before the others are stopped. Nil: log it as an error.
 	failed func(name string, err error)
+	// stopBy is when the stop must be over, once it has begun.
+	stopBy atomic.Pointer[time.Time]
 }
 
 func (g *group) add(a actor) { g.actors = append(g.actors, a) }
+
+// deadline is when the stop must be over; zero before it begins.
+func (g *group) deadline() time.Time {
+	if t := g.stopBy.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
+}
 
 // run starts every actor and waits for one to return or for ctx to end; then it stops the
 // others and calls the stop functions, newest first, within timeout. It reports whether
@@ -74,7 +85,9 @@ func (g *group) run(ctx context.Context, timeout time.Duration) (failed bool) {
 		}
 	}
 
-	sctx, cancel := context.WithTimeout(base, timeout)
+	by := time.Now().Add(timeout)
+	g.stopBy.Store(&by)
+	sctx, cancel := context.WithDeadline(base, by)
 	defer cancel()
 	for i := len(g.actors) - 1; i >= 0; i-- {
 		a := g.actors[i]

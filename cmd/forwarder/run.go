@@ -94,7 +94,7 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		admin.NewWALCollector(w, int64(cfg.WAL.MaxBytes)))
-	drainerList, drainers, err := drainerActors(w, cfg, reg, log)
+	drainerList, drainers, err := drainerActors(w, cfg, reg, log, g.deadline)
 	if err != nil {
 		log.Error("cannot start the sinks", "error", err)
 		w.Close()
@@ -116,7 +116,7 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 		g.add(a)
 	}
 	if cfg.DrainOnShutdown {
-		g.add(drainActor(drainers, timeout, log))
+		g.add(drainActor(drainers, timeout, sendTimeout(cfg), log))
 	}
 	ins, pipeline, err := inputActors(w, cfg, reg, log)
 	if err != nil {

@@ -31,7 +31,12 @@ func drainShare(t time.Duration) time.Duration { return t * 3 / 5 }
 // the service stops. It is added after the sinks and before the inputs, so
 // that its stop runs once the inputs no longer take records, while every
 // sink still runs: all of them drain at once.
-func drainActor(drainers []*queue.Drainer, timeout time.Duration, log *slog.Logger) actor {
+//
+// The drain gets drainShare of shutdown_timeout, or less when what stopped
+// before it (the inputs, finishing the messages in flight) took so long
+// that the sends it leaves in flight (sends) would not fit before the
+// stop's deadline (its context's).
+func drainActor(drainers []*queue.Drainer, timeout, sends time.Duration, log *slog.Logger) actor {
 	return actor{
 		name: "drain",
 		run: func(ctx context.Context) error {
@@ -40,9 +45,13 @@ func drainActor(drainers []*queue.Drainer, timeout time.Duration, log *slog.Logg
 		},
 		stop: func(ctx context.Context) error {
 			began := time.Now()
-			dctx, cancel := context.WithTimeout(ctx, drainShare(timeout))
+			share := drainShare(timeout)
+			if by, ok := ctx.Deadline(); ok {
+				share = max(min(share, time.Until(by)-sends-time.Second), 0)
+			}
+			dctx, cancel := context.WithTimeout(ctx, share)
 			defer cancel()
-			log.Info("draining: delivering every record in the WAL before exiting (drain_on_shutdown)", "sinks", len(drainers), "within", drainShare(timeout))
+			log.Info("draining: delivering every record in the WAL before exiting (drain_on_shutdown)", "sinks", len(drainers), "within", share.Round(time.Millisecond))
 			var wg sync.WaitGroup
 			for _, d := range drainers {
 				wg.Go(func() {
