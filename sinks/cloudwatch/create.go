@@ -137,10 +137,17 @@ func accessDenied(err error) bool {
 // dead-lettered.
 func (s *Sink) classifyCreate(err error, op, group, stream string) error {
 	var ae smithy.APIError
-	if errors.As(err, &ae) && ae.ErrorCode() == "InvalidParameterException" {
+	switch {
+	case errors.As(err, &ae) && ae.ErrorCode() == "InvalidParameterException":
 		return sinks.NewSinkPermanent(ae.ErrorCode(), fmt.Errorf(
 			"%s refused the parameters of log group %q, stream %q: check kms_key_id (the key must be enabled and allow CloudWatch Logs), tags and log_group_class of sink %q: %w",
 			op, group, stream, s.name, awserr.Clean(err)))
+	case errors.As(err, &ae) && ae.ErrorCode() == "LimitExceededException":
+		// The account's quota of log groups, not a rate: it does not pass
+		// by itself, and taken for throttling it would slow every stream.
+		return sinks.NewSinkPermanent(ae.ErrorCode(), fmt.Errorf(
+			"%s of log group %q: the account's quota is reached (LimitExceededException): delete unused log groups or ask for a higher quota, or name fewer groups in sink %q: %w",
+			op, group, s.name, awserr.Clean(err)))
 	}
 	return classify(err, group, stream)
 }

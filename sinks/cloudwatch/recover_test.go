@@ -1125,8 +1125,17 @@ func TestGroupMadeElsewhereWithoutCreateLogGroup(t *testing.T) {
 // records wait in the WAL, none is dead-lettered, and once the settings
 // are taken they are delivered.
 func TestGroupSettingsRefusedPauses(t *testing.T) {
+	for code, says := range map[string]string{"InvalidParameterException": "kms_key_id", "LimitExceededException": "quota"} {
+		t.Run(code, func(t *testing.T) { testGroupRefusedPauses(t, code, says) })
+	}
+}
+
+// testGroupRefusedPauses: CreateLogGroup answered code pauses the sink
+// with an error that says says; a quota reached too (LimitExceededException
+// is no rate limit there).
+func testGroupRefusedPauses(t *testing.T, code, says string) {
 	e, p, cfg := newProxied(t, setup{})
-	p.setAnswer("CreateLogGroup", "InvalidParameterException")
+	p.setAnswer("CreateLogGroup", code)
 	e.appendLines(5, time.Now(), "m")
 	d := queue.New(e.w, "cw", e.sink, queue.Options{Metrics: e.qm, RetryMin: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 		Fingerprint: e.sink.Fingerprint()})
@@ -1140,8 +1149,8 @@ func TestGroupSettingsRefusedPauses(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if st := d.Status(); !strings.Contains(st.LastError, "kms_key_id") || st.DeadLettered != 0 {
-		t.Errorf("status %+v: want the error to name kms_key_id, and no dead letters", st)
+	if st := d.Status(); !strings.Contains(st.LastError, says) || st.DeadLettered != 0 {
+		t.Errorf("status %+v: want the error to say %s, and no dead letters", st, says)
 	}
 	p.setAnswer("CreateLogGroup", "")
 	e.rerun(cfg)

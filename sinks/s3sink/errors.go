@@ -92,6 +92,12 @@ func (s *Sink) classify(err error) error {
 	if code == "SlowDown" || strings.Contains(code, "Throttl") || status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
 		return sinks.NewThrottled(code, retryAfter(re), err)
 	}
+	switch code {
+	case "KMS.KMSInternalException", "KMS.DependencyTimeoutException", "KMS.KeyUnavailableException", "InvalidPart":
+		// KMS failing for a moment behind S3; a multipart upload's part
+		// S3 lost (the next attempt begins the upload again).
+		return sinks.NewRetryable(code, err)
+	}
 	if msg := s.advice(code); msg != "" {
 		return sinks.NewSinkPermanent(code, &actionError{msg: msg, code: code, err: err})
 	}
