@@ -1,20 +1,94 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"io"
 	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 
 	"github.com/logfwd/forwarder/config"
 )
 
 // newLogger returns the service's logger: log.level and log.format of the configuration,
-// written to w (stderr, which the systemd journal captures).
+// written to w (stderr, which the systemd journal captures). When w is the journal's
+// stream (JOURNAL_STREAM names it), each line begins with its syslog priority, <3> for
+// an error, <4> a warning, <6> info, <7> debug, which journald takes as the entry's
+// priority and strips: `journalctl -p warning` shows the warnings and errors.
 func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: logLevel(c.Level)}
-	if c.Format == config.FormatJSON {
-		return slog.New(slog.NewJSONHandler(w, opts))
+	handler := func(w io.Writer) slog.Handler {
+		if c.Format == config.FormatJSON {
+			return slog.NewJSONHandler(w, opts)
+		}
+		return slog.NewTextHandler(w, opts)
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	if f, ok := w.(*os.File); ok && onJournal(f) {
+		buf := new(bytes.Buffer)
+		return slog.New(&priorityHandler{mu: new(sync.Mutex), buf: buf, out: w, inner: handler(buf)})
+	}
+	return slog.New(handler(w))
+}
+
+// onJournal reports whether f is the stream systemd connected to the journal:
+// JOURNAL_STREAM is "DEVICE:INODE" of it.
+func onJournal(f *os.File) bool {
+	dev, ino, ok := strings.Cut(os.Getenv("JOURNAL_STREAM"), ":")
+	if !ok {
+		return false
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return false
+	}
+	return dev == strconv.FormatUint(uint64(st.Dev), 10) && ino == strconv.FormatUint(st.Ino, 10)
+}
+
+// priorityHandler writes each record as inner formats it, after its syslog
+// priority. inner writes into buf, which mu guards with the handlers
+// WithAttrs and WithGroup derive.
+type priorityHandler struct {
+	mu    *sync.Mutex
+	buf   *bytes.Buffer
+	out   io.Writer
+	inner slog.Handler
+}
+
+func (h *priorityHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.inner.Enabled(ctx, l)
+}
+
+func (h *priorityHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.buf.Reset()
+	switch {
+	case r.Level >= slog.LevelError:
+		h.buf.WriteString("<3>")
+	case r.Level >= slog.LevelWarn:
+		h.buf.WriteString("<4>")
+	case r.Level >= slog.LevelInfo:
+		h.buf.WriteString("<6>")
+	default:
+		h.buf.WriteString("<7>")
+	}
+	if err := h.inner.Handle(ctx, r); err != nil {
+		return err
+	}
+	_, err := h.out.Write(h.buf.Bytes())
+	return err
+}
+
+func (h *priorityHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &priorityHandler{mu: h.mu, buf: h.buf, out: h.out, inner: h.inner.WithAttrs(as)}
+}
+
+func (h *priorityHandler) WithGroup(name string) slog.Handler {
+	return &priorityHandler{mu: h.mu, buf: h.buf, out: h.out, inner: h.inner.WithGroup(name)}
 }
 
 func logLevel(level string) slog.Level {
