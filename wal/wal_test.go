@@ -782,11 +782,13 @@ func TestLockedAndFormat(t *testing.T) {
 	}
 }
 
-func TestCompactAtOpen(t *testing.T) {
-	dir := t.TempDir()
+// fileToCompact closes, in dir, a WAL whose live records (its last append,
+// of 500 records, which it returns) take a fortieth of its file.
+func fileToCompact(t *testing.T, dir string) Result {
+	t.Helper()
 	w := openT(t, dir, Options{})
-	ctx := context.Background()
-	w.RegisterCursor(ctx, "s")
+	defer w.Close()
+	w.RegisterCursor(context.Background(), "s")
 	r := rand.New(rand.NewSource(10))
 	var last Result
 	for i := 0; i < 40; i++ {
@@ -798,9 +800,14 @@ func TestCompactAtOpen(t *testing.T) {
 	if st := w.Stats(); st.FirstSeq != last.First {
 		t.Fatalf("retention left records from %d, want %d", st.FirstSeq, last.First)
 	}
-	w.Close()
+	return last
+}
+
+func TestCompactAtOpen(t *testing.T) {
+	dir := t.TempDir()
+	last := fileToCompact(t, dir)
 	before, _ := os.Stat(filepath.Join(dir, FileName))
-	w = openT(t, dir, Options{CompactMinFileBytes: 1 << 20})
+	w := openT(t, dir, Options{CompactMinFileBytes: 1 << 20})
 	defer w.Close()
 	after, _ := os.Stat(filepath.Join(dir, FileName))
 	if after.Size()*2 > before.Size() {
@@ -820,25 +827,14 @@ func TestCompactAtOpen(t *testing.T) {
 // opens with every record, and says why it did not compact.
 func TestCompactionThatCannotCopyIsSkipped(t *testing.T) {
 	dir := t.TempDir()
-	w := openT(t, dir, Options{})
-	ctx := context.Background()
-	w.RegisterCursor(ctx, "s")
-	r := rand.New(rand.NewSource(10))
-	var last Result
-	for i := 0; i < 40; i++ {
-		last = appendT(t, w, makeRecords(r, fmt.Sprint(i), 500, 500), "")
-	}
-	b := &Batch{}
-	b.SetCursor("s", last.Last-500)
-	commitT(t, w, b)
-	w.Close()
+	last := fileToCompact(t, dir)
 	in := filepath.Join(dir, FileName+".compact")
 	if err := os.MkdirAll(filepath.Join(in, "x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := os.Stat(filepath.Join(dir, FileName))
 	var logs syncbuf.Buffer
-	w = openT(t, dir, Options{CompactMinFileBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	w := openT(t, dir, Options{CompactMinFileBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer w.Close()
 	after, _ := os.Stat(filepath.Join(dir, FileName))
 	if after.Size() != before.Size() {
@@ -850,5 +846,5 @@ func TestCompactionThatCannotCopyIsSkipped(t *testing.T) {
 	if !strings.Contains(logs.String(), "could not compact the file") {
 		t.Fatalf("no warning:\n%s", logs.String())
 	}
-	appendT(t, w, makeRecords(r, "after", 10, 100), "") // and it is in use
+	appendT(t, w, makeRecords(rand.New(rand.NewSource(11)), "after", 10, 100), "") // and it is in use
 }

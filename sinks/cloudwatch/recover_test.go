@@ -997,18 +997,7 @@ func TestRetentionNotOwedWhenCreationRefused(t *testing.T) {
 	e, p, cfg := newProxied(t, setup{})
 	p.setAnswer("CreateLogGroup", "AccessDeniedException")
 	e.appendLines(5, time.Now(), "m")
-	d := queue.New(e.w, "cw", e.sink, queue.Options{Metrics: e.qm, RetryMin: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
-		Fingerprint: e.sink.Fingerprint()})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	if !waitUntil(10*time.Second, func() bool { return p.count("CreateLogGroup") >= 1 && d.Status().State == "paused" }) {
-		t.Errorf("CreateLogGroup calls %d, status %+v", p.count("CreateLogGroup"), d.Status())
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	e.runUntil(func(d *queue.Drainer) bool { return p.count("CreateLogGroup") >= 1 && d.Status().State == "paused" })
 	n := 0
 	e.w.ScanState("cw", []byte("s/"+retentionPrefix), func(k, v []byte) error { n++; return nil })
 	if n != 0 {
@@ -1137,22 +1126,30 @@ func testGroupRefusedPauses(t *testing.T, code, says string) {
 	e, p, cfg := newProxied(t, setup{})
 	p.setAnswer("CreateLogGroup", code)
 	e.appendLines(5, time.Now(), "m")
-	d := queue.New(e.w, "cw", e.sink, queue.Options{Metrics: e.qm, RetryMin: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
-		Fingerprint: e.sink.Fingerprint()})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	if !waitUntil(10*time.Second, func() bool { return d.Status().State == "paused" }) {
-		t.Errorf("status %+v, want paused", d.Status())
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	d := e.runUntil(func(d *queue.Drainer) bool { return d.Status().State == "paused" })
 	if st := d.Status(); !strings.Contains(st.LastError, says) || st.DeadLettered != 0 {
 		t.Errorf("status %+v: want the error to say %s, and no dead letters", st, says)
 	}
 	p.setAnswer("CreateLogGroup", "")
 	e.rerun(cfg)
 	e.expectOnce(5, "m")
+}
+
+// runUntil runs a drainer of the sink until cond holds of it (or 10 s have
+// passed, which fails the test), then stops it and returns it.
+func (e *env) runUntil(cond func(*queue.Drainer) bool) *queue.Drainer {
+	e.t.Helper()
+	d := queue.New(e.w, "cw", e.sink, queue.Options{Metrics: e.qm, RetryMin: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		Fingerprint: e.sink.Fingerprint()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	if !waitUntil(10*time.Second, func() bool { return cond(d) }) {
+		e.t.Errorf("the condition did not hold within 10 s; status %+v", d.Status())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		e.t.Fatal(err)
+	}
+	return d
 }
