@@ -100,17 +100,17 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 }
 
 // fromThisMachine reports whether r comes from the machine the server runs
-// on (or its pod): from a loopback address, or from the address it reached
-// (admin.listen on one of the machine's addresses).
+// on (or its pod): from a loopback address to a loopback address, or from
+// the very address it reached (admin.listen on one of the machine's
+// addresses). A loopback source that reached another address is a proxy
+// on the machine passing traffic from elsewhere (a service mesh's sidecar
+// connects from 127.0.0.6 to the pod's address): refused.
 func fromThisMachine(r *http.Request) bool {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	ip := net.ParseIP(host)
-	if err != nil || ip == nil {
+	la, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr)
+	if err != nil || ip == nil || !ok {
 		return false
 	}
-	if ip.IsLoopback() {
-		return true
-	}
-	la, ok := r.Context().Value(http.LocalAddrContextKey).(*net.TCPAddr)
-	return ok && la.IP.Equal(ip)
+	return ip.IsLoopback() && la.IP.IsLoopback() || la.IP.Equal(ip)
 }

@@ -136,6 +136,7 @@ func TestDeadLettersOnlyFromThisMachine(t *testing.T) {
 		{"[::1]:40000", "[::1]:9880", http.StatusOK},
 		{"10.1.2.3:40000", "10.1.2.3:9880", http.StatusOK}, // the pod's own address
 		{"10.1.2.4:40000", "10.1.2.3:9880", http.StatusForbidden},
+		{"127.0.0.6:40000", "10.1.2.3:9880", http.StatusForbidden}, // a sidecar passing another pod's request
 	} {
 		local, err := net.ResolveTCPAddr("tcp", c.local)
 		if err != nil {

@@ -20,8 +20,9 @@ type Options struct {
 	ShutdownTimeout time.Duration         // in-flight sends get this long at shutdown; default 30s
 	// StopBy, if set, is when the whole service's stop must be over (zero
 	// until it begins): in-flight sends get no longer than until a second
-	// before it, whatever ShutdownTimeout says, so that what stopped before
-	// the drainer cannot make the stop outlast it.
+	// before it (a fifth of what is left, when that is less), whatever
+	// ShutdownTimeout says, so that what stopped before the drainer cannot
+	// make the stop outlast it.
 	StopBy func() time.Time
 	// MaxBufferedBytes bounds the memory of the records the drainer holds
 	// in partitions and in batches being sent; batches waiting to be sent

@@ -787,7 +787,7 @@ func TestStopByBoundsSends(t *testing.T) {
 		defer w.Close()
 		s := &heldSink{testSink: newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 64 << 10, MaxAge: time.Second, Concurrency: 1}), release: make(chan struct{})}
 		var by time.Time
-		r := start(w, "s", s, Options{ShutdownTimeout: 10 * time.Second, StopBy: func() time.Time { return by }})
+		r := start(w, "s", s, Options{ShutdownTimeout: 20 * time.Second, StopBy: func() time.Time { return by }})
 		appendN(t, w, 10, tagsOf(1), 100)
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
@@ -797,11 +797,22 @@ func TestStopByBoundsSends(t *testing.T) {
 		if held == 0 {
 			t.Fatal("no send in flight")
 		}
-		by = time.Now().Add(3 * time.Second)
+		by = time.Now().Add(10 * time.Second)
 		began := time.Now()
 		r.stop(t)
-		if took := time.Since(began); took != 2*time.Second {
-			t.Errorf("the stop took %v with a send in flight, want 2s (a second before StopBy, not ShutdownTimeout's 10s)", took)
+		if took := time.Since(began); took != 9*time.Second {
+			t.Errorf("the stop took %v with a send in flight, want 9s (a second before StopBy, not ShutdownTimeout's 20s)", took)
+		}
+		// With less time left, a fifth of it is kept.
+		r = start(w, "s", s, Options{ShutdownTimeout: 20 * time.Second, StopBy: func() time.Time { return by }})
+		appendN(t, w, 10, tagsOf(1), 100)
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		by = time.Now().Add(2 * time.Second)
+		began = time.Now()
+		r.stop(t)
+		if took := time.Since(began); took != 1600*time.Millisecond {
+			t.Errorf("the stop took %v with a send in flight and 2s left, want 1.6s", took)
 		}
 	})
 }

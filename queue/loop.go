@@ -250,7 +250,8 @@ func (l *loop) run(ctx context.Context) error {
 			wait := d.opts.ShutdownTimeout
 			if d.opts.StopBy != nil {
 				if by := d.opts.StopBy(); !by.IsZero() {
-					wait = max(min(wait, time.Until(by)-time.Second), 0)
+					left := time.Until(by)
+					wait = max(min(wait, left-min(time.Second, left/5)), 0)
 				}
 			}
 			hardStop = time.After(wait)

@@ -6,10 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/logfwd/forwarder/config"
 )
@@ -32,20 +29,6 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 		return slog.New(&priorityHandler{mu: new(sync.Mutex), buf: buf, out: w, inner: handler(buf)})
 	}
 	return slog.New(handler(w))
-}
-
-// onJournal reports whether f is the stream systemd connected to the journal:
-// JOURNAL_STREAM is "DEVICE:INODE" of it.
-func onJournal(f *os.File) bool {
-	dev, ino, ok := strings.Cut(os.Getenv("JOURNAL_STREAM"), ":")
-	if !ok {
-		return false
-	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
-		return false
-	}
-	return dev == strconv.FormatUint(uint64(st.Dev), 10) && ino == strconv.FormatUint(st.Ino, 10)
 }
 
 // priorityHandler writes each record as inner formats it, after its syslog

@@ -47,7 +47,8 @@ func drainActor(drainers []*queue.Drainer, timeout, sends time.Duration, log *sl
 			began := time.Now()
 			share := drainShare(timeout)
 			if by, ok := ctx.Deadline(); ok {
-				share = max(min(share, time.Until(by)-sends-time.Second), 0)
+				left := time.Until(by)
+				share = max(min(share, left-sends-min(time.Second, left/5)), 0)
 			}
 			dctx, cancel := context.WithTimeout(ctx, share)
 			defer cancel()

@@ -8,10 +8,7 @@ package awserr
 import (
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"syscall"
 
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go"
@@ -86,9 +83,12 @@ func NoCredentials(err error) bool {
 }
 
 // CredentialsTransient reports whether a NoCredentials error is one that
-// passes: the credential service (STS, the container or instance endpoint)
-// throttled, failed (5xx, IDPCommunicationError) or could not be reached.
-// Those are retried; the others (a token or role refused) need a fix.
+// passes: the credential service (STS, the container endpoint) answered
+// that it throttled or failed (5xx, IDPCommunicationError). Those are
+// retried; the others need a fix: a token or role refused, and an endpoint
+// that cannot be reached, which is also what no credentials anywhere look
+// like (the chain's last resort, the instance metadata service, is not
+// there off EC2).
 func CredentialsTransient(err error) bool {
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
@@ -99,11 +99,7 @@ func CredentialsTransient(err error) bool {
 		}
 	}
 	var re interface{ HTTPStatusCode() int }
-	if errors.As(err, &re) {
-		return re.HTTPStatusCode() >= 500 || re.HTTPStatusCode() == 429
-	}
-	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+	return errors.As(err, &re) && (re.HTTPStatusCode() >= 500 || re.HTTPStatusCode() == 429)
 }
 
 // ClockSkew reports whether err is the service refusing a signature made

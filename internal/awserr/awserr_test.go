@@ -88,9 +88,11 @@ func TestCredentialsFromSTS(t *testing.T) {
 			t.Errorf("%s from STS: transient %v, want %v", c.code, got, c.transient)
 		}
 	}
-	reached := &smithy.OperationError{OperationName: "AssumeRoleWithWebIdentity", Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}
-	if err := fmt.Errorf("get identity: get credentials: %w", reached); !NoCredentials(err) || !CredentialsTransient(err) {
-		t.Error("STS not reached: not a transient failure to get credentials")
+	// No endpoint reached: also what no credentials anywhere look like (the
+	// instance metadata service, the chain's last resort, is not there).
+	imds := &smithy.OperationError{OperationName: "GetMetadata", Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}
+	if err := fmt.Errorf("get identity: get credentials: failed to refresh cached credentials, no EC2 IMDS role found, %w", imds); !NoCredentials(err) || CredentialsTransient(err) {
+		t.Error("no credential endpoint reached: taken for a failure that passes, or not for missing credentials")
 	}
 }
 

@@ -132,20 +132,21 @@ func accessDenied(err error) bool {
 // classifyCreate is classify for a creation call. What the service refuses
 // in one (InvalidParameterException: a KMS key disabled or not found, tags
 // or a class it does not take, a name) is the sink's settings, never a
-// record's content: the sink pauses until it is fixed, and the records
-// that need the group or stream wait in the WAL instead of being
-// dead-lettered.
+// record's content: the records that need the group or stream wait in the
+// WAL instead of being dead-lettered, their partition retrying (with its
+// backoff, up to 30 s) until it is fixed, while the streams of other groups
+// go on.
 func (s *Sink) classifyCreate(err error, op, group, stream string) error {
 	var ae smithy.APIError
 	switch {
 	case errors.As(err, &ae) && ae.ErrorCode() == "InvalidParameterException":
-		return sinks.NewSinkPermanent(ae.ErrorCode(), fmt.Errorf(
+		return sinks.NewRetryable(ae.ErrorCode(), fmt.Errorf(
 			"%s refused the parameters of log group %q, stream %q: check kms_key_id (the key must be enabled and allow CloudWatch Logs), tags and log_group_class of sink %q: %w",
 			op, group, stream, s.name, awserr.Clean(err)))
 	case errors.As(err, &ae) && ae.ErrorCode() == "LimitExceededException":
 		// The account's quota of log groups, not a rate: it does not pass
 		// by itself, and taken for throttling it would slow every stream.
-		return sinks.NewSinkPermanent(ae.ErrorCode(), fmt.Errorf(
+		return sinks.NewRetryable(ae.ErrorCode(), fmt.Errorf(
 			"%s of log group %q: the account's quota is reached (LimitExceededException): delete unused log groups or ask for a higher quota, or name fewer groups in sink %q: %w",
 			op, group, s.name, awserr.Clean(err)))
 	}

@@ -1110,25 +1110,30 @@ func TestGroupMadeElsewhereWithoutCreateLogGroup(t *testing.T) {
 }
 
 // A CreateLogGroup refused for the sink's settings (InvalidParameterException:
-// a KMS key disabled, say) pauses the sink, saying what to check; the
-// records wait in the WAL, none is dead-lettered, and once the settings
-// are taken they are delivered.
-func TestGroupSettingsRefusedPauses(t *testing.T) {
+// a KMS key disabled, say) or for the account's quota of groups
+// (LimitExceededException, no rate limit there) leaves that group's
+// records in the WAL, retried, with an error that says what to check:
+// none is dead-lettered, the sink is neither paused nor throttled (the
+// streams of other groups go on), and once the group is made they are
+// delivered.
+func TestGroupRefusedRetries(t *testing.T) {
 	for code, says := range map[string]string{"InvalidParameterException": "kms_key_id", "LimitExceededException": "quota"} {
-		t.Run(code, func(t *testing.T) { testGroupRefusedPauses(t, code, says) })
+		t.Run(code, func(t *testing.T) { testGroupRefusedRetries(t, code, says) })
 	}
 }
 
-// testGroupRefusedPauses: CreateLogGroup answered code pauses the sink
-// with an error that says says; a quota reached too (LimitExceededException
-// is no rate limit there).
-func testGroupRefusedPauses(t *testing.T, code, says string) {
+func testGroupRefusedRetries(t *testing.T, code, says string) {
 	e, p, cfg := newProxied(t, setup{})
 	p.setAnswer("CreateLogGroup", code)
 	e.appendLines(5, time.Now(), "m")
-	d := e.runUntil(func(d *queue.Drainer) bool { return d.Status().State == "paused" })
+	d := e.runUntil(func(d *queue.Drainer) bool {
+		return testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "retryable", code)) >= 3
+	})
 	if st := d.Status(); !strings.Contains(st.LastError, says) || st.DeadLettered != 0 {
 		t.Errorf("status %+v: want the error to say %s, and no dead letters", st, says)
+	}
+	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "throttled", code)) + testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "sink_permanent", code)); n != 0 {
+		t.Errorf("%v throttles or pauses for %s", n, code)
 	}
 	p.setAnswer("CreateLogGroup", "")
 	e.rerun(cfg)
