@@ -55,7 +55,10 @@
 //     each its timestamp and its message's length as 8-byte big-endian
 //     integers, then the message), started (Unix milliseconds, just before
 //     the commit)}, and delivered, missing and rejected once known;
-//  2. calls PutLogEvents;
+//  2. calls PutLogEvents; a call refused whole for an event it does not
+//     name (InvalidParameterException) is replaced by its two halves, the
+//     first under the same intent key, down to single events, which alone
+//     are dead-lettered;
 //  3. when calls of the batch follow, rewrites the intent with delivered
 //     true (and the records the answer rejected), so that a failure of a
 //     later call sends again only the calls that did not land;

@@ -1158,3 +1158,56 @@ func (e *env) runUntil(cond func(*queue.Drainer) bool) *queue.Drainer {
 	}
 	return d
 }
+
+// A PutLogEvents the service refuses whole (InvalidParameterException,
+// naming no event: here any call that holds one poisoned event) is sent
+// again in halves until the event is alone: only it is dead-lettered, and
+// each of the others is stored once.
+func TestRefusedCallSplit(t *testing.T) {
+	e := newEnv(t, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && bytes.Contains(body, []byte("POISON")) {
+			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+			w.Header().Set("X-Amzn-ErrorType", "InvalidParameterException")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"__type":"InvalidParameterException","message":"Log event too large"}`)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		e.emu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	e.restart(streamCfg(srv.URL))
+	var recs []wal.Record
+	now := time.Now()
+	for i := range 40 {
+		msg := fmt.Sprintf("m%d", i)
+		if i == 17 {
+			msg = "POISON"
+		}
+		recs = append(recs, wal.Record{Time: now.Add(time.Duration(i) * time.Millisecond).UnixNano(), Tag: "t", Body: fmt.Appendf(nil, `{"log":%q}`, msg)})
+	}
+	e.append(recs...)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	got := e.copies("g", "s")
+	for i := range 40 {
+		want := 1
+		msg := fmt.Sprintf(`{"log":"m%d"}`, i)
+		if i == 17 {
+			msg, want = `{"log":"POISON"}`, 0
+		}
+		if got[msg] != want {
+			t.Errorf("%s stored %d times, want %d", msg, got[msg], want)
+		}
+	}
+	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 1 {
+		t.Errorf("%v records dead-lettered, want 1", n)
+	}
+	if n := testutil.ToFloat64(e.sink.m.splitCalls); n < 1 || n > 7 {
+		t.Errorf("%v calls split, want about log2(40)", n)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -43,7 +44,8 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	defer releaseEvents(evs)
 	out.Rejected = append(out.Rejected, rejected...)
 	cs := calls(evs)
-	for i, call := range cs {
+	for i := 0; i < len(cs); i++ {
+		call := cs[i]
 		tok, _ := s.tokens.get(group + "\x00" + stream)
 		body := newPutBody(group, stream, tok, call)
 		in := newIntent(b.Partition, b.First(), call, body, time.Now().UnixMilli())
@@ -57,6 +59,17 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 			var e *sinks.Error
 			if !errors.As(err, &e) || e.Class != sinks.RecordPermanent {
 				return sinks.Outcome{}, err
+			}
+			if len(call) > 1 {
+				// The service refused the call without saying for which
+				// event (InvalidParameterException): its halves are sent in
+				// its place, the first under its intent's key, so that only
+				// the events it refuses are dead-lettered.
+				s.m.splitCalls.Inc()
+				half := len(call) / 2
+				cs = slices.Replace(cs, i, i+1, call[:half], call[half:])
+				i--
+				continue
 			}
 			for _, ev := range call { // this call's records are refused for good
 				rj = append(rj, sinks.Rejection{Seq: ev.seq, Reason: e.Reason})

@@ -86,6 +86,7 @@ type Sink struct {
 
 type metrics struct {
 	fallback, sanitised, tokenRetries, created, puts, events prometheus.Counter
+	splitCalls                                               prometheus.Counter     // calls refused whole, sent again in halves
 	indoubt                                                  *prometheus.CounterVec // by result
 	creations                                                *prometheus.CounterVec // by kind and outcome
 	waiting                                                  prometheus.Gauge       // streams waiting for creation
@@ -178,8 +179,10 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 		tokenRetries: counter(opts.Registerer, "forwarder_cloudwatch_sequence_token_retries_total",
 			"PutLogEvents sent again with the expectedSequenceToken of an InvalidSequenceTokenException (services that still use tokens).", label),
 		created: counter(opts.Registerer, "forwarder_cloudwatch_created_total", "Log groups and streams created.", label),
-		puts:    counter(opts.Registerer, "forwarder_cloudwatch_put_log_events_total", "PutLogEvents calls that succeeded.", label),
-		events:  counter(opts.Registerer, "forwarder_cloudwatch_events_total", "Log events accepted (a split message counts each part).", label),
+		splitCalls: counter(opts.Registerer, "forwarder_cloudwatch_split_calls_total",
+			"PutLogEvents calls the service refused whole (InvalidParameterException, naming no event) and that were sent again in halves, so that only the events it refuses are dead-lettered.", label),
+		puts:   counter(opts.Registerer, "forwarder_cloudwatch_put_log_events_total", "PutLogEvents calls that succeeded.", label),
+		events: counter(opts.Registerer, "forwarder_cloudwatch_events_total", "Log events accepted (a split message counts each part).", label),
 		indoubt: counterVec(opts.Registerer, "forwarder_cloudwatch_indoubt_calls_total",
 			"PutLogEvents calls a crash left in doubt, resolved at start by reading the stream back: delivered (every event found, none sent again), resent (none found), partial (those not found sent again), unresolved (sent again without knowing: GetLogEvents refused, or the WAL no longer holds the call's records).",
 			label, "result"),
