@@ -122,3 +122,26 @@ func ClockSkew(err error) bool {
 func NoCredentialsHelp(err error) error {
 	return fmt.Errorf("no AWS credentials: give the service credentials (on EKS, the ServiceAccount's IAM role annotation eks.amazonaws.com/role-arn or an EKS Pod Identity association; elsewhere AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a shared config profile, or an instance role); `forwarder check` says which source it finds: %w", err)
 }
+
+// Expired reports whether err is the service refusing credentials that
+// expired: session credentials a cache kept a moment too long (the clock
+// behind, a refresh at the edge), or ones nothing refreshes.
+func Expired(err error) bool {
+	var ae smithy.APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.ErrorCode() {
+	case "ExpiredToken", "ExpiredTokenException", "TokenRefreshRequired":
+		return true
+	}
+	return false
+}
+
+// Invalidate makes a credentials cache (the SDK's aws.CredentialsCache)
+// fetch its credentials again at the next call; other providers are left.
+func Invalidate(p any) {
+	if c, ok := p.(interface{ Invalidate() }); ok {
+		c.Invalidate()
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1209,5 +1210,50 @@ func TestRefusedCallSplit(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(e.sink.m.splitCalls); n < 1 || n > 7 {
 		t.Errorf("%v calls split, want about log2(40)", n)
+	}
+}
+
+// Credentials the service answers have expired (ExpiredTokenException: a
+// cache kept them a moment too long) are fetched again and the call is
+// retried: no pause, nothing lost or doubled.
+func TestExpiredCredentialsFetchedAgain(t *testing.T) {
+	e := newEnv(t, nil)
+	var mu sync.Mutex
+	refused := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		first := refused == 0 && r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents"
+		if first {
+			refused++
+		}
+		mu.Unlock()
+		if !first {
+			e.emu.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.Header().Set("X-Amzn-ErrorType", "ExpiredTokenException")
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"__type":"ExpiredTokenException","message":"The security token included in the request is expired"}`)
+	}))
+	t.Cleanup(srv.Close)
+	var fetched atomic.Int32
+	awsCfg := staticAWS()
+	awsCfg.Credentials = aws.NewCredentialsCache(aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		fetched.Add(1)
+		return aws.Credentials{AccessKeyID: "AKIDTEST", SecretAccessKey: "secret", SessionToken: "t", CanExpire: true, Expires: time.Now().Add(time.Hour)}, nil
+	}))
+	var err error
+	if e.sink, err = New(context.Background(), "cw", streamCfg(srv.URL), Options{Hostname: "host1", AWS: awsCfg, Registerer: prometheus.NewRegistry()}); err != nil {
+		t.Fatal(err)
+	}
+	e.appendLines(10, time.Now(), "m")
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.expectOnce(10, "m")
+	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "retryable", "ExpiredTokenException")); n != 1 {
+		t.Errorf("%v retries for the expired credentials, want 1", n)
+	}
+	if fetched.Load() < 2 {
+		t.Errorf("credentials fetched %d times: not again after the service said they expired", fetched.Load())
 	}
 }

@@ -131,6 +131,9 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		res, err := s.api.PutLogEvents(cctx, in, opt)
 		cancel()
+		if awserr.Expired(err) {
+			awserr.Invalidate(s.creds)
+		}
 		if err == nil {
 			s.m.puts.Inc()
 			s.known.put(key, "")
@@ -229,8 +232,10 @@ func classify(err error, group, stream string) error {
 		case "UnrecognizedClientException", "InvalidClientTokenId", "InvalidSignatureException", "IncompleteSignature",
 			"MissingAuthenticationTokenException", "MissingAuthenticationToken", "SignatureDoesNotMatch":
 			return sinks.NewSinkPermanent(code, fmt.Errorf("AWS does not accept the credentials: check the credential chain (environment, shared config, web identity, instance profile): %w", err))
-		case "ExpiredTokenException", "ExpiredToken":
-			return sinks.NewSinkPermanent(code, fmt.Errorf("the AWS credentials have expired: refresh them: %w", err))
+		case "ExpiredTokenException", "ExpiredToken", "TokenRefreshRequired":
+			// The sink had its credentials fetched again (expired): the
+			// next try uses new ones; if it lasts, nothing refreshes them.
+			return sinks.NewRetryable(code, fmt.Errorf("the AWS credentials had expired; they are fetched again for the next try (should this last, renew them or give the service a role that refreshes them): %w", err))
 		case "InvalidParameterException":
 			return sinks.NewRecordPermanent(code, err)
 		case "ResourceNotFoundException":

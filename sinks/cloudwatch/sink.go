@@ -82,6 +82,9 @@ type Sink struct {
 	keySeed   maphash.Seed
 
 	m metrics
+	// creds are the client's credentials, invalidated when the service
+	// answers that they expired (awserr.Expired).
+	creds aws.CredentialsProvider
 }
 
 type metrics struct {
@@ -166,6 +169,7 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 			tr.ResponseHeaderTimeout = callTimeout
 		})
 	}
+	s.creds = awsCfg.Credentials
 	s.api = cloudwatchlogs.NewFromConfig(awsCfg, func(o *cloudwatchlogs.Options) {
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)

@@ -11,6 +11,7 @@ import (
 
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
@@ -93,6 +94,16 @@ func (s *Sink) classify(err error) error {
 		return sinks.NewThrottled(code, retryAfter(re), err)
 	}
 	switch code {
+	case "ExpiredToken", "TokenRefreshRequired":
+		// Session credentials a cache kept a moment too long: fetched
+		// again for the next try. Should it last, nothing refreshes them.
+		if c, ok := s.api.(interface{ Options() s3.Options }); ok {
+			awserr.Invalidate(c.Options().Credentials)
+		}
+		return sinks.NewRetryable(code, &actionError{
+			msg:  fmt.Sprintf("the AWS credentials had expired (%s); they are fetched again for the next try (should this last, renew them or give the forwarder a role or profile that refreshes them)", code),
+			code: code, err: err,
+		})
 	case "KMS.KMSInternalException", "KMS.DependencyTimeoutException", "KMS.KeyUnavailableException", "InvalidPart":
 		// KMS failing for a moment behind S3; a multipart upload's part
 		// S3 lost (the next attempt begins the upload again).
@@ -136,8 +147,8 @@ func (s *Sink) advice(code string) string {
 		return fmt.Sprintf("AWS does not know the access key (InvalidAccessKeyId): fix the forwarder's credentials for sinks[%s]", n)
 	case code == "SignatureDoesNotMatch":
 		return fmt.Sprintf("the secret key does not match the access key (SignatureDoesNotMatch): fix the forwarder's credentials for sinks[%s]", n)
-	case code == "ExpiredToken" || code == "TokenRefreshRequired" || code == "InvalidToken":
-		return fmt.Sprintf("the session credentials expired or are invalid (%s): renew them, or give the forwarder a role or profile that refreshes them", code)
+	case code == "InvalidToken":
+		return fmt.Sprintf("the session credentials are invalid (%s): renew them, or give the forwarder a role or profile that refreshes them", code)
 	case strings.HasPrefix(code, "KMS.") || strings.HasPrefix(code, "KMS") && strings.Contains(code, "Disabled"):
 		return fmt.Sprintf("KMS refused to encrypt for bucket %s (%s): enable the key and allow kms:GenerateDataKey to the forwarder, or fix sinks[%s].kms_key_id", b, code, n)
 	case code == "PermanentRedirect" || code == "AuthorizationHeaderMalformed" || code == "IllegalLocationConstraintException":
