@@ -1084,7 +1084,8 @@ func TestClockSkewRetried(t *testing.T) {
 // A role without logs:CreateLogGroup writing to a group made elsewhere
 // (by Terraform, say): the refused CreateLogGroup does not pause the sink,
 // the streams are made in the group that is there, and the group is known
-// from then on (one CreateLogGroup for its three streams).
+// from then on: a later new stream makes no CreateLogGroup (the first
+// three, made at once, may each have tried one).
 func TestGroupMadeElsewhereWithoutCreateLogGroup(t *testing.T) {
 	e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) { c.LogStream = "${tag}" }})
 	p.setAnswer("CreateLogGroup", "AccessDeniedException")
@@ -1100,13 +1101,19 @@ func TestGroupMadeElsewhereWithoutCreateLogGroup(t *testing.T) {
 		e.append(wal.Record{Time: time.Now().UnixNano(), Tag: tag, Body: []byte(`{"log":"` + tag + `"}`)})
 	}
 	e.rerun(cfg)
-	for _, tag := range []string{"a", "b", "c"} {
+	if n := p.count("CreateLogGroup") - before; n < 1 || n > 3 {
+		t.Errorf("%d CreateLogGroup calls for three new streams, want 1 to 3", n)
+	}
+	before = p.count("CreateLogGroup")
+	e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "d", Body: []byte(`{"log":"d"}`)})
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()}) // the same sink
+	for _, tag := range []string{"a", "b", "c", "d"} {
 		if got := e.copies("g", tag); got[`{"log":"`+tag+`"}`] != 1 {
 			t.Errorf("stream %s holds %v", tag, got)
 		}
 	}
-	if n := p.count("CreateLogGroup") - before; n != 1 {
-		t.Errorf("%d CreateLogGroup calls for three streams of a group that exists, want 1", n)
+	if n := p.count("CreateLogGroup") - before; n != 0 {
+		t.Errorf("%d CreateLogGroup calls for a new stream of a group known to exist, want 0", n)
 	}
 }
 
