@@ -170,10 +170,14 @@
 //
 // ThrottlingException is throttled (every stream of the sink backs off and
 // fewer are sent at once); AccessDeniedException, UnrecognizedClient,
-// invalid or expired credentials, and a missing group or stream that the
-// sink may not create pause the sink (sink-permanent); an
-// InvalidParameterException that checks before sending did not foresee
-// dead-letters that call's records; network errors and 5xx are retried.
+// invalid credentials, and a missing group or stream that the sink may not
+// create pause the sink (sink-permanent); a PutLogEvents refused whole with
+// an InvalidParameterException that checks before sending did not foresee
+// is sent again in halves (at most 64 splits a batch) and dead-letters
+// only the events refused alone; network errors, 5xx, clock skew, expired
+// credentials (fetched again), a credential service failing for a moment,
+// and creations refused for the sink's settings or the group quota are
+// retried.
 //
 // # Metrics
 //
@@ -183,6 +187,7 @@
 // retention; outcome created, exists, throttled or failed),
 // forwarder_cloudwatch_creations_waiting (streams waiting for creation),
 // forwarder_cloudwatch_sequence_token_retries_total,
+// forwarder_cloudwatch_split_calls_total,
 // forwarder_cloudwatch_name_fallback_total,
 // forwarder_cloudwatch_name_sanitised_total, and
 // forwarder_cloudwatch_indoubt_calls_total{result} (delivered, resent,

@@ -210,6 +210,20 @@ func (is *intents) done(partition string, last uint64) [][]byte {
 	return keys
 }
 
+// rejected reports whether one of the partition's intents whose records
+// are all at or before last holds events the service refused: a delivered
+// mark would skip their records, which must be dead-lettered instead.
+func (is *intents) rejected(partition string, last uint64) bool {
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	for _, in := range is.byPart[partition] {
+		if in.Last <= last && len(in.Rejected) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // has reports whether in is still one of the intents.
 func (is *intents) has(in *intent) bool {
 	is.mu.Lock()

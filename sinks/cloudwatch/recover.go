@@ -201,9 +201,12 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string,
 	case len(missing) == len(call):
 		s.log.Debug("a call in doubt did not land: it is sent again", "sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events)
 		return resultResent, len(call), s.forget(ctx, st, in)
-	case len(missing) == 0 && covered:
+	case len(missing) == 0 && covered && !s.intents.rejected(p, in.Last):
 		// All that was left of the batch: a delivered mark makes the
-		// drainer skip its records.
+		// drainer skip its records. (With events an earlier call of the
+		// batch had refused, the intent is kept delivered instead: the
+		// batch is sent again, its delivered calls skipped, and the
+		// refused events dead-lettered.)
 		keys := s.intents.done(p, in.Last)
 		if err := st.Delivered(ctx, p, in.Last, keys); err != nil {
 			return "", 0, sinks.NewRetryable("state", fmt.Errorf("record delivery of the call in doubt to stream %q of group %q: %w", in.Stream, in.Group, err))
@@ -307,6 +310,9 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 		pageCtx, cancel := context.WithTimeout(ctx, readTimeout)
 		out, err := s.api.GetLogEvents(pageCtx, input)
 		cancel()
+		if awserr.Expired(err) {
+			awserr.Invalidate(s.creds)
+		}
 		if err != nil {
 			var missing *types.ResourceNotFoundException
 			var ae smithy.APIError

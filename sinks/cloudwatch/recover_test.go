@@ -1149,11 +1149,12 @@ func testGroupRefusedRetries(t *testing.T, code, says string) {
 }
 
 // runUntil runs a drainer of the sink until cond holds of it (or 10 s have
-// passed, which fails the test), then stops it and returns it.
+// passed, which fails the test), then stops it, cancelling its sends at
+// once, and returns it.
 func (e *env) runUntil(cond func(*queue.Drainer) bool) *queue.Drainer {
 	e.t.Helper()
 	d := queue.New(e.w, "cw", e.sink, queue.Options{Metrics: e.qm, RetryMin: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
-		Fingerprint: e.sink.Fingerprint()})
+		ShutdownTimeout: 10 * time.Millisecond, Fingerprint: e.sink.Fingerprint()})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -1262,5 +1263,100 @@ func TestExpiredCredentialsFetchedAgain(t *testing.T) {
 	}
 	if fetched.Load() < 2 {
 		t.Errorf("credentials fetched %d times: not again after the service said they expired", fetched.Load())
+	}
+}
+
+// A refused event of an earlier call of the batch is dead-lettered, not
+// skipped, when a crash interrupts a later call that landed: Recover finds
+// that call in the stream, and keeps its intent delivered instead of
+// marking the batch delivered, so the batch is read again and the event
+// dead-lettered.
+func TestRefusedEventSurvivesCrash(t *testing.T) {
+	e := newEnv(t, nil)
+	var hung atomic.Int32
+	stop := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		put := r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents"
+		switch {
+		case put && bytes.Contains(body, []byte("POISON")):
+			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+			w.Header().Set("X-Amzn-ErrorType", "InvalidParameterException")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"__type":"InvalidParameterException","message":"Log event too large"}`)
+		case put && bytes.Contains(body, []byte(`m9`)) && hung.Load() == 0:
+			// It lands, and its answer is lost to the crash.
+			e.emu.ServeHTTP(httptest.NewRecorder(), r.Clone(context.WithoutCancel(r.Context())))
+			hung.Add(1)
+			select {
+			case <-r.Context().Done():
+			case <-stop:
+			}
+		default:
+			e.emu.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(func() { close(stop); srv.CloseClientConnections(); srv.Close() })
+	cfg := streamCfg(srv.URL)
+	e.restart(cfg)
+	var recs []wal.Record
+	now := time.Now()
+	for i := range 10 {
+		msg := fmt.Sprintf("m%d", i)
+		if i == 3 {
+			msg = "POISON"
+		}
+		recs = append(recs, wal.Record{Time: now.Add(time.Duration(i) * time.Millisecond).UnixNano(), Tag: "t", Body: fmt.Appendf(nil, `{"log":%q}`, msg)})
+	}
+	e.append(recs...)
+	e.runUntil(func(*queue.Drainer) bool { return hung.Load() == 1 })
+	e.rerun(cfg)
+	got := e.copies("g", "s")
+	for i := range 10 {
+		if i == 3 {
+			continue
+		}
+		if msg := fmt.Sprintf(`{"log":"m%d"}`, i); got[msg] != 1 {
+			t.Errorf("%s stored %d times, want 1", msg, got[msg])
+		}
+	}
+	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 1 {
+		t.Errorf("%v records dead-lettered after the crash, want 1 (the refused one)", n)
+	}
+}
+
+// A service that refuses every event whole (a rule of its own) costs at
+// most maxSplits splits a batch, not 2n-1 calls: the rest is dead-lettered
+// whole, as without splitting.
+func TestRefusedEverythingSplitsBounded(t *testing.T) {
+	e := newEnv(t, nil)
+	var puts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" {
+			puts.Add(1)
+			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+			w.Header().Set("X-Amzn-ErrorType", "InvalidParameterException")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"__type":"InvalidParameterException","message":"refused"}`)
+			return
+		}
+		e.emu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	e.restart(streamCfg(srv.URL))
+	e.appendLines(1000, time.Now(), "m")
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	if n := testutil.ToFloat64(e.sink.m.splitCalls); n != maxSplits {
+		t.Errorf("%v splits, want %d", n, maxSplits)
+	}
+	if n := puts.Load(); n > 2*maxSplits+2 {
+		t.Errorf("%d PutLogEvents for a batch of 1,000 refused events, want at most %d", n, 2*maxSplits+2)
+	}
+	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 1000 {
+		t.Errorf("%v dead letters, want 1,000", n)
 	}
 }

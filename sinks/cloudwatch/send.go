@@ -44,6 +44,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	defer releaseEvents(evs)
 	out.Rejected = append(out.Rejected, rejected...)
 	cs := calls(evs)
+	splits := 0
 	for i := 0; i < len(cs); i++ {
 		call := cs[i]
 		tok, _ := s.tokens.get(group + "\x00" + stream)
@@ -60,11 +61,12 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 			if !errors.As(err, &e) || e.Class != sinks.RecordPermanent {
 				return sinks.Outcome{}, err
 			}
-			if len(call) > 1 {
+			if len(call) > 1 && splits < maxSplits {
 				// The service refused the call without saying for which
 				// event (InvalidParameterException): its halves are sent in
 				// its place, the first under its intent's key, so that only
 				// the events it refuses are dead-lettered.
+				splits++
 				s.m.splitCalls.Inc()
 				half := len(call) / 2
 				cs = slices.Replace(cs, i, i+1, call[:half], call[half:])
@@ -92,6 +94,12 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	out.DeleteState = s.intents.done(b.Partition, b.Last())
 	return out, nil
 }
+
+// maxSplits bounds the calls a batch splits (about 14 find one refused
+// event among 10,000): a refusal of every event (a rule of a compatible
+// service's own) dead-letters the rest whole instead of sending 2n-1
+// calls.
+const maxSplits = 64
 
 // callTimeout bounds one call of the CloudWatch Logs API (PutLogEvents or
 // a creation): a call that has no answer by then (an endpoint or proxy that

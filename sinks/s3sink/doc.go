@@ -228,11 +228,13 @@
 //   - retryable: other 5xx, RequestTimeout, InternalError, OperationAborted,
 //     409s (ConditionalRequestConflict among them), BadDigest and other
 //     corruptions in transit, NoSuchUpload (an
-//     upload aborted under us), RequestTimeTooSkewed, network errors and
-//     timeouts (a minute per call plus a second per MiB);
+//     upload aborted under us), RequestTimeTooSkewed and other clock skew,
+//     ExpiredToken (the credentials fetched again), KMS failing for a
+//     moment, InvalidPart, network errors and timeouts (a minute per call
+//     plus a second per MiB);
 //   - record-permanent: KeyTooLongError, EntityTooLarge;
 //   - sink-permanent: NoSuchBucket, AccessDenied, InvalidAccessKeyId,
-//     SignatureDoesNotMatch, ExpiredToken, KMS.* and *Disabled KMS codes, a
+//     SignatureDoesNotMatch, InvalidToken, other KMS.* and *Disabled KMS codes, a
 //     bucket in another region, InvalidStorageClass,
 //     AccessControlListNotSupported, InvalidTag, NotImplemented, a key that
 //     holds another writer's object (PreconditionFailed, see Conditional
