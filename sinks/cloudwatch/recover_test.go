@@ -1052,32 +1052,46 @@ func TestHungCallsTimeOut(t *testing.T) {
 // offset, and the next call, signed with it, lands.
 func TestClockSkewRetried(t *testing.T) {
 	e := newEnv(t, nil)
+	refused := e.refuseFirstPut(t, "InvalidSignatureException", "Signature expired: 20261202T230000Z is now earlier than 20261202T230500Z", time.Hour)
+	e.appendLines(10, time.Now(), "m")
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.expectOnce(10, "m")
+	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "retryable", "clock_skew")); n != 1 || refused() != 1 {
+		t.Errorf("%v retries for clock skew after %d refusals, want 1", n, refused())
+	}
+}
+
+// refuseFirstPut puts a server before the emulator that answers the first
+// PutLogEvents with the error code (its Date header ahead by skew) and
+// passes every other request; the sink is started anew on it, and e.url
+// is its URL from then on. It returns how many it refused.
+func (e *env) refuseFirstPut(t *testing.T, code, msg string, skew time.Duration) (refused func() int) {
 	var mu sync.Mutex
-	refused := 0
+	n := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
-		first := refused == 0 && r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents"
+		first := n == 0 && r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents"
 		if first {
-			refused++
+			n++
 		}
 		mu.Unlock()
 		if !first {
 			e.emu.ServeHTTP(w, r)
 			return
 		}
-		w.Header().Set("Date", time.Now().Add(time.Hour).UTC().Format(http.TimeFormat))
+		w.Header().Set("Date", time.Now().Add(skew).UTC().Format(http.TimeFormat))
 		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-		w.Header().Set("X-Amzn-ErrorType", "InvalidSignatureException")
+		w.Header().Set("X-Amzn-ErrorType", code)
 		w.WriteHeader(http.StatusBadRequest)
-		io.WriteString(w, `{"__type":"InvalidSignatureException","message":"Signature expired: 20261202T230000Z is now earlier than 20261202T230500Z"}`)
+		fmt.Fprintf(w, `{"__type":%q,"message":%q}`, code, msg)
 	}))
 	t.Cleanup(srv.Close)
+	e.url = srv.URL
 	e.restart(streamCfg(srv.URL))
-	e.appendLines(10, time.Now(), "m")
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
-	e.expectOnce(10, "m")
-	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "retryable", "clock_skew")); n != 1 || refused != 1 {
-		t.Errorf("%v retries for clock skew after %d refusals, want 1", n, refused)
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return n
 	}
 }
 
@@ -1226,25 +1240,7 @@ func TestRefusedCallSplit(t *testing.T) {
 // retried: no pause, nothing lost or doubled.
 func TestExpiredCredentialsFetchedAgain(t *testing.T) {
 	e := newEnv(t, nil)
-	var mu sync.Mutex
-	refused := 0
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		first := refused == 0 && r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents"
-		if first {
-			refused++
-		}
-		mu.Unlock()
-		if !first {
-			e.emu.ServeHTTP(w, r)
-			return
-		}
-		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-		w.Header().Set("X-Amzn-ErrorType", "ExpiredTokenException")
-		w.WriteHeader(http.StatusBadRequest)
-		io.WriteString(w, `{"__type":"ExpiredTokenException","message":"The security token included in the request is expired"}`)
-	}))
-	t.Cleanup(srv.Close)
+	e.refuseFirstPut(t, "ExpiredTokenException", "The security token included in the request is expired", 0)
 	var fetched atomic.Int32
 	awsCfg := staticAWS()
 	awsCfg.Credentials = aws.NewCredentialsCache(aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
@@ -1252,7 +1248,7 @@ func TestExpiredCredentialsFetchedAgain(t *testing.T) {
 		return aws.Credentials{AccessKeyID: "AKIDTEST", SecretAccessKey: "secret", SessionToken: "t", CanExpire: true, Expires: time.Now().Add(time.Hour)}, nil
 	}))
 	var err error
-	if e.sink, err = New(context.Background(), "cw", streamCfg(srv.URL), Options{Hostname: "host1", AWS: awsCfg, Registerer: prometheus.NewRegistry()}); err != nil {
+	if e.sink, err = New(context.Background(), "cw", streamCfg(e.url), Options{Hostname: "host1", AWS: awsCfg, Registerer: prometheus.NewRegistry()}); err != nil {
 		t.Fatal(err)
 	}
 	e.appendLines(10, time.Now(), "m")
