@@ -92,7 +92,9 @@ func (s *Sink) create(ctx context.Context, group, stream string) error {
 		}
 	}
 	if !s.cfg.CreateStream {
-		return sinks.NewSinkPermanent("ResourceNotFoundException", fmt.Errorf(
+		// That stream's records wait, retried, until someone makes it;
+		// the other streams go on.
+		return sinks.NewRetryable("ResourceNotFoundException", fmt.Errorf(
 			"log stream %q of group %q does not exist and create_stream is false: create it or set create_stream: true in sink %q", stream, group, s.name))
 	}
 	err := s.createCall(ctx, kindStream, s.creates.streams, func(ctx context.Context) error {
@@ -116,7 +118,7 @@ func (s *Sink) create(ctx context.Context, group, stream string) error {
 		s.known.delete(groupKey) // deleted behind our back: create it on the next try
 		return sinks.NewRetryable("ResourceNotFoundException", fmt.Errorf("log group %q vanished: %w", group, err))
 	case errors.As(err, &missing):
-		return sinks.NewSinkPermanent("ResourceNotFoundException", fmt.Errorf(
+		return sinks.NewRetryable("ResourceNotFoundException", fmt.Errorf(
 			"log group %q does not exist and create_group is false: create the group or set create_group: true in sink %q", group, s.name))
 	}
 	return s.classifyCreate(err, "CreateLogStream", group, stream)

@@ -169,9 +169,10 @@
 // # Errors
 //
 // ThrottlingException is throttled (every stream of the sink backs off and
-// fewer are sent at once); AccessDeniedException, UnrecognizedClient,
-// invalid credentials, and a missing group or stream that the sink may not
-// create pause the sink (sink-permanent); a PutLogEvents refused whole with
+// fewer are sent at once); AccessDeniedException, UnrecognizedClient and
+// invalid credentials pause the sink (sink-permanent); a missing group or
+// stream that the sink may not create holds back its own records
+// (retried); a PutLogEvents refused whole with
 // an InvalidParameterException that checks before sending did not foresee
 // is sent again in halves (at most 64 splits a batch) and dead-letters
 // only the events refused alone; network errors, 5xx, clock skew, expired

@@ -1356,3 +1356,36 @@ func TestRefusedEverythingSplitsBounded(t *testing.T) {
 		t.Errorf("%v dead letters, want 1,000", n)
 	}
 }
+
+// With create_stream false, a stream that does not exist holds back its
+// own records only: they are retried, with an error that says to make the
+// stream, while the streams that exist go on; once it is made, they land.
+func TestMissingStreamWithoutCreateHoldsOnlyItself(t *testing.T) {
+	e, _, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) { c.LogStream, c.CreateStream = "${tag}", false }})
+	cl := cwl.New(cwl.Options{Region: "us-east-1", BaseEndpoint: aws.String(e.url), Credentials: staticAWS().Credentials})
+	ctx := context.Background()
+	if _, err := cl.CreateLogGroup(ctx, &cwl.CreateLogGroupInput{LogGroupName: aws.String("g")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateLogStream(ctx, &cwl.CreateLogStreamInput{LogGroupName: aws.String("g"), LogStreamName: aws.String("there")}); err != nil {
+		t.Fatal(err)
+	}
+	e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "missing", Body: []byte(`{"log":"m"}`)})
+	e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "there", Body: []byte(`{"log":"t"}`)})
+	d := e.runUntil(func(d *queue.Drainer) bool {
+		return len(e.emu.Events("g", "there")) == 1 && testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "retryable", "ResourceNotFoundException")) >= 2
+	})
+	if st := d.Status(); st.State == "paused" || !strings.Contains(st.LastError, "create_stream is false") {
+		t.Errorf("status %+v: want the sink going on, the error saying create_stream is false", st)
+	}
+	if _, err := cl.CreateLogStream(ctx, &cwl.CreateLogStreamInput{LogGroupName: aws.String("g"), LogStreamName: aws.String("missing")}); err != nil {
+		t.Fatal(err)
+	}
+	e.rerun(cfg)
+	if got := e.copies("g", "missing"); got[`{"log":"m"}`] != 1 {
+		t.Errorf("stream missing holds %v once made", got)
+	}
+	if got := e.copies("g", "there"); got[`{"log":"t"}`] != 1 {
+		t.Errorf("stream there holds %v", got)
+	}
+}
