@@ -142,9 +142,12 @@ func (s *Sink) classifyCreate(err error, op, group, stream string) error {
 	var ae smithy.APIError
 	switch {
 	case errors.As(err, &ae) && ae.ErrorCode() == "InvalidParameterException":
-		return sinks.NewRetryable(ae.ErrorCode(), fmt.Errorf(
-			"%s refused the parameters of log group %q, stream %q: check kms_key_id (the key must be enabled and allow CloudWatch Logs), tags and log_group_class of sink %q: %w",
-			op, group, stream, s.name, awserr.Clean(err)))
+		check := "kms_key_id (the key must be enabled and allow CloudWatch Logs), tags and log_group_class"
+		if op == "CreateLogStream" {
+			check = "the stream name log_stream renders"
+		}
+		return sinks.NewRetryable(ae.ErrorCode(), fmt.Errorf("%s refused the parameters of log group %q, stream %q: check %s of sink %q: %w",
+			op, group, stream, check, s.name, awserr.Clean(err)))
 	case errors.As(err, &ae) && ae.ErrorCode() == "LimitExceededException":
 		// The account's quota of log groups, not a rate: it does not pass
 		// by itself, and taken for throttling it would slow every stream.

@@ -1194,10 +1194,7 @@ func TestRefusedCallSplit(t *testing.T) {
 			return
 		}
 		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && bytes.Contains(body, []byte("POISON")) {
-			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-			w.Header().Set("X-Amzn-ErrorType", "InvalidParameterException")
-			w.WriteHeader(http.StatusBadRequest)
-			io.WriteString(w, `{"__type":"InvalidParameterException","message":"Log event too large"}`)
+			refuseEvent(w)
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -1205,16 +1202,7 @@ func TestRefusedCallSplit(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	e.restart(streamCfg(srv.URL))
-	var recs []wal.Record
-	now := time.Now()
-	for i := range 40 {
-		msg := fmt.Sprintf("m%d", i)
-		if i == 17 {
-			msg = "POISON"
-		}
-		recs = append(recs, wal.Record{Time: now.Add(time.Duration(i) * time.Millisecond).UnixNano(), Tag: "t", Body: fmt.Appendf(nil, `{"log":%q}`, msg)})
-	}
-	e.append(recs...)
+	e.append(poisoned(40, 17)...)
 	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
 	got := e.copies("g", "s")
 	for i := range 40 {
@@ -1280,10 +1268,7 @@ func TestRefusedEventSurvivesCrash(t *testing.T) {
 		put := r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents"
 		switch {
 		case put && bytes.Contains(body, []byte("POISON")):
-			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-			w.Header().Set("X-Amzn-ErrorType", "InvalidParameterException")
-			w.WriteHeader(http.StatusBadRequest)
-			io.WriteString(w, `{"__type":"InvalidParameterException","message":"Log event too large"}`)
+			refuseEvent(w)
 		case put && bytes.Contains(body, []byte(`m9`)) && hung.Load() == 0:
 			// It lands, and its answer is lost to the crash.
 			e.emu.ServeHTTP(httptest.NewRecorder(), r.Clone(context.WithoutCancel(r.Context())))
@@ -1299,16 +1284,7 @@ func TestRefusedEventSurvivesCrash(t *testing.T) {
 	t.Cleanup(func() { close(stop); srv.CloseClientConnections(); srv.Close() })
 	cfg := streamCfg(srv.URL)
 	e.restart(cfg)
-	var recs []wal.Record
-	now := time.Now()
-	for i := range 10 {
-		msg := fmt.Sprintf("m%d", i)
-		if i == 3 {
-			msg = "POISON"
-		}
-		recs = append(recs, wal.Record{Time: now.Add(time.Duration(i) * time.Millisecond).UnixNano(), Tag: "t", Body: fmt.Appendf(nil, `{"log":%q}`, msg)})
-	}
-	e.append(recs...)
+	e.append(poisoned(10, 3)...)
 	e.runUntil(func(*queue.Drainer) bool { return hung.Load() == 1 })
 	e.rerun(cfg)
 	got := e.copies("g", "s")
@@ -1334,10 +1310,7 @@ func TestRefusedEverythingSplitsBounded(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" {
 			puts.Add(1)
-			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-			w.Header().Set("X-Amzn-ErrorType", "InvalidParameterException")
-			w.WriteHeader(http.StatusBadRequest)
-			io.WriteString(w, `{"__type":"InvalidParameterException","message":"refused"}`)
+			refuseEvent(w)
 			return
 		}
 		e.emu.ServeHTTP(w, r)
@@ -1388,4 +1361,28 @@ func TestMissingStreamWithoutCreateHoldsOnlyItself(t *testing.T) {
 	if got := e.copies("g", "there"); got[`{"log":"t"}`] != 1 {
 		t.Errorf("stream there holds %v", got)
 	}
+}
+
+// poisoned is n records of stream g/s, a millisecond apart, with messages
+// m0 .. m<n-1>, but for the one at bad, whose message is POISON.
+func poisoned(n, bad int) []wal.Record {
+	var recs []wal.Record
+	now := time.Now()
+	for i := range n {
+		msg := fmt.Sprintf("m%d", i)
+		if i == bad {
+			msg = "POISON"
+		}
+		recs = append(recs, wal.Record{Time: now.Add(time.Duration(i) * time.Millisecond).UnixNano(), Tag: "t", Body: fmt.Appendf(nil, `{"log":%q}`, msg)})
+	}
+	return recs
+}
+
+// refuseEvent answers a PutLogEvents as CloudWatch Logs refuses a call
+// whole, naming no event.
+func refuseEvent(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+	w.Header().Set("X-Amzn-ErrorType", "InvalidParameterException")
+	w.WriteHeader(http.StatusBadRequest)
+	io.WriteString(w, `{"__type":"InvalidParameterException","message":"Log event too large"}`)
 }
