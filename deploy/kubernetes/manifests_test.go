@@ -847,6 +847,10 @@ func checkPDB(b *bundle) []string {
 	if mu == nil || mu.Type != intstr.Int || mu.IntVal < 1 || mu.IntVal >= replicas {
 		return []string{fmt.Sprintf("maxUnavailable %v: want a number of replicas from 1 to %d", mu, replicas-1)}
 	}
+	// Unready replicas (full WALs) must not block drains: their records are on their volumes.
+	if pol := b.pdb.Spec.UnhealthyPodEvictionPolicy; pol == nil || *pol != policyv1.AlwaysAllow {
+		return []string{"unhealthyPodEvictionPolicy is not AlwaysAllow: replicas whose WALs are full would block node drains"}
+	}
 	return nil
 }
 
@@ -854,6 +858,10 @@ func checkPDB(b *bundle) []string {
 func checkImage(b *bundle) []string {
 	for _, im := range b.kust.Images {
 		if im.Name == container(b).Image && im.NewName != "" {
+			// A node keeps the image it pulled first under a tag that moves.
+			if (im.NewTag == "" || im.NewTag == "latest") && container(b).ImagePullPolicy != corev1.PullAlways {
+				return []string{fmt.Sprintf("image tag %q moves, and imagePullPolicy %s keeps each node's first pull of it", im.NewTag, container(b).ImagePullPolicy)}
+			}
 			return nil
 		}
 	}
