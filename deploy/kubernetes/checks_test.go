@@ -55,8 +55,10 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 		{"probes", "no readiness probe", func(b *bundle) { container(b).ReadinessProbe = nil }, "readinessProbe: missing"},
 		{"shutdown", "a grace period equal to shutdown_timeout", func(b *bundle) {
 			b.sts.Spec.Template.Spec.TerminationGracePeriodSeconds = ptr(int64(60))
-		}, "is not above shutdown_timeout"},
-		{"shutdown", "a shutdown_timeout above the grace period", func(b *bundle) { b.cfg.ShutdownTimeout = config.Duration(100e9) }, "is not above shutdown_timeout"},
+		}, "is not above the preStop sleep"},
+		{"shutdown", "a shutdown_timeout above the grace period", func(b *bundle) { b.cfg.ShutdownTimeout = config.Duration(100e9) }, "is not above the preStop sleep"},
+		{"shutdown", "a preStop sleep that eats the grace period", func(b *bundle) { container(b).Lifecycle.PreStop.Sleep.Seconds = 40 }, "is not above the preStop sleep 40s"},
+		{"shutdown", "no preStop sleep", func(b *bundle) { container(b).Lifecycle = nil }, "no preStop sleep"},
 		{"memory", "a memory limit equal to memory_limit", func(b *bundle) {
 			container(b).Resources.Limits[corev1.ResourceMemory] = resource.MustParse("256Mi")
 		}, "is not above memory_limit"},

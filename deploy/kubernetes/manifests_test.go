@@ -567,10 +567,17 @@ func checkShutdown(b *bundle) []string {
 	if b.cfg == nil {
 		return []string{"no configuration to compare with"}
 	}
+	// A pod leaves the Services' endpoints as it begins to stop; clients and nodes learn
+	// of it over seconds, which the preStop sleep waits out before SIGTERM.
+	c := container(b)
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Sleep.Seconds < 1 {
+		return []string{"no preStop sleep: connections routed to a stopping pod before its endpoints were removed everywhere would be refused"}
+	}
+	sleep := time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
 	grace := b.sts.Spec.Template.Spec.TerminationGracePeriodSeconds
 	timeout := time.Duration(b.cfg.ShutdownTimeout)
-	if grace == nil || time.Duration(*grace)*time.Second <= timeout {
-		return []string{fmt.Sprintf("terminationGracePeriodSeconds %v is not above shutdown_timeout %s: the SIGKILL would cut the drain", derefInt(grace), timeout)}
+	if grace == nil || time.Duration(*grace)*time.Second <= sleep+timeout {
+		return []string{fmt.Sprintf("terminationGracePeriodSeconds %v is not above the preStop sleep %s and shutdown_timeout %s: the SIGKILL would cut the drain", derefInt(grace), sleep, timeout)}
 	}
 	return nil
 }
