@@ -26,6 +26,9 @@ import (
 
 const contentType = "application/x-ndjson"
 
+// abortAfterStop bounds an abort made once the send was cancelled.
+const abortAfterStop = 500 * time.Millisecond
+
 // callTimeout bounds one upload call: a minute, plus a second per MiB (a
 // connection slower than 1 MiB/s is treated as broken and retried).
 func callTimeout(n int64) time.Duration {
@@ -220,9 +223,15 @@ func (s *Sink) sendParts(ctx context.Context, in *intent, body *io.SectionReader
 
 // abort aborts a multipart upload. One that no longer exists (completed,
 // aborted, expired) is not an error. It runs even when ctx has ended (a
-// shutdown), for a short while.
+// send cancelled by the stop), for half a second then (abortAfterStop):
+// the stop's deadline is near, and what an abort leaves undone the next
+// start's Recover or attempt aborts, or the bucket's lifecycle rule.
 func (s *Sink) abort(ctx context.Context, key, uploadID string) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	limit := 10 * time.Second
+	if ctx.Err() != nil {
+		limit = abortAfterStop
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
 	defer cancel()
 	_, err := s.api.AbortMultipartUpload(cctx, &s3.AbortMultipartUploadInput{
 		Bucket: aws.String(s.bucket), Key: aws.String(key), UploadId: aws.String(uploadID),

@@ -132,3 +132,43 @@ func TestBodyOfParts(t *testing.T) {
 		}
 	}
 }
+
+// A send cancelled by the stop aborts its upload for a moment only, not
+// the 10 s an abort otherwise gets: an endpoint that does not answer must
+// not hold the stop past its deadline.
+func TestAbortAfterStopIsShort(t *testing.T) {
+	release := make(chan struct{})
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer front.Close()
+	s := newTestSink(t, testConfig(front.URL))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	if err := s.abort(ctx, "k", "upload-1"); err == nil {
+		t.Fatal("an abort that got no answer reported success")
+	}
+	if took := time.Since(start); took > 2*abortAfterStop {
+		t.Errorf("abort after the stop took %s, want about %s", took, abortAfterStop)
+	}
+
+	// Before the stop, the abort waits longer than that: here until the
+	// endpoint answers.
+	done := make(chan error, 1)
+	go func() { done <- s.abort(context.Background(), "k", "upload-1") }()
+	select {
+	case err := <-done:
+		t.Fatalf("abort during the run gave up before the endpoint answered: %v", err)
+	case <-time.After(3 * abortAfterStop):
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Errorf("abort answered 204: %v", err)
+	}
+}
