@@ -680,3 +680,56 @@ func TestRecoverAfterTheCompressorChanged(t *testing.T) {
 		t.Errorf("conflicts with the same object: %v, want 1", n)
 	}
 }
+
+// HEAD of a taken key answered 400 without a body (how S3 answers a HEAD
+// with expired credentials, or a header it refuses): the sink asks again
+// with GET, whose answer names the error, or compares the object it reads.
+func TestTakenKeyHeadBadRequest(t *testing.T) {
+	emu, _ := startEmu(t)
+	var getExpired atomic.Bool
+	var heads atomic.Int32
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodHead:
+			heads.Add(1)
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		case r.Method == http.MethodGet && getExpired.Load():
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>`)
+			return
+		}
+		emu.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	cfg := testConfig(front.URL)
+	cfg.Tags = map[string]string{"team": "platform"} // a bare 400 was once taken for refused tags
+	recs := batchRecs("app", 10)
+	s := newTestSink(t, cfg)
+	key := objectKey(s.Partition(&recs[0]), recs[0].Seq, "")
+	if _, err := newReader(t, front.URL).PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: strings.NewReader("x")}); err != nil {
+		t.Fatal(err)
+	}
+
+	getExpired.Store(true)
+	_, err := send(t, s, newMemState(recs), recs)
+	if e := sinks.Classify(err); e.Class != sinks.Retryable || !strings.Contains(err.Error(), "had expired") {
+		t.Errorf("HEAD 400, GET ExpiredToken: %v (%s), want retryable, the credentials fetched again", err, e.Class)
+	}
+	getExpired.Store(false)
+	_, err = send(t, s, newMemState(recs), recs)
+	if !keyTaken(err) {
+		t.Errorf("HEAD 400, GET of another writer's object: %v, want the key taken", err)
+	}
+	if heads.Load() == 0 {
+		t.Fatal("no HEAD was made")
+	}
+
+	// The sink's own object, read by GET, is delivered, not another writer's.
+	recs = batchRecs("own", 40)
+	st, _, _ := sentBatch(t, cfg, func(string) []byte { return nil }, recs)
+	if err := newTestSink(t, cfg).Recover(context.Background(), st); err != nil {
+		t.Errorf("Recover of the sink's own object behind HEAD 400: %v", err)
+	}
+}
