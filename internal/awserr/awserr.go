@@ -6,10 +6,13 @@
 package awserr
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go"
 )
@@ -144,4 +147,49 @@ func Invalidate(p any) {
 	if c, ok := p.(interface{ Invalidate() }); ok {
 		c.Invalidate()
 	}
+}
+
+// refetchTimeout bounds fetching the credentials again (STS, the instance's
+// or the container's credential endpoint).
+const refetchTimeout = 10 * time.Second
+
+// Refetch deals with err when it is the service's answer that the
+// credentials expired (Expired): p, the client's credentials, fetches them
+// again. When it gets the very ones it held, nothing renews them (session
+// credentials set in the environment or a file, which the process read
+// once): waiting will not help, and err comes back marked so (NotRenewed).
+// Any other err comes back as it is.
+func Refetch(ctx context.Context, p aws.CredentialsProvider, err error) error {
+	if p == nil || !Expired(err) {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), refetchTimeout)
+	defer cancel()
+	before, berr := p.Retrieve(ctx)
+	Invalidate(p)
+	after, aerr := p.Retrieve(ctx)
+	if berr != nil || aerr != nil {
+		return err // the next call says what fetching them met
+	}
+	if before.AccessKeyID == after.AccessKeyID && before.SessionToken == after.SessionToken {
+		return &notRenewed{err}
+	}
+	return err
+}
+
+type notRenewed struct{ err error }
+
+func (e *notRenewed) Error() string { return e.err.Error() }
+func (e *notRenewed) Unwrap() error { return e.err }
+
+// NotRenewed reports whether Refetch found that nothing renews the
+// credentials that expired.
+func NotRenewed(err error) bool {
+	var nr *notRenewed
+	return errors.As(err, &nr)
+}
+
+// NotRenewedHelp says what to do when NotRenewed holds.
+func NotRenewedHelp(err error) error {
+	return fmt.Errorf("the AWS credentials expired, and fetching them again gave the same ones: nothing renews them (session credentials set in the environment or a credentials file are read once, at start); give the service a role or profile that refreshes them (on EKS, IRSA or EKS Pod Identity; on EC2, an instance role), or renew them and restart it: %w", err)
 }

@@ -1,14 +1,17 @@
 package awserr
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -113,5 +116,36 @@ func TestClockSkew(t *testing.T) {
 	}
 	if ClockSkew(skewed{&smithy.GenericAPIError{Code: "ThrottlingException"}}) {
 		t.Error("another retryable error is taken for clock skew")
+	}
+}
+
+func TestRefetch(t *testing.T) {
+	expired := &smithy.OperationError{OperationName: "PutObject", Err: &smithy.GenericAPIError{Code: "ExpiredToken", Message: "expired"}}
+	var n atomic.Int32
+	renewing := aws.NewCredentialsCache(aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		return aws.Credentials{AccessKeyID: "ASIA", SecretAccessKey: "s", SessionToken: fmt.Sprint("t", n.Add(1))}, nil
+	}))
+	static := aws.NewCredentialsCache(aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		return aws.Credentials{AccessKeyID: "ASIA", SecretAccessKey: "s", SessionToken: "t"}, nil
+	}))
+	other := &smithy.GenericAPIError{Code: "AccessDenied"}
+	for _, c := range []struct {
+		name  string
+		p     aws.CredentialsProvider
+		err   error
+		stale bool
+	}{
+		{"renewed", renewing, expired, false},
+		{"the same again", static, expired, true},
+		{"not an expiry", static, other, false},
+		{"no provider", nil, expired, false},
+	} {
+		got := Refetch(context.Background(), c.p, c.err)
+		if NotRenewed(got) != c.stale || !errors.Is(got, c.err) {
+			t.Errorf("%s: %v, NotRenewed %v, want %v and the error kept", c.name, got, NotRenewed(got), c.stale)
+		}
+	}
+	if n.Load() < 2 {
+		t.Errorf("the renewing provider was asked %d times, want again after the expiry", n.Load())
 	}
 }

@@ -381,9 +381,7 @@ func (s *Sink) createCall(ctx context.Context, kind string, lim *pacer, call fun
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		err := call(cctx)
 		cancel()
-		if awserr.Expired(err) {
-			awserr.Invalidate(s.creds)
-		}
+		err = awserr.Refetch(ctx, s.creds, err)
 		var exists *types.ResourceAlreadyExistsException
 		var ae smithy.APIError
 		switch {

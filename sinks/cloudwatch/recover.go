@@ -310,9 +310,7 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 		pageCtx, cancel := context.WithTimeout(ctx, readTimeout)
 		out, err := s.api.GetLogEvents(pageCtx, input)
 		cancel()
-		if awserr.Expired(err) {
-			awserr.Invalidate(s.creds)
-		}
+		err = awserr.Refetch(ctx, s.creds, err)
 		if err != nil {
 			var missing *types.ResourceNotFoundException
 			var ae smithy.APIError

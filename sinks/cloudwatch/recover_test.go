@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	cwl "github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -1232,8 +1233,8 @@ func TestExpiredCredentialsFetchedAgain(t *testing.T) {
 	var fetched atomic.Int32
 	awsCfg := staticAWS()
 	awsCfg.Credentials = aws.NewCredentialsCache(aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-		fetched.Add(1)
-		return aws.Credentials{AccessKeyID: "AKIDTEST", SecretAccessKey: "secret", SessionToken: "t", CanExpire: true, Expires: time.Now().Add(time.Hour)}, nil
+		n := fetched.Add(1) // a role's credentials: a new session each time
+		return aws.Credentials{AccessKeyID: "ASIATEST", SecretAccessKey: "secret", SessionToken: fmt.Sprint("t", n), CanExpire: true, Expires: time.Now().Add(time.Hour)}, nil
 	}))
 	var err error
 	if e.sink, err = New(context.Background(), "cw", streamCfg(e.url), Options{Hostname: "host1", AWS: awsCfg, Registerer: prometheus.NewRegistry()}); err != nil {
@@ -1247,6 +1248,25 @@ func TestExpiredCredentialsFetchedAgain(t *testing.T) {
 	}
 	if fetched.Load() < 2 {
 		t.Errorf("credentials fetched %d times: not again after the service said they expired", fetched.Load())
+	}
+}
+
+// Expired credentials that come back the same when fetched again (session
+// credentials set in the environment: nothing renews them) pause the sink,
+// saying so, instead of retrying for ever under a retry alert at most.
+func TestExpiredCredentialsNotRenewedPause(t *testing.T) {
+	e := newEnv(t, nil)
+	e.refuseFirstPut(t, "ExpiredTokenException", "The security token included in the request is expired", 0)
+	awsCfg := staticAWS()
+	awsCfg.Credentials = aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider("ASIATEST", "secret", "the-only-token"))
+	var err error
+	if e.sink, err = New(context.Background(), "cw", streamCfg(e.url), Options{Hostname: "host1", AWS: awsCfg, Registerer: prometheus.NewRegistry()}); err != nil {
+		t.Fatal(err)
+	}
+	e.appendLines(10, time.Now(), "m")
+	d := e.runUntil(func(d *queue.Drainer) bool { return d.Status().State == "paused" })
+	if st := d.Status(); !strings.Contains(st.LastError, "expired_credentials (sink_permanent)") || !strings.Contains(st.LastError, "nothing renews them") || st.Delivered != 0 {
+		t.Errorf("status %+v, want paused for credentials nothing renews", st)
 	}
 }
 

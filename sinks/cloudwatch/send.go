@@ -139,9 +139,7 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		res, err := s.api.PutLogEvents(cctx, in, opt)
 		cancel()
-		if awserr.Expired(err) {
-			awserr.Invalidate(s.creds)
-		}
+		err = awserr.Refetch(ctx, s.creds, err)
 		if err == nil {
 			s.m.puts.Inc()
 			s.known.put(key, "")
@@ -229,6 +227,9 @@ func classify(err error, group, stream string) error {
 		return sinks.NewRetryable("clock_skew", awserr.Clean(err))
 	}
 	err = awserr.Clean(err)
+	if awserr.NotRenewed(err) { // expired, and fetched again the same
+		return sinks.NewSinkPermanent("expired_credentials", awserr.NotRenewedHelp(err))
+	}
 	var ae smithy.APIError
 	if errors.As(err, &ae) {
 		code := ae.ErrorCode()
@@ -241,9 +242,9 @@ func classify(err error, group, stream string) error {
 			"MissingAuthenticationTokenException", "MissingAuthenticationToken", "SignatureDoesNotMatch":
 			return sinks.NewSinkPermanent(code, fmt.Errorf("AWS does not accept the credentials: check the credential chain (environment, shared config, web identity, instance profile): %w", err))
 		case "ExpiredTokenException", "ExpiredToken", "TokenRefreshRequired":
-			// The sink had its credentials fetched again (expired): the
-			// next try uses new ones; if it lasts, nothing refreshes them.
-			return sinks.NewRetryable(code, fmt.Errorf("the AWS credentials had expired; they are fetched again for the next try (should this last, renew them or give the service a role that refreshes them): %w", err))
+			// The sink had its credentials fetched again (expired), and
+			// got new ones (awserr.Refetch): the next try uses them.
+			return sinks.NewRetryable(code, fmt.Errorf("the AWS credentials had expired; new ones were fetched for the next try: %w", err))
 		case "InvalidParameterException":
 			return sinks.NewRecordPermanent(code, err)
 		case "ResourceNotFoundException":

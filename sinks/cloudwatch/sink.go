@@ -82,8 +82,8 @@ type Sink struct {
 	keySeed   maphash.Seed
 
 	m metrics
-	// creds are the client's credentials, invalidated when the service
-	// answers that they expired (awserr.Expired).
+	// creds are the client's credentials, fetched again when the service
+	// answers that they expired (awserr.Refetch).
 	creds aws.CredentialsProvider
 }
 

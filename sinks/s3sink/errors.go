@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -96,12 +97,16 @@ func (s *Sink) classify(err error) error {
 	switch code {
 	case "ExpiredToken", "TokenRefreshRequired":
 		// Session credentials a cache kept a moment too long: fetched
-		// again for the next try. Should it last, nothing refreshes them.
+		// again for the next try, unless nothing renews them.
+		var creds aws.CredentialsProvider
 		if c, ok := s.api.(interface{ Options() s3.Options }); ok {
-			awserr.Invalidate(c.Options().Credentials)
+			creds = c.Options().Credentials
+		}
+		if awserr.NotRenewed(awserr.Refetch(context.Background(), creds, err)) {
+			return sinks.NewSinkPermanent("expired_credentials", awserr.NotRenewedHelp(err))
 		}
 		return sinks.NewRetryable(code, &actionError{
-			msg:  fmt.Sprintf("the AWS credentials had expired (%s); they are fetched again for the next try (should this last, renew them or give the forwarder a role or profile that refreshes them)", code),
+			msg:  fmt.Sprintf("the AWS credentials had expired (%s); new ones were fetched for the next try", code),
 			code: code, err: err,
 		})
 	case "KMS.KMSInternalException", "KMS.DependencyTimeoutException", "KMS.KeyUnavailableException", "InvalidPart":

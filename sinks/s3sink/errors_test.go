@@ -3,10 +3,12 @@ package s3sink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/internal/nettest"
@@ -64,7 +67,8 @@ func TestClassify(t *testing.T) {
 		{apiError(403, "AccessDenied", nil), sinks.SinkPermanent, "AccessDenied", "access denied to bucket logs (AccessDenied): allow s3:PutObject, s3:GetObject", 0},
 		{apiError(403, "InvalidAccessKeyId", nil), sinks.SinkPermanent, "InvalidAccessKeyId", "fix the forwarder's credentials for sinks[archive]", 0},
 		{apiError(403, "SignatureDoesNotMatch", nil), sinks.SinkPermanent, "SignatureDoesNotMatch", "the secret key does not match", 0},
-		{apiError(400, "ExpiredToken", nil), sinks.Retryable, "ExpiredToken", "fetched again", 0},
+		// Static credentials: fetched again, the same (TestExpiredTokenRenewed has a role's).
+		{apiError(400, "ExpiredToken", nil), sinks.SinkPermanent, "expired_credentials", "nothing renews them", 0},
 		{apiError(400, "InvalidToken", nil), sinks.SinkPermanent, "InvalidToken", "renew them", 0},
 		{apiError(400, "KMS.DisabledException", nil), sinks.SinkPermanent, "KMS.DisabledException", "enable the key", 0},
 		{apiError(400, "KMS.KMSInternalException", nil), sinks.Retryable, "KMS.KMSInternalException", "", 0},
@@ -93,6 +97,27 @@ func TestClassify(t *testing.T) {
 		if !errors.Is(e, tc.err) {
 			t.Errorf("%s: the classified error does not wrap the SDK's", tc.reason)
 		}
+	}
+}
+
+// Expired credentials that a role renews are fetched again and retried.
+func TestExpiredTokenRenewed(t *testing.T) {
+	var fetched atomic.Int32
+	creds := aws.NewCredentialsCache(aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		n := fetched.Add(1)
+		return aws.Credentials{AccessKeyID: "ASIATEST", SecretAccessKey: "secret", SessionToken: fmt.Sprint("t", n), CanExpire: true, Expires: time.Now().Add(time.Hour)}, nil
+	}))
+	s, err := New(context.Background(), "archive", testConfig("http://127.0.0.1:1"), Options{Hostname: "host1", AWS: &aws.Config{Credentials: creds}, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e := sinks.Classify(s.classify(apiError(400, "ExpiredToken", nil)))
+	if e.Class != sinks.Retryable || e.Reason != "ExpiredToken" || !strings.Contains(e.Err.Error(), "new ones were fetched") {
+		t.Errorf("%s %q: %v, want retryable with new credentials", e.Class, e.Reason, e.Err)
+	}
+	if fetched.Load() < 2 {
+		t.Errorf("credentials fetched %d times, want again after ExpiredToken", fetched.Load())
 	}
 }
 
