@@ -321,11 +321,35 @@ func TestExpandEnvString(t *testing.T) {
 		{"${env.A-B}", "", []string{"${env.A-B}: not a valid environment variable name"}},
 		{"${env.}", "", []string{"${env.}: not a valid environment variable name"}},
 		{"x${env.A", "x${env.A", []string{"${env. without a closing }"}},
+		{"${SHARED_KEY}", "${SHARED_KEY}", []string{"${SHARED_KEY}: for the environment variable write ${env.SHARED_KEY}"}},
+		{"k-${A}", "k-${A}", []string{"${A}: for the environment variable write ${env.A}"}},
+		{"$${SHARED_KEY}", "$${SHARED_KEY}", nil},
+		{"${_}${lower_case}${9}", "${_}${lower_case}${9}", nil},
+		{`#{ENV['KEY']}`, `#{ENV['KEY']}`, []string{`#{ENV['KEY']}: Fluentd's syntax; for an environment variable write ${env.NAME}`}},
 	} {
-		got, problems := expandEnvString(c.in, lookup)
+		got, problems := expandEnvString(c.in, lookup, true)
 		if got != c.want || !reflect.DeepEqual(problems, c.problems) {
 			t.Errorf("%q: got %q %q, want %q %q", c.in, got, problems, c.want, c.problems)
 		}
+	}
+}
+
+// A secret from a variable set but empty would turn authentication off:
+// a problem, at its line. Elsewhere an empty value is the user's.
+func TestEmptySecretFromEnv(t *testing.T) {
+	t.Setenv("EMPTY", "")
+	text := "inputs:\n  forward:\n    listen: 127.0.0.1:0\n    shared_key: ${env.EMPTY}\n  http:\n    listen: 127.0.0.1:0\n    token: \"${env.EMPTY}\"\n" +
+		"sinks:\n  - name: a\n    type: s3\n    bucket: bucket${env.EMPTY}\n    region: r\n"
+	_, err := Parse([]byte(text), "f.yaml")
+	want := "f.yaml:4: inputs.forward.shared_key: ${env.EMPTY} gives an empty value (the environment variable is set but empty): set it, or remove shared_key to go without\n" +
+		"f.yaml:7: inputs.http.token: ${env.EMPTY} gives an empty value (the environment variable is set but empty): set it, or remove token to go without"
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+	// ${NAME} in a template is the template's to report, with its placeholders.
+	_, err = Parse([]byte("sinks:\n  - name: a\n    type: s3\n    bucket: bucket\n    region: r\n    key: \"x/${ENVIRONMENT}/${seq}\"\n"), "f.yaml")
+	if err == nil || !strings.Contains(err.Error(), "placeholders are tag") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("template with ${ENVIRONMENT}: %v", err)
 	}
 }
 

@@ -22,7 +22,9 @@
 //
 // ${env.NAME}, in any key or value, is replaced by the variable's value, once, when the file
 // is loaded: the value is not expanded again. An unset variable is a problem; one set to "" is
-// not. Expansion happens in the parsed values, not the raw text, so a value holding quotes,
+// not, but for the secrets that turn authentication on (inputs.forward.shared_key,
+// inputs.http.token), which it would turn off. ${NAME} with NAME in capitals (Fluent Bit's
+// syntax) and #{ENV[...]} (Fluentd's) are problems that say to write ${env.NAME}. Expansion happens in the parsed values, not the raw text, so a value holding quotes,
 // colons or newlines cannot change the structure of the file, and comments are not expanded.
 // "$$" is left as it is for the templates that render names and keys later, which read it as
 // a literal "$": $${env.NAME} stays $${env.NAME}. The other ${...} forms (${tag},

@@ -12,17 +12,28 @@ import (
 // structure of the file, lines stay where they are, and comments are left alone. A scalar with
 // a reference that cannot be expanded is reported, left as it is, and returned in the set so
 // that the decoder does not report it again.
+//
+// A scalar that referred to variables and came out empty is noted in c.emptyEnv, by its line,
+// for the settings that must not be empty by accident (section.notEmptyEnv).
 func expandEnv(c *checker, n *yaml.Node) (unexpanded map[*yaml.Node]bool) {
 	unexpanded = map[*yaml.Node]bool{}
-	var walk func(n *yaml.Node)
-	walk = func(n *yaml.Node) {
-		if n.Kind != yaml.ScalarNode {
-			for _, child := range n.Content {
-				walk(child)
+	var walk func(n *yaml.Node, key string)
+	walk = func(n *yaml.Node, key string) {
+		if n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				walk(n.Content[i], "")
+				walk(n.Content[i+1], n.Content[i].Value)
 			}
 			return
 		}
-		value, problems := expandEnvString(n.Value, os.LookupEnv)
+		if n.Kind != yaml.ScalarNode {
+			for _, child := range n.Content {
+				walk(child, key)
+			}
+			return
+		}
+		// The templates report ${NAME} themselves, with their placeholders.
+		value, problems := expandEnvString(n.Value, os.LookupEnv, !templateKeys[key])
 		for _, msg := range problems {
 			c.add(position{n.Line, n.Column}, "%s", msg)
 		}
@@ -30,16 +41,26 @@ func expandEnv(c *checker, n *yaml.Node) (unexpanded map[*yaml.Node]bool) {
 			unexpanded[n] = true
 			return
 		}
+		if value == "" && n.Value != "" {
+			if c.emptyEnv == nil {
+				c.emptyEnv = map[int]string{}
+			}
+			c.emptyEnv[n.Line] = n.Value
+		}
 		n.Value = value
 	}
-	walk(n) // an alias is visited where its anchor is, so each scalar is expanded once
+	walk(n, "") // an alias is visited where its anchor is, so each scalar is expanded once
 	return unexpanded
 }
 
+// templateKeys are the keys whose values are templates (package template).
+var templateKeys = map[string]bool{"key": true, "log_group": true, "log_stream": true}
+
 // expandEnvString expands ${env.NAME} in s, once: a value is not expanded again. "$$" is kept as
 // it is, for the templates that see it later as a literal "$", so "$${env.NAME}" is not a
-// reference. Other ${...} forms are templates and are kept too.
-func expandEnvString(s string, lookup func(string) (string, bool)) (string, []string) {
+// reference. Other ${...} forms are templates and are kept too; with other, ${NAME} in
+// capitals and #{ENV[...]} (Fluent Bit's and Fluentd's syntax) are reported.
+func expandEnvString(s string, lookup func(string) (string, bool), other bool) (string, []string) {
 	const open = "${env."
 	var (
 		b        strings.Builder
@@ -50,6 +71,16 @@ func expandEnvString(s string, lookup func(string) (string, bool)) (string, []st
 		case strings.HasPrefix(s[i:], "$$"):
 			b.WriteString("$$")
 			i += 2
+		case other && strings.HasPrefix(s[i:], "${") && otherSyntax(s[i+2:]) != "":
+			// Fluent Bit's ${NAME}: taken as it is, a shared key would be its own name.
+			name := otherSyntax(s[i+2:])
+			problems = append(problems, "${"+name+"}: for the environment variable write ${env."+name+"}")
+			b.WriteString(s[i:])
+			i = len(s)
+		case other && strings.HasPrefix(s[i:], `#{ENV[`):
+			problems = append(problems, s[i:]+": Fluentd's syntax; for an environment variable write ${env.NAME}")
+			b.WriteString(s[i:])
+			i = len(s)
 		case strings.HasPrefix(s[i:], open):
 			end := strings.IndexByte(s[i:], '}')
 			if end < 0 {
@@ -75,6 +106,20 @@ func expandEnvString(s string, lookup func(string) (string, bool)) (string, []st
 		}
 	}
 	return b.String(), problems
+}
+
+// otherSyntax returns NAME when s (what follows "${") is "NAME}" with NAME shaped like an
+// environment variable in capitals (templates' own placeholders are in lower case), else "".
+func otherSyntax(s string) string {
+	end := strings.IndexByte(s, '}')
+	if end <= 0 {
+		return ""
+	}
+	name := s[:end]
+	if !isEnvName(name) || strings.ToUpper(name) != name || strings.Trim(name, "_0123456789") == "" {
+		return ""
+	}
+	return name
 }
 
 // isEnvName reports whether name is a portable environment variable name: letters, digits and

@@ -55,6 +55,7 @@ func (in *Inputs) validate(s section) {
 
 func (f *Forward) validate(s section) {
 	s.listen("listen", f.Listen)
+	s.notEmptyEnv("shared_key", f.SharedKey)
 	if len(f.Users) > 0 && f.SharedKey == "" {
 		s.invalid("users", "need shared_key: users are checked in the handshake it enables")
 	}
@@ -76,6 +77,7 @@ func (f *Forward) validate(s section) {
 
 func (h *HTTP) validate(s section) {
 	s.listen("listen", h.Listen)
+	s.notEmptyEnv("token", h.Token)
 	s.child("tls").certAndKey(h.TLS.CertFile, h.TLS.KeyFile)
 	atLeast(s, "max_body_bytes", h.MaxBodyBytes, 1)
 	atLeast(s, "max_connections", h.MaxConnections, 1)
@@ -136,6 +138,21 @@ func (s section) at(key, format string, args ...any) { s.c.at(s.keyPath(key), fo
 // invalid reports a problem with key's value: "name: message".
 func (s section) invalid(key, format string, args ...any) {
 	s.at(key, "%s: %s", s.name(key), fmt.Sprintf(format, args...))
+}
+
+// notEmptyEnv reports a secret whose ${env.NAME} references gave an empty value: a variable
+// set but empty would otherwise turn the authentication off without a word.
+func (s section) notEmptyEnv(key, value string) {
+	if value != "" {
+		return
+	}
+	p, ok := s.c.pos[s.keyPath(key)]
+	if !ok {
+		return
+	}
+	if ref, ok := s.c.emptyEnv[p.line]; ok {
+		s.invalid(key, "%s gives an empty value (the environment variable is set but empty): set it, or remove %s to go without", ref, key)
+	}
 }
 
 func (s section) required(key, value string) {
