@@ -353,6 +353,21 @@ func TestEmptySecretFromEnv(t *testing.T) {
 	}
 }
 
+// The default S3 key ends as the objects are compressed; a key the file sets is its own.
+func TestDefaultKeyExtension(t *testing.T) {
+	for _, c := range []struct{ extra, want string }{
+		{"", "logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"},
+		{"    compression: zstd\n", "logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.zst"},
+		{"    compression: none\n", "logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json"},
+		{"    compression: none\n    key: \"logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz\"\n", "logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"},
+	} {
+		cfg := load(t, "sinks:\n  - name: a\n    type: s3\n    bucket: logs\n    region: r\n"+c.extra)
+		if got := cfg.Sinks[0].S3.Key; got != c.want {
+			t.Errorf("%q: key %q, want %q", c.extra, got, c.want)
+		}
+	}
+}
+
 func TestMatchAsList(t *testing.T) {
 	cfg, err := Load("testdata/good/match_list.yaml")
 	if err != nil {
@@ -523,6 +538,14 @@ var badConfigs = []struct {
 		`7: sink "archive": multipart_threshold: must be at least 5MiB, not 1MiB`,
 		`8: sink "archive": max_open_objects: must be at least 1, not 0`,
 		`9: sink "archive": kms_key_id: needs sse: aws:kms`,
+	}},
+	{"sink_text.yaml", []string{
+		`5: sink "slash": key: "/logs/${tag}/${seq}.json.gz": must not begin with /: S3 would keep an empty first segment`,
+		`6: sink "slash": endpoint: "127.0.0.1:4566" is not an http:// or https:// URL with a host (such as https://logs.eu-west-1.amazonaws.com or http://127.0.0.1:4566)`,
+		`7: sink "slash": acl: "publc-read" is not one of "", private, public-read, public-read-write, authenticated-read, aws-exec-read, bucket-owner-read, bucket-owner-full-control`,
+		`11: sink "dots": key: "logs/../${tag}/${seq}.json.gz": has a ".." segment, which tools reading the bucket as paths resolve away`,
+		`15: sink "empty": key: "logs//${tag}/${seq}.json.gz": has an empty segment (//)`,
+		`18: sink "cw": endpoint: "localhost:4566" is not an http:// or https:// URL with a host (such as https://logs.eu-west-1.amazonaws.com or http://127.0.0.1:4566)`,
 	}},
 	{"cloudwatch_limits.yaml", []string{
 		`2: sink "cloudwatch": log_group is required`,

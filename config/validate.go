@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -203,6 +204,18 @@ func (s section) listen(key, addr string) {
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		s.invalid(key, "port %q is not a number from 0 to 65535", port)
+	}
+}
+
+// endpoint checks a service endpoint: empty (AWS's own), or an http or https URL with a
+// host, which the SDK needs (a bare host:port fails every call as it is made).
+func (s section) endpoint(key, v string) {
+	if v == "" {
+		return
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		s.invalid(key, "%q is not an http:// or https:// URL with a host (such as https://logs.eu-west-1.amazonaws.com or http://127.0.0.1:4566)", v)
 	}
 }
 

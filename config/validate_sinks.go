@@ -91,7 +91,11 @@ func (s3 *S3) validate(s section) {
 		s.invalid("key", "%q: %v", s3.Key, err)
 	} else if !t.UsesSeq() && !t.UsesUUID() {
 		s.invalid("key", "%q must contain ${seq} or ${uuid}", s3.Key)
+	} else if msg := keyText(s3.Key); msg != "" {
+		s.invalid("key", "%q: %s", s3.Key, msg)
 	}
+	s.endpoint("endpoint", s3.Endpoint)
+	s.oneOf("acl", s3.ACL, cannedACLs...)
 	s.oneOf("compression", s3.Compression, CompressionGzip, CompressionZstd, CompressionNone)
 	switch s3.Compression {
 	case CompressionGzip:
@@ -110,7 +114,33 @@ func (s3 *S3) validate(s section) {
 	}
 }
 
+// cannedACLs are the values S3 takes for an object's canned ACL ("": none).
+var cannedACLs = []string{"", "private", "public-read", "public-read-write", "authenticated-read",
+	"aws-exec-read", "bucket-owner-read", "bucket-owner-full-control"}
+
+// keyText describes what is wrong with an S3 key template's own text, or returns "": a
+// leading /, an empty or . or .. segment (values of placeholders are cleaned of these when
+// rendered, the template's text is not), or more than S3's 1,024 bytes before any value.
+func keyText(key string) string {
+	switch {
+	case strings.HasPrefix(key, "/"):
+		return "must not begin with /: S3 would keep an empty first segment"
+	case len(key) > 1024:
+		return fmt.Sprintf("is %d bytes long; S3 keys are at most 1024", len(key))
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		switch seg {
+		case "":
+			return "has an empty segment (//)"
+		case ".", "..":
+			return fmt.Sprintf("has a %q segment, which tools reading the bucket as paths resolve away", seg)
+		}
+	}
+	return ""
+}
+
 func (cw *CloudWatch) validate(s section) {
+	s.endpoint("endpoint", cw.Endpoint)
 	s.required("log_group", cw.LogGroup)
 	s.required("log_stream", cw.LogStream)
 	for key, v := range map[string]string{"log_group": cw.LogGroup, "log_stream": cw.LogStream} {

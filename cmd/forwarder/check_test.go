@@ -247,3 +247,30 @@ func TestCheckWarnsAboutKeysReplicasShare(t *testing.T) {
 		}
 	}
 }
+
+// check warns about an S3 key whose extension names another compression than the
+// objects': readers that pick the codec by it would fail.
+func TestCheckWarnsAboutKeyExtension(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		key, compression string
+		warned           bool
+	}{
+		{"logs/${hostname}-${seq}.json.gz", "gzip", false},
+		{"logs/${hostname}-${seq}.json.gz", "zstd", true},
+		{"logs/${hostname}-${seq}.json.gz", "none", true},
+		{"logs/${hostname}-${seq}.json.zst", "gzip", true},
+		{"logs/${hostname}-${seq}.json.zst", "zstd", false},
+		{"logs/${hostname}-${seq}", "gzip", false},
+	} {
+		path, _ := writeConfig(t, inputsYAML, adminYAML, sinkYAML, fmt.Sprintf("    key: %q\n    compression: %s\n", c.key, c.compression))
+		r := forwarderCmd(t, "check", "-c", path)
+		if r.code != exitOK {
+			t.Errorf("%s with %s: exit %d, stderr %q", c.key, c.compression, r.code, r.stderr)
+			continue
+		}
+		if got := strings.Contains(r.stderr, "but the objects are compressed with "+c.compression); got != c.warned {
+			t.Errorf("%s with %s: stderr %q, warned %v, want %v", c.key, c.compression, r.stderr, got, c.warned)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net"
+	"strings"
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/template"
@@ -50,6 +51,11 @@ func configWarnings(cfg *config.Config) []warning {
 		ws = append(ws, warning{"admin.pprof serves Go's profiles to anyone who can reach the admin listener: listen on a loopback address, or turn admin.pprof off", "address", cfg.Admin.Listen})
 	}
 	for _, s := range cfg.Sinks {
+		if s.S3 != nil {
+			if ext, want := keyExtension(s.S3.Key), config.CompressionExtension(s.S3.Compression); ext != "" && ext != want {
+				ws = append(ws, warning{fmt.Sprintf("sinks[%s].key ends in %q, but the objects are compressed with %s: readers that pick the codec by the extension (Athena, Spark, zcat) would fail to read them; end the key in %q", s.Name, ext, s.S3.Compression, ".json"+want), "sink", s.Name})
+			}
+		}
 		if s.S3 != nil && !perReplicaKey(s.S3.Key) {
 			ws = append(ws, warning{fmt.Sprintf("sinks[%s].key has neither ${hostname} nor ${uuid}, so its keys are this forwarder's alone only while no other forwarder writes to bucket %s: "+
 				"replicas sharing the bucket would render the same keys for their own records, and the conditional writes would then pause the second writer "+
@@ -57,6 +63,17 @@ func configWarnings(cfg *config.Config) []warning {
 		}
 	}
 	return ws
+}
+
+// keyExtension is the compression extension an S3 key template ends with: ".gz", ".zst"
+// or "" for neither.
+func keyExtension(key string) string {
+	for _, ext := range []string{".gz", ".zst"} {
+		if strings.HasSuffix(key, ext) {
+			return ext
+		}
+	}
+	return ""
 }
 
 // perReplicaKey reports whether an S3 key template renders keys no other forwarder
