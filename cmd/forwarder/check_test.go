@@ -54,7 +54,7 @@ func TestCheckWarnsAboutCleartextInputs(t *testing.T) {
 		{"with TLS", "inputs:\n  forward: {listen: \"0.0.0.0:24224\", shared_key: k, tls: " + files + "}\n  http: {listen: \"0.0.0.0:8080\", token: t, tls: " + files + "}\n", nil},
 		{"loopback", inputsYAML, nil},
 	} {
-		path, _ := writeConfig(t, c.inputs, adminYAML)
+		path, _ := writeConfig(t, c.inputs, adminYAML, sinkYAML)
 		r := forwarderCmd(t, "check", "-c", path)
 		if r.code != exitOK || !strings.HasPrefix(r.stdout, path+": OK\n") {
 			t.Errorf("%s: exit %d, stdout %q", c.name, r.code, r.stdout)
@@ -271,6 +271,31 @@ func TestCheckWarnsAboutKeyExtension(t *testing.T) {
 		}
 		if got := strings.Contains(r.stderr, "but the objects are compressed with "+c.compression); got != c.warned {
 			t.Errorf("%s with %s: stderr %q, warned %v, want %v", c.key, c.compression, r.stderr, got, c.warned)
+		}
+	}
+}
+
+// A configuration that takes no records, or delivers none, passes with a warning that
+// says so.
+func TestCheckWarnsAboutNothingToDo(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		parts []string
+		want  string
+	}{
+		{"no sinks", []string{inputsYAML, adminYAML}, "warning: no sinks: every record the inputs take is acknowledged and dropped"},
+		{"no inputs", []string{"inputs:\n", adminYAML, sinkYAML}, "warning: no inputs: the service takes no records"},
+		{"both", []string{inputsYAML, adminYAML, sinkYAML}, ""},
+	} {
+		path, _ := writeConfig(t, c.parts...)
+		r := forwarderCmd(t, "check", "-c", path)
+		if r.code != exitOK {
+			t.Errorf("%s: exit %d, stderr %q", c.name, r.code, r.stderr)
+			continue
+		}
+		if c.want == "" && r.stderr != "" || c.want != "" && !strings.HasPrefix(r.stderr, path+": "+c.want) {
+			t.Errorf("%s: stderr %q, want %q", c.name, r.stderr, c.want)
 		}
 	}
 }

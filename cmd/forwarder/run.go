@@ -53,7 +53,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(cfg.Log, stderr)
 	for _, w := range awsWarnings {
-		log.Warn(w.msg, w.about, w.name)
+		w.log(log)
 	}
 	slog.SetDefault(log)
 	// A soft limit: the garbage collector works harder as the heap nears it, so that a
@@ -102,7 +102,7 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	}
 	var listening atomic.Bool
 	for _, w := range configWarnings(cfg) {
-		log.Warn(w.msg, w.about, w.name)
+		w.log(log)
 	}
 	adm := admin.New(cfg.Admin.Listen, admin.Sources{WAL: w, MaxBytes: int64(cfg.WAL.MaxBytes), Drainers: drainers,
 		Listening: listening.Load, Gatherer: reg, Version: currentVersion(), Pprof: cfg.Admin.Pprof}, log)

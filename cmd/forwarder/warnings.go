@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 
@@ -18,6 +19,15 @@ type warning struct {
 }
 
 // text is the warning as check prints it: with what it is about.
+// log logs the warning.
+func (w warning) log(log *slog.Logger) {
+	if w.about == "" {
+		log.Warn(w.msg)
+		return
+	}
+	log.Warn(w.msg, w.about, w.name)
+}
+
 func (w warning) text() string {
 	if w.about == "" {
 		return w.msg
@@ -31,6 +41,12 @@ func (w warning) text() string {
 // an admin listener they can reach; and S3 keys that another forwarder could render too.
 func configWarnings(cfg *config.Config) []warning {
 	var ws []warning
+	switch {
+	case cfg.Inputs.Forward == nil && cfg.Inputs.HTTP == nil:
+		ws = append(ws, warning{"no inputs: the service takes no records and only delivers what its WAL already holds; name inputs.forward or inputs.http to take records", "", ""})
+	case len(cfg.Sinks) == 0:
+		ws = append(ws, warning{"no sinks: every record the inputs take is acknowledged and dropped, since no sink's match takes its tag; add a sink", "", ""})
+	}
 	if c := cfg.Inputs.Forward; c != nil && !loopback(c.Listen) {
 		if c.SharedKey == "" && c.TLS.ClientCAFile == "" {
 			ws = append(ws, warning{"the forward input accepts records from anyone who can reach it: set inputs.forward.shared_key (the handshake) or tls.client_ca_file, or listen on a loopback address", "address", c.Listen})
