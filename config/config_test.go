@@ -570,7 +570,7 @@ var badConfigs = []struct {
 		`8: sink "archive": compression: "lz4" is not one of gzip, zstd, none`,
 	}},
 	{"memory_limit.yaml", []string{`2: memory_limit: must be at least 32MiB, not 16MiB`}},
-	{"min_free_bytes.yaml", []string{`4: wal.min_free_bytes: must be at least 1MiB, not 64KiB`}},
+	{"min_free_bytes.yaml", []string{`4: wal.min_free_bytes: must be at least 1MiB, not 64KiB`, `5: wal.dedup_window: must be greater than 0, not 0s`}},
 	{"bad_syntax.yaml", []string{`4: invalid yaml: did not find expected key`}},
 	{"bad_syntax_first_line.yaml", []string{`1: invalid yaml: mapping values are not allowed in this context`}},
 	{"bad_syntax_tab.yaml", []string{`3: invalid yaml: found a tab character that violates indentation`}},

@@ -43,6 +43,7 @@ func (w *WAL) validate(s section) {
 	atLeast(s, "min_free_bytes", w.MinFreeBytes, MiB)
 	s.oneOf("when_full", w.WhenFull, WhenFullBlock, WhenFullDropOldest)
 	s.oneOf("sync", w.Sync, SyncAlways, SyncInterval)
+	s.positive("dedup_window", w.DedupWindow) // re-sent chunks would be stored twice
 }
 
 func (in *Inputs) validate(s section) {
