@@ -237,7 +237,7 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 			}
 			return
 		}
-		if m.chunk != "" {
+		if m.acked {
 			if err := c.write(ack(m.chunk)); err != nil {
 				log.Debug("ack not delivered; a re-sent chunk is acknowledged without being stored twice", "error", err)
 				return

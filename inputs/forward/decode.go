@@ -22,6 +22,7 @@ type message struct {
 	tag     string
 	records []wal.Record
 	chunk   string // option.chunk: the client wants {"ack": chunk} once stored
+	acked   bool   // option.chunk was there (Fluentd acknowledges an empty one too)
 	invalid int    // records whose invalid UTF-8 was replaced
 	buf     []byte // the records' bodies
 	times   uint64 // a hash of the records' times as the message had them (see digest)
@@ -192,7 +193,7 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 			if err := d.gzipEntries(full, packed); err != nil {
 				return nil, err
 			}
-		case "":
+		case "", "text": // Fluentd's out_forward says "text" when it does not compress
 			for i := 0; len(packed) > 0; i++ {
 				if packed, err = d.entry(packed); err != nil {
 					return nil, d.entryErr(full, nil, "packed entry", i, err)
@@ -215,7 +216,7 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 		n-- // the record took the slot an option would otherwise be counted in
 	}
 	if n >= 3 {
-		if m.chunk, b, err = d.options(b); err != nil {
+		if m.chunk, m.acked, b, err = d.options(b); err != nil {
 			return nil, bad("malformed", full, b, "option: %v", err)
 		}
 		if len(m.chunk) > inputs.MaxClientChunkID {
@@ -420,10 +421,28 @@ func (d *decoder) time(b []byte) (int64, []byte, error) {
 		t, b = int64(s)*1e9, rest
 	case msgp.Float32Type, msgp.Float64Type:
 		f, rest, err := msgp.ReadFloat64Bytes(b)
-		if err != nil || math.IsNaN(f) || math.Abs(f) > math.MaxInt64/1e9 {
+		// Nanoseconds must fit in an int64 once rounded to a float64.
+		if ns := f * 1e9; err != nil || math.IsNaN(f) || ns >= 0x1p63 || ns < -0x1p63 {
 			return 0, b, fmt.Errorf("time: float %v out of range", f)
 		}
 		t, b = int64(f*1e9), rest
+	case msgp.ArrayType:
+		// Fluent Bit's entries with metadata ([[time, metadata], record],
+		// retain_metadata_in_forward_mode): the time, the metadata left.
+		n, rest, err := msgp.ReadArrayHeaderBytes(b)
+		if err != nil || n != 2 || msgp.NextType(rest) == msgp.ArrayType {
+			return 0, b, fmt.Errorf("time is an array of %d elements, want [time, metadata]", n)
+		}
+		if t, rest, err = d.time(rest); err != nil {
+			return 0, b, err
+		}
+		if typ := msgp.NextType(rest); typ != msgp.MapType && typ != msgp.NilType {
+			return 0, b, fmt.Errorf("metadata is a %s, want a map", typ)
+		}
+		if rest, err = msgp.Skip(rest); err != nil {
+			return 0, b, fmt.Errorf("metadata: %w", err)
+		}
+		return t, rest, nil
 	case msgp.ExtensionType:
 		typ, data, rest, err := readExt(b)
 		if err != nil {
@@ -446,13 +465,16 @@ func (d *decoder) time(b []byte) (int64, []byte, error) {
 
 // peekCompressed returns option.compressed without consuming the option.
 func (d *decoder) peekCompressed(b []byte, n uint32) (string, error) {
-	if n < 3 {
+	if n < 3 || msgp.NextType(b) == msgp.NilType {
 		return "", nil
 	}
 	var compressed string
 	err := eachOption(b, func(k string, v []byte) ([]byte, error) {
 		if k != "compressed" {
 			return msgp.Skip(v)
+		}
+		if msgp.NextType(v) == msgp.NilType {
+			return msgp.ReadNilBytes(v)
 		}
 		s, rest, err := msgp.ReadStringBytes(v)
 		if err != nil {
@@ -464,17 +486,20 @@ func (d *decoder) peekCompressed(b []byte, n uint32) (string, error) {
 	return compressed, err
 }
 
-// options reads the option map and returns its chunk id.
-func (d *decoder) options(b []byte) (string, []byte, error) {
+// options reads the option map and returns its chunk id, and whether it
+// had one.
+func (d *decoder) options(b []byte) (string, bool, []byte, error) {
 	if msgp.NextType(b) == msgp.NilType {
 		rest, err := msgp.ReadNilBytes(b)
-		return "", rest, err
+		return "", false, rest, err
 	}
 	var chunk string
+	present := false
 	err := eachOption(b, func(k string, v []byte) ([]byte, error) {
 		if k != "chunk" {
 			return msgp.Skip(v) // size, compressed, fluent_signal: nothing to do
 		}
+		present = true
 		var c, rest []byte
 		var err error
 		switch msgp.NextType(v) {
@@ -489,10 +514,10 @@ func (d *decoder) options(b []byte) (string, []byte, error) {
 		return rest, err
 	})
 	if err != nil {
-		return "", b, err
+		return "", false, b, err
 	}
 	end, err := msgp.Skip(b)
-	return chunk, end, err
+	return chunk, present, end, err
 }
 
 // eachOption calls fn with each key of the option map at b and the bytes

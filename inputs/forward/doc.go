@@ -5,8 +5,10 @@
 // It accepts the four modes — Message [tag, time, record, option?],
 // Forward [tag, [[time, record], ...], option?], PackedForward
 // [tag, bin|str, option?] and CompressedPackedForward (option.compressed
-// "gzip", one or several gzip members) — with the time as EventTime
-// (ext 0), integer or float seconds (0 means "now"). Each record becomes a
+// "gzip", one or several gzip members; "text", Fluentd's word for none,
+// and a nil option are plain PackedForward) — with the time as EventTime
+// (ext 0), integer or float seconds (0 means "now"), or Fluent Bit's
+// [time, metadata] pair, whose metadata is not kept. Each record becomes a
 // compact JSON object once, here (see transcoder for the rules).
 //
 // A connection reads one message, stores it in the WAL and, when the

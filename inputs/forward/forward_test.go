@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -307,6 +308,11 @@ func TestIntegerTimeRange(t *testing.T) {
 		{msgp.AppendInt64(nil, math.MaxInt64), 0},
 		{msgp.AppendInt64(nil, math.MinInt64), 0},
 		{msgp.AppendUint64(nil, uint64(maxS)+1), 0},
+		// Floats: the largest below 2^63 ns is kept; the next ones would wrap to 1677.
+		{msgp.AppendFloat64(nil, 9223372036.0), 9223372036e9},
+		{msgp.AppendFloat64(nil, 9223372036.854776), 0},
+		{msgp.AppendFloat64(nil, -9223372036.8548), 0},
+		{msgp.AppendFloat64(nil, math.Inf(1)), 0},
 	}
 	for _, tt := range tests {
 		d := decoder{maxUnpacked: 1 << 20, now: time.Now}
@@ -445,5 +451,93 @@ func TestStopWithClientsSending(t *testing.T) {
 	}
 	if took >= drainTimeout+storeTimeout {
 		t.Errorf("the stop took %v: connections were closed with their stores cancelled", took)
+	}
+}
+
+// What Fluentd's out_forward sends by default, byte for byte in kind: a
+// PackedForward of str32 entries with {size, compressed: "text", chunk}
+// (its chunk ids end in the newline of Base64.encode64), and no acks
+// asked unless require_ack_response; Fluent Bit 5's entries carry their
+// metadata ([[time, metadata], record]); a chunk key with an empty id is
+// acknowledged, as Fluentd does; an option of nil is no option.
+func TestFluentdAndFluentBitShapes(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 8, 0, 1, 123456789, time.UTC)
+	str32 := func(b []byte) []byte {
+		out := []byte{0xdb, 0, 0, 0, 0}
+		binary.BigEndian.PutUint32(out[1:], uint32(len(b)))
+		return append(out, b...)
+	}
+	plain := append(entry(eventTime(t0), record("log", "a")), entry(eventTime(t0), record("log", "b"))...)
+	fluentd := func(chunk string) []byte {
+		b := msgp.AppendArrayHeader(nil, 3)
+		b = msgp.AppendString(b, "app.x")
+		b = append(b, str32(plain)...)
+		n := uint32(2)
+		if chunk != "" {
+			n = 3
+		}
+		b = msgp.AppendMapHeader(b, n)
+		b = msgp.AppendString(b, "size")
+		b = msgp.AppendInt(b, 2)
+		b = msgp.AppendString(b, "compressed")
+		b = msgp.AppendString(b, "text")
+		if chunk != "" {
+			b = msgp.AppendString(b, "chunk")
+			b = msgp.AppendString(b, chunk)
+		}
+		return b
+	}
+	withMeta := func(tm []byte) []byte {
+		b := msgp.AppendArrayHeader(nil, 2)
+		b = append(b, tm...)
+		return append(b, record("otlp", map[string]any{"severity_number": 9})...)
+	}
+	metaEntries := append(entry(withMeta(eventTime(t0)), record("log", "a")), entry(withMeta(eventTime(t0)), record("log", "b"))...)
+	emptyChunk := msgp.AppendMapHeader(nil, 1)
+	emptyChunk = msgp.AppendString(emptyChunk, "chunk")
+	emptyChunk = msgp.AppendString(emptyChunk, "")
+	for _, tt := range []struct {
+		name string
+		msg  []byte
+		ack  string // "-": none asked
+	}{
+		{"fluentd, no ack", fluentd(""), "-"},
+		{"fluentd, ack", fluentd("ZmQtY2h1bmstaWQtMDAwMDAw\n"), "ZmQtY2h1bmstaWQtMDAwMDAw\n"},
+		{"fluent bit 5, forward", forwardMode("app.x", [][]byte{entry(withMeta(eventTime(t0)), record("log", "a")), entry(withMeta(eventTime(t0)), record("log", "b"))}, options("fb-1")), "fb-1"},
+		{"fluent bit 5, packed", packedMode("app.x", metaEntries, false, options("fb-2")), "fb-2"},
+		{"fluent bit 5, compressed", packedMode("app.x", gz(metaEntries), false, options("fb-3", "compressed", "gzip")), "fb-3"},
+		{"nil option", msgp.AppendNil(msgp.AppendBytes(msgp.AppendString(msgp.AppendArrayHeader(nil, 3), "app.x"), plain)), "-"},
+		{"empty chunk id", packedMode("app.x", plain, false, emptyChunk), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := start(t, defaultCfg(), wal.Options{})
+			c := f.dial()
+			if _, err := c.Write(tt.msg); err != nil {
+				t.Fatal(err)
+			}
+			if tt.ack != "-" {
+				if id := readAck(t, c); id != tt.ack {
+					t.Fatalf("ack %q, want %q", id, tt.ack)
+				}
+			}
+			recs := f.waitRecords(2)
+			for i, want := range []string{`{"log":"a"}`, `{"log":"b"}`} {
+				if r := recs[i]; r.Tag != "app.x" || r.Time != t0.UnixNano() || string(r.Body) != want {
+					t.Errorf("record %d: %d %q %s, want %d %s", i, r.Time, r.Tag, r.Body, t0.UnixNano(), want)
+				}
+			}
+		})
+	}
+
+	// What stays refused: other compressions, and metadata that is not a map.
+	for _, msg := range [][]byte{
+		packedMode("app.x", plain, false, options("", "compressed", "zstd")),
+		forwardMode("app.x", [][]byte{entry(append(append(msgp.AppendArrayHeader(nil, 2), eventTime(t0)...), msgp.AppendString(nil, "meta")...), record("log", "a"))}, nil),
+		forwardMode("app.x", [][]byte{entry(append(msgp.AppendArrayHeader(nil, 1), eventTime(t0)...), record("log", "a"))}, nil),
+	} {
+		d := decoder{maxUnpacked: 1 << 20, now: time.Now}
+		if _, err := d.decode(msg); err == nil {
+			t.Errorf("% x: accepted", msg)
+		}
 	}
 }
