@@ -63,8 +63,9 @@ func matchPart(glob, part string) bool {
 	return strings.HasSuffix(part, last)
 }
 
-// maxCachedTags bounds a TagMatcher's memory: tags are few in practice (one per pod or
-// file); beyond this many, answers are worked out each time.
+// maxCachedTags bounds a TagMatcher's memory: tags are few at a time (one per pod or
+// file); when this many are remembered, the cache starts over, so that the tags of pods
+// that came later (tags often hold a container's id) are remembered too.
 const maxCachedTags = 4096
 
 // TagMatcher answers MatchTag for fixed globs, remembering the answer per tag. It is safe
@@ -98,16 +99,15 @@ func (m *TagMatcher) Match(tag string) bool {
 			break
 		}
 	}
-	if len(*m.cache.Load()) >= maxCachedTags {
-		return match // full: no lock for tags that will not be remembered
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if old := *m.cache.Load(); len(old) < maxCachedTags {
-		next := make(map[string]bool, len(old)+1)
-		maps.Copy(next, old)
-		next[strings.Clone(tag)] = match
-		m.cache.Store(&next)
+	old := *m.cache.Load()
+	if len(old) >= maxCachedTags {
+		old = nil // full: start over
 	}
+	next := make(map[string]bool, len(old)+1)
+	maps.Copy(next, old)
+	next[strings.Clone(tag)] = match
+	m.cache.Store(&next)
 	return match
 }

@@ -54,8 +54,13 @@ const DefaultBudget = 48 << 20
 func (p *Pipeline) Store(ctx context.Context, input string, recs []wal.Record, id wal.AppendOptions) (wal.Result, error) {
 	kept := recs[:0]
 	runTag, run := "", 0 // a run of unrouted records of one tag, noted at once
-	for _, r := range recs {
-		if p.Routed == nil || p.Routed(r.Tag) {
+	lastTag, routed := "", false
+	for i, r := range recs {
+		// A message or request has one tag: its routing is worked out once.
+		if i == 0 || r.Tag != lastTag {
+			lastTag, routed = r.Tag, p.Routed == nil || p.Routed(r.Tag)
+		}
+		if routed {
 			kept = append(kept, r)
 			continue
 		}

@@ -42,3 +42,29 @@ func TestUnroutedTagsWarn(t *testing.T) {
 		t.Fatalf("want one warning naming the tags and their counts:\n%s", out)
 	}
 }
+
+// A message's records share a tag: its routing is asked once per run of
+// one tag, not once per record.
+func TestRoutedOncePerTag(t *testing.T) {
+	w, err := wal.Open(t.TempDir(), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	asked := 0
+	p := &Pipeline{WAL: w, Metrics: NewMetrics(nil), Routed: func(tag string) bool { asked++; return tag != "drop" },
+		Unrouted: &UnroutedLog{Log: slog.New(slog.DiscardHandler)}}
+	var recs []wal.Record
+	for i := range 3000 {
+		recs = append(recs, wal.Record{Tag: []string{"a", "drop", "b"}[i/1000], Body: []byte(`{}`)})
+	}
+	if _, err := p.Store(context.Background(), "forward", recs, wal.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if asked != 3 {
+		t.Errorf("routing asked %d times for 3 runs of one tag", asked)
+	}
+	if st := w.Stats(); st.Records != 2000 {
+		t.Errorf("%d records stored, want 2000", st.Records)
+	}
+}
