@@ -27,6 +27,7 @@ const (
 	reasonEncoding       = "unsupported_encoding" // a Content-Encoding other than gzip
 	reasonWALFull        = "wal_full"             // no room in the WAL in time, or no space on disk
 	reasonWALError       = "wal_error"            // the WAL failed or is closed
+	reasonStoreTimeout   = "store_timeout"        // the WAL, not full, did not commit in time (a slow disk)
 	reasonReadError      = "read_error"           // the body could not be read (the connection broke or timed out)
 	reasonShutdown       = "shutting_down"        // the server is stopping
 	reasonCanceled       = "canceled"             // the client went away before its records were stored
@@ -195,8 +196,13 @@ func (s *Server) store(w http.ResponseWriter, r *http.Request, routed bool, id w
 // Idempotency-Key, a part that was stored after all is not stored twice).
 func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
-	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil && s.p.WAL.Full():
 		s.walFull(w, r)
+	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+		// Not for want of room: the commit was slow, and may yet land.
+		w.Header().Set("Retry-After", "1")
+		s.reject(w, r, http.StatusServiceUnavailable, reasonStoreTimeout,
+			"the records were not stored in time (the WAL's disk is slow): retry later; they may have been stored after all, which a retry with the same Idempotency-Key does not store twice")
 	case errors.Is(err, wal.ErrNoSpace):
 		w.Header().Set("Retry-After", "1")
 		s.reject(w, r, http.StatusServiceUnavailable, reasonWALFull, "no space left on the WAL's disk: retry later")

@@ -483,6 +483,8 @@ func TestAppendErrors(t *testing.T) {
 		{fmt.Errorf("%w: disk", wal.ErrNoSpace), 503, "wal_full"},
 		{fmt.Errorf("%w: 9 bytes", wal.ErrTooLarge), 413, "too_large"},
 		{wal.ErrClosed, 503, "shutting_down"},
+		// The store's deadline passed, the WAL not full: a slow commit, not a full WAL.
+		{fmt.Errorf("append: %w", context.DeadlineExceeded), 503, "store_timeout"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.err.Error(), func(t *testing.T) {
