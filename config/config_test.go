@@ -712,3 +712,13 @@ func TestInputMemory(t *testing.T) {
 		}
 	}
 }
+
+// A token with white space at an end cannot match any request (HTTP trims
+// header values): refused, not left to answer 401 to everyone.
+func TestTokenWhiteSpace(t *testing.T) {
+	t.Setenv("TOKEN", "secret\n")
+	_, err := Parse([]byte("inputs:\n  http:\n    listen: 127.0.0.1:0\n    token: ${env.TOKEN}\n"), "f.yaml")
+	if err == nil || !strings.Contains(err.Error(), "f.yaml:4: inputs.http.token: begins or ends with white space") {
+		t.Errorf("got %v", err)
+	}
+}

@@ -80,6 +80,10 @@ func (f *Forward) validate(s section) {
 func (h *HTTP) validate(s section) {
 	s.listen("listen", h.Listen)
 	s.notEmptyEnv("token", h.Token)
+	if h.Token != strings.TrimSpace(h.Token) {
+		// HTTP trims header values: no request could carry it.
+		s.invalid("token", "begins or ends with white space (a newline left by the file or Secret it came from?): no request's Authorization header can carry it, so every request would be refused; remove it")
+	}
 	s.child("tls").certAndKey(h.TLS.CertFile, h.TLS.KeyFile)
 	atLeast(s, "max_body_bytes", h.MaxBodyBytes, 1)
 	atLeast(s, "max_connections", h.MaxConnections, 1)

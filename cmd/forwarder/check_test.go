@@ -299,3 +299,14 @@ func TestCheckWarnsAboutNothingToDo(t *testing.T) {
 		}
 	}
 }
+
+// A shared key with white space at an end (a Secret made from a file) is
+// warned about: clients whose key lacks it fail the handshake.
+func TestCheckWarnsAboutSharedKeyWhiteSpace(t *testing.T) {
+	t.Parallel()
+	path, _ := writeConfig(t, "inputs:\n  forward: {listen: \"127.0.0.1:0\", shared_key: \"k\\n\"}\n", adminYAML, sinkYAML)
+	r := forwarderCmd(t, "check", "-c", path)
+	if r.code != exitOK || !strings.Contains(r.stderr, "warning: inputs.forward.shared_key begins or ends with white space") {
+		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}

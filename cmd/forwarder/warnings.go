@@ -47,6 +47,9 @@ func configWarnings(cfg *config.Config) []warning {
 	case len(cfg.Sinks) == 0:
 		ws = append(ws, warning{"no sinks: every record the inputs take is acknowledged and dropped, since no sink's match takes its tag; add a sink", "", ""})
 	}
+	if c := cfg.Inputs.Forward; c != nil && c.SharedKey != strings.TrimSpace(c.SharedKey) {
+		ws = append(ws, warning{"inputs.forward.shared_key begins or ends with white space (a newline left by the file or Secret it came from?): clients whose key lacks it fail the handshake", "address", c.Listen})
+	}
 	if c := cfg.Inputs.Forward; c != nil && !loopback(c.Listen) {
 		if c.SharedKey == "" && c.TLS.ClientCAFile == "" {
 			ws = append(ws, warning{"the forward input accepts records from anyone who can reach it: set inputs.forward.shared_key (the handshake) or tls.client_ca_file, or listen on a loopback address", "address", c.Listen})
