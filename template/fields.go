@@ -62,9 +62,19 @@ func (f *Finder) Find(body []byte, out *Fields) {
 	f.scan(body, 0, pend, len(f.paths), out)
 	for i := range f.paths {
 		if fv := &out.vals[i]; fv.ok {
-			fv.v, fv.ok = foundText(fv.v)
+			fv.v, fv.ok = scalarText(fv.v)
 		}
 	}
+}
+
+// scalarText is foundText of a value a name may hold: an object or an
+// array is not one (its JSON in a key or a stream name is a mistake of the
+// template's field, rendered as the fallback, noted Missing).
+func scalarText(v []byte) ([]byte, bool) {
+	if len(v) > 0 && (v[0] == '{' || v[0] == '[') {
+		return nil, false
+	}
+	return foundText(v)
 }
 
 // foundText is lookupValue of a value with no space around it, as scan

@@ -20,7 +20,7 @@ func oldFind(paths [][]string, body []byte) [maxFound]foundValue {
 	oldScan(paths, body, 0, pend, len(paths), &out)
 	for i := range paths {
 		if fv := &out[i]; fv.ok {
-			fv.v, fv.ok = lookupValue(fv.v)
+			fv.v, fv.ok = scalarText(jsonscan.TrimSpace(fv.v)) // objects and arrays are no longer values
 		}
 	}
 	return out

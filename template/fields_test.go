@@ -21,13 +21,13 @@ func findMatchesLookup(t *testing.T, body []byte, paths ...[]string) {
 	f.Find(body, &fs)
 	d := &Data{Body: body}
 	for i, tp := range tps {
-		want, wantOK := Lookup(body, tp.parts[1].path)
+		want, wantOK := lookupScalar(body, tp.parts[1].path)
 		got, gotOK, known := fs.get(tp.parts[1].path)
 		if len(tp.parts[1].path) > 0 && i < maxFound && !known {
 			t.Fatalf("body %q: path %q not one of the Finder's", body, tp.parts[1].path)
 		}
 		if known && (gotOK != wantOK || !bytes.Equal(got, want)) {
-			t.Fatalf("body %q, path %q: found %q %v, Lookup %q %v", body, tp.parts[1].path, got, gotOK, want, wantOK)
+			t.Fatalf("body %q, path %q: found %q %v, lookupScalar %q %v", body, tp.parts[1].path, got, gotOK, want, wantOK)
 		}
 		r1, n1 := tp.Append(nil, d, "fb")
 		r2, n2 := tp.AppendFound(nil, d, &fs, "fb")

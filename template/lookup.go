@@ -20,3 +20,16 @@ func Lookup(body []byte, path []string) ([]byte, bool) {
 func lookupValue(v []byte) ([]byte, bool) {
 	return foundText(jsonscan.TrimSpace(v))
 }
+
+// lookupScalar is Lookup for a template's field: an object or an array is
+// not a value (scalarText).
+func lookupScalar(body []byte, path []string) ([]byte, bool) {
+	v := body
+	for _, key := range path {
+		var ok bool
+		if v, ok = jsonscan.Member(v, key); !ok {
+			return nil, false
+		}
+	}
+	return scalarText(jsonscan.TrimSpace(v))
+}

@@ -285,7 +285,7 @@ func (t *Template) AppendFound(dst []byte, d *Data, fs *Fields, fallback string)
 		case field:
 			v, ok, found := fs.get(p.path)
 			if !found {
-				v, ok = Lookup(d.Body, p.path)
+				v, ok = lookupScalar(d.Body, p.path)
 			}
 			switch {
 			case ok && len(v) > 0:

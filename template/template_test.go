@@ -20,7 +20,8 @@ func TestRender(t *testing.T) {
 		{"${record.kubernetes.nil|d}", "d", false},
 		{"${record.kubernetes.missing}", "FB", true},
 		{"${record.kubernetes.n}", "3", false},
-		{"${record.kubernetes.labels}", `{"app":"web"}`, false},
+		// An object is not a name: the fallback, noted missing.
+		{"${record.kubernetes.labels}", "FB", true},
 		{`${record.esc"key}`, "qé", false},
 		{"${record.s}", `a"b`, false},
 		{"${tag}/${tag[0]}/${tag[2]}", "pod.shop.web/pod/web", false},
