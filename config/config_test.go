@@ -281,14 +281,14 @@ func TestEscapedEnvSurvives(t *testing.T) {
 sinks:
   - name: cloudwatch
     type: cloudwatch
-    log_group: "/a/$${env.X}/${env.X}"
-    log_stream: "$$$${env.X}-${tag}-${record.a.b|x}"
+    log_group: "/a/${env.X}"
+    log_stream: "$${env.X}/${env.X}/$$$${env.X}-${tag}-${record.a.b|x}"
 `)
 	cw := cfg.Sinks[0].CloudWatch
-	if cw.LogGroup != "/a/$${env.X}/expanded" {
+	if cw.LogGroup != "/a/expanded" {
 		t.Errorf("log_group %q", cw.LogGroup)
 	}
-	if cw.LogStream != "$$$${env.X}-${tag}-${record.a.b|x}" {
+	if cw.LogStream != "$${env.X}/expanded/$$$${env.X}-${tag}-${record.a.b|x}" {
 		t.Errorf("log_stream %q", cw.LogStream)
 	}
 }
@@ -546,6 +546,9 @@ var badConfigs = []struct {
 		`11: sink "dots": key: "logs/../${tag}/${seq}.json.gz": has a ".." segment, which tools reading the bucket as paths resolve away`,
 		`15: sink "empty": key: "logs//${tag}/${seq}.json.gz": has an empty segment (//)`,
 		`18: sink "cw": endpoint: "localhost:4566" is not an http:// or https:// URL with a host (such as https://logs.eu-west-1.amazonaws.com or http://127.0.0.1:4566)`,
+		`23: sink "cwnames": log_group: "my group:${record.ns}": has ' ', ':', which log group names cannot hold (letters, digits and . - _ / #)`,
+		`24: sink "cwnames": log_stream: "${record.pod}*${tag}": has '*', which log stream names cannot hold (no : or *)`,
+		`27: sink "cwaws": log_group: "aws/${tag}": begins with aws/, which AWS keeps for its own log groups`,
 	}},
 	{"cloudwatch_limits.yaml", []string{
 		`2: sink "cloudwatch": log_group is required`,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -139,13 +140,45 @@ func keyText(key string) string {
 	return ""
 }
 
+// nameText describes what in a log group's or stream's own text CloudWatch does not take
+// (the sink would rewrite it, out of the operator's sight), or returns "". Values of
+// placeholders are sanitised when rendered; the template's text is the operator's.
+func nameText(key, src, lit string) string {
+	var bad []string
+	for _, r := range lit {
+		ok := r != ':' && r != '*' && r >= ' ' && r != 0x7f
+		if key == "log_group" {
+			ok = r == '.' || r == '-' || r == '_' || r == '/' || r == '#' ||
+				'A' <= r && r <= 'Z' || 'a' <= r && r <= 'z' || '0' <= r && r <= '9'
+		}
+		if q := strconv.QuoteRune(r); !ok && !slices.Contains(bad, q) {
+			bad = append(bad, q)
+		}
+	}
+	switch {
+	case len(bad) > 0 && key == "log_group":
+		return fmt.Sprintf("has %s, which log group names cannot hold (letters, digits and . - _ / #)", strings.Join(bad, ", "))
+	case len(bad) > 0:
+		return fmt.Sprintf("has %s, which log stream names cannot hold (no : or *)", strings.Join(bad, ", "))
+	case key == "log_group" && strings.HasPrefix(src, "aws/"):
+		return "begins with aws/, which AWS keeps for its own log groups"
+	}
+	return ""
+}
+
 func (cw *CloudWatch) validate(s section) {
 	s.endpoint("endpoint", cw.Endpoint)
 	s.required("log_group", cw.LogGroup)
 	s.required("log_stream", cw.LogStream)
 	for key, v := range map[string]string{"log_group": cw.LogGroup, "log_stream": cw.LogStream} {
-		if _, err := template.Parse(v, template.Options{}); v != "" && err != nil {
+		t, err := template.Parse(v, template.Options{})
+		switch {
+		case v != "" && err != nil:
 			s.invalid(key, "%q: %v", v, err)
+		case err == nil:
+			if msg := nameText(key, v, t.Literal()); msg != "" {
+				s.invalid(key, "%q: %s", v, msg)
+			}
 		}
 	}
 	s.required("fallback", cw.Fallback)

@@ -229,6 +229,18 @@ var envName = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
 // String is the template's source.
 func (t *Template) String() string { return t.src }
 
+// Literal is the template's own text, without its placeholders and time
+// verbs: what it renders whatever the record.
+func (t *Template) Literal() string {
+	var b strings.Builder
+	for _, p := range t.parts {
+		if p.kind == literal {
+			b.WriteString(p.text)
+		}
+	}
+	return b.String()
+}
+
 // UsesSeq, UsesUUID and UsesHostname report whether the template has
 // ${seq}, ${uuid} or ${hostname} ($${hostname} is a literal).
 func (t *Template) UsesSeq() bool      { return t.seq }

@@ -15,7 +15,7 @@ func TestCheckGoodConfig(t *testing.T) {
     match: "pod.**"
     region: eu-west-1
     log_group: "/eks/${record.kubernetes.namespace_name}"
-    log_stream: "${record.kubernetes.pod_name|unknown}"
+    log_stream: "${record.kubernetes.pod_name|unknown}-${hostname}"
 `)
 	r := forwarderCmd(t, "check", "-c", path)
 	want := path + ": OK\n" +
@@ -308,5 +308,37 @@ func TestCheckWarnsAboutSharedKeyWhiteSpace(t *testing.T) {
 	r := forwarderCmd(t, "check", "-c", path)
 	if r.code != exitOK || !strings.Contains(r.stderr, "warning: inputs.forward.shared_key begins or ends with white space") {
 		t.Errorf("exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// check warns about a stream template without ${hostname} (replicas would
+// share streams) and about two sinks writing to one destination.
+func TestCheckWarnsAboutSharedDestinations(t *testing.T) {
+	t.Parallel()
+	const noHost = "warning: sinks[pods].log_stream has no ${hostname}"
+	const twice = "warning: sinks[archive2] writes where sinks[archive] does"
+	for _, c := range []struct {
+		name, sinks string
+		want        []string
+	}{
+		{"stream without hostname", "  - {name: pods, type: cloudwatch, region: r, log_group: g, log_stream: \"${tag}\"}\n", []string{noHost}},
+		{"stream with hostname", "  - {name: pods, type: cloudwatch, region: r, log_group: g, log_stream: \"${tag}-${hostname}\"}\n", nil},
+		{"two sinks, one key", "  - {name: archive2, type: s3, region: r, bucket: test-bucket, endpoint: \"http://127.0.0.1:1\"}\n", []string{twice}},
+		{"two sinks, two keys", "  - {name: archive2, type: s3, region: r, bucket: test-bucket, endpoint: \"http://127.0.0.1:1\", key: \"other/${hostname}-${seq}.json.gz\"}\n", nil},
+	} {
+		path, _ := writeConfig(t, inputsYAML, adminYAML, sinkYAML, c.sinks)
+		r := forwarderCmd(t, "check", "-c", path)
+		if r.code != exitOK {
+			t.Errorf("%s: exit %d, stderr %q", c.name, r.code, r.stderr)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("%s: stderr %q, want %q", c.name, r.stderr, w)
+			}
+		}
+		if len(c.want) == 0 && r.stderr != "" {
+			t.Errorf("%s: stderr %q, want nothing", c.name, r.stderr)
+		}
 	}
 }

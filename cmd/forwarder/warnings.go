@@ -69,7 +69,23 @@ func configWarnings(cfg *config.Config) []warning {
 	if cfg.Admin.Pprof && !loopback(cfg.Admin.Listen) {
 		ws = append(ws, warning{"admin.pprof serves Go's profiles to anyone who can reach the admin listener: listen on a loopback address, or turn admin.pprof off", "address", cfg.Admin.Listen})
 	}
+	dest := map[string]string{} // a destination's description -> the first sink writing to it
 	for _, s := range cfg.Sinks {
+		var d string
+		switch {
+		case s.S3 != nil:
+			d = fmt.Sprintf("s3 %s %s %s", s.S3.Endpoint, s.S3.Bucket, s.S3.Key)
+		case s.CloudWatch != nil:
+			d = fmt.Sprintf("cloudwatch %s %s %s %s", s.CloudWatch.Endpoint, s.CloudWatch.Region, s.CloudWatch.LogGroup, s.CloudWatch.LogStream)
+			if !usesHostname(s.CloudWatch.LogStream) {
+				ws = append(ws, warning{fmt.Sprintf("sinks[%s].log_stream has no ${hostname}: replicas sharing the log group would write the same streams, and a stream with two writers loses the exactly-once guarantee after a crash (README: Guarantees); put ${hostname} in the stream", s.Name), "sink", s.Name})
+			}
+		}
+		if first, ok := dest[d]; ok && d != "" {
+			ws = append(ws, warning{fmt.Sprintf("sinks[%s] writes where sinks[%s] does (the same destination and name templates): records both take would be written twice, and S3 keys would collide (the second writer pauses); give each its own key, stream or destination", s.Name, first), "sink", s.Name})
+		} else if d != "" {
+			dest[d] = s.Name
+		}
 		if s.S3 != nil {
 			if ext, want := keyExtension(s.S3.Key), config.CompressionExtension(s.S3.Compression); ext != "" && ext != want {
 				ws = append(ws, warning{fmt.Sprintf("sinks[%s].key ends in %q, but the objects are compressed with %s: readers that pick the codec by the extension (Athena, Spark, zcat) would fail to read them; end the key in %q", s.Name, ext, s.S3.Compression, ".json"+want), "sink", s.Name})
@@ -93,6 +109,13 @@ func keyExtension(key string) string {
 		}
 	}
 	return ""
+}
+
+// usesHostname reports whether a name template holds ${hostname}. A template that does not
+// parse is reported by validation, not here.
+func usesHostname(src string) bool {
+	t, err := template.Parse(src, template.Options{})
+	return err != nil || t.UsesHostname()
 }
 
 // perReplicaKey reports whether an S3 key template renders keys no other forwarder
