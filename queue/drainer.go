@@ -181,8 +181,11 @@ func (d *Drainer) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("register cursor %q: %w", d.name, err)
 	}
-	repartitioned, fresh, err := d.checkFingerprint()
+	repartitioned, fresh, err := d.checkFingerprint(ctx)
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil // stopped while the disk was full: nothing to finish
+		}
 		return err
 	}
 	var g *guard
@@ -305,7 +308,7 @@ func (d *Drainer) setState(f func(*Status)) {
 // runs before Recover, so that marks Recover writes are kept. It reports
 // whether the partitioning changed, and whether the sink never ran (no
 // fingerprint was stored).
-func (d *Drainer) checkFingerprint() (changed, fresh bool, err error) {
+func (d *Drainer) checkFingerprint(ctx context.Context) (changed, fresh bool, err error) {
 	if d.opts.Fingerprint == "" {
 		return false, false, nil
 	}
@@ -331,7 +334,8 @@ func (d *Drainer) checkFingerprint() (changed, fresh bool, err error) {
 		}
 	}
 	b.Put(d.name, []byte(keyFingerprint), []byte(d.opts.Fingerprint))
-	if err := d.w.Commit(context.Background(), &b); err != nil {
+	// A full disk waits (a changed configuration must not end the service).
+	if err := d.commitWaiting(ctx, &b, "cannot store the sink's partitioning"); err != nil {
 		return false, false, fmt.Errorf("store partitioning fingerprint of %q: %w", d.name, err)
 	}
 	return old != nil, old == nil, nil
