@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,10 +15,20 @@ var ErrNotDrained = errors.New("queue: not drained")
 
 // drainRequest is the Drain request shared by a Drainer and its loop.
 type drainRequest struct {
-	once  sync.Once
-	start chan struct{} // closed by Drain: deliver everything, now
-	done  chan error    // the loop's answer, once; buffered
-	exit  chan struct{} // closed when Run returns
+	once     sync.Once
+	answered atomic.Bool   // done has its answer (answer)
+	start    chan struct{} // closed by Drain: deliver everything, now
+	done     chan error    // the answer, once; buffered
+	exit     chan struct{} // closed when Run returns
+}
+
+// answer gives Drain its answer, the first time only: the start-up's
+// recovery, paused, answers before the loop runs, and the loop must not
+// then block on a second answer.
+func (r *drainRequest) answer(err error) {
+	if r.answered.CompareAndSwap(false, true) {
+		r.done <- err
+	}
 }
 
 func newDrainRequest() drainRequest {
@@ -78,5 +89,5 @@ func (l *loop) checkDrain() {
 
 func (l *loop) answerDrain(err error) {
 	l.drainAnswered = true
-	l.d.drain.done <- err
+	l.d.drain.answer(err)
 }

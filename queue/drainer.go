@@ -288,8 +288,19 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 			d.log.Debug("finishing interrupted work failed, will retry", "reason", e.Reason, "wait", wait, "error", e.Err)
 		}
 		d.setState(func(s *Status) { s.State, s.LastError, s.LastErrorAt = state, e.Error(), time.Now() })
+		var drain <-chan struct{} // a stop's Drain does not wait for a paused sink
+		if paused && !d.drain.answered.Load() {
+			drain = d.drain.start
+		}
 		select {
 		case <-time.After(wait):
+		case <-drain:
+			d.drain.answer(fmt.Errorf("sink %q is paused while finishing interrupted work (%s): %w", d.name, e.Error(), ErrNotDrained))
+			select { // the probe keeps its pace
+			case <-time.After(wait):
+			case <-ctx.Done():
+				return nil
+			}
 		case <-ctx.Done():
 			return nil
 		}

@@ -3,6 +3,7 @@ package queue
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -698,6 +699,44 @@ func TestRecoverRefusedPausesSink(t *testing.T) {
 		}
 		if testutil.ToFloat64(m.Paused.WithLabelValues("s")) != 0 {
 			t.Fatal("paused gauge still set")
+		}
+		r.stop(t)
+	})
+}
+
+// A stop's Drain does not wait for a sink paused while finishing its
+// interrupted work: it answers ErrNotDrained at once, as for a sink paused
+// in its loop, and the drainer goes on probing.
+func TestDrainAnswersPausedRecovery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		appendN(t, w, 20, tagsOf(2), 10)
+		s := &recoveringSink{testSink: newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})}
+		r := start(w, "s", s, Options{})
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if st := r.d.Status(); st.State != StatePaused {
+			t.Fatalf("status %+v, want paused", st)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		began := time.Now()
+		err := r.d.Drain(ctx)
+		if !errors.Is(err, ErrNotDrained) || time.Since(began) > time.Second {
+			t.Fatalf("Drain after %s: %v, want ErrNotDrained at once", time.Since(began), err)
+		}
+		// Once the destination lets it, the sink delivers, and a second
+		// Drain is answered as the first was (the loop does not block).
+		s.mu.Lock()
+		s.allowed = true
+		s.mu.Unlock()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel2()
+		if err := r.d.Drain(ctx2); !errors.Is(err, ErrNotDrained) {
+			t.Fatalf("second Drain: %v", err)
 		}
 		r.stop(t)
 	})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -23,6 +24,7 @@ func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log 
 	var actors []actor
 	if c := cfg.Inputs.Forward; c != nil {
 		s := forward.New(*c, p, log)
+		s.StopWithin(time.Duration(cfg.ShutdownTimeout))
 		if err := s.Start(); err != nil {
 			return nil, nil, err
 		}
@@ -30,6 +32,7 @@ func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log 
 	}
 	if c := cfg.Inputs.HTTP; c != nil {
 		s := httpin.New(*c, p, log)
+		s.StopWithin(time.Duration(cfg.ShutdownTimeout))
 		if err := s.Start(); err != nil {
 			return nil, nil, err
 		}

@@ -227,8 +227,11 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 		if err != nil {
 			// Not acknowledged: the client sends the chunk again.
 			reason := "wal_error"
-			if errors.Is(err, wal.ErrNoSpace) {
+			switch {
+			case errors.Is(err, wal.ErrNoSpace):
 				reason = "no_space"
+			case storeCtx.Err() != nil:
+				reason = "shutting_down" // the stop's time to store ran out
 			}
 			c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
 			if n, ok := c.s.rejects.allow(reason, time.Now()); ok {

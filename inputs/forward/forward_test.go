@@ -379,10 +379,16 @@ func TestStopReadsWhatWasSent(t *testing.T) {
 // before it closes: nothing is stored without its ack. A message stored but
 // not acknowledged is sent again by the client, to another replica when it
 // fails over: a duplicate downstream.
+//
+// The reading and the storing each take at most a sixth of the service's
+// shutdown_timeout (StopWithin), here 1 s of 6 s, not the default 5 s.
 func TestStopWithClientsSending(t *testing.T) {
-	defer func(d time.Duration) { drainTimeout = d }(drainTimeout)
-	drainTimeout = time.Second // the clients keep sending: reading ends after it
-	f := start(t, defaultCfg(), wal.Options{})
+	var srv *Server
+	f := start(t, defaultCfg(), wal.Options{}, func(s *Server) { s.StopWithin(6 * time.Second); srv = s })
+	readFor, storeFor := srv.stopTimes()
+	if readFor != time.Second || storeFor != time.Second {
+		t.Fatalf("stop times %v and %v of 6 s, want a sixth each", readFor, storeFor)
+	}
 	const clients = 4
 	var mu sync.Mutex
 	acked := map[string]bool{}
@@ -449,8 +455,11 @@ func TestStopWithClientsSending(t *testing.T) {
 	if len(unacked) > 0 {
 		t.Errorf("stored but never acknowledged (a failing-over client sends them again): %v", unacked)
 	}
-	if took >= drainTimeout+storeTimeout {
+	if took >= readFor+storeFor {
 		t.Errorf("the stop took %v: connections were closed with their stores cancelled", took)
+	}
+	if took < readFor {
+		t.Errorf("the stop took %v: the clients keep sending, and are read for %v", took, readFor)
 	}
 }
 

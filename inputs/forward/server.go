@@ -51,6 +51,11 @@ type Server struct {
 
 	rejects rateLog
 
+	// stopWithin, when set, is the whole service's time to stop
+	// (shutdown_timeout): the stop's reading and storing each get at most
+	// a sixth of it (StopWithin).
+	stopWithin time.Duration
+
 	mu    sync.Mutex
 	conns map[*conn]struct{}
 	wg    sync.WaitGroup
@@ -78,6 +83,21 @@ func New(cfg config.Forward, p *inputs.Pipeline, log *slog.Logger) *Server {
 	}
 	return &Server{cfg: cfg, p: p, log: log.With("input", "forward"), hostname: host,
 		slots: inputs.NewSlots(cfg.MaxConnections), conns: map[*conn]struct{}{}, listen: net.Listen}
+}
+
+// StopWithin tells the server the whole service's time to stop
+// (shutdown_timeout): reading what clients sent and storing it each take
+// at most a sixth of it (5 s each by default), so that the sinks' drain
+// and sends keep most of it.
+func (s *Server) StopWithin(d time.Duration) { s.stopWithin = d }
+
+// stopTimes are how long the stop reads and then stores.
+func (s *Server) stopTimes() (read, store time.Duration) {
+	read, store = drainTimeout, storeTimeout
+	if s.stopWithin > 0 {
+		read, store = min(read, s.stopWithin/6), min(store, s.stopWithin/6)
+	}
+	return read, store
 }
 
 // Start binds the listener.
@@ -162,9 +182,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
+	readFor, storeFor := s.stopTimes()
 	select {
 	case <-done:
-	case <-time.After(drainTimeout):
+	case <-time.After(readFor):
 		// Clients that kept sending: no connection reads another message
 		// (one still arriving is not stored, not acknowledged: its client
 		// sends it again). What was read is stored and acknowledged; a
@@ -178,7 +199,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.mu.Unlock()
 		select {
 		case <-done:
-		case <-time.After(storeTimeout):
+		case <-time.After(storeFor):
 			cancelStores()
 			s.mu.Lock()
 			for c := range s.conns {

@@ -124,6 +124,15 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 	return s
 }
 
+// StopWithin tells the server the whole service's time to stop
+// (shutdown_timeout): requests in progress get at most a sixth of it (5 s
+// by default) to be answered, so that the sinks keep most of it.
+func (s *Server) StopWithin(d time.Duration) {
+	if d > 0 {
+		s.shutdownTimeout = min(s.shutdownTimeout, d/6)
+	}
+}
+
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/logs", s.handleLogs)
