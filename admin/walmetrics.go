@@ -62,7 +62,14 @@ func (c *WALCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.minFree, prometheus.GaugeValue, float64(c.w.MinFreeBytes()))
 	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(st.MemoryReads), "memory")
 	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(st.FileReads), "file")
+	// Every cursor's series, 0 before its first drop: an alert on its
+	// increase then sees the first drops too.
+	for name := range st.Cursors {
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(st.Dropped[name]), name)
+	}
 	for name, n := range st.Dropped {
-		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(n), name)
+		if _, ok := st.Cursors[name]; !ok {
+			ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(n), name)
+		}
 	}
 }

@@ -28,6 +28,8 @@ func (l *loop) commitLoop(ctx context.Context) {
 	if err := d.w.ScanState(d.name, []byte(prefixDead), func(k, v []byte) error { dead++; return nil }); err != nil {
 		d.log.Warn("count dead letters", "error", err)
 	}
+	stored := d.opts.Metrics.DeadStored.WithLabelValues(d.name)
+	stored.Set(float64(dead))
 	for {
 		var reqs []*commitReq
 		select {
@@ -60,6 +62,9 @@ func (l *loop) commitLoop(ctx context.Context) {
 		err := d.commitWaiting(ctx, &b, "cannot record deliveries")
 		if err != nil && ctx.Err() != nil {
 			return
+		}
+		if err == nil {
+			stored.Set(float64(dead))
 		}
 		for _, r := range reqs {
 			r.err = err

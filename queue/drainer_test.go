@@ -219,6 +219,18 @@ func TestErrorClasses(t *testing.T) {
 		if n := testutil.ToFloat64(m.DeadLetters.WithLabelValues("s", "InvalidParameterException")); n != 80 {
 			t.Fatalf("%v dead letters counted, want 80", n)
 		}
+		if n := testutil.ToFloat64(m.DeadStored.WithLabelValues("s")); n != float64(len(dead)) {
+			t.Fatalf("forwarder_sink_dead_letters_stored %v, want the %d the WAL keeps", n, len(dead))
+		}
+		// After a restart the gauge says what the WAL keeps, before any send.
+		m2 := NewMetrics(nil)
+		r = start(w, "s", s, Options{Metrics: m2})
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := testutil.ToFloat64(m2.DeadStored.WithLabelValues("s")); n != float64(len(dead)) {
+			t.Fatalf("after a restart forwarder_sink_dead_letters_stored %v, want %d", n, len(dead))
+		}
+		r.stop(t)
 	})
 }
 

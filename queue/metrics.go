@@ -10,6 +10,7 @@ type Metrics struct {
 	Retries      *prometheus.CounterVec   // failed sends that will be retried, by class and reason
 	DeadLetters  *prometheus.CounterVec   // records dead-lettered, by reason
 	Evicted      *prometheus.CounterVec   // dead letters removed to keep the bound
+	DeadStored   *prometheus.GaugeVec     // dead letters the WAL keeps for the sink
 	Skipped      *prometheus.CounterVec   // records skipped after a restart: their partition had delivered them
 	EarlyCuts    *prometheus.CounterVec   // batches sent before they were full or old, to keep open partitions within the sink's bound
 	Spills       *prometheus.CounterVec   // times a partition's queued records were released from memory while it waited out a retry
@@ -38,6 +39,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Records the destination refused for good, kept as dead letters, by reason."}, []string{"sink", "reason"}),
 		Evicted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_dead_letters_evicted_total",
 			Help: "Oldest dead letters removed to keep the per-sink bound."}, sink),
+		DeadStored: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_dead_letters_stored",
+			Help: "Dead letters the WAL keeps for the sink (the newest 10,000); read from the WAL at start, so it survives restarts."}, sink),
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_skipped_delivered_records_total",
 			Help: "Records skipped after a restart because their partition had already delivered them."}, sink),
 		EarlyCuts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_early_cuts_total",
@@ -64,7 +67,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Records that went to the sink's overflow partition because max_partitions partitions were admitted (delivered there, not dropped)."}, sink),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Delivered, m.Batches, m.Retries, m.DeadLetters, m.Evicted, m.Skipped, m.EarlyCuts, m.Spills, m.Reread, m.LagRecords,
+		reg.MustRegister(m.Delivered, m.Batches, m.Retries, m.DeadLetters, m.Evicted, m.DeadStored, m.Skipped, m.EarlyCuts, m.Spills, m.Reread, m.LagRecords,
 			m.LagSeconds, m.InFlight, m.Paused, m.Buffered, m.SendDuration, m.Admitted, m.Overflowed)
 	}
 	return m

@@ -22,6 +22,16 @@ func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log 
 	p := &inputs.Pipeline{WAL: w, Metrics: m, Routed: routed(cfg.Sinks), Budget: inputs.NewBudget(cfg.InputMemory(), m),
 		Unrouted: &inputs.UnroutedLog{Log: log}}
 	var actors []actor
+	// Series that alerts take the increase of, there at 0 before their first count.
+	for _, in := range []struct {
+		name string
+		on   bool
+	}{{"forward", cfg.Inputs.Forward != nil}, {"http", cfg.Inputs.HTTP != nil}} {
+		if in.on {
+			m.Records.WithLabelValues(in.name)
+			m.Unrouted.WithLabelValues(in.name)
+		}
+	}
 	if c := cfg.Inputs.Forward; c != nil {
 		s := forward.New(*c, p, log)
 		s.StopWithin(time.Duration(cfg.ShutdownTimeout))
