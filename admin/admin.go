@@ -105,6 +105,11 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "failed", "error": err.Error()})
 		return
 	}
+	if d := s.src.WAL.CommitPending(); d >= wal.StallAfter {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "stalled",
+			"error": fmt.Sprintf("a WAL commit (its writes and fsync) has not returned for %s: the disk does not answer", d.Round(time.Second))})
+		return
+	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 

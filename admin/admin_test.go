@@ -108,7 +108,8 @@ func TestEndpoints(t *testing.T) {
 	for _, want := range []string{"forwarder_wal_records 1", "forwarder_wal_max_bytes 1.073741824e+09", `forwarder_sink_paused{sink="cw"} 1`,
 		// Counters that alerts take the increase of are there at 0 before their first count.
 		`forwarder_wal_dropped_records_total{sink="cw"} 0`, `forwarder_wal_dropped_records_total{sink="removed-sink"} 0`,
-		`forwarder_sink_dead_letters_stored{sink="cw"} 0`, `forwarder_sink_dead_letters_evicted_total{sink="cw"} 0`} {
+		`forwarder_sink_dead_letters_stored{sink="cw"} 0`, `forwarder_sink_dead_letters_evicted_total{sink="cw"} 0`,
+		"forwarder_wal_commit_seconds_total ", "forwarder_wal_commit_pending_seconds 0"} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

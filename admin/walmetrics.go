@@ -13,6 +13,7 @@ type WALCollector struct {
 
 	bytes, maxB, file, records, full, failed, commits, dropped *prometheus.Desc
 	diskFull, diskFree, fileFree, minFree, reads               *prometheus.Desc
+	commitSeconds, commitPending                               *prometheus.Desc
 }
 
 // NewWALCollector returns a collector for w.
@@ -30,13 +31,15 @@ func NewWALCollector(w *wal.WAL, maxBytes int64) *WALCollector {
 		diskFree: prometheus.NewDesc("forwarder_wal_disk_free_bytes", "Free space on the WAL's file system, for an unprivileged process (-1: unknown).", nil, nil),
 		fileFree: prometheus.NewDesc("forwarder_wal_file_free_bytes", "Free pages inside the WAL file, reused before the file grows.", nil, nil),
 		minFree:  prometheus.NewDesc("forwarder_wal_min_free_bytes", "wal.min_free_bytes.", nil, nil),
+		commitSeconds: prometheus.NewDesc("forwarder_wal_commit_seconds_total", "Time the WAL's commits took, writes and fsyncs (divided by forwarder_wal_commits_total: a commit's mean time).", nil, nil),
+		commitPending: prometheus.NewDesc("forwarder_wal_commit_pending_seconds", "How long the commit under way has run (0: none): a disk that stalls shows here; /healthz fails past 2 minutes.", nil, nil),
 		reads: prometheus.NewDesc("forwarder_wal_reads_total", "Reads of the WAL by the sinks that returned records, by where they were served from: memory (the entries committed last, kept uncompressed: a sink that keeps up with appends) or the file.",
 			[]string{"from"}, nil),
 	}
 }
 
 func (c *WALCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.bytes, c.maxB, c.file, c.records, c.full, c.failed, c.commits, c.dropped, c.diskFull, c.diskFree, c.fileFree, c.minFree, c.reads} {
+	for _, d := range []*prometheus.Desc{c.bytes, c.maxB, c.file, c.records, c.full, c.failed, c.commits, c.dropped, c.diskFull, c.diskFree, c.fileFree, c.minFree, c.reads, c.commitSeconds, c.commitPending} {
 		ch <- d
 	}
 }
@@ -56,6 +59,8 @@ func (c *WALCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.full, prometheus.GaugeValue, b2f(c.w.Full()))
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.GaugeValue, b2f(c.w.Err() != nil))
 	ch <- prometheus.MustNewConstMetric(c.commits, prometheus.CounterValue, float64(st.Commits))
+	ch <- prometheus.MustNewConstMetric(c.commitSeconds, prometheus.CounterValue, st.CommitSeconds)
+	ch <- prometheus.MustNewConstMetric(c.commitPending, prometheus.GaugeValue, c.w.CommitPending().Seconds())
 	ch <- prometheus.MustNewConstMetric(c.diskFull, prometheus.GaugeValue, b2f(c.w.DiskFull()))
 	ch <- prometheus.MustNewConstMetric(c.diskFree, prometheus.GaugeValue, float64(st.DiskFreeBytes))
 	ch <- prometheus.MustNewConstMetric(c.fileFree, prometheus.GaugeValue, float64(st.FileFreeBytes))

@@ -627,3 +627,41 @@ func TestFullDiskCyclesNeverRefuseCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A commit that does not return (a disk that stalls) shows in
+// CommitPending, and past StallAfter in Stalled, which /healthz and the
+// watchdog read; once it returns, both clear, and its time is summed.
+func TestStalledCommitIsSeen(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	defer func(d time.Duration) { StallAfter = d }(StallAfter)
+	StallAfter = 200 * time.Millisecond
+	release := make(chan struct{})
+	hook := func(tx *bolt.Tx) error {
+		<-release
+		return tx.Commit()
+	}
+	commitHook.Store(&hook)
+	t.Cleanup(func() { commitHook.Store(nil) })
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Append(context.Background(), []Record{{Tag: "t", Body: []byte(`{}`)}}, AppendOptions{})
+		done <- err
+	}()
+	waitUntil(t, 5*time.Second, "the commit seen pending", func() bool { return w.CommitPending() > 0 })
+	if w.Stalled() {
+		t.Fatal("stalled at once")
+	}
+	waitUntil(t, 5*time.Second, "the commit seen stalled", w.Stalled)
+	commitHook.Store(nil)
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if w.CommitPending() != 0 || w.Stalled() {
+		t.Errorf("pending %v after the commit returned", w.CommitPending())
+	}
+	if s := w.Stats().CommitSeconds; s < StallAfter.Seconds() {
+		t.Errorf("commit time summed %vs, want at least the %v it was held", s, StallAfter)
+	}
+}

@@ -355,6 +355,8 @@ type Stats struct {
 	Cursors   map[string]uint64 `json:"cursors"`
 	Dropped   map[string]uint64 `json:"dropped"` // records each cursor lost to drop_oldest
 	Commits   uint64            `json:"commits"` // transactions committed since Open
+	// CommitSeconds is the time those commits took, writes and fsyncs.
+	CommitSeconds float64 `json:"commit_seconds"`
 	// DiskFreeBytes is the free space of the file system holding the file
 	// (what an unprivileged process may take; -1 when it cannot tell), and
 	// FileFreeBytes the pages free inside the file. Appends wait while
@@ -372,7 +374,7 @@ type Stats struct {
 func (w *WAL) Stats() Stats {
 	st := w.snapshot()
 	s := Stats{Path: w.path, FirstSeq: st.firstSeq, NextSeq: st.nextSeq, Records: st.nextSeq - st.firstSeq,
-		Bytes: st.liveBytes, Cursors: st.cursors, Dropped: st.dropped, Commits: w.commits.Load(),
+		Bytes: st.liveBytes, Cursors: st.cursors, Dropped: st.dropped, Commits: w.commits.Load(), CommitSeconds: float64(w.commitNanos.Load()) / 1e9,
 		MemoryReads: w.recent.memoryReads.Load(), FileReads: w.recent.fileReads.Load()}
 	_ = w.db.View(func(tx *bolt.Tx) error {
 		s.FileBytes = tx.Size()

@@ -145,6 +145,11 @@ type WAL struct {
 
 	recent   recent        // the entries committed last, uncompressed
 	commits  atomic.Uint64 // transactions committed since Open
+	// commitNanos sums the time commits took since Open (writing and
+	// fsyncing); commitSince is when the commit under way began (Unix
+	// nanoseconds; 0: none).
+	commitNanos atomic.Int64
+	commitSince atomic.Int64
 	full     atomic.Bool   // appends are waiting for room under max_bytes
 	diskFull atomic.Bool   // appends are waiting for room on the disk (MinFreeBytes)
 
@@ -487,6 +492,26 @@ func (w *WAL) space() (disk, file int64, ok bool) {
 }
 
 // Err returns the fatal error, if any.
+// StallAfter is how long a commit may run before the WAL counts as
+// stalled (Stalled): far beyond a slow disk's fsync under load. A variable
+// for tests.
+var StallAfter = 2 * time.Minute
+
+// Stalled reports whether the commit under way has run for StallAfter: the
+// disk does not answer, and nothing can be acknowledged meanwhile.
+func (w *WAL) Stalled() bool { return w.CommitPending() >= StallAfter }
+
+// CommitPending is how long the commit under way has been running (its
+// writes and fsyncs), or 0 when none is: a disk that stalls shows here
+// long before anything fails.
+func (w *WAL) CommitPending() time.Duration {
+	since := w.commitSince.Load()
+	if since == 0 {
+		return 0
+	}
+	return max(time.Duration(time.Now().UnixNano()-since), 0)
+}
+
 func (w *WAL) Err() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()

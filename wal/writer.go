@@ -256,7 +256,7 @@ func (wr *writer) commitAlone(op func(meta *bolt.Bucket) error) error {
 		tx.Rollback()
 		return err
 	}
-	if err := commitTx(tx); err != nil {
+	if err := wr.commitTx(tx); err != nil {
 		return err
 	}
 	wr.w.commits.Add(1)
@@ -814,7 +814,7 @@ func (wr *writer) flush() {
 		return
 	}
 	wr.dirty = false
-	err := commitTx(tx)
+	err := wr.commitTx(tx)
 	if err == nil {
 		wr.w.commits.Add(1)
 		wr.w.recent.committed(kept, fresh, wr.st.firstSeq)
@@ -903,7 +903,13 @@ func (wr *writer) flush() {
 // commitHook, when set, replaces tx.Commit: tests inject failures with it.
 var commitHook atomic.Pointer[func(*bolt.Tx) error]
 
-func commitTx(tx *bolt.Tx) error {
+func (wr *writer) commitTx(tx *bolt.Tx) error {
+	start := time.Now().UnixNano()
+	wr.w.commitSince.Store(start)
+	defer func() {
+		wr.w.commitSince.Store(0)
+		wr.w.commitNanos.Add(time.Now().UnixNano() - start)
+	}()
 	if h := commitHook.Load(); h != nil {
 		return (*h)(tx)
 	}

@@ -41,6 +41,7 @@ func signalsActor(log *slog.Logger, timeout time.Duration) actor {
 type durableLog interface {
 	Fatal() <-chan struct{}
 	Err() error
+	Stalled() bool
 	Close() error
 }
 
@@ -83,15 +84,17 @@ func reportFailure(log *slog.Logger) func(name string, err error) {
 	}
 }
 
-// systemdActor feeds systemd's watchdog while the WAL can still promise durability (not
-// while a sink is paused or the WAL is full: a restart fixes neither), and tells systemd
+// systemdActor feeds systemd's watchdog while the WAL can still promise durability and its
+// commits return (not while a sink is paused or the WAL is full: a restart fixes neither;
+// a commit stalled for wal.StallAfter lets the watchdog's SIGABRT write every goroutine's
+// stack to the journal, and the restart that follows), and tells systemd
 // when the service begins to stop. Added last, it is the first actor stopped, so
 // STOPPING=1 goes out as the shutdown begins.
 func systemdActor(w durableLog, log *slog.Logger) actor {
 	return actor{
 		name: "systemd watchdog",
 		run: func(ctx context.Context) error {
-			return sdnotify.Watchdog(ctx, func() bool { return w.Err() == nil })
+			return sdnotify.Watchdog(ctx, func() bool { return w.Err() == nil && !w.Stalled() })
 		},
 		stop: func(context.Context) error {
 			if err := sdnotify.Stopping(); err != nil {

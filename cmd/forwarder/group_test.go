@@ -164,6 +164,7 @@ type fakeWAL struct {
 
 func (f *fakeWAL) Fatal() <-chan struct{} { return f.fatal }
 func (f *fakeWAL) Err() error             { return f.err }
+func (f *fakeWAL) Stalled() bool          { return false }
 func (f *fakeWAL) Close() error           { close(f.closed); return nil }
 
 func TestWALFatalStopsTheService(t *testing.T) {

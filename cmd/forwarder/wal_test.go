@@ -300,7 +300,8 @@ func TestDecodeWALStats(t *testing.T) {
 		DiskFreeBytes, FileFreeBytes int64
 		MemoryReads, FileReads       uint64
 	}
-	before, err := json.Marshal(untagged(want))
+	before, err := json.Marshal(untagged{want.Path, want.FirstSeq, want.NextSeq, want.Records, want.Bytes, want.FileBytes,
+		want.Cursors, want.Dropped, want.Commits, want.DiskFreeBytes, want.FileFreeBytes, want.MemoryReads, want.FileReads})
 	if err != nil {
 		t.Fatal(err)
 	}
