@@ -143,15 +143,15 @@ type WAL struct {
 	closeMu  sync.Mutex
 	closed   bool
 
-	recent   recent        // the entries committed last, uncompressed
-	commits  atomic.Uint64 // transactions committed since Open
+	recent  recent        // the entries committed last, uncompressed
+	commits atomic.Uint64 // transactions committed since Open
 	// commitNanos sums the time commits took since Open (writing and
 	// fsyncing); commitSince is when the commit under way began (Unix
 	// nanoseconds; 0: none).
 	commitNanos atomic.Int64
 	commitSince atomic.Int64
-	full     atomic.Bool   // appends are waiting for room under max_bytes
-	diskFull atomic.Bool   // appends are waiting for room on the disk (MinFreeBytes)
+	full        atomic.Bool // appends are waiting for room under max_bytes
+	diskFull    atomic.Bool // appends are waiting for room on the disk (MinFreeBytes)
 
 	mu       sync.Mutex
 	st       state         // committed state, published by the writer
