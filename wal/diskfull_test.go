@@ -665,3 +665,40 @@ func TestStalledCommitIsSeen(t *testing.T) {
 		t.Errorf("commit time summed %vs, want at least the %v it was held", s, StallAfter)
 	}
 }
+
+// An append held for room on the disk whose client gives up does not end
+// the hold while an append of its size would still not fit: the next
+// one would only be held again, and DiskFull (the metric, /readyz) would
+// flap with every client's retry. The hold ends once room is freed.
+func TestDiskHoldOutlivesAGivenUpAppend(t *testing.T) {
+	mnt := tmpfstest.Mount(t, "16m")
+	const floor = 1 << 20
+	w := openT(t, mnt, Options{MinFreeBytes: floor})
+	defer w.Close()
+	// Leave about 1.5 MiB free: above the floor and its hysteresis (1.125
+	// MiB), below the floor plus a 1 MiB append.
+	ballast := filepath.Join(mnt, "ballast")
+	if err := os.WriteFile(ballast, make([]byte, fsFree(t, mnt)-3<<19), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 1<<20)
+	rand.New(rand.NewSource(1)).Read(big) // s2 cannot shrink it
+	for i := range big {
+		big[i] = 'a' + big[i]%26
+	}
+	body := append(append([]byte(`{"a":"`), big...), `"}`...)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err := w.Append(ctx, []Record{{Tag: "t", Body: body}}, AppendOptions{})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a 1 MiB append with %d bytes free: %v, want it held until its client gave up", fsFree(t, mnt), err)
+	}
+	time.Sleep(2500 * time.Millisecond) // the writer looks at the room every second
+	if !w.DiskFull() {
+		t.Fatalf("DiskFull() false once the held append gave up, with %d bytes free: an append of its size would be held again", fsFree(t, mnt))
+	}
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "DiskFull() false once room was freed", func() bool { return !w.DiskFull() })
+}

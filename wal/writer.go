@@ -102,6 +102,7 @@ type writer struct {
 	noHousekeeping bool
 
 	diskHeld      bool      // the waiting appends wait for room on the disk
+	heldNeed      int64     // what the last append held for room on the disk needs (storeCost)
 	diskHeldSince time.Time // when the current hold began
 	diskLogged    bool      // the current hold was logged: log its end
 	lastDiskLog   time.Time
@@ -405,6 +406,7 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 		if !room.take(storeCost(r.bytes), wr.floor()) {
 			wr.waiting = append(wr.waiting, appends[i:]...)
 			wr.diskHeld = true
+			wr.heldNeed = storeCost(r.bytes)
 			break
 		}
 		if max > 0 && wr.st.liveBytes+r.bytes > max {
@@ -523,8 +525,11 @@ func (wr *writer) checkDisk(room *diskRoom) {
 		if room == nil {
 			room = wr.room()
 		}
-		if room.enough(wr.floor()) {
+		// No append waits (the held one may have given up): the hold ends
+		// once one of its size would fit, not the moment its client left.
+		if room.enough(wr.floor() + wr.heldNeed) {
 			wr.setDiskFull(false)
+			wr.heldNeed = 0
 		}
 	}
 	if wr.w.diskFull.Load() && wr.noSpaceRetry == nil {
