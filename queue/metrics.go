@@ -16,7 +16,7 @@ type Metrics struct {
 	Spills       *prometheus.CounterVec   // times a partition's queued records were released from memory while it waited out a retry
 	Reread       *prometheus.CounterVec   // records the catch-up reader read again for spilled partitions
 	LagRecords   *prometheus.GaugeVec     // records in the WAL the sink has not passed
-	LagSeconds   *prometheus.GaugeVec     // age (event time) of the oldest record the sink has not passed
+	LagSeconds   *prometheus.GaugeVec     // how long the oldest record the sink has not passed has been in the WAL
 	InFlight     *prometheus.GaugeVec     // partitions with a batch in flight
 	Paused       *prometheus.GaugeVec     // 1 while a sink-permanent error pauses the sink
 	Buffered     *prometheus.GaugeVec     // bytes of records held in memory
@@ -52,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		LagRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_lag_records",
 			Help: "Records in the WAL that the sink has not passed yet."}, sink),
 		LagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_lag_seconds",
-			Help: "Age, by event time, of the oldest record the sink has not passed; 0 when caught up."}, sink),
+			Help: "How long the oldest record the sink has not passed has been in the WAL (for one from before the last start: its event-time age, at least the time since the start); 0 when caught up."}, sink),
 		InFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_inflight_partitions",
 			Help: "Partitions with a batch in flight."}, sink),
 		Paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_sink_paused",

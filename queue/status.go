@@ -60,9 +60,7 @@ func (l *loop) updateStatus() {
 	}
 	lagSec := 0.0
 	if lag > 0 {
-		if recs, err := d.w.Read(l.cursor+1, 1, 0); err == nil && len(recs) > 0 {
-			lagSec = max(0, time.Since(time.Unix(0, recs[0].Time)).Seconds())
-		}
+		lagSec = d.w.Age(max(l.cursor+1, st.FirstSeq)).Seconds() // how long it has waited
 	}
 	state := StateRunning
 	switch {

@@ -143,8 +143,10 @@ type WAL struct {
 	closeMu  sync.Mutex
 	closed   bool
 
-	recent  recent        // the entries committed last, uncompressed
-	commits atomic.Uint64 // transactions committed since Open
+	recent   recent        // the entries committed last, uncompressed
+	appended appendTimes   // when the records appended since Open were committed
+	opened   time.Time     // when Open returned
+	commits  atomic.Uint64 // transactions committed since Open
 	// commitNanos sums the time commits took since Open (writing and
 	// fsyncing); commitSince is when the commit under way began (Unix
 	// nanoseconds; 0: none).
@@ -227,6 +229,8 @@ func Open(dir string, opts Options) (*WAL, error) {
 		}
 	}
 	w.st = st
+	w.appended.reset(st.nextSeq)
+	w.opened = time.Now()
 	w.notify = make(chan struct{})
 	w.fatal = make(chan struct{})
 	w.done = make(chan struct{})
@@ -492,6 +496,21 @@ func (w *WAL) space() (disk, file int64, ok bool) {
 }
 
 // Err returns the fatal error, if any.
+// Age is how long the record seq has been in the WAL: since its commit (to
+// the second) for a record appended since Open, which no client's clock
+// can shift; for an older one, since its event time, but at least since
+// Open. 0 for a record not there.
+func (w *WAL) Age(seq uint64) time.Duration {
+	if at, ok := w.appended.at(seq); ok {
+		return max(time.Since(at), 0)
+	}
+	recs, err := w.Read(seq, 1, 0)
+	if err != nil || len(recs) == 0 || recs[0].Seq != seq {
+		return 0
+	}
+	return max(time.Since(w.opened), time.Since(time.Unix(0, recs[0].Time)))
+}
+
 // StallAfter is how long a commit may run before the WAL counts as
 // stalled (Stalled): far beyond a slow disk's fsync under load. A variable
 // for tests.

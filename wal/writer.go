@@ -830,6 +830,7 @@ func (wr *writer) flush() {
 		}
 		if appended > 0 {
 			wr.noSpace = nil // the room measured serves again
+			wr.w.appended.note(wr.st.nextSeq-1, time.Now())
 		}
 		if probe {
 			wr.probeLeft = false

@@ -104,8 +104,8 @@ func leftoverActor(w *wal.WAL, cfg *config.Config, log *slog.Logger) actor {
 				if st.Records > 0 {
 					args = append(args, "bytes_about", st.Bytes/int64(st.Records)*int64(n))
 				}
-				if recs, err := w.Read(max(pos+1, st.FirstSeq), 1, 0); err == nil && len(recs) > 0 {
-					args = append(args, "oldest_age", time.Since(time.Unix(0, recs[0].Time)).Round(time.Second))
+				if age := w.Age(max(pos+1, st.FirstSeq)); age > 0 {
+					args = append(args, "oldest_age", age.Round(time.Second))
 				}
 				log.Info("stopping: records left in the WAL for the sink; they are delivered when the service starts again on this data_dir", args...)
 			}
