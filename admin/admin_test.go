@@ -54,7 +54,7 @@ func TestEndpoints(t *testing.T) {
 	defer cancel()
 	w.RegisterCursor(ctx, "removed-sink") // a cursor no sink owns
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewWALCollector(w, 1<<30))
+	reg.MustRegister(NewWALCollector(w, 1<<30).Configured("cw"))
 	d := queue.New(w, "cw", deniedSink{}, queue.Options{Metrics: queue.NewMetrics(reg)})
 	listening := true
 	s := New("127.0.0.1:0", Sources{WAL: w, MaxBytes: 1 << 30, Drainers: []*queue.Drainer{d}, Listening: func() bool { return listening },
@@ -109,7 +109,8 @@ func TestEndpoints(t *testing.T) {
 		// Counters that alerts take the increase of are there at 0 before their first count.
 		`forwarder_wal_dropped_records_total{sink="cw"} 0`, `forwarder_wal_dropped_records_total{sink="removed-sink"} 0`,
 		`forwarder_sink_dead_letters_stored{sink="cw"} 0`, `forwarder_sink_dead_letters_evicted_total{sink="cw"} 0`,
-		"forwarder_wal_commit_seconds_total ", "forwarder_wal_commit_pending_seconds 0"} {
+		"forwarder_wal_commit_seconds_total ", "forwarder_wal_commit_pending_seconds 0",
+		`forwarder_wal_unconfigured_cursor_lag_records{cursor="removed-sink"} 1`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

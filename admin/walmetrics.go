@@ -13,7 +13,20 @@ type WALCollector struct {
 
 	bytes, maxB, file, records, full, failed, commits, dropped *prometheus.Desc
 	diskFull, diskFree, fileFree, minFree, reads               *prometheus.Desc
-	commitSeconds, commitPending                               *prometheus.Desc
+	commitSeconds, commitPending, orphaned                     *prometheus.Desc
+
+	configured map[string]bool // the configured sinks' names (nil: not told)
+}
+
+// Configured tells the collector which sinks the configuration has: the
+// cursors of others (sinks removed from it) are exported with their lag,
+// since they keep records from being deleted.
+func (c *WALCollector) Configured(sinks ...string) *WALCollector {
+	c.configured = map[string]bool{}
+	for _, s := range sinks {
+		c.configured[s] = true
+	}
+	return c
 }
 
 // NewWALCollector returns a collector for w.
@@ -33,13 +46,14 @@ func NewWALCollector(w *wal.WAL, maxBytes int64) *WALCollector {
 		minFree:       prometheus.NewDesc("forwarder_wal_min_free_bytes", "wal.min_free_bytes.", nil, nil),
 		commitSeconds: prometheus.NewDesc("forwarder_wal_commit_seconds_total", "Time the WAL's commits took, writes and fsyncs (divided by forwarder_wal_commits_total: a commit's mean time).", nil, nil),
 		commitPending: prometheus.NewDesc("forwarder_wal_commit_pending_seconds", "How long the commit under way has run (0: none): a disk that stalls shows here; /healthz fails past 2 minutes.", nil, nil),
+		orphaned: prometheus.NewDesc("forwarder_wal_unconfigured_cursor_lag_records", "Records behind the cursor of a sink the configuration no longer has: the WAL keeps them until the cursor is dropped (forwarder wal drop-cursor).", []string{"cursor"}, nil),
 		reads: prometheus.NewDesc("forwarder_wal_reads_total", "Reads of the WAL by the sinks that returned records, by where they were served from: memory (the entries committed last, kept uncompressed: a sink that keeps up with appends) or the file.",
 			[]string{"from"}, nil),
 	}
 }
 
 func (c *WALCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.bytes, c.maxB, c.file, c.records, c.full, c.failed, c.commits, c.dropped, c.diskFull, c.diskFree, c.fileFree, c.minFree, c.reads, c.commitSeconds, c.commitPending} {
+	for _, d := range []*prometheus.Desc{c.bytes, c.maxB, c.file, c.records, c.full, c.failed, c.commits, c.dropped, c.diskFull, c.diskFree, c.fileFree, c.minFree, c.reads, c.commitSeconds, c.commitPending, c.orphaned} {
 		ch <- d
 	}
 }
@@ -67,6 +81,11 @@ func (c *WALCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.minFree, prometheus.GaugeValue, float64(c.w.MinFreeBytes()))
 	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(st.MemoryReads), "memory")
 	ch <- prometheus.MustNewConstMetric(c.reads, prometheus.CounterValue, float64(st.FileReads), "file")
+	for name, pos := range st.Cursors {
+		if c.configured != nil && !c.configured[name] {
+			ch <- prometheus.MustNewConstMetric(c.orphaned, prometheus.GaugeValue, float64(st.NextSeq-1-min(pos, st.NextSeq-1)), name)
+		}
+	}
 	// Every cursor's series, 0 before its first drop: an alert on its
 	// increase then sees the first drops too.
 	for name := range st.Cursors {

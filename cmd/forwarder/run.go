@@ -93,7 +93,7 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	g.add(leftoverActor(w, cfg, log))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		admin.NewWALCollector(w, int64(cfg.WAL.MaxBytes)))
+		admin.NewWALCollector(w, int64(cfg.WAL.MaxBytes)).Configured(sinkNames(cfg)...))
 	drainerList, drainers, err := drainerActors(w, cfg, reg, log, g.deadline)
 	if err != nil {
 		log.Error("cannot start the sinks", "error", err)
@@ -220,4 +220,13 @@ func lag(st wal.Stats, pos uint64) uint64 {
 
 func isSink(cfg *config.Config, name string) bool {
 	return slices.ContainsFunc(cfg.Sinks, func(s config.Sink) bool { return s.Name == name })
+}
+
+// sinkNames are the configured sinks' names.
+func sinkNames(cfg *config.Config) []string {
+	var names []string
+	for _, s := range cfg.Sinks {
+		names = append(names, s.Name)
+	}
+	return names
 }
