@@ -105,6 +105,9 @@ func TestEndpoints(t *testing.T) {
 		t.Fatal("/status shows record content")
 	}
 	_, metrics := get(t, base, "/metrics")
+	if strings.Contains(metrics, `forwarder_wal_unconfigured_cursor_lag_records{cursor="cw"}`) {
+		t.Error("a configured sink's cursor is exported as unconfigured")
+	}
 	for _, want := range []string{"forwarder_wal_records 1", "forwarder_wal_max_bytes 1.073741824e+09", `forwarder_sink_paused{sink="cw"} 1`,
 		// Counters that alerts take the increase of are there at 0 before their first count.
 		`forwarder_wal_dropped_records_total{sink="cw"} 0`, `forwarder_wal_dropped_records_total{sink="removed-sink"} 0`,

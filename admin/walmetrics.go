@@ -46,7 +46,7 @@ func NewWALCollector(w *wal.WAL, maxBytes int64) *WALCollector {
 		minFree:       prometheus.NewDesc("forwarder_wal_min_free_bytes", "wal.min_free_bytes.", nil, nil),
 		commitSeconds: prometheus.NewDesc("forwarder_wal_commit_seconds_total", "Time the WAL's commits took, writes and fsyncs (divided by forwarder_wal_commits_total: a commit's mean time).", nil, nil),
 		commitPending: prometheus.NewDesc("forwarder_wal_commit_pending_seconds", "How long the commit under way has run (0: none): a disk that stalls shows here; /healthz fails past 2 minutes.", nil, nil),
-		orphaned: prometheus.NewDesc("forwarder_wal_unconfigured_cursor_lag_records", "Records behind the cursor of a sink the configuration no longer has: the WAL keeps them until the cursor is dropped (forwarder wal drop-cursor).", []string{"cursor"}, nil),
+		orphaned:      prometheus.NewDesc("forwarder_wal_unconfigured_cursor_lag_records", "Records behind the cursor of a sink the configuration no longer has: the WAL keeps them until the cursor is dropped (forwarder wal drop-cursor).", []string{"cursor"}, nil),
 		reads: prometheus.NewDesc("forwarder_wal_reads_total", "Reads of the WAL by the sinks that returned records, by where they were served from: memory (the entries committed last, kept uncompressed: a sink that keeps up with appends) or the file.",
 			[]string{"from"}, nil),
 	}
