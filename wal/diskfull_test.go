@@ -702,3 +702,52 @@ func TestDiskHoldOutlivesAGivenUpAppend(t *testing.T) {
 	}
 	waitUntil(t, 5*time.Second, "DiskFull() false once room was freed", func() bool { return !w.DiskFull() })
 }
+
+// An Append whose context ends while its records are in a transaction
+// (a commit that takes long) returns that transaction's outcome, not the
+// context's end: records are never stored with their caller told they
+// were not (an HTTP client would send them again, stored twice). One
+// whose context ends before the writer takes it stores nothing.
+func TestAppendTakenAnswersItsCommit(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	release := make(chan struct{})
+	var held atomic.Bool
+	hook := func(tx *bolt.Tx) error {
+		held.Store(true)
+		<-release
+		return tx.Commit()
+	}
+	commitHook.Store(&hook)
+	t.Cleanup(func() { commitHook.Store(nil) })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	var res Result
+	go func() {
+		var err error
+		res, err = w.Append(ctx, []Record{{Tag: "t", Body: []byte(`{"a":1}`)}}, AppendOptions{})
+		done <- err
+	}()
+	waitUntil(t, 5*time.Second, "the commit held", held.Load)
+	time.Sleep(300 * time.Millisecond) // the context has ended meanwhile
+	select {
+	case err := <-done:
+		t.Fatalf("Append returned %v while its records were being committed", err)
+	default:
+	}
+	commitHook.Store(nil)
+	close(release)
+	if err := <-done; err != nil || res.First != 1 {
+		t.Fatalf("Append: %+v %v, want the commit's outcome", res, err)
+	}
+	// Ended before it was taken: nothing stored.
+	ended, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if _, err := w.Append(ended, []Record{{Tag: "t", Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Append with an ended context: %v", err)
+	}
+	if n := w.Stats().NextSeq; n != 2 {
+		t.Errorf("next seq %d: a cancelled append was stored", n)
+	}
+}

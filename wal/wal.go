@@ -574,8 +574,10 @@ type Result struct {
 // Append stores records and returns once they are durable (SyncAlways) or
 // taken by the writer (SyncInterval). Concurrent appends share one
 // transaction and one fsync. When the WAL is full and WhenFull is Block,
-// Append waits until ctx ends; an Append cancelled while waiting may still
-// be stored, which the chunk id makes harmless on a retry.
+// Append waits until ctx ends, and stores nothing then. Once the records
+// are in a transaction, the end of ctx no longer ends Append: it returns
+// that transaction's outcome, so that records are never stored while
+// their caller is told they were not.
 func (w *WAL) Append(ctx context.Context, recs []Record, opts AppendOptions) (Result, error) {
 	if w.opts.ReadOnly {
 		return Result{}, ErrReadOnly
@@ -610,8 +612,24 @@ func (w *WAL) Append(ctx context.Context, recs []Record, opts AppendOptions) (Re
 	case res := <-req.done:
 		return res.Result, res.err
 	case <-ctx.Done():
-		w.wake()
-		return Result{}, ctx.Err()
+		if req.state.CompareAndSwap(reqPending, reqAbandoned) {
+			w.wake()
+			return Result{}, ctx.Err()
+		}
+	}
+	// The records are in a transaction: its outcome is the answer, not the
+	// end of ctx, or they could be stored with their caller told otherwise
+	// (a client retrying them would store them twice).
+	select {
+	case res := <-req.done:
+		return res.Result, res.err
+	case <-w.done:
+		select {
+		case res := <-req.done: // answered as the writer ended
+			return res.Result, res.err
+		default:
+			return Result{}, w.closedErr()
+		}
 	}
 }
 

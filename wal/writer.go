@@ -23,7 +23,19 @@ type appendReq struct {
 	digest  []byte // of the request chunk names; nil: none given
 	done    chan appendResult
 	recent  *recent // of the WAL: see answer
+	// state is reqPending until the writer puts the request into a
+	// transaction (reqTaken) or Append gives it up (reqAbandoned), its
+	// context ended: whichever comes first. A request taken is answered
+	// with its transaction's outcome, whatever its context, so that
+	// records are never stored without their caller knowing.
+	state atomic.Int32
 }
+
+const (
+	reqPending int32 = iota
+	reqTaken
+	reqAbandoned
+)
 
 // answer answers r, once; the buffers its entries hold for recent and
 // did not give it (it did not store them) go back.
@@ -417,6 +429,11 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 			if err := wr.dropOldest(tx, wr.st.liveBytes+r.bytes-max); err != nil {
 				return nil, nil, nil, room, err
 			}
+		}
+		if !r.state.CompareAndSwap(reqPending, reqTaken) {
+			// Given up by Append a moment ago: not stored.
+			now = append(now, func() { r.answer(appendResult{err: context.Canceled}) })
+			continue
 		}
 		wr.dirty = true
 		res, err := wr.put(tx, r, t)

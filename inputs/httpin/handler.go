@@ -27,7 +27,7 @@ const (
 	reasonEncoding       = "unsupported_encoding" // a Content-Encoding other than gzip
 	reasonWALFull        = "wal_full"             // no room in the WAL in time, or no space on disk
 	reasonWALError       = "wal_error"            // the WAL failed or is closed
-	reasonStoreTimeout   = "store_timeout"        // the WAL, not full, did not commit in time (a slow disk)
+	reasonStoreTimeout   = "store_timeout"        // the WAL, not full, did not take the records in time (a slow disk)
 	reasonReadError      = "read_error"           // the body could not be read (the connection broke or timed out)
 	reasonShutdown       = "shutting_down"        // the server is stopping
 	reasonCanceled       = "canceled"             // the client went away before its records were stored
@@ -199,10 +199,11 @@ func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, err error) 
 	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil && s.p.WAL.Full():
 		s.walFull(w, r)
 	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
-		// Not for want of room: the commit was slow, and may yet land.
+		// Not for want of room: the writer did not take them in time (it
+		// answers with the outcome once it has: nothing was stored).
 		w.Header().Set("Retry-After", "1")
 		s.reject(w, r, http.StatusServiceUnavailable, reasonStoreTimeout,
-			"the records were not stored in time (the WAL's disk is slow): retry later; they may have been stored after all, which a retry with the same Idempotency-Key does not store twice")
+			"the records were not stored in time (the WAL's disk is slow): nothing was stored; retry later")
 	case errors.Is(err, wal.ErrNoSpace):
 		w.Header().Set("Retry-After", "1")
 		s.reject(w, r, http.StatusServiceUnavailable, reasonWALFull, "no space left on the WAL's disk: retry later")
