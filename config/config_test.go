@@ -554,6 +554,8 @@ var badConfigs = []struct {
 		`2: sink "cloudwatch": log_group is required`,
 		`4: sink "cloudwatch": match: tag glob "pod..x" has an empty part`,
 		`4: sink "cloudwatch": match: a tag glob must not be empty`,
+		`4: sink "cloudwatch": match: tag glob "{kube,pod}.**": braces, commas and spaces are not glob syntax here (Fluentd's {a,b} or "a b"); give each glob as an item of a match list`,
+		`4: sink "cloudwatch": match: tag glob "kube.* pod.*": braces, commas and spaces are not glob syntax here (Fluentd's {a,b} or "a b"); give each glob as an item of a match list`,
 		`6: sink "cloudwatch": retention_days: 10 is not 0 (don't set) or one of 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653`,
 		`7: sink "cloudwatch": log_group_class: "COLD" is not one of STANDARD, INFREQUENT_ACCESS`,
 		`8: sink "cloudwatch": flush_interval: must be greater than 0, not 0s`,

@@ -68,6 +68,11 @@ func checkGlob(glob string) string {
 	if glob == "" {
 		return "a tag glob must not be empty"
 	}
+	if strings.ContainsAny(glob, "{}, \t") {
+		// Fluentd's {a,b} and space-separated patterns: here they would
+		// match no tag, as text.
+		return fmt.Sprintf("tag glob %q: braces, commas and spaces are not glob syntax here (Fluentd's {a,b} or \"a b\"); give each glob as an item of a match list", glob)
+	}
 	for part := range strings.SplitSeq(glob, ".") {
 		switch {
 		case part == "":
