@@ -21,6 +21,11 @@ var (
 	// still usable: the caller may retry once space is available.
 	ErrNoSpace = errors.New("wal: no space left on device")
 
+	// ErrFull is returned, with the context's error, by an Append whose
+	// context ended while it waited for room (wal.max_bytes with
+	// WhenFull Block, or the disk's floor): nothing of it was stored.
+	ErrFull = errors.New("wal: full")
+
 	// ErrTooLarge is returned by Append for a request that could never fit
 	// under max_bytes, even with the WAL empty.
 	ErrTooLarge = errors.New("wal: append larger than max_bytes")

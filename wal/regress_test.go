@@ -168,6 +168,35 @@ func TestFatalAnswersHeldAppends(t *testing.T) {
 	}
 }
 
+// TestHeldAppendTimesOutAsFull: an append held for room whose context
+// ends says so (ErrFull with the context's error), whatever the writer has
+// done since: a caller must not read the state of the WAL afterwards to
+// tell a full WAL from a slow one (it may no longer be full by then).
+func TestHeldAppendTimesOutAsFull(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{MaxBytes: 4 << 10, WhenFull: Block})
+	defer w.Close()
+	if _, err := w.RegisterCursor(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 3<<10)
+	rand.Read(body)
+	appendT(t, w, []Record{{Body: body}}, "")
+	for range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := w.Append(ctx, []Record{{Body: body}}, AppendOptions{})
+		cancel()
+		if !errors.Is(err, ErrFull) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("held append whose context ended: %v, want ErrFull and DeadlineExceeded", err)
+		}
+	}
+	// Not held: the end of its context is all there is to say.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := w.Append(ctx, []Record{{Body: []byte(`{}`)}}, AppendOptions{}); errors.Is(err, ErrFull) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("append with an ended context: %v, want Canceled only", err)
+	}
+}
+
 // TestRetentionDoesNotSpinOnFullDisk: retention halves its deletes after
 // each refused commit; once it deletes one key a commit and that is
 // refused too, it must wait for the next look at the disk (a second), not

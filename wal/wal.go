@@ -614,6 +614,9 @@ func (w *WAL) Append(ctx context.Context, recs []Record, opts AppendOptions) (Re
 	case <-ctx.Done():
 		if req.state.CompareAndSwap(reqPending, reqAbandoned) {
 			w.wake()
+			if req.held.Load() {
+				return Result{}, fmt.Errorf("%w: %w", ErrFull, ctx.Err())
+			}
 			return Result{}, ctx.Err()
 		}
 	}

@@ -29,6 +29,7 @@ type appendReq struct {
 	// with its transaction's outcome, whatever its context, so that
 	// records are never stored without their caller knowing.
 	state atomic.Int32
+	held  atomic.Bool // it waited for room (ErrFull, should its context end)
 }
 
 const (
@@ -377,6 +378,9 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 	t := time.Now()
 	for i, r := range appends {
 		if err := r.ctx.Err(); err != nil {
+			if r.held.Load() {
+				err = fmt.Errorf("%w: %w", ErrFull, err)
+			}
 			now = append(now, func() { r.answer(appendResult{err: err}) })
 			continue
 		}
@@ -416,6 +420,7 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 			room = wr.room()
 		}
 		if !room.take(storeCost(r.bytes), wr.floor()) {
+			r.held.Store(true)
 			wr.waiting = append(wr.waiting, appends[i:]...)
 			wr.diskHeld = true
 			wr.heldNeed = storeCost(r.bytes)
@@ -423,6 +428,7 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 		}
 		if max > 0 && wr.st.liveBytes+r.bytes > max {
 			if wr.w.opts.WhenFull == Block {
+				r.held.Store(true)
 				wr.waiting = append(wr.waiting, appends[i:]...)
 				break
 			}

@@ -196,7 +196,7 @@ func (s *Server) store(w http.ResponseWriter, r *http.Request, routed bool, id w
 // Idempotency-Key, a part that was stored after all is not stored twice).
 func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
-	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil && s.p.WAL.Full():
+	case errors.Is(err, wal.ErrFull) && r.Context().Err() == nil:
 		s.walFull(w, r)
 	case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
 		// Not for want of room: the writer did not take them in time (it
