@@ -672,6 +672,8 @@ func TestStalledCommitIsSeen(t *testing.T) {
 // flap with every client's retry. The hold ends once room is freed.
 func TestDiskHoldOutlivesAGivenUpAppend(t *testing.T) {
 	mnt := tmpfstest.Mount(t, "16m")
+	defer func(d time.Duration) { heldFor = d }(heldFor)
+	heldFor = 4 * time.Second
 	const floor = 1 << 20
 	w := openT(t, mnt, Options{MinFreeBytes: floor})
 	defer w.Close()
@@ -697,10 +699,15 @@ func TestDiskHoldOutlivesAGivenUpAppend(t *testing.T) {
 	if !w.DiskFull() {
 		t.Fatalf("DiskFull() false once the held append gave up, with %d bytes free: an append of its size would be held again", fsFree(t, mnt))
 	}
+	// Not for good: a request its client gave up for good must not hold
+	// smaller ones off, which fit (heldFor, 4 s here, after the hold).
+	waitUntil(t, 5*time.Second, "DiskFull() false once the held size was forgotten", func() bool { return !w.DiskFull() })
+	if _, err := w.Append(context.Background(), []Record{{Tag: "t", Body: []byte(`{"small":1}`)}}, AppendOptions{}); err != nil {
+		t.Fatalf("a small append with %d bytes free: %v", fsFree(t, mnt), err)
+	}
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 5*time.Second, "DiskFull() false once room was freed", func() bool { return !w.DiskFull() })
 }
 
 // An Append whose context ends while its records are in a transaction

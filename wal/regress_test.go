@@ -181,13 +181,19 @@ func TestHeldAppendTimesOutAsFull(t *testing.T) {
 	body := make([]byte, 3<<10)
 	rand.Read(body)
 	appendT(t, w, []Record{{Body: body}}, "")
-	for range 20 {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		_, err := w.Append(ctx, []Record{{Body: body}}, AppendOptions{})
+	for range 5 {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := w.Append(ctx, []Record{{Body: body}}, AppendOptions{})
+			done <- err
+		}()
+		waitUntil(t, 5*time.Second, "the append held (Full)", w.Full)
 		cancel()
-		if !errors.Is(err, ErrFull) || !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("held append whose context ended: %v, want ErrFull and DeadlineExceeded", err)
+		if err := <-done; !errors.Is(err, ErrFull) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("held append whose context ended: %v, want ErrFull and Canceled", err)
 		}
+		waitUntil(t, 5*time.Second, "no append held", func() bool { return !w.Full() })
 	}
 	// Not held: the end of its context is all there is to say.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -240,5 +246,55 @@ func TestRetentionDoesNotSpinOnFullDisk(t *testing.T) {
 	}
 	if err := w.Err(); err != nil {
 		t.Fatalf("the WAL failed: %v", err)
+	}
+}
+
+// endsWhenAsked is a context that ends the moment the writer first asks
+// Err() (returning nil to that first call, then pausing the writer a bit),
+// so that Append gives the request up between the writer's ctx check and
+// its CAS: the window in which apply runs room() and dropOldest().
+type endsWhenAsked struct {
+	context.Context
+	done  chan struct{}
+	asked atomic.Bool
+}
+
+func (c *endsWhenAsked) Done() <-chan struct{} { return c.done }
+func (c *endsWhenAsked) Err() error {
+	if c.asked.CompareAndSwap(false, true) {
+		close(c.done)
+		time.Sleep(100 * time.Millisecond) // Append's goroutine abandons meanwhile
+		return nil                         // the writer's one look: not ended yet
+	}
+	return context.Canceled
+}
+
+// An append its caller gives up after the writer looked at its context,
+// but before the writer took it, makes drop_oldest drop nothing: it is not
+// stored, so nothing may be dropped to make room for it.
+func TestDropOldestNotForAnAbandonedAppend(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{MaxBytes: 4 << 10, WhenFull: DropOldest})
+	defer w.Close()
+	if _, err := w.RegisterCursor(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 3<<10)
+	rand.Read(body)
+	for i := range body {
+		body[i] = 'a' + body[i]%26
+	}
+	rec := Record{Tag: "t", Body: append(append([]byte(`{"a":"`), body...), `"}`...)}
+	if _, err := w.Append(context.Background(), []Record{rec}, AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := &endsWhenAsked{Context: context.Background(), done: make(chan struct{})}
+	_, err := w.Append(ctx, []Record{rec}, AppendOptions{})
+	time.Sleep(300 * time.Millisecond)
+	st := w.Stats()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Append: %v, want Canceled (the context ended before it was taken)", err)
+	}
+	if st.Dropped["s"] > 0 || st.NextSeq != 2 || st.Records != 1 {
+		t.Errorf("an append its caller gave up (not stored): next_seq %d, records %d, dropped %v; want nothing dropped", st.NextSeq, st.Records, st.Dropped)
 	}
 }

@@ -116,6 +116,7 @@ type writer struct {
 
 	diskHeld      bool      // the waiting appends wait for room on the disk
 	heldNeed      int64     // what the last append held for room on the disk needs (storeCost)
+	heldAt        time.Time // when it was held
 	diskHeldSince time.Time // when the current hold began
 	diskLogged    bool      // the current hold was logged: log its end
 	lastDiskLog   time.Time
@@ -423,23 +424,25 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 			r.held.Store(true)
 			wr.waiting = append(wr.waiting, appends[i:]...)
 			wr.diskHeld = true
-			wr.heldNeed = storeCost(r.bytes)
+			wr.heldNeed, wr.heldAt = storeCost(r.bytes), time.Now()
 			break
 		}
-		if max > 0 && wr.st.liveBytes+r.bytes > max {
-			if wr.w.opts.WhenFull == Block {
-				r.held.Store(true)
-				wr.waiting = append(wr.waiting, appends[i:]...)
-				break
-			}
-			if err := wr.dropOldest(tx, wr.st.liveBytes+r.bytes-max); err != nil {
-				return nil, nil, nil, room, err
-			}
+		over := max > 0 && wr.st.liveBytes+r.bytes > max
+		if over && wr.w.opts.WhenFull == Block {
+			r.held.Store(true)
+			wr.waiting = append(wr.waiting, appends[i:]...)
+			break
 		}
+		// Taken now, before anything is dropped for it.
 		if !r.state.CompareAndSwap(reqPending, reqTaken) {
 			// Given up by Append a moment ago: not stored.
 			now = append(now, func() { r.answer(appendResult{err: context.Canceled}) })
 			continue
+		}
+		if over {
+			if err := wr.dropOldest(tx, wr.st.liveBytes+r.bytes-max); err != nil {
+				return nil, nil, nil, room, err
+			}
 		}
 		wr.dirty = true
 		res, err := wr.put(tx, r, t)
@@ -535,6 +538,10 @@ func (wr *writer) floor() int64 {
 	return f
 }
 
+// heldFor is how long the size of the last append held for room on the
+// disk keeps the hold on after no append waits (checkDisk).
+var heldFor = 10 * time.Second // a variable for tests
+
 // checkDisk updates DiskFull after a step. room is what apply left of the
 // room on the disk (nil: it stored nothing and did not measure). While
 // appends are held for room, the writer looks again every second, and
@@ -549,8 +556,16 @@ func (wr *writer) checkDisk(room *diskRoom) {
 			room = wr.room()
 		}
 		// No append waits (the held one may have given up): the hold ends
-		// once one of its size would fit, not the moment its client left.
-		if room.enough(wr.floor() + wr.heldNeed) {
+		// once one of its size would fit, not the moment its client left
+		// (its retry would be held again: the hold would flap), but only
+		// for heldFor after the last hold, or a request its client gave up
+		// for good would hold smaller ones off (the inputs refuse while
+		// the WAL is full, so none would come to prove there is room).
+		need := wr.heldNeed
+		if time.Since(wr.heldAt) > heldFor {
+			need = 0
+		}
+		if room.enough(wr.floor() + need) {
 			wr.setDiskFull(false)
 			wr.heldNeed = 0
 		}
@@ -845,6 +860,9 @@ func (wr *writer) flush() {
 	err := wr.commitTx(tx)
 	if err == nil {
 		wr.w.commits.Add(1)
+		if appended > 0 {
+			wr.w.appended.note(wr.st.nextSeq-1, time.Now()) // before the answers: Age knows them
+		}
 		wr.w.recent.committed(kept, fresh, wr.st.firstSeq)
 		wr.w.publish(wr.st)
 		answer(nil)
@@ -853,7 +871,6 @@ func (wr *writer) flush() {
 		}
 		if appended > 0 {
 			wr.noSpace = nil // the room measured serves again
-			wr.w.appended.note(wr.st.nextSeq-1, time.Now())
 		}
 		if probe {
 			wr.probeLeft = false
