@@ -171,7 +171,13 @@ func Refetch(ctx context.Context, p aws.CredentialsProvider, err error) error {
 	if berr != nil || aerr != nil {
 		return err // the next call says what fetching them met
 	}
-	if before.AccessKeyID == after.AccessKeyID && before.SessionToken == after.SessionToken {
+	// The same ones again, which their source does not say are good for
+	// longer (static ones cannot expire; a role's say until when): the
+	// first fetch may itself have been the renewal, when the cache found
+	// its credentials expired by its own clock, and a role's source hands
+	// out the same new ones until it rotates them.
+	same := before.AccessKeyID == after.AccessKeyID && before.SessionToken == after.SessionToken
+	if same && (!after.CanExpire || !after.Expires.After(time.Now())) {
 		return &notRenewed{err}
 	}
 	return err

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
@@ -147,5 +148,39 @@ func TestRefetch(t *testing.T) {
 	}
 	if n.Load() < 2 {
 		t.Errorf("the renewing provider was asked %d times, want again after the expiry", n.Load())
+	}
+}
+
+// A cache whose credentials expired by its own clock fetches the new ones
+// at the first Retrieve; a role's source hands out the same new ones again:
+// that is a renewal, not credentials nothing renews.
+func TestRefetchRotatedCredentials(t *testing.T) {
+	var n atomic.Int32
+	provider := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		if n.Add(1) == 1 {
+			return aws.Credentials{AccessKeyID: "ASIAOLD", SecretAccessKey: "s", SessionToken: "old", CanExpire: true, Expires: time.Now().Add(50 * time.Millisecond)}, nil
+		}
+		return aws.Credentials{AccessKeyID: "ASIANEW", SecretAccessKey: "s", SessionToken: "new", CanExpire: true, Expires: time.Now().Add(6 * time.Hour)}, nil
+	})
+	cache := aws.NewCredentialsCache(provider)
+	if _, err := cache.Retrieve(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	expired := &smithy.OperationError{OperationName: "PutObject", Err: &smithy.GenericAPIError{Code: "ExpiredToken", Message: "expired"}}
+	if got := Refetch(context.Background(), cache, expired); NotRenewed(got) {
+		t.Errorf("renewing credentials (fetched %d times, new ones valid 6h) taken for ones nothing renews", n.Load())
+	}
+}
+
+// Session credentials whose source gives the same ones, expired by their
+// own time, are ones nothing renews.
+func TestRefetchExpiredAndTheSame(t *testing.T) {
+	expired := &smithy.OperationError{OperationName: "PutObject", Err: &smithy.GenericAPIError{Code: "ExpiredToken", Message: "expired"}}
+	cache := aws.NewCredentialsCache(aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		return aws.Credentials{AccessKeyID: "ASIA", SecretAccessKey: "s", SessionToken: "t", CanExpire: true, Expires: time.Now().Add(-time.Minute)}, nil
+	}))
+	if got := Refetch(context.Background(), cache, expired); !NotRenewed(got) {
+		t.Errorf("the same expired credentials again: %v, want NotRenewed", got)
 	}
 }
