@@ -346,25 +346,14 @@ func TestEmptySecretFromEnv(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v\nwant %s", err, want)
 	}
+	// On one line, another key's empty variable is not the secret's.
+	if _, err := Parse([]byte("inputs:\n  forward: {listen: \"127.0.0.1:0\", tls: {client_ca_file: \"${env.EMPTY}\"}, shared_key: \"\"}\n"), "f.yaml"); err != nil {
+		t.Errorf("an empty shared_key written as such, beside another key's empty variable: %v", err)
+	}
 	// ${NAME} in a template is the template's to report, with its placeholders.
 	_, err = Parse([]byte("sinks:\n  - name: a\n    type: s3\n    bucket: bucket\n    region: r\n    key: \"x/${ENVIRONMENT}/${seq}\"\n"), "f.yaml")
 	if err == nil || !strings.Contains(err.Error(), "placeholders are tag") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("template with ${ENVIRONMENT}: %v", err)
-	}
-}
-
-// The default S3 key ends as the objects are compressed; a key the file sets is its own.
-func TestDefaultKeyExtension(t *testing.T) {
-	for _, c := range []struct{ extra, want string }{
-		{"", "logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"},
-		{"    compression: zstd\n", "logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.zst"},
-		{"    compression: none\n", "logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json"},
-		{"    compression: none\n    key: \"logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz\"\n", "logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz"},
-	} {
-		cfg := load(t, "sinks:\n  - name: a\n    type: s3\n    bucket: logs\n    region: r\n"+c.extra)
-		if got := cfg.Sinks[0].S3.Key; got != c.want {
-			t.Errorf("%q: key %q, want %q", c.extra, got, c.want)
-		}
 	}
 }
 

@@ -1,10 +1,6 @@
 package config
 
-import (
-	"fmt"
-	"strings"
-	"time"
-)
+import "time"
 
 // Default returns the configuration of an empty file: every key at its default, both inputs
 // enabled and no sinks.
@@ -98,14 +94,9 @@ func StagingDefault(walMaxBytes Size) Size { return walMaxBytes / 8 }
 
 // finish fills the defaults that depend on other keys.
 func (c *Config) finish() {
-	for i, s := range c.Sinks {
+	for _, s := range c.Sinks {
 		if s.S3 != nil && s.S3.StagingMaxBytes == stagingAuto {
 			s.S3.StagingMaxBytes = StagingDefault(c.WAL.MaxBytes)
-		}
-		// The default key's extension follows the compression: readers (Athena, zcat)
-		// pick the codec by it.
-		if _, set := c.pos[fmt.Sprintf("sinks[%d].key", i)]; s.S3 != nil && !set && s.S3.Key == defaultS3().Key {
-			s.S3.Key = strings.TrimSuffix(s.S3.Key, ".gz") + CompressionExtension(s.S3.Compression)
 		}
 	}
 }

@@ -13,16 +13,24 @@ import (
 // a reference that cannot be expanded is reported, left as it is, and returned in the set so
 // that the decoder does not report it again.
 //
-// A scalar that referred to variables and came out empty is noted in c.emptyEnv, by its line,
-// for the settings that must not be empty by accident (section.notEmptyEnv).
+// A value that referred to variables and came out empty is noted in c.emptyEnv, by its key's
+// place, for the settings that must not be empty by accident (section.notEmptyEnv).
 func expandEnv(c *checker, n *yaml.Node) (unexpanded map[*yaml.Node]bool) {
 	unexpanded = map[*yaml.Node]bool{}
 	var walk func(n *yaml.Node, key string)
 	walk = func(n *yaml.Node, key string) {
 		if n.Kind == yaml.MappingNode {
 			for i := 0; i+1 < len(n.Content); i += 2 {
-				walk(n.Content[i], "")
-				walk(n.Content[i+1], n.Content[i].Value)
+				k, v := n.Content[i], n.Content[i+1]
+				walk(k, "")
+				before := v.Value
+				walk(v, k.Value)
+				if v.Kind == yaml.ScalarNode && v.Value == "" && before != "" && !unexpanded[v] {
+					if c.emptyEnv == nil {
+						c.emptyEnv = map[position]string{}
+					}
+					c.emptyEnv[position{k.Line, k.Column}] = before // by its key, where c.pos has it
+				}
 			}
 			return
 		}
@@ -40,12 +48,6 @@ func expandEnv(c *checker, n *yaml.Node) (unexpanded map[*yaml.Node]bool) {
 		if len(problems) > 0 {
 			unexpanded[n] = true
 			return
-		}
-		if value == "" && n.Value != "" {
-			if c.emptyEnv == nil {
-				c.emptyEnv = map[int]string{}
-			}
-			c.emptyEnv[n.Line] = n.Value
 		}
 		n.Value = value
 	}

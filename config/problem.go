@@ -53,7 +53,7 @@ type checker struct {
 	file     string
 	pos      map[string]position // where each key was found, by path ("wal.sync", "sinks[0].bucket")
 	failed   map[string]bool     // paths whose value could not be read; already reported
-	emptyEnv map[int]string      // lines of values that were only ${env.NAME} references and came out empty
+	emptyEnv map[position]string // keys whose values referred to variables and came out empty
 	problems Problems
 }
 

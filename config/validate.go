@@ -156,7 +156,7 @@ func (s section) notEmptyEnv(key, value string) {
 	if !ok {
 		return
 	}
-	if ref, ok := s.c.emptyEnv[p.line]; ok {
+	if ref, ok := s.c.emptyEnv[p]; ok {
 		s.invalid(key, "%s gives an empty value (the environment variable is set but empty): set it, or remove %s to go without", ref, key)
 	}
 }

@@ -262,8 +262,13 @@ func TestCheckWarnsAboutKeyExtension(t *testing.T) {
 		{"logs/${hostname}-${seq}.json.zst", "gzip", true},
 		{"logs/${hostname}-${seq}.json.zst", "zstd", false},
 		{"logs/${hostname}-${seq}", "gzip", false},
+		{"", "zstd", true}, // the default key, which ends .json.gz
 	} {
-		path, _ := writeConfig(t, inputsYAML, adminYAML, sinkYAML, fmt.Sprintf("    key: %q\n    compression: %s\n", c.key, c.compression))
+		extra := fmt.Sprintf("    key: %q\n    compression: %s\n", c.key, c.compression)
+		if c.key == "" {
+			extra = fmt.Sprintf("    compression: %s\n", c.compression)
+		}
+		path, _ := writeConfig(t, inputsYAML, adminYAML, sinkYAML, extra)
 		r := forwarderCmd(t, "check", "-c", path)
 		if r.code != exitOK {
 			t.Errorf("%s with %s: exit %d, stderr %q", c.key, c.compression, r.code, r.stderr)
