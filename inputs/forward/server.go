@@ -206,7 +206,15 @@ func (s *Server) Serve(ctx context.Context) error {
 				c.nc.Close()
 			}
 			s.mu.Unlock()
-			<-done
+			// A store already in a transaction answers with its commit,
+			// which a stalled disk may hold: the stop does not wait for it
+			// past another storeFor.
+			select {
+			case <-done:
+			case <-time.After(storeFor):
+				s.log.Warn("stopping: stores in a commit that has not returned are left behind; their clients were disconnected without an ack and send them again (a commit that lands after all stores them twice)",
+					"waited", 2*storeFor)
+			}
 		}
 	}
 	return acceptErr
