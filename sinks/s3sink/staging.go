@@ -62,10 +62,18 @@ func (st *staging) stage(path string, off int64, body []byte) error {
 		st.mu.Unlock()
 		return errStagingFull
 	}
-	st.total += end - was
-	st.sizes[path] = end
+	// A file that shrinks keeps its size counted until it has shrunk: the
+	// files on disk never hold more than max, not even for a moment.
+	st.total += max(end-was, 0)
+	st.sizes[path] = max(end, was)
 	st.mu.Unlock()
 	err := writeAt(path, off, body, off > 0 && was > end)
+	if err == nil && end < was {
+		st.mu.Lock()
+		st.total -= was - end
+		st.sizes[path] = end
+		st.mu.Unlock()
+	}
 	if err != nil {
 		// A piece added to an object's file (off > 0) that could not be
 		// written, on a full disk say, is cut off: the file holds the
@@ -116,13 +124,15 @@ func writeAt(path string, off int64, body []byte, truncate bool) error {
 
 // remove deletes the file at path, whose object is delivered or given up.
 func (st *staging) remove(path string) {
+	// Removed first, then no longer counted: the room goes to another
+	// object only once the file is gone.
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		st.log.Warn("could not remove a staged object's file; it is removed at the next start", "error", err)
+	}
 	st.mu.Lock()
 	st.total -= st.sizes[path]
 	delete(st.sizes, path)
 	st.mu.Unlock()
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		st.log.Warn("could not remove a staged object's file; it is removed at the next start", "error", err)
-	}
 	st.m.stagingBytes.Set(float64(st.bytes()))
 }
 
