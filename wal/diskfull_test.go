@@ -669,7 +669,9 @@ func TestStalledCommitIsSeen(t *testing.T) {
 // An append held for room on the disk whose client gives up does not end
 // the hold while an append of its size would still not fit: the next
 // one would only be held again, and DiskFull (the metric, /readyz) would
-// flap with every client's retry. The hold ends once room is freed.
+// flap with every client's retry. The held size is forgotten heldFor after
+// the last hold, so that a request given up for good does not hold
+// smaller ones off.
 func TestDiskHoldOutlivesAGivenUpAppend(t *testing.T) {
 	mnt := tmpfstest.Mount(t, "16m")
 	defer func(d time.Duration) { heldFor = d }(heldFor)

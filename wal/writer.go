@@ -861,7 +861,7 @@ func (wr *writer) flush() {
 	if err == nil {
 		wr.w.commits.Add(1)
 		if appended > 0 {
-			wr.w.appended.note(wr.st.nextSeq-1, time.Now()) // before the answers: Age knows them
+			wr.w.appended.note(wr.st.nextSeq-1, time.Now()) // before publish: no reader sees a record Age does not know
 		}
 		wr.w.recent.committed(kept, fresh, wr.st.firstSeq)
 		wr.w.publish(wr.st)

@@ -85,6 +85,9 @@ func (st *staging) stage(path string, off int64, body []byte) error {
 		if off > 0 && os.Truncate(path, off) == nil {
 			keep = off
 		}
+		if keep == 0 {
+			_ = os.Remove(path) // gone before its room is given to another
+		}
 		st.mu.Lock()
 		st.total -= st.sizes[path] - keep
 		if keep > 0 {
@@ -93,9 +96,6 @@ func (st *staging) stage(path string, off int64, body []byte) error {
 			delete(st.sizes, path)
 		}
 		st.mu.Unlock()
-		if keep == 0 {
-			_ = os.Remove(path)
-		}
 	}
 	st.m.stagingBytes.Set(float64(st.bytes()))
 	return err
