@@ -716,3 +716,23 @@ func TestTokenWhiteSpace(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+func TestSameListener(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		same bool
+	}{
+		{"127.0.0.1:9880", "127.0.0.1:9880", true},
+		{"localhost:9880", "127.0.0.1:9880", true}, // the listener binds what localhost resolves to
+		{"0.0.0.0:9880", "127.0.0.1:9880", true},
+		{":9880", "10.0.0.5:9880", true},
+		{"[::1]:9880", "[0:0:0:0:0:0:0:1]:9880", true},
+		{"127.0.0.1:9880", "127.0.0.1:9881", false},
+		{"10.0.0.5:9880", "10.0.0.6:9880", false},
+		{"127.0.0.1:0", "127.0.0.1:0", false}, // each picks a free port
+	} {
+		if got := sameListener(c.a, c.b); got != c.same {
+			t.Errorf("sameListener(%q, %q) = %v, want %v", c.a, c.b, got, c.same)
+		}
+	}
+}

@@ -124,7 +124,17 @@ func sameListener(a, b string) bool {
 		return false
 	}
 	anyHost := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
-	return hostA == hostB || anyHost(hostA) || anyHost(hostB)
+	// localhost is 127.0.0.1 to the listener (Go resolves it so), however written.
+	canon := func(h string) string {
+		if h == "localhost" {
+			return "127.0.0.1"
+		}
+		if ip := net.ParseIP(h); ip != nil {
+			return ip.String()
+		}
+		return h
+	}
+	return canon(hostA) == canon(hostB) || anyHost(hostA) || anyHost(hostB)
 }
 
 // section validates the keys of one mapping, placing and naming problems by its scope.
