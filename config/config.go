@@ -23,6 +23,20 @@ type Config struct {
 	pos  map[string]position // where each key was found in the file, by path
 }
 
+// Line is the line of the file that the key at path ("inputs.forward.tls") came from,
+// or the nearest enclosing key's that did; 0 when none did (or c was not loaded from a
+// file). Problems found outside the config package are placed by it.
+func (c *Config) Line(path string) int {
+	for p := path; ; p = parentPath(p) {
+		if pos, ok := c.pos[p]; ok {
+			return pos.line
+		}
+		if p == "" {
+			return 0
+		}
+	}
+}
+
 // Log configures the process's own log lines.
 type Log struct {
 	Level  string `yaml:"level"`  // LevelDebug, LevelInfo, LevelWarn or LevelError

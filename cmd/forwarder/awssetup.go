@@ -105,7 +105,7 @@ func credentialSourceName(s aws.CredentialSource) string {
 func tlsProblems(cfg *config.Config, path string) (problems config.Problems) {
 	add := func(input string, load func() (*tls.Config, error)) {
 		if _, err := load(); err != nil {
-			problems = append(problems, config.Problem{File: path, Msg: fmt.Sprintf("inputs.%s.tls: %v", input, err)})
+			problems = append(problems, config.Problem{File: path, Line: cfg.Line("inputs." + input + ".tls"), Msg: fmt.Sprintf("inputs.%s.tls: %v", input, err)})
 		}
 	}
 	if in := cfg.Inputs.Forward; in != nil && in.TLS.Enabled() {

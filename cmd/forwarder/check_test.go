@@ -179,8 +179,8 @@ func TestCheckLoadsTLSFiles(t *testing.T) {
 	for _, cmd := range []string{"check", "run"} {
 		r := forwarderCmdEnv(t, awsEnv, cmd, "-c", path)
 		for _, want := range []string{
-			path + ": inputs.forward.tls: load certificate " + filepath.Join(dir, "missing.pem"),
-			path + ": inputs.http.tls: load certificate " + filepath.Join(dir, "none.pem"),
+			path + ":5: inputs.forward.tls: load certificate " + filepath.Join(dir, "missing.pem"),
+			path + ":8: inputs.http.tls: load certificate " + filepath.Join(dir, "none.pem"),
 			path + ": 2 problems\n",
 		} {
 			if r.code != exitFail || !strings.Contains(r.stderr, want) {
@@ -196,7 +196,7 @@ func TestCheckLoadsTLSFiles(t *testing.T) {
 	inputs = fmt.Sprintf("inputs:\n  forward:\n    listen: \"127.0.0.1:0\"\n    tls: {cert_file: %q, key_file: %q, client_ca_file: %q}\n", cert, key, ca)
 	path, _ = writeConfig(t, inputs, adminYAML, sinkYAML)
 	r := forwarderCmdEnv(t, awsEnv, "check", "-c", path)
-	if want := path + ": inputs.forward.tls: no certificate in client CA file " + ca + "\n"; r.code != exitFail || !strings.Contains(r.stderr, want) {
+	if want := path + ":5: inputs.forward.tls: no certificate in client CA file " + ca + "\n"; r.code != exitFail || !strings.Contains(r.stderr, want) {
 		t.Errorf("check: exit %d, stderr:\n%s\nwant exit 1 and %q", r.code, r.stderr, want)
 	}
 }
