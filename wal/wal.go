@@ -95,6 +95,12 @@ type Options struct {
 	// the file. Default DefaultMinFreeBytes.
 	MinFreeBytes int64
 
+	// CursorTags says, by cursor name, which records a cursor's sink
+	// takes (its match globs); a cursor not in it takes every record. It
+	// only counts what DropOldest drops: a cursor loses the records of the
+	// dropped entries its sink would have taken, not the others.
+	CursorTags map[string]func(tag string) bool
+
 	// Compaction at Open: when the file is at least CompactMinFileBytes and
 	// live entries take less than CompactRatio of it, the file is rewritten
 	// to its live size. Defaults 64 MiB and 0.25; a negative ratio disables it.

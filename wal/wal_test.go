@@ -10,6 +10,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -604,6 +605,60 @@ func TestMaxBytesDropOldestCountsExactly(t *testing.T) {
 	defer w.Close()
 	if w.Stats().Dropped["stuck"] != st.Dropped["stuck"] {
 		t.Fatal("drop counts not kept across a restart")
+	}
+}
+
+// A cursor whose sink takes some tags only loses, to drop_oldest, the
+// dropped records it would have taken: a sink of other tags loses none.
+func TestDropOldestCountsWhatEachSinkTakes(t *testing.T) {
+	even := func(tag string) bool { n, _ := strconv.Atoi(tag); return n%2 == 0 }
+	w := openT(t, t.TempDir(), Options{MaxBytes: 64 << 10, WhenFull: DropOldest, CursorTags: map[string]func(string) bool{
+		"even":  even,
+		"other": func(tag string) bool { return tag == "other" },
+	}})
+	defer w.Close()
+	ctx := context.Background()
+	for _, n := range []string{"all", "even", "other"} {
+		if _, err := w.RegisterCursor(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := rand.New(rand.NewSource(7))
+	for i := 0; i < 100; i++ {
+		recs := makeRecords(r, fmt.Sprint(i), 10, 250)
+		for j := range recs {
+			recs[j].Tag = fmt.Sprint(i)
+		}
+		appendT(t, w, recs, "")
+		if i == 0 {
+			b := &Batch{}
+			b.SetCursor("even", 5) // half of the first append delivered
+			commitT(t, w, b)
+		}
+	}
+	st := w.Stats()
+	if st.FirstSeq < 100 {
+		t.Fatalf("first live record %d: too little dropped for the test", st.FirstSeq)
+	}
+	var want uint64
+	for seq := uint64(6); seq < st.FirstSeq; seq++ {
+		if even(fmt.Sprint((seq - 1) / 10)) {
+			want++
+		}
+	}
+	if st.Dropped["all"] != st.FirstSeq-1 {
+		t.Errorf("all: dropped %d, want %d", st.Dropped["all"], st.FirstSeq-1)
+	}
+	if st.Dropped["even"] != want {
+		t.Errorf("even: dropped %d, want %d", st.Dropped["even"], want)
+	}
+	if st.Dropped["other"] != 0 {
+		t.Errorf("other: dropped %d, want 0", st.Dropped["other"])
+	}
+	for _, n := range []string{"all", "even", "other"} {
+		if st.Cursors[n] != st.FirstSeq-1 {
+			t.Errorf("%s: cursor %d, want %d (moved past what was dropped)", n, st.Cursors[n], st.FirstSeq-1)
+		}
 	}
 }
 

@@ -771,14 +771,19 @@ func (wr *writer) dropOldest(tx *bolt.Tx, need int64) error {
 	var keys [][]byte
 	var freed int64
 	var last uint64
+	// What each cursor whose sink takes some tags only loses: the records
+	// of the dropped entries past it that it would have taken.
+	var taken map[string]uint64
 	for k, v := c.First(); k != nil && freed < need; k, v = c.Next() {
 		count, _ := entryCount(v)
 		if count == 0 {
 			count = 1
 		}
-		last = binary.BigEndian.Uint64(k) + uint64(count) - 1
+		first := binary.BigEndian.Uint64(k)
+		last = first + uint64(count) - 1
 		keys = append(keys, append([]byte(nil), k...))
 		freed += int64(len(v))
+		taken = wr.countTaken(taken, first, last, v)
 	}
 	if len(keys) == 0 {
 		return nil
@@ -797,9 +802,14 @@ func (wr *writer) dropOldest(tx *bolt.Tx, need int64) error {
 			continue
 		}
 		lost := last - max(pos, first-1)
+		if n, ok := taken[name]; ok {
+			lost = n
+		}
 		wr.st.cursors[name] = last
 		wr.st.dropped[name] += lost
-		wr.droppedSince[name] += lost
+		if lost > 0 {
+			wr.droppedSince[name] += lost
+		}
 		if err := tx.Bucket(bucketCursors).Put([]byte(name), u64(last)); err != nil {
 			return err
 		}
@@ -808,6 +818,42 @@ func (wr *writer) dropOldest(tx *bolt.Tx, need int64) error {
 		}
 	}
 	return nil
+}
+
+// countTaken adds to taken, for each cursor with a tag filter
+// (Options.CursorTags) that has not passed the entry of records first to
+// last, how many of the entry's records past it its sink would take. An
+// entry that does not decode counts whole: what it held is not known.
+func (wr *writer) countTaken(taken map[string]uint64, first, last uint64, v []byte) map[string]uint64 {
+	var recs []Record
+	decoded := false
+	for name, match := range wr.w.opts.CursorTags {
+		pos, ok := wr.st.cursors[name]
+		if !ok || match == nil || pos >= last {
+			continue
+		}
+		if taken == nil {
+			taken = map[string]uint64{}
+		}
+		if !decoded {
+			var err error
+			if recs, err = decodeEntry(first, v, nil, nil); err != nil {
+				recs = nil
+			}
+			decoded = true
+		}
+		n := taken[name]
+		if recs == nil {
+			n += last - max(pos, first-1)
+		}
+		for i := range recs {
+			if recs[i].Seq > pos && match(recs[i].Tag) {
+				n++
+			}
+		}
+		taken[name] = n
+	}
+	return taken
 }
 
 func (wr *writer) logDrops(force bool) {

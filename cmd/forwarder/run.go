@@ -76,7 +76,7 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	// Subscribed first, so that a signal during a long start (a WAL compaction) is a
 	// clean stop once the group runs.
 	signals := signalsActor(log, timeout)
-	w, err := wal.Open(cfg.DataDir, walOptions(cfg.WAL, log))
+	w, err := wal.Open(cfg.DataDir, walOptions(cfg, log))
 	if err != nil {
 		logOpenError(log, cfg, err)
 		return exitFail
@@ -153,8 +153,10 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	return exitOK
 }
 
-// walOptions maps the wal section of the configuration to the WAL's options.
-func walOptions(c config.WAL, log *slog.Logger) wal.Options {
+// walOptions maps the wal section of the configuration to the WAL's
+// options, with each sink's match globs (what drop_oldest counts it lost).
+func walOptions(cfg *config.Config, log *slog.Logger) wal.Options {
+	c := cfg.WAL
 	o := wal.Options{
 		MaxBytes:     int64(c.MaxBytes),
 		WhenFull:     wal.Block,
@@ -165,6 +167,10 @@ func walOptions(c config.WAL, log *slog.Logger) wal.Options {
 	}
 	if c.WhenFull == config.WhenFullDropOldest {
 		o.WhenFull = wal.DropOldest
+		o.CursorTags = map[string]func(string) bool{}
+		for _, s := range cfg.Sinks {
+			o.CursorTags[s.Name] = config.NewTagMatcher(s.Match).Match
+		}
 	}
 	if c.Sync == config.SyncInterval {
 		o.Sync = wal.SyncInterval

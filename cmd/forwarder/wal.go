@@ -120,7 +120,7 @@ func openWAL(cmd string, cfg *config.Config, readOnly bool, stderr io.Writer) *w
 	opts := wal.Options{ReadOnly: true, Logger: toolLogger(stderr)}
 	if !readOnly {
 		// The dedup window matters: the writer expires chunk ids older than it.
-		opts = walOptions(cfg.WAL, toolLogger(stderr))
+		opts = walOptions(cfg, toolLogger(stderr))
 		opts.CompactRatio = -1 // an inspection tool does not rewrite the file
 	}
 	w, err := wal.Open(cfg.DataDir, opts)
