@@ -57,6 +57,9 @@ type WAL struct {
 	// appends wait (the inputs push back) while storing them would leave less free, on
 	// the file system or in free pages inside the WAL file.
 	MinFreeBytes Size `yaml:"min_free_bytes"`
+	// DropCursors names cursors of removed sinks that run drops at start, so that they no
+	// longer keep their records in the WAL; a name with no cursor is passed over.
+	DropCursors []string `yaml:"drop_cursors"`
 }
 
 // Inputs holds the inputs that are enabled; a nil input is disabled.

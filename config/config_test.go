@@ -565,6 +565,10 @@ var badConfigs = []struct {
 	}},
 	{"memory_limit.yaml", []string{`2: memory_limit: must be at least 32MiB, not 16MiB`}},
 	{"min_free_bytes.yaml", []string{`4: wal.min_free_bytes: must be at least 1MiB, not 64KiB`, `5: wal.dedup_window: must be greater than 0, not 0s`}},
+	{"drop_cursors.yaml", []string{
+		`5: wal.drop_cursors[1]: is empty: name the cursor of a removed sink (forwarder wal stats lists the cursors)`,
+		`6: wal.drop_cursors[2]: "archive" is a configured sink: dropping its cursor at every start would deliver again what it has delivered; list only sinks removed from sinks`,
+	}},
 	{"bad_syntax.yaml", []string{`4: invalid yaml: did not find expected key`}},
 	{"bad_syntax_first_line.yaml", []string{`1: invalid yaml: mapping values are not allowed in this context`}},
 	{"bad_syntax_tab.yaml", []string{`3: invalid yaml: found a tab character that violates indentation`}},

@@ -31,6 +31,21 @@ func (c *Config) validate(ck *checker) {
 	c.Admin.validate(top.child("admin"))
 	c.validateListeners(top)
 	validateSinks(top, c.Sinks)
+	c.validateDropCursors(top.child("wal"))
+}
+
+// validateDropCursors refuses to drop the cursor of a configured sink: it would start
+// over at the oldest record at every start, delivering again what it had delivered.
+func (c *Config) validateDropCursors(s section) {
+	for i, name := range c.WAL.DropCursors {
+		key := fmt.Sprintf("drop_cursors[%d]", i)
+		switch {
+		case name == "":
+			s.invalid(key, "is empty: name the cursor of a removed sink (forwarder wal stats lists the cursors)")
+		case slices.ContainsFunc(c.Sinks, func(sk Sink) bool { return sk.Name == name }):
+			s.invalid(key, "%q is a configured sink: dropping its cursor at every start would deliver again what it has delivered; list only sinks removed from sinks", name)
+		}
+	}
 }
 
 func (l *Log) validate(s section) {

@@ -84,6 +84,11 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	if cfg.WAL.Sync == config.SyncInterval {
 		log.Warn("wal.sync is interval: records are acknowledged before they are fsynced, so a crash or a power loss can lose acknowledged records (up to about one second of them); set wal.sync: always to acknowledge only what is on disk")
 	}
+	if err := dropCursors(w, cfg, log); err != nil {
+		log.Error("cannot drop the cursors wal.drop_cursors names", "error", err)
+		w.Close()
+		return exitFail
+	}
 	logWALState(log, w.Stats(), cfg, configPath)
 
 	// Components start in this order and stop in the reverse one: the WAL is closed last.
@@ -209,10 +214,33 @@ func logWALState(log *slog.Logger, st wal.Stats, cfg *config.Config, configPath 
 			continue
 		}
 		pos := st.Cursors[name]
-		log.Warn(fmt.Sprintf("wal cursor %q belongs to no configured sink and pins retention: the records after it stay in the WAL until it is removed; if that sink is gone for good, stop the service and remove the cursor with: forwarder wal drop-cursor %s -c %s",
+		log.Warn(fmt.Sprintf("wal cursor %q belongs to no configured sink and pins retention: the records after it stay in the WAL until it is removed; if that sink is gone for good, add it to wal.drop_cursors (dropped at the next start), or stop the service and remove the cursor with: forwarder wal drop-cursor %s -c %s",
 			name, shellQuote(name), shellQuote(configPath)),
 			"cursor", name, "position", pos, "records_behind", lag(st, pos))
 	}
+}
+
+// dropCursors drops the cursors wal.drop_cursors names (validation keeps configured
+// sinks out of it), each with a line saying what it held back. A name with no cursor was
+// dropped at an earlier start, or is a typo: the warning about cursors of no sink that
+// follows still names every cursor left.
+func dropCursors(w *wal.WAL, cfg *config.Config, log *slog.Logger) error {
+	for _, name := range cfg.WAL.DropCursors {
+		st := w.Stats()
+		pos, ok := st.Cursors[name]
+		if !ok {
+			log.Debug("wal.drop_cursors: no such cursor (dropped at an earlier start?)", "cursor", name)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err := w.DropCursor(ctx, name)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("cursor %q: %w", name, err)
+		}
+		log.Info("dropped the cursor of a removed sink as wal.drop_cursors says: its records are no longer kept for it", "cursor", name, "position", pos, "records_behind", lag(st, pos))
+	}
+	return nil
 }
 
 // lag is the number of live records after a cursor's position.

@@ -89,6 +89,33 @@ func TestRunWarnsAboutUnconfiguredCursor(t *testing.T) {
 	}
 }
 
+// wal.drop_cursors drops a removed sink's cursor at start (the way to do it on a
+// StatefulSet, by a rollout), and passes over a name with no cursor.
+func TestRunDropsCursorsAsConfigured(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, "wal: {drop_cursors: [old, gone]}\n", shortShutdownYAML, inputsYAML, adminYAML, sinkYAML)
+	fillWAL(t, dataDir, "archive", "old")
+	log := startStop(t, path, dataDir, syscall.SIGTERM, 5*time.Second)
+	want := `level=INFO msg="dropped the cursor of a removed sink as wal.drop_cursors says: its records are no longer kept for it" cursor=old position=0 records_behind=3`
+	if !strings.Contains(log, want) {
+		t.Errorf("log lacks %q:\n%s", want, log)
+	}
+	if strings.Contains(log, "pins retention") || strings.Contains(log, "level=ERROR") {
+		t.Errorf("warned about a dropped cursor, or failed:\n%s", log)
+	}
+	w, err := wal.Open(dataDir, wal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, ok := w.Cursor("old"); ok {
+		t.Error("the cursor is still in the WAL")
+	}
+	if _, ok := w.Cursor("archive"); !ok {
+		t.Error("the configured sink's cursor is gone")
+	}
+}
+
 func TestRunWALLocked(t *testing.T) {
 	t.Parallel()
 	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML, sinkYAML)
