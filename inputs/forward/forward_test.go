@@ -550,3 +550,90 @@ func TestFluentdAndFluentBitShapes(t *testing.T) {
 		}
 	}
 }
+
+// stallingWAL is a WAL whose commits stop returning once stall is closed:
+// an append taken into a transaction answers with its commit, whatever its
+// context (a disk that stalls in an fsync).
+type stallingWAL struct {
+	*wal.WAL
+	stall, release chan struct{}
+	stalled        chan struct{} // closed when an append waits for release
+	once           sync.Once
+}
+
+func (s *stallingWAL) Append(ctx context.Context, recs []wal.Record, opts wal.AppendOptions) (wal.Result, error) {
+	select {
+	case <-s.stall:
+		s.once.Do(func() { close(s.stalled) })
+		<-s.release
+	default:
+	}
+	return s.WAL.Append(ctx, recs, opts)
+}
+
+// A store held in a commit that does not return (a stalled disk) does not
+// hold the stop past the reading, the storing and one more store window:
+// its client is disconnected without an ack, and the stop says so.
+func TestStopLeavesAStalledCommit(t *testing.T) {
+	t.Parallel()
+	w, err := wal.Open(t.TempDir(), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	sw := &stallingWAL{WAL: w, stall: make(chan struct{}), release: make(chan struct{}), stalled: make(chan struct{})}
+	defer close(sw.release)
+	logs := &syncBuf{}
+	srv := New(defaultCfg(), &inputs.Pipeline{WAL: sw, Metrics: inputs.NewMetrics(nil)}, slog.New(slog.NewTextHandler(logs, nil)))
+	srv.StopWithin(6 * time.Second)
+	readFor, storeFor := srv.stopTimes()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	c, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// One message stored and acknowledged before the disk stalls.
+	if _, err := c.Write(messageMode("app", eventTime(time.Now()), record("id", "before"), options("before"))); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if got, err := readAckErr(c); err != nil || got != "before" {
+		t.Fatalf("ack before the stall: %q, %v", got, err)
+	}
+	close(sw.stall)
+	if _, err := c.Write(messageMode("app", eventTime(time.Now()), record("id", "stalled"), options("stalled"))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sw.stalled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message never reached the store")
+	}
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(readFor + 2*storeFor + 5*time.Second):
+		t.Fatalf("the stop waited for a commit that does not return (more than %v)", readFor+2*storeFor+5*time.Second)
+	}
+	took := time.Since(start)
+	if took < readFor+storeFor {
+		t.Errorf("the stop took %v: it gave the store less than its window", took)
+	}
+	if got, err := readAckErr(c); err == nil {
+		t.Errorf("the stalled message was acknowledged (%q)", got)
+	}
+	if want := `level=WARN msg="stopping: stores in a commit that has not returned are left behind`; !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, logs.String())
+	}
+	t.Logf("the stop took %v (read %v, store %v)", took.Round(time.Millisecond), readFor, storeFor)
+}
