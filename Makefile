@@ -152,11 +152,11 @@ powercut: deps
 
 # End to end: the real binary against the S3 and CloudWatch Logs emulators and moto_server:
 # 10 SIGKILLs under load, an S3 outage, a full WAL, a full disk (root only), old and future
-# events, a changed configuration. About 100 s on 2 cores; make test runs it too (./...).
+# events, a changed configuration. About 170 s on 2 cores; make test runs it without -race.
 e2e: deps
 	$(GO) test -race -count=1 -timeout 10m -v ./e2e
 
-# The long end-to-end run: 100 SIGKILLs, longer outages and loads (about 7 minutes).
+# The long end-to-end run: 100 SIGKILLs, longer outages and loads (about 12 minutes).
 soak: deps
 	E2E_LONG=1 $(GO) test -race -count=1 -timeout 60m -v ./e2e
 
