@@ -97,7 +97,12 @@
 //     drainer sends the call again;
 //   - partial: some found (events the service rejected, other writers):
 //     the intent is kept, delivered, with missing, and only those events
-//     are sent again; those the service rejects again are dead-lettered;
+//     are sent again; those the service rejects again are dead-lettered.
+//     The call that sends them may begin at the same event (the service
+//     refuses the oldest): its intent carries attempt, one more than the
+//     delivered intent's (key suffix .<attempt>, version 3), so that it
+//     does not replace the record of what landed, and its events are
+//     rebuilt without the delivered call's;
 //   - unresolved: sent again without knowing: GetLogEvents answered
 //     AccessDenied (one warning naming logs:GetLogEvents, then the same for
 //     every call in doubt of the run), or the WAL no longer holds the

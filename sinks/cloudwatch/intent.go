@@ -15,13 +15,19 @@ import (
 )
 
 // intentPrefix starts the sink-state key of every intent:
-// call/<group>\x00<stream>\x00<seq of the call's first event, 20 digits>.<its part>.
+// call/<group>\x00<stream>\x00<seq of the call's first event, 20 digits>.<its part>,
+// and .<attempt> after it for an attempt above 0 (intent.Attempt).
 const intentPrefix = "call/"
 
 // intentVersion is the version of the intents this build writes. Version 1
 // intents (digest: digestEvents) are still read, so that an upgrade
 // resolves the calls an older build left in doubt.
 const intentVersion = 2
+
+// attemptVersion is the version of an intent with an Attempt: version 2
+// in all but that, so that a build that does not know attempts says so
+// rather than take its key for a damaged one.
+const attemptVersion = 3
 
 // intent is committed to the sink's state before a PutLogEvents call and
 // deleted in the transaction that records its batch as delivered. It names
@@ -46,6 +52,10 @@ type intent struct {
 	SHA256     string `json:"sha256"`          // hex; see intent.matches
 	Token      string `json:"token,omitempty"` // version 2: the sequence token in the body SHA256 is of
 	Started    int64  `json:"started"`         // Unix milliseconds when the call started
+	// Attempt tells apart the call that sends again the Missing events of
+	// a delivered call beginning at the same event: its intent is another,
+	// so that the delivered one, which says which events landed, is kept.
+	Attempt int `json:"attempt,omitempty"`
 	// Delivered: the call landed (its answer came back and a later call of
 	// the batch is still to be made, or Recover found its events in the
 	// stream). Its events are not sent again, except Missing.
@@ -61,7 +71,28 @@ type intent struct {
 func (in *intent) partition() string { return in.Group + "\x00" + in.Stream }
 
 func (in *intent) key() []byte {
+	if in.Attempt > 0 {
+		return fmt.Appendf(nil, "%s%s\x00%020d.%d.%d", intentPrefix, in.partition(), in.FromSeq, in.FromPart, in.Attempt)
+	}
 	return fmt.Appendf(nil, "%s%s\x00%020d.%d", intentPrefix, in.partition(), in.FromSeq, in.FromPart)
+}
+
+// sameCall reports whether in and other are intents of one call (other a
+// retry of it, or it delivered).
+func (in *intent) sameCall(other *intent) bool {
+	return in.FromSeq == other.FromSeq && in.FromPart == other.FromPart && in.Attempt == other.Attempt
+}
+
+// after makes in's Attempt follow every delivered intent of known that
+// begins at in's first event: in sends again events one of them did not
+// land, and must not replace it.
+func (in *intent) after(known []*intent) {
+	for _, k := range known {
+		if k.Delivered && k.FromSeq == in.FromSeq && k.FromPart == in.FromPart {
+			in.Attempt = max(in.Attempt, k.Attempt+1)
+			in.Version = attemptVersion
+		}
+	}
 }
 
 // newIntent describes call, a slice of a batch's sorted events, whose
@@ -115,7 +146,7 @@ func eventBefore(ts int64, seq uint64, part int, ts2 int64, seq2 uint64, part2 i
 }
 
 // matches reports whether call, rebuilt from the WAL, is the call in was
-// written for: the same count and digest. Version 2's digest is the hex
+// written for: the same count and digest. Version 2's (and 3's) digest is the hex
 // SHA-256 of the call's PutLogEvents body with the intent's token (the
 // payload hash it was signed with, unless the service asked for another
 // token while it was made); version 1's is digestEvents.
@@ -180,7 +211,7 @@ func (is *intents) add(in *intent) {
 	p := in.partition()
 	list := is.byPart[p]
 	for i, old := range list {
-		if old.FromSeq == in.FromSeq && old.FromPart == in.FromPart {
+		if old.sameCall(in) {
 			list[i] = in
 			return
 		}
@@ -266,8 +297,8 @@ func loadIntents(st sinks.State) ([]*intent, error) {
 		if err := json.Unmarshal(v, in); err != nil {
 			return fmt.Errorf("intent %q is damaged: %w", strings.ToValidUTF8(string(k), "?"), err)
 		}
-		if in.Version != 1 && in.Version != intentVersion {
-			return fmt.Errorf("intent %q has format version %d, this build reads 1 and %d", strings.ToValidUTF8(string(k), "?"), in.Version, intentVersion)
+		if in.Version < 1 || in.Version > attemptVersion {
+			return fmt.Errorf("intent %q has format version %d, this build reads 1 to %d", strings.ToValidUTF8(string(k), "?"), in.Version, attemptVersion)
 		}
 		if in.Events < 1 || in.First > in.Last || string(in.key()) != string(k) {
 			return fmt.Errorf("intent %q is damaged: it does not describe a call", strings.ToValidUTF8(string(k), "?"))

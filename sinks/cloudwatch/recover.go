@@ -148,11 +148,13 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string,
 	covered := true // every event of the batch up to in.Last is this call's or a delivered one's
 	known := s.intents.of(p)
 	for _, e := range s.allEvents(recs) {
-		if in.covers(&e) {
+		switch {
+		case deliveredBy(known, &e):
+			// Landed in a delivered call: not in this one, which sends
+			// again events that call did not land (intent.Attempt).
+		case in.covers(&e):
 			call = append(call, e)
-			continue
-		}
-		if !deliveredBy(known, &e) {
+		default:
 			covered = false
 		}
 	}

@@ -422,6 +422,75 @@ func TestRecoverPartialCall(t *testing.T) {
 	}
 }
 
+// The call that sends again what a partial call in doubt did not land
+// begins at that call's first event (the service refuses the oldest ones):
+// its intent is another (intent.Attempt), so the delivered one, which says
+// which events landed, is not replaced. When that call fails once and is
+// retried, the retry sends only the events that had not landed.
+func TestRecoverPartialCallResendFailsOnce(t *testing.T) {
+	e, p, cfg := newProxied(t, setup{now: func() time.Time { return time.Now().Add(2 * time.Minute) }, mod: func(c *config.CloudWatch) {
+		c.RetentionDays = 1
+	}})
+	e.prime()
+	p.setRule(landPuts)
+	now := time.Now()
+	e.appendLines(3, now.Add(-24*time.Hour+time.Minute), "old")
+	e.appendLines(7, now, "m")
+	e.runUntilHung(p, 1)
+	if got := len(e.emu.Events("g", "s")); got != 1+7 {
+		t.Fatalf("%d events stored, want 8", got)
+	}
+	puts := p.count("PutLogEvents")
+	p.setRule(func(op string, n int) string {
+		if op == "PutLogEvents" && n == puts+1 {
+			return fail // 503, retried
+		}
+		return pass
+	})
+	e.rerun(cfg)
+	if e.indoubt(resultPartial) != 1 {
+		t.Fatalf("partial %v, want 1", e.indoubt(resultPartial))
+	}
+	e.expectOnce(7, "m")
+	if n := e.intentsLeft(); n != 0 {
+		t.Errorf("%d intents left", n)
+	}
+}
+
+// The same with a crash during that call: the next start finds both
+// intents, reads the stream for the second's events only, and sends again
+// nothing that landed.
+func TestRecoverPartialCallResendCrashes(t *testing.T) {
+	e, p, cfg := newProxied(t, setup{now: func() time.Time { return time.Now().Add(2 * time.Minute) }, mod: func(c *config.CloudWatch) {
+		c.RetentionDays = 1
+	}})
+	e.prime()
+	p.setRule(landPuts)
+	now := time.Now()
+	e.appendLines(3, now.Add(-24*time.Hour+time.Minute), "old")
+	e.appendLines(7, now, "m")
+	e.runUntilHung(p, 1)
+	p.setRule(func(op string, n int) string {
+		if op == "PutLogEvents" {
+			return hang
+		}
+		return pass
+	})
+	e.restart(cfg)
+	e.runUntilHung(p, 2)
+	if e.indoubt(resultPartial) != 1 {
+		t.Fatalf("partial %v, want 1", e.indoubt(resultPartial))
+	}
+	if n := e.intentsLeft(); n != 2 {
+		t.Fatalf("%d intents after the second crash, want the delivered call's and its resend's", n)
+	}
+	e.rerun(cfg)
+	e.expectOnce(7, "m")
+	if n := e.intentsLeft(); n != 0 {
+		t.Errorf("%d intents left", n)
+	}
+}
+
 // The read back pages until the forward token comes back unchanged: pages
 // may be empty while events remain.
 func TestRecoverReadsEveryPage(t *testing.T) {

@@ -50,6 +50,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		tok, _ := s.tokens.get(group + "\x00" + stream)
 		body := newPutBody(group, stream, tok, call)
 		in := newIntent(b.Partition, b.First(), call, body, time.Now().UnixMilli())
+		in.after(known)
 		if err := putIntent(ctx, b.State, in); err != nil {
 			releaseBody(body.b)
 			return sinks.Outcome{}, sinks.NewRetryable("state", err)
