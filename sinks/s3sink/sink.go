@@ -338,7 +338,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		if open != nil {
 			lines += open.lines
 		}
-		if !b.Final && lines < int64(s.maxBytes) {
+		if !b.Final && lines < int64(s.maxBytes) && !s.begun(b.Partition, first, last) {
 			if c, err := s.carry(open, m, b.Partition, first, last); c != nil || err != nil {
 				return sinks.Outcome{Carry: c}, err
 			}
@@ -540,6 +540,18 @@ func (s *Sink) rebuild(st sinks.State, in *intent) (*object, error) {
 // one is drawn.
 const uuidLike = "00000000-0000-4000-8000-000000000000"
 
+// begun reports whether an earlier attempt at the batch of records first to
+// last finished its object (staging had no room to take it in then): its
+// intent is committed and its upload may have landed with its answer lost,
+// so the object is finished again, not taken in now that staging has room
+// (a larger object would then find the key taken by this one).
+func (s *Sink) begun(partition string, first, last uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev := s.open[partition]
+	return prev != nil && prev.First == first && prev.Last == last
+}
+
 // forget drops the begun intent of a partition whose batch is done with.
 func (s *Sink) forget(partition string) {
 	s.mu.Lock()
@@ -576,7 +588,7 @@ func (s *Sink) intentFor(ctx context.Context, st sinks.State, partition string, 
 // abandon removes a stale intent (best effort: a left-over one is dealt
 // with by Recover at the next start).
 func (s *Sink) abandon(ctx context.Context, st sinks.State, in *intent) {
-	s.log.Warn("abandoning an upload whose records the WAL dropped before delivery (wal.when_full: drop_oldest); the object may exist in S3 with records also sent again",
+	s.log.Warn("abandoning an upload begun for other records of the partition (the WAL dropped some before delivery, with wal.when_full: drop_oldest, or they were read again and cut otherwise); the object may exist in S3 with records also sent again",
 		"key", in.Key, "first_seq", in.First, "last_seq", in.Last)
 	if in.UploadID != "" {
 		_ = s.abort(ctx, in.Key, in.UploadID)

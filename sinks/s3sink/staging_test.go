@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -481,5 +482,87 @@ func TestStagingWriteFailureFinishesFromTheFile(t *testing.T) {
 	}
 	if !bytes.Equal(got, want.body) {
 		t.Error("the object differs from the one built in memory")
+	}
+}
+
+// loseOneAnswer stores the first PutObject and answers it with a network
+// error, as a timeout after S3 took the object would.
+type loseOneAnswer struct {
+	s3API
+	mu   sync.Mutex
+	lost bool
+}
+
+func (l *loseOneAnswer) PutObject(ctx context.Context, in *s3.PutObjectInput, opts ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+	out, err := l.s3API.PutObject(ctx, in, opts...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && !l.lost {
+		l.lost = true
+		return nil, errors.New("read tcp: connection reset by peer")
+	}
+	return out, err
+}
+
+// A batch that staging had no room for finished its object (its intent
+// committed, the upload landed, its answer lost). The drainer sends the
+// same batch again; staging has room by then, yet the object is finished
+// again rather than taken in: the upload finds its own object under the
+// key and the batch is delivered. Taken in, the object would have grown
+// and found the key taken by the first one (the sink paused for good,
+// "another writer's object").
+func TestStagingFullRetryFinishesTheSameObject(t *testing.T) {
+	e, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.Key = "retry/${tag}/${seq}"
+	cfg.Compression = config.CompressionNone
+	cfg.MaxObjectBytes = config.MiB
+	cfg.StagingMaxBytes = 16 * config.KiB
+	s, _ := newStagedSink(t, cfg)
+	s.api = &loseOneAnswer{s3API: s.api}
+	ctx := context.Background()
+
+	recs := batchRecs("a", 300)
+	other := batchRecs("b", 100)
+	for i := range other {
+		other[i].Seq += 1000
+	}
+	st := newMemState(append(append([]sinks.Record{}, recs...), other...))
+	p, q := s.Partition(&recs[0]), s.Partition(&other[0])
+	out, err := s.Send(ctx, &sinks.Batch{Partition: p, Records: recs[:30], State: st})
+	if err != nil || out.Carry == nil {
+		t.Fatalf("first batch: %+v %v", out, err)
+	}
+	c1 := out.Carry
+	// Another partition takes the rest of staging.
+	outQ, err := s.Send(ctx, &sinks.Batch{Partition: q, Records: other, State: st})
+	if err != nil || outQ.Carry == nil || !outQ.Carry.(*openObject).staged() {
+		t.Fatalf("other partition: %+v %v", outQ, err)
+	}
+	// No room for the next member: the object is finished, and the answer lost.
+	if _, err := s.Send(ctx, &sinks.Batch{Partition: p, Records: recs[30:130], State: st, Carry: c1}); err == nil {
+		t.Fatal("second batch: no error; staging had room?")
+	}
+	outQ.Carry.(*openObject).Discard() // staging has room again
+	out, err = s.Send(ctx, &sinks.Batch{Partition: p, Records: recs[30:130], State: st, Carry: c1})
+	if err != nil {
+		t.Fatalf("second batch again: %v", err)
+	}
+	if out.Carry != nil {
+		t.Fatal("second batch again: taken in, although its object is in S3")
+	}
+	if len(out.DeleteState) != 1 {
+		t.Errorf("second batch again: delete state %q, want its intent", out.DeleteState)
+	}
+	objs, err := e.Objects(bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 1 {
+		t.Fatalf("%d objects, want 1: %v", len(objs), objs)
+	}
+	body, _ := e.Get(bucket, objs[0].Key)
+	if n := bytes.Count(body, []byte("\n")); n != 130 {
+		t.Errorf("object %s holds %d records, want 130", objs[0].Key, n)
 	}
 }
