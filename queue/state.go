@@ -94,6 +94,15 @@ const (
 )
 
 func (s *sinkState) ReadRange(first, last uint64, keep func(*sinks.Record) bool) ([]sinks.Record, error) {
+	return s.readRange(first, last, s.match, keep)
+}
+
+func (s *sinkState) ReadRangeAll(first, last uint64, keep func(*sinks.Record) bool) ([]sinks.Record, error) {
+	return s.readRange(first, last, nil, keep)
+}
+
+// readRange is ReadRange with the records of tags match (nil: every tag) takes.
+func (s *sinkState) readRange(first, last uint64, match func(string) bool, keep func(*sinks.Record) bool) ([]sinks.Record, error) {
 	var (
 		out  []sinks.Record
 		kept []int // records of the piece that are kept
@@ -117,7 +126,7 @@ func (s *sinkState) ReadRange(first, last uint64, keep func(*sinks.Record) bool)
 				break
 			}
 			next = r.Seq + 1
-			if s.match != nil && !s.match(r.Tag) {
+			if match != nil && !match(r.Tag) {
 				continue
 			}
 			rec := sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}

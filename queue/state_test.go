@@ -3,6 +3,7 @@ package queue
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"runtime"
 	"testing"
 
@@ -79,5 +80,36 @@ func TestReadRangeHoldsOnlyKept(t *testing.T) {
 	t.Logf("ReadRange allocated %.1f MiB", float64(alloc)/(1<<20))
 	if alloc > 24<<20 {
 		t.Errorf("ReadRange allocated %d MiB for %d KiB of kept records in a range of %d MiB", alloc>>20, len(want)*bodySize>>10, n*bodySize>>20)
+	}
+}
+
+// ReadRangeAll keeps the records of every tag that keep accepts, whatever
+// the sink's match: a batch begun under other globs is rebuilt with them.
+func TestReadRangeAllPassesOverMatch(t *testing.T) {
+	w := openWAL(t, wal.Options{})
+	defer w.Close()
+	last := appendN(t, w, 40, func(i int) string { return fmt.Sprintf("t%d", i%4) }, 50)
+	st := &sinkState{w: w, name: "s", match: func(tag string) bool { return tag == "t0" }}
+	keep := func(r *sinks.Record) bool { return r.Tag != "t3" }
+	matched, err := st.ReadRange(1, last, keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, err := st.ReadRangeAll(1, last, keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tags := func(recs []sinks.Record) map[string]int {
+		n := map[string]int{}
+		for _, r := range recs {
+			n[r.Tag]++
+		}
+		return n
+	}
+	if got, want := tags(matched), map[string]int{"t0": 10}; !maps.Equal(got, want) {
+		t.Errorf("ReadRange: %v, want %v", got, want)
+	}
+	if got, want := tags(all), map[string]int{"t0": 10, "t1": 10, "t2": 10}; !maps.Equal(got, want) {
+		t.Errorf("ReadRangeAll: %v, want %v", got, want)
 	}
 }

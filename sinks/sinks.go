@@ -167,6 +167,10 @@ type State interface {
 	// batch of a quiet partition can span much of the WAL. The record keep
 	// sees is valid only during the call.
 	ReadRange(first, last uint64, keep func(*Record) bool) ([]Record, error)
+	// ReadRangeAll is ReadRange whatever the sink's match globs: a batch
+	// built under other globs (the configuration changed since) is
+	// rebuilt by applying those in keep.
+	ReadRangeAll(first, last uint64, keep func(*Record) bool) ([]Record, error)
 	// Delivered records, durably, that partition has delivered every record
 	// up to last, and deletes keys of the sink's state in the same
 	// transaction. Recover uses it for work a crash left half done.

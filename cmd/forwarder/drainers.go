@@ -60,7 +60,7 @@ var sinkBuilders = map[string]func(ctx context.Context, s config.Sink, d sinkDep
 	},
 	config.SinkS3: func(ctx context.Context, s config.Sink, d sinkDeps) (sinks.Sink, error) {
 		return s3sink.New(ctx, s.Name, *s.S3, s3sink.Options{Hostname: d.hostname, Logger: d.log, Registerer: d.reg,
-			StagingDir: filepath.Join(d.dataDir, stagingDirName, s.Name)})
+			StagingDir: filepath.Join(d.dataDir, stagingDirName, s.Name), Match: s.Match})
 	},
 }
 

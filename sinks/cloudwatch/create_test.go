@@ -76,6 +76,10 @@ func (st *memState) ReadRange(first, last uint64, keep func(*sinks.Record) bool)
 	return nil, errors.New("memState: ReadRange is not for Send")
 }
 
+func (st *memState) ReadRangeAll(first, last uint64, keep func(*sinks.Record) bool) ([]sinks.Record, error) {
+	return nil, errors.New("memState: ReadRangeAll is not for Send")
+}
+
 func (st *memState) Admitted(string, uint64) bool { return true }
 
 func (st *memState) Delivered(context.Context, string, uint64, [][]byte) error {

@@ -115,7 +115,9 @@
 //     the object), lines_bytes, lines_crc32c (of the lines before
 //     compression), members (the records of each member, when there are
 //     more than one), uuid, upload_id, key_template, hostname, encoding
-//     {compression, level, time_key, tag_key}};
+//     {compression, level, time_key, tag_key}, match (the sink's match
+//     globs: Recover rebuilds the batch from the records of those tags,
+//     with State.ReadRangeAll when the sink's match changed since)};
 //  3. uploads, if the key is free (If-None-Match: *, see Conditional
 //     writes): PutObject, or CreateMultipartUpload, a second commit of the
 //     intent with its upload_id, the parts, CompleteMultipartUpload (on a

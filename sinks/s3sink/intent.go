@@ -44,6 +44,9 @@ type intent struct {
 	// or keyRulesVerbatim (0, absent) in intents written before values
 	// were sanitised.
 	KeyRules int `json:"key_rules,omitempty"`
+	// Match are the sink's match globs when the intent was written
+	// (Options.Match; absent in intents written before they were kept).
+	Match []string `json:"match,omitempty"`
 
 	// was is the object the intent described before Recover rebuilt it
 	// into other compressed bytes (the compressor changed between the

@@ -385,6 +385,9 @@ type memState struct {
 	// admit, when set, answers Admitted: false routes a record to the
 	// overflow partition.
 	admit func(family string, seq uint64) bool
+	// match, when set, is the drainer's match globs: ReadRange passes over
+	// the records of other tags, ReadRangeAll does not.
+	match func(tag string) bool
 }
 
 func newMemState(recs []sinks.Record) *memState {
@@ -434,9 +437,17 @@ func (m *memState) Delete(_ context.Context, key []byte) error {
 }
 
 func (m *memState) ReadRange(first, last uint64, keep func(*sinks.Record) bool) ([]sinks.Record, error) {
+	return m.readRange(first, last, m.match, keep)
+}
+
+func (m *memState) ReadRangeAll(first, last uint64, keep func(*sinks.Record) bool) ([]sinks.Record, error) {
+	return m.readRange(first, last, nil, keep)
+}
+
+func (m *memState) readRange(first, last uint64, match func(string) bool, keep func(*sinks.Record) bool) ([]sinks.Record, error) {
 	var out []sinks.Record
 	for _, r := range m.recs {
-		if r.Seq >= first && r.Seq <= last && (keep == nil || keep(&r)) {
+		if r.Seq >= first && r.Seq <= last && (match == nil || match(r.Tag)) && (keep == nil || keep(&r)) {
 			out = append(out, r)
 		}
 	}

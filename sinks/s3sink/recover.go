@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
+	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/sinks"
 )
 
@@ -104,8 +106,14 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 			return fatal("intent %q: %w", ik, err)
 		}
 	}
-	kept, err := st.ReadRange(in.First, in.Last, func(r *sinks.Record) bool {
-		return routed(st, keys, r) == in.Partition
+	read, match := st.ReadRange, func(string) bool { return true }
+	if in.Match != nil && !slices.Equal(in.Match, s.match) {
+		// The sink's match changed since: the batch's records are those
+		// of the tags it took then.
+		read, match = st.ReadRangeAll, config.NewTagMatcher(in.Match).Match
+	}
+	kept, err := read(in.First, in.Last, func(r *sinks.Record) bool {
+		return match(r.Tag) && routed(st, keys, r) == in.Partition
 	})
 	if err != nil {
 		return fatal("read records %d to %d for intent %q: %w", in.First, in.Last, ik, err)

@@ -184,6 +184,63 @@ func TestRecoverRefusesADisagreement(t *testing.T) {
 	}
 }
 
+// An upload interrupted before the sink's match changed is finished as it
+// was begun: its records are those of the tags the sink took then (the
+// intent keeps its globs), not today's. A key without ${tag} puts every
+// tag in one partition: a wider match used to give Recover more records
+// than the intent (a "disagreement" that refused every start), a narrower
+// one fewer (taken for records the WAL dropped: the intent deleted, the
+// object's records sent again under its key, which the landed object
+// holds).
+func TestRecoverAfterTheMatchChanged(t *testing.T) {
+	for _, c := range []struct{ name, glob string }{{"wider", "**"}, {"narrower", "app.x"}} {
+		t.Run(c.name, func(t *testing.T) {
+			srv, url := startEmu(t)
+			cfg := testConfig(url)
+			cfg.Key = "logs/${hostname}-${seq}.json.gz"
+			sink := func(globs ...string) *Sink {
+				s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds}, Logger: testLogger(t), Match: globs})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(s.Close)
+				return s
+			}
+			all := batchRecs("app.a", 100)
+			var batch []sinks.Record
+			for i := range all {
+				if i%2 == 1 {
+					all[i].Tag = "sys.b"
+				} else {
+					batch = append(batch, all[i])
+				}
+			}
+			st := newMemState(all)
+			st.match = config.NewTagMatcher([]string{"app.*"}).Match
+			if _, err := send(t, sink("app.*"), st, batch); err != nil {
+				t.Fatal(err)
+			}
+			key := st.onlyKey(t)
+			body, err := srv.Get(bucket, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.match = config.NewTagMatcher([]string{c.glob}).Match
+			s := sink(c.glob)
+			if err := s.Recover(context.Background(), st); err != nil {
+				t.Fatalf("Recover after the match changed: %v", err)
+			}
+			if got, _ := srv.Get(bucket, key); string(got) != string(body) {
+				t.Errorf("object %s: %d bytes, want the %d first uploaded", key, len(got), len(body))
+			}
+			p := s.Partition(&batch[0])
+			if st.delivered[p] != batch[len(batch)-1].Seq || len(st.intents()) != 0 {
+				t.Errorf("delivered %v, intents left %v; want %s delivered up to %d", st.delivered, st.intents(), p, batch[len(batch)-1].Seq)
+			}
+		})
+	}
+}
+
 func TestRecoverDroppedRecords(t *testing.T) {
 	srv, url := startEmu(t)
 	cfg := testConfig(url)

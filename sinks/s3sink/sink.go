@@ -45,6 +45,10 @@ type Options struct {
 	// sink's staging_max_bytes: <data_dir>/s3-staging/<sink name>. Empty,
 	// or staging_max_bytes 0: they are held in memory.
 	StagingDir string
+	// Match are the sink's match globs (the drainer applies them): each
+	// intent keeps them, so that Recover rebuilds an object begun under
+	// other globs than today's. Nil: intents do not keep them.
+	Match []string
 }
 
 // s3API is the part of the S3 client the sink uses.
@@ -69,6 +73,7 @@ type Sink struct {
 	cfg      config.S3
 	bucket   string
 	hostname string
+	match    []string // Options.Match
 	keys     *keyRenderer
 	enc      *encoder
 	api      s3API
@@ -168,7 +173,7 @@ func New(ctx context.Context, name string, cfg config.S3, opts Options) (*Sink, 
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	s := &Sink{
-		name: name, cfg: cfg, bucket: cfg.Bucket, hostname: opts.Hostname, keys: keys, enc: enc,
+		name: name, cfg: cfg, bucket: cfg.Bucket, hostname: opts.Hostname, match: opts.Match, keys: keys, enc: enc,
 		fallbacks: &template.FallbackLog{Log: opts.Logger.With("sink", name), What: "key"},
 		log:       opts.Logger, m: m, open: map[string]*intent{},
 		maxBytes: int(min(int64(cfg.MaxObjectBytes), 1<<40)), threshold: int64(cfg.MultipartThreshold), partSize: minPartSize,
@@ -574,7 +579,7 @@ func (s *Sink) intentFor(ctx context.Context, st sinks.State, partition string, 
 		s.abandon(ctx, st, prev)
 	}
 	in := &intent{Version: intentVersion, Partition: partition, First: first, Last: last, Records: records,
-		KeyTemplate: s.cfg.Key, Hostname: s.hostname, KeyRules: keyRulesSanitised, Encoding: s.enc.enc}
+		KeyTemplate: s.cfg.Key, Hostname: s.hostname, KeyRules: keyRulesSanitised, Encoding: s.enc.enc, Match: s.match}
 	if s.keys.uuid {
 		in.UUID = newUUID()
 	}
