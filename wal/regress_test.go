@@ -203,6 +203,53 @@ func TestHeldAppendTimesOutAsFull(t *testing.T) {
 	}
 }
 
+// An append whose context ends before the writer came to it, while the
+// WAL holds appends for room on the disk, is answered ErrFull too: the
+// writer was busy (a commit on a disk that is filling), and an input must
+// tell its client the WAL is full, not slow.
+func TestPendingAppendTimesOutAsFullWhileFull(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { commitHook.Store(nil); once.Do(func() { close(release) }) }
+	defer unblock() // before Close, also when the test fails
+	entered := make(chan struct{}, 1)
+	hook := func(tx *bolt.Tx) error {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+		return tx.Commit()
+	}
+	commitHook.Store(&hook)
+	first := make(chan error, 1)
+	go func() {
+		_, err := w.Append(context.Background(), []Record{{Body: []byte(`{"a":1}`)}}, AppendOptions{})
+		first <- err
+	}()
+	<-entered // the writer is in a commit: the next append waits for it
+	try := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := w.Append(ctx, []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{})
+		return err
+	}
+	if err := try(); errors.Is(err, ErrFull) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("pending append, the WAL not full: %v, want DeadlineExceeded only", err)
+	}
+	w.diskFull.Store(true) // as the writer says when the disk has no room
+	if err := try(); !errors.Is(err, ErrFull) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("pending append while the disk is full: %v, want ErrFull and DeadlineExceeded", err)
+	}
+	w.diskFull.Store(false)
+	unblock()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRetentionDoesNotSpinOnFullDisk: retention halves its deletes after
 // each refused commit; once it deletes one key a commit and that is
 // refused too, it must wait for the next look at the disk (a second), not

@@ -609,7 +609,7 @@ func (w *WAL) Append(ctx context.Context, recs []Record, opts AppendOptions) (Re
 	case w.appendCh <- req:
 	case <-ctx.Done():
 		w.recent.releaseAll(req)
-		return Result{}, ctx.Err()
+		return Result{}, w.givenUp(ctx, false)
 	case <-w.done:
 		w.recent.releaseAll(req)
 		return Result{}, w.closedErr()
@@ -620,10 +620,7 @@ func (w *WAL) Append(ctx context.Context, recs []Record, opts AppendOptions) (Re
 	case <-ctx.Done():
 		if req.state.CompareAndSwap(reqPending, reqAbandoned) {
 			w.wake()
-			if req.held.Load() {
-				return Result{}, fmt.Errorf("%w: %w", ErrFull, ctx.Err())
-			}
-			return Result{}, ctx.Err()
+			return Result{}, w.givenUp(ctx, req.held.Load())
 		}
 	}
 	// The records are in a transaction: its outcome is the answer, not the
@@ -640,6 +637,18 @@ func (w *WAL) Append(ctx context.Context, recs []Record, opts AppendOptions) (Re
 			return Result{}, w.closedErr()
 		}
 	}
+}
+
+// givenUp is the error of an append whose ctx ended before its records
+// were taken into a transaction: ErrFull (with ctx's error) when it was
+// held for room, or when the WAL holds appends for room (Full) and the
+// writer had not come to this one yet, so that an input tells its client
+// the WAL is full rather than slow; ctx's error otherwise.
+func (w *WAL) givenUp(ctx context.Context, held bool) error {
+	if held || w.Full() {
+		return fmt.Errorf("%w: %w", ErrFull, ctx.Err())
+	}
+	return ctx.Err()
 }
 
 func (w *WAL) closedErr() error {

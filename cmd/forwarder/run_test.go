@@ -467,7 +467,7 @@ func TestRunRemovesStaleStaging(t *testing.T) {
     path_style: true
     key: "k/${hostname}/${tag}/${seq}.json.gz"
 `
-	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, sinkYAML+"    staging_max_bytes: 0\n", keptYAML)
+	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML, sinkYAML+"    staging_max_bytes: 0\n", keptYAML)
 	sizes := map[string]int{"archive": 1000, "gone": 2000, "kept": 3000}
 	for name, size := range sizes {
 		dir := filepath.Join(dataDir, "s3-staging", name)
