@@ -8,7 +8,7 @@ BIN      := bin/forwarder
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build deps run test test-heavy vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-partitions bench-tools crash powercut clean e2e soak image image-tools image-test
+.PHONY: all build mods deps run test test-heavy vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-partitions bench-tools crash powercut clean e2e soak image image-tools image-test
 
 # Fuzz targets: package, target name, and the number of inputs make test tries
 # (5 to 12 seconds each on 2 cores, most of it the seed corpus; make fuzz runs each for 5 minutes).
@@ -20,19 +20,26 @@ FUZZ_TARGETS := ./inputs/forward:FuzzDecode:30000 ./inputs/httpin:FuzzParseBody:
 
 all: build
 
-deps:
+# What building needs: the Go modules. make run and make build need nothing else.
+mods:
 	$(GO) mod download
+
+# What the tests need besides: Debian packages (apt-get, as root).
+deps: mods
 	@# An independent forward client for the tests: Debian's python3-fluent-logger.
 	@/usr/bin/python3 -c 'import fluent.sender' 2>/dev/null || \
 		{ apt-get install -y python3-fluent-logger || { apt-get update && apt-get install -y python3-fluent-logger; }; }
 	@# systemd-analyze, for the test that verifies packaging/systemd/forwarder.service.
 	@command -v systemd-analyze >/dev/null 2>&1 || \
 		{ apt-get install -y --no-install-recommends systemd || { apt-get update && apt-get install -y --no-install-recommends systemd; }; }
+	@# The aws CLI, for the test that runs the commands forwarder dev prints.
+	@command -v aws >/dev/null 2>&1 || \
+		{ apt-get install -y awscli || { apt-get update && apt-get install -y awscli; }; }
 	@# fusermount3, for internal/faultfs's power-cut tests when mount(2) itself is refused.
 	@command -v fusermount3 >/dev/null 2>&1 || \
 		{ apt-get install -y fuse3 || { apt-get update && apt-get install -y fuse3; }; }
 
-build: deps
+build: mods
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/forwarder
 
 # Starts the forwarder in dev mode: local S3 and CloudWatch Logs emulators in the same

@@ -148,7 +148,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "forwarder dev: %v\n", err)
 		return exitFail
 	}
-	printDevHelp(stdout, ports, *offset, s3URL, cwURL)
+	printDevHelp(stdout, selfName(), ports, *offset, s3URL, cwURL)
 	log := newLogger(cfg.Log, stderr)
 	return serve(cfg, "(forwarder dev)", log, func(r *running) []actor {
 		actors := []actor{{name: "status line", run: func(ctx context.Context) error {
@@ -161,9 +161,19 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	})
 }
 
-func printDevHelp(w io.Writer, ports devPorts, offset int, s3URL, cwURL string) {
+// selfName is how to run this binary again from the current directory:
+// the path it was started by when that has a directory (make run starts
+// ./bin/forwarder, which is not on PATH), else its name.
+func selfName() string {
+	if len(os.Args) > 0 && strings.ContainsRune(os.Args[0], '/') {
+		return os.Args[0]
+	}
+	return "forwarder"
+}
+
+func printDevHelp(w io.Writer, self string, ports devPorts, offset int, s3URL, cwURL string) {
 	_, fwdPort, _ := net.SplitHostPort(ports.forward)
-	ls := "forwarder dev ls"
+	ls := self + " dev ls"
 	if offset != 0 {
 		ls += fmt.Sprintf(" --port-offset %d", offset)
 	}
@@ -172,9 +182,10 @@ func printDevHelp(w io.Writer, ports devPorts, offset int, s3URL, cwURL string) 
 Send a record over HTTP:
   curl -X POST http://%s/v1/logs/pod.shop --data-binary '{"log":"hello","kubernetes":{"namespace_name":"shop","pod_name":"web-1"}}'
 Send one with a forward client (Debian's python3-fluent-logger):
-  python3 -c "from fluent import sender; sender.FluentSender('pod', port=%s).emit('shop', {'log': 'hi', 'kubernetes': {'namespace_name': 'shop', 'pod_name': 'web-1'}})"
+  python3 -c "from fluent import sender; s = sender.FluentSender('pod', port=%s); print('sent' if s.emit('shop', {'log': 'hi', 'kubernetes': {'namespace_name': 'shop', 'pod_name': 'web-1'}}) else s.last_error)"
 See what arrived:
   %s
+  export AWS_ACCESS_KEY_ID=dev AWS_SECRET_ACCESS_KEY=dev AWS_DEFAULT_REGION=us-east-1  # the aws CLI wants some; the emulators take any
   aws --endpoint-url %s s3 ls s3://%s --recursive
   aws --endpoint-url %s logs describe-log-streams --log-group-name /eks/shop
 Status: http://%s/status   Metrics: http://%s/metrics   Ctrl-C stops.

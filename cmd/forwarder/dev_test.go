@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -66,6 +67,7 @@ func TestDevMode(t *testing.T) {
 	if !strings.Contains(out.String(), fmt.Sprintf("curl -X POST http://127.0.0.1:%d/v1/logs/pod.shop", 8080+offset)) || !strings.Contains(out.String(), "forwarder dev ls --port-offset "+off) {
 		t.Errorf("dev did not print how to send and see records:\n%s", out.String())
 	}
+	checkPrintedAWSCommands(t, out.String())
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:
@@ -77,6 +79,40 @@ func TestDevMode(t *testing.T) {
 	}
 	if b, err := exec.Command(bin, "dev", "ls", "--port-offset", off).CombinedOutput(); err == nil || !strings.Contains(string(b), "no forwarder dev answers") {
 		t.Errorf("dev ls with nothing running: %v %s", err, b)
+	}
+}
+
+// checkPrintedAWSCommands runs the aws CLI commands forwarder dev printed, as
+// printed, in a shell with no AWS settings of its own: they must show the bucket's
+// objects and the log group's streams.
+func checkPrintedAWSCommands(t *testing.T, banner string) {
+	t.Helper()
+	if _, err := exec.LookPath("aws"); err != nil {
+		t.Fatalf("the aws CLI is not on PATH (Debian's awscli): it checks the commands forwarder dev prints")
+	}
+	var export string
+	var cmds []string
+	for _, l := range strings.Split(banner, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "export AWS_"):
+			export, _, _ = strings.Cut(l, "#")
+		case strings.HasPrefix(l, "aws "):
+			cmds = append(cmds, l)
+		}
+	}
+	if export == "" || len(cmds) != 2 {
+		t.Fatalf("dev printed no export line or not two aws commands:\n%s", banner)
+	}
+	home := t.TempDir() // no ~/.aws of the machine's
+	for i, c := range cmds {
+		sh := exec.Command("sh", "-c", export+"; "+c)
+		sh.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home}
+		b, err := sh.CombinedOutput()
+		want := []string{".json.gz", "logStreamName"}[i]
+		if err != nil || !strings.Contains(string(b), want) {
+			t.Errorf("%s: %v, output lacks %q:\n%s", c, err, want, b)
+		}
 	}
 }
 
