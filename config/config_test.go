@@ -308,26 +308,35 @@ func TestExpandEnvString(t *testing.T) {
 	for _, c := range []struct {
 		in, want string
 		problems []string
+		template bool // the value of key, log_group or log_stream
 	}{
-		{"plain", "plain", nil},
-		{"${env.A}", "1", nil},
-		{"x${env.A}y${env.A}z", "x1y1z", nil},
-		{"[${env.EMPTY}]", "[]", nil},
-		{"$${env.A}", "$${env.A}", nil},
-		{"$$$${env.A}", "$$$${env.A}", nil},
-		{"$$${env.A}", "$$1", nil},
-		{"${tag}/${record.a|b}/${hostname}/${seq}/$5", "${tag}/${record.a|b}/${hostname}/${seq}/$5", nil},
-		{"${env.B}", "", []string{"environment variable B is not set"}},
-		{"${env.A-B}", "", []string{"${env.A-B}: not a valid environment variable name"}},
-		{"${env.}", "", []string{"${env.}: not a valid environment variable name"}},
-		{"x${env.A", "x${env.A", []string{"${env. without a closing }"}},
-		{"${SHARED_KEY}", "${SHARED_KEY}", []string{"${SHARED_KEY}: for the environment variable write ${env.SHARED_KEY}"}},
-		{"k-${A}", "k-${A}", []string{"${A}: for the environment variable write ${env.A}"}},
-		{"$${SHARED_KEY}", "$${SHARED_KEY}", nil},
-		{"${_}${lower_case}${9}", "${_}${lower_case}${9}", nil},
-		{`#{ENV['KEY']}`, `#{ENV['KEY']}`, []string{`#{ENV['KEY']}: Fluentd's syntax; for an environment variable write ${env.NAME}`}},
+		{"plain", "plain", nil, false},
+		{"${env.A}", "1", nil, false},
+		{"x${env.A}y${env.A}z", "x1y1z", nil, false},
+		{"[${env.EMPTY}]", "[]", nil, false},
+		{"$${env.A}", "$${env.A}", nil, false},
+		{"$$$${env.A}", "$$$${env.A}", nil, false},
+		{"$$${env.A}", "$$1", nil, false},
+		{"${tag}/${record.a|b}/${hostname}/${seq}/$5", "${tag}/${record.a|b}/${hostname}/${seq}/$5", nil, true},
+		{"${tag}/${env.A}", "${tag}/1", nil, true},
+		{"${ENV.A}", "${ENV.A}", nil, true}, // the template says what it makes of it
+		{"a/${tag}", "a/${tag}", []string{"${tag}: not a reference this file knows; for an environment variable write ${env.NAME} (only key, log_group and log_stream are templates)"}, false},
+		{"${ENV.SHARED_KEY}", "${ENV.SHARED_KEY}", []string{"${ENV.SHARED_KEY}: not a reference this file knows; for an environment variable write ${env.NAME} (only key, log_group and log_stream are templates)"}, false},
+		{"${env:TOKEN}x", "${env:TOKEN}x", []string{"${env:TOKEN}: not a reference this file knows; for an environment variable write ${env.NAME} (only key, log_group and log_stream are templates)"}, false},
+		{"$TOKEN", "$TOKEN", []string{"$TOKEN: for the environment variable write ${env.TOKEN}"}, false},
+		{"pa$TOKEN", "pa$TOKEN", nil, false}, // a $ inside a secret is the secret's
+		{"$5", "$5", nil, false},
+		{"${env.B}", "", []string{"environment variable B is not set"}, false},
+		{"${env.A-B}", "", []string{"${env.A-B}: not a valid environment variable name"}, false},
+		{"${env.}", "", []string{"${env.}: not a valid environment variable name"}, false},
+		{"x${env.A", "x${env.A", []string{"${env. without a closing }"}, false},
+		{"${SHARED_KEY}", "${SHARED_KEY}", []string{"${SHARED_KEY}: for the environment variable write ${env.SHARED_KEY}"}, false},
+		{"k-${A}", "k-${A}", []string{"${A}: for the environment variable write ${env.A}"}, false},
+		{"$${SHARED_KEY}", "$${SHARED_KEY}", nil, false},
+		{"${_}${lower_case}${9}", "${_}${lower_case}${9}", nil, true},
+		{`#{ENV['KEY']}`, `#{ENV['KEY']}`, []string{`#{ENV['KEY']}: Fluentd's syntax; for an environment variable write ${env.NAME}`}, false},
 	} {
-		got, problems := expandEnvString(c.in, lookup, true)
+		got, problems := expandEnvString(c.in, lookup, !c.template)
 		if got != c.want || !reflect.DeepEqual(problems, c.problems) {
 			t.Errorf("%q: got %q %q, want %q %q", c.in, got, problems, c.want, c.problems)
 		}

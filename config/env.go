@@ -79,6 +79,20 @@ func expandEnvString(s string, lookup func(string) (string, bool), other bool) (
 			problems = append(problems, "${"+name+"}: for the environment variable write ${env."+name+"}")
 			b.WriteString(s[i:])
 			i = len(s)
+		case other && strings.HasPrefix(s[i:], "${") && !strings.HasPrefix(s[i:], open):
+			// ${ENV.NAME}, ${env:NAME} and the like: no template reads this value.
+			ref := s[i:]
+			if end := strings.IndexByte(ref, '}'); end >= 0 {
+				ref = ref[:end+1]
+			}
+			problems = append(problems, ref+": not a reference this file knows; for an environment variable write ${env.NAME} (only key, log_group and log_stream are templates)")
+			b.WriteString(s[i:])
+			i = len(s)
+		case other && i == 0 && shellRef(s) != "":
+			// $NAME, the shell's syntax, as the whole value.
+			problems = append(problems, s+": for the environment variable write ${env."+shellRef(s)+"}")
+			b.WriteString(s)
+			i = len(s)
 		case other && strings.HasPrefix(s[i:], `#{ENV[`):
 			problems = append(problems, s[i:]+": Fluentd's syntax; for an environment variable write ${env.NAME}")
 			b.WriteString(s[i:])
@@ -118,6 +132,19 @@ func otherSyntax(s string) string {
 		return ""
 	}
 	name := s[:end]
+	if !isEnvName(name) || strings.ToUpper(name) != name || strings.Trim(name, "_0123456789") == "" {
+		return ""
+	}
+	return name
+}
+
+// shellRef returns NAME when s is "$NAME" with NAME an environment variable's name in
+// capitals, else "".
+func shellRef(s string) string {
+	if len(s) < 2 || s[0] != '$' {
+		return ""
+	}
+	name := s[1:]
 	if !isEnvName(name) || strings.ToUpper(name) != name || strings.Trim(name, "_0123456789") == "" {
 		return ""
 	}
