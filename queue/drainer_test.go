@@ -524,8 +524,9 @@ func TestRetriesAreSummedUpNotShouted(t *testing.T) {
 		}
 		r.stop(t)
 		out := logs.String()
-		if n := strings.Count(out, "sends failed and are retried"); n != 1 || !strings.Contains(out, "retryable/http_503=5") {
-			t.Fatalf("want one summary counting 5 failures:\n%s", out)
+		if n := strings.Count(out, "sends failed and are retried"); n != 1 || !strings.Contains(out, "retryable/http_503=5") ||
+			!strings.Contains(out, `last_error="http_503 (retryable): unavailable"`) {
+			t.Fatalf("want one summary counting 5 failures, with the last error:\n%s", out)
 		}
 		if strings.Contains(out, "level=WARN") || strings.Contains(out, "level=ERROR") {
 			t.Fatalf("retries that succeeded were logged as warnings or errors:\n%s", out)
