@@ -88,7 +88,7 @@ func killLoop(t *testing.T, e *env, kills int, maxGap time.Duration, cwDups int)
 	e.cw.SetLatency(0)   // for reading back
 	e.cw.SetReadDelay(0) // likewise
 	tl := e.account(dead)
-	const resolved = `msg="resolved PutLogEvents calls a crash left in doubt`
+	const resolved = `msg="resolved PutLogEvents calls an earlier run left in doubt`
 	again := e.f.logSum(resolved, "events_sent_again")
 	t.Logf("%d kills (seed %d; %d interrupted S3 uploads finished at a restart; CloudWatch calls in doubt: %d delivered, %d resent, %d partial, %d unresolved, %d events sent again): %v",
 		e.f.kills, seed, e.f.logCount(`msg="finished an interrupted upload"`), e.f.logSum(resolved, "delivered"), e.f.logSum(resolved, "resent"),

@@ -31,6 +31,8 @@ func TestRunStopsOnSignal(t *testing.T) {
 			for _, want := range []string{
 				"level=INFO msg=\"wal opened\" path=" + filepath.Join(dataDir, wal.FileName) + " records=0 bytes=0",
 				"level=INFO msg=\"shutting down\" signal=" + sig.String(),
+				"level=INFO msg=listening input=http address=127.0.0.1:",
+				"level=INFO msg=listening input=forward address=127.0.0.1:",
 				"level=INFO msg=stopped",
 			} {
 				if !strings.Contains(log, want) {

@@ -271,6 +271,23 @@ func TestHandshake(t *testing.T) {
 	}
 }
 
+// A client without the shared key sends a message where the handshake's
+// PING should be: the log says to set the key on the client.
+func TestHandshakeSkippedSaysWhy(t *testing.T) {
+	cfg := defaultCfg()
+	cfg.SharedKey = "s3cret"
+	f := start(t, cfg, wal.Options{})
+	c := f.dial()
+	c.Write(messageMode("t", eventTime(time.Now()), record("a", 1), options("x")))
+	expectClosed(t, c)
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(f.logs.String(), "got a message (an array of 4): shared_key is set here, so the client must have it set too"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log does not say the client skipped the handshake:\n%s", f.logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestWALFullPushesBack(t *testing.T) {
 	dir := t.TempDir()
 	w, err := wal.Open(dir, wal.Options{MaxBytes: 8 << 10})

@@ -109,13 +109,21 @@ func (h *handshake) pong(ok bool, reason string, salt []byte) []byte {
 func readPing(b []byte) ([5][]byte, error) {
 	var f [5][]byte
 	n, b, err := msgp.ReadArrayHeaderBytes(b)
-	if err != nil || n != 6 {
+	if err != nil {
 		return f, fmt.Errorf("PING is not an array of 6 elements")
 	}
-	kind, b, err := readStrOrBin(b)
-	if err != nil || string(kind) != "PING" {
+	kind, rest, kindErr := readStrOrBin(b)
+	if n >= 2 && n <= 4 && (kindErr != nil || string(kind) != "PING") {
+		// [tag, ...] in place of [PING, ...]: a forward message.
+		return f, fmt.Errorf("expected the handshake's PING, got a message (an array of %d): shared_key is set here, so the client must have it set too (Fluent Bit: Shared_Key in its forward output; Fluentd: <security> shared_key)", n)
+	}
+	if n != 6 {
+		return f, fmt.Errorf("PING is not an array of 6 elements")
+	}
+	if kindErr != nil || string(kind) != "PING" {
 		return f, fmt.Errorf("expected PING, got %q", kind)
 	}
+	b = rest
 	for i := range f {
 		if f[i], b, err = readStrOrBin(b); err != nil {
 			return f, fmt.Errorf("PING element %d: %w", i+1, err)

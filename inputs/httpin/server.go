@@ -224,6 +224,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	if ln == nil {
 		return errors.New("httpin: Serve called before Start")
 	}
+	s.log.Info("listening", "input", input, "address", ln.Addr().String(), "tls", tlsConfig != nil, "token", s.cfg.Token != "")
 	errc := make(chan error, 1)
 	go func() {
 		if tlsConfig != nil {

@@ -111,8 +111,9 @@
 //
 // Other GetLogEvents errors fail Recover with their class; the drainer
 // calls it again (what was resolved stays resolved). At the end Recover
-// logs one line, "resolved PutLogEvents calls a crash left in doubt, by
-// reading their streams back", with calls, delivered, resent, partial,
+// logs one line, "resolved PutLogEvents calls an earlier run left in doubt
+// (a crash, or a stop that cut them short), by reading their streams
+// back", with calls, delivered, resent, partial,
 // unresolved, events_sent_again and took. Intents of delivered calls none
 // of whose records the WAL still holds for their stream are deleted at
 // start.

@@ -122,7 +122,7 @@ func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
 	}
 	wg.Wait()
 	if n := counts[resultDelivered] + counts[resultResent] + counts[resultPartial] + counts[resultUnresolved]; n > 0 {
-		s.log.Info("resolved PutLogEvents calls a crash left in doubt, by reading their streams back", "sink", s.name,
+		s.log.Info("resolved PutLogEvents calls an earlier run left in doubt (a crash, or a stop that cut them short), by reading their streams back", "sink", s.name,
 			"calls", n, resultDelivered, counts[resultDelivered], resultResent, counts[resultResent], resultPartial, counts[resultPartial],
 			resultUnresolved, counts[resultUnresolved], "events_sent_again", again, "took", time.Since(start).Round(time.Millisecond))
 	}

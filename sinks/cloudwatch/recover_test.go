@@ -368,7 +368,7 @@ func TestRecoverCallThatLanded(t *testing.T) {
 	if n := e.intentsLeft(); n != 0 {
 		t.Errorf("%d intents left", n)
 	}
-	if !strings.Contains(logs.String(), `msg="resolved PutLogEvents calls a crash left in doubt, by reading their streams back" sink=cw calls=1 delivered=1 resent=0 partial=0 unresolved=0 events_sent_again=0`) {
+	if !strings.Contains(logs.String(), `msg="resolved PutLogEvents calls an earlier run left in doubt (a crash, or a stop that cut them short), by reading their streams back" sink=cw calls=1 delivered=1 resent=0 partial=0 unresolved=0 events_sent_again=0`) {
 		t.Errorf("no summary line:\n%s", logs)
 	}
 }
