@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -99,6 +100,10 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "forwarder dev: %v\n", err)
 		return exitUsage
 	}
+	if devDirInUse() {
+		fmt.Fprintf(stderr, "forwarder dev: ./%s is in use by another forwarder dev; stop it first, or run the second one from another directory (with --port-offset N)\n", devDir)
+		return exitFail
+	}
 	if *reset {
 		if err := os.RemoveAll(devDir); err != nil {
 			fmt.Fprintf(stderr, "forwarder dev: %v\n", err)
@@ -117,7 +122,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	}
 	s3, err := s3emu.New(s3emu.Options{Dir: filepath.Join(devDir, "s3")})
 	if err != nil {
-		fmt.Fprintf(stderr, "forwarder dev: S3 emulator: %v\n", err)
+		fmt.Fprintf(stderr, "forwarder dev: S3 emulator: %v (is another forwarder dev using ./%s?)\n", err, devDir)
 		return exitFail
 	}
 	defer s3.Close()
@@ -169,6 +174,20 @@ func selfName() string {
 		return os.Args[0]
 	}
 	return "forwarder"
+}
+
+// devDirInUse reports whether a running forwarder dev holds ./dev-data (its WAL's lock):
+// another one, or --reset, would take its data from under it.
+func devDirInUse() bool {
+	dir := filepath.Join(devDir, "wal") // devConfig's data_dir
+	if _, err := os.Stat(filepath.Join(dir, wal.FileName)); err != nil {
+		return false
+	}
+	w, err := wal.Open(dir, wal.Options{ReadOnly: true, LockTimeout: 100 * time.Millisecond})
+	if err == nil {
+		w.Close()
+	}
+	return errors.Is(err, wal.ErrLocked)
 }
 
 func printDevHelp(w io.Writer, self string, ports devPorts, offset int, s3URL, cwURL string) {

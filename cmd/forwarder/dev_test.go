@@ -6,11 +6,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/logfwd/forwarder/wal"
 )
 
 // forwarder dev on a clean directory: the emulators start, --demo records reach
@@ -68,6 +71,18 @@ func TestDevMode(t *testing.T) {
 		t.Errorf("dev did not print how to send and see records:\n%s", out.String())
 	}
 	checkPrintedAWSCommands(t, out.String())
+	// A second one in the same directory, or a --reset, would take its data.
+	for _, args := range [][]string{{"dev", "--port-offset", strconv.Itoa(offset + 1)}, {"dev", "--reset", "--port-offset", strconv.Itoa(offset + 1)}} {
+		second := exec.Command(bin, args...)
+		second.Dir = dir
+		b, err := second.CombinedOutput()
+		if err == nil || !strings.Contains(string(b), "./dev-data is in use by another forwarder dev") {
+			t.Errorf("%v beside a running one: %v %s", args, err, b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "dev-data", "wal", wal.FileName)); err != nil {
+		t.Errorf("the running one's WAL: %v", err)
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:
