@@ -574,6 +574,14 @@ var badConfigs = []struct {
 	}},
 	{"memory_limit.yaml", []string{`2: memory_limit: must be at least 32MiB, not 16MiB`}},
 	{"min_free_bytes.yaml", []string{`4: wal.min_free_bytes: must be at least 1MiB, not 64KiB`, `5: wal.dedup_window: must be greater than 0, not 0s`}},
+	// A compatible service (endpoint) may name buckets otherwise: only the ARN and / rules.
+	{"bucket_names.yaml", []string{
+		`5: sink "upper": bucket: "My_Logs" has 'M': only lowercase letters, digits, dots and hyphens are allowed (Amazon S3's bucket naming rules)`,
+		`8: sink "arn": bucket: "arn:aws:s3:::my-logs" is an ARN: give the bucket's name (what follows arn:aws:s3:::)`,
+		`11: sink "dots": bucket: "my..logs" must not have two dots in a row (Amazon S3's bucket naming rules)`,
+		`14: sink "ip": bucket: "192.168.1.10" must not be an IP address (Amazon S3's bucket naming rules)`,
+		`17: sink "edge": bucket: "-logs" must begin and end with a letter or a digit (Amazon S3's bucket naming rules)`,
+	}},
 	{"drop_cursors.yaml", []string{
 		`5: wal.drop_cursors[1]: is empty: name the cursor of a removed sink (forwarder wal stats lists the cursors)`,
 		`6: wal.drop_cursors[2]: "archive" is a configured sink: dropping its cursor at every start would deliver again what it has delivered; list only sinks removed from sinks`,
