@@ -201,7 +201,7 @@ func printDevHelp(w io.Writer, self string, ports devPorts, offset int, s3URL, c
 Send a record over HTTP:
   curl -X POST http://%s/v1/logs/pod.shop --data-binary '{"log":"hello","kubernetes":{"namespace_name":"shop","pod_name":"web-1"}}'
 Send one with a forward client (Debian's python3-fluent-logger):
-  python3 -c "from fluent import sender; s = sender.FluentSender('pod', port=%s); print('sent' if s.emit('shop', {'log': 'hi', 'kubernetes': {'namespace_name': 'shop', 'pod_name': 'web-1'}}) else s.last_error)"
+  /usr/bin/python3 -c "from fluent import sender; s = sender.FluentSender('pod', port=%s); print('sent' if s.emit('shop', {'log': 'hi', 'kubernetes': {'namespace_name': 'shop', 'pod_name': 'web-1'}}) else s.last_error)"
 See what arrived:
   %s
   export AWS_ACCESS_KEY_ID=dev AWS_SECRET_ACCESS_KEY=dev AWS_DEFAULT_REGION=us-east-1  # the aws CLI wants some; the emulators take any

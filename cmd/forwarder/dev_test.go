@@ -107,17 +107,24 @@ func checkPrintedAWSCommands(t *testing.T, banner string) {
 	}
 	var export string
 	var cmds []string
+	python := false
 	for _, l := range strings.Split(banner, "\n") {
 		l = strings.TrimSpace(l)
 		switch {
+		case strings.HasPrefix(l, "/usr/bin/python3 "):
+			// The forward client's line (make deps installs python3-fluent-logger).
+			python = true
+			if b, err := exec.Command("sh", "-c", l).CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "sent" {
+				t.Errorf("%s: %v, output %q, want sent", l, err, b)
+			}
 		case strings.HasPrefix(l, "export AWS_"):
 			export, _, _ = strings.Cut(l, "#")
 		case strings.HasPrefix(l, "aws "):
 			cmds = append(cmds, l)
 		}
 	}
-	if export == "" || len(cmds) != 2 {
-		t.Fatalf("dev printed no export line or not two aws commands:\n%s", banner)
+	if export == "" || len(cmds) != 2 || !python {
+		t.Fatalf("dev printed no export line, not two aws commands, or no forward client's line:\n%s", banner)
 	}
 	home := t.TempDir() // no ~/.aws of the machine's
 	for i, c := range cmds {
