@@ -70,7 +70,7 @@ func TestDevMode(t *testing.T) {
 	if !strings.Contains(out.String(), fmt.Sprintf("curl -X POST http://127.0.0.1:%d/v1/logs/pod.shop", 8080+offset)) || !strings.Contains(out.String(), "forwarder dev ls --port-offset "+off) {
 		t.Errorf("dev did not print how to send and see records:\n%s", out.String())
 	}
-	checkPrintedAWSCommands(t, out.String())
+	checkPrintedCommands(t, out.String())
 	// A second one in the same directory, or a --reset, would take its data.
 	for _, args := range [][]string{{"dev", "--port-offset", strconv.Itoa(offset + 1)}, {"dev", "--reset", "--port-offset", strconv.Itoa(offset + 1)}} {
 		second := exec.Command(bin, args...)
@@ -97,10 +97,10 @@ func TestDevMode(t *testing.T) {
 	}
 }
 
-// checkPrintedAWSCommands runs the aws CLI commands forwarder dev printed, as
+// checkPrintedCommands runs the forward client and aws CLI commands forwarder dev printed, as
 // printed, in a shell with no AWS settings of its own: they must show the bucket's
 // objects and the log group's streams.
-func checkPrintedAWSCommands(t *testing.T, banner string) {
+func checkPrintedCommands(t *testing.T, banner string) {
 	t.Helper()
 	if _, err := exec.LookPath("aws"); err != nil {
 		t.Fatalf("the aws CLI is not on PATH (Debian's awscli): it checks the commands forwarder dev prints")
