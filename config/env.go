@@ -85,13 +85,8 @@ func expandEnvString(s string, lookup func(string) (string, bool), other bool) (
 			if end := strings.IndexByte(ref, '}'); end >= 0 {
 				ref = ref[:end+1]
 			}
-			problems = append(problems, ref+": not a reference this file knows; for an environment variable write ${env.NAME} (only key, log_group and log_stream are templates)")
+			problems = append(problems, ref+": not a reference this file knows; for an environment variable write ${env.NAME} (only key, log_group and log_stream are templates; a value that holds ${ as it is can come from a variable, whose value is not expanded again)")
 			b.WriteString(s[i:])
-			i = len(s)
-		case other && i == 0 && shellRef(s) != "":
-			// $NAME, the shell's syntax, as the whole value.
-			problems = append(problems, s+": for the environment variable write ${env."+shellRef(s)+"}")
-			b.WriteString(s)
 			i = len(s)
 		case other && strings.HasPrefix(s[i:], `#{ENV[`):
 			problems = append(problems, s[i:]+": Fluentd's syntax; for an environment variable write ${env.NAME}")
@@ -138,9 +133,10 @@ func otherSyntax(s string) string {
 	return name
 }
 
-// shellRef returns NAME when s is "$NAME" with NAME an environment variable's name in
-// capitals, else "".
-func shellRef(s string) string {
+// ShellRef returns NAME when s is "$NAME" with NAME an environment variable's name in
+// capitals, else "": the shell's syntax, which this file takes as text (a warning, not an
+// error: a secret may be just that).
+func ShellRef(s string) string {
 	if len(s) < 2 || s[0] != '$' {
 		return ""
 	}

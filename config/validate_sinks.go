@@ -85,9 +85,10 @@ func checkGlob(glob string) string {
 	return ""
 }
 
-// awsBucketName says what breaks Amazon S3's rules for general purpose bucket names in
-// name (3 to 63 characters, checked before), or "".
-func awsBucketName(name string) string {
+// BucketNameProblem says what breaks Amazon S3's rules for new general purpose bucket
+// names in name (3 to 63 characters, checked by Validate), or "". Not an error of its own:
+// buckets made in us-east-1 before the rules, and other services, may have such names.
+func BucketNameProblem(name string) string {
 	for _, r := range name {
 		if !('a' <= r && r <= 'z' || '0' <= r && r <= '9' || r == '.' || r == '-') {
 			return fmt.Sprintf("has %q: only lowercase letters, digits, dots and hyphens are allowed", r)
@@ -103,8 +104,8 @@ func awsBucketName(name string) string {
 		return "must not be an IP address"
 	case strings.HasPrefix(name, "xn--") || strings.HasPrefix(name, "sthree-"):
 		return "must not begin with xn-- or sthree-"
-	case strings.HasSuffix(name, "-s3alias") || strings.HasSuffix(name, "--ol-s3"):
-		return "must not end with -s3alias or --ol-s3 (access point aliases)"
+	case strings.HasSuffix(name, "--ol-s3"):
+		return "must not end with --ol-s3 (an Object Lambda access point's alias, which takes no uploads)"
 	}
 	return ""
 }
@@ -113,17 +114,12 @@ func (s3 *S3) validate(s section) {
 	switch n := len(s3.Bucket); {
 	case n == 0:
 		s.required("bucket", s3.Bucket)
-	case n < 3 || n > 63:
-		s.invalid("bucket", "%q must be 3 to 63 characters long", s3.Bucket)
 	case strings.HasPrefix(s3.Bucket, "arn:"):
 		s.invalid("bucket", "%q is an ARN: give the bucket's name (what follows arn:aws:s3:::)", s3.Bucket)
+	case n < 3 || n > 63:
+		s.invalid("bucket", "%q must be 3 to 63 characters long", s3.Bucket)
 	case strings.Contains(s3.Bucket, "/"):
 		s.invalid("bucket", "%q must not contain /: put prefixes in key", s3.Bucket)
-	case s3.Endpoint == "":
-		// Amazon S3's naming rules; a compatible service (endpoint) may have its own.
-		if msg := awsBucketName(s3.Bucket); msg != "" {
-			s.invalid("bucket", "%q %s (Amazon S3's bucket naming rules)", s3.Bucket, msg)
-		}
 	}
 	if t, err := template.Parse(s3.Key, template.Options{AllowSeq: true}); err != nil {
 		s.invalid("key", "%q: %v", s3.Key, err)

@@ -236,6 +236,9 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 	}
 	e := sinks.Classify(r.err)
 	l.lastErr, l.lastErrAt = e.Error(), now
+	if e.Class != sinks.RecordPermanent {
+		l.lastRetried = e.Error() // what the retry summary quotes
+	}
 	if e.Class == sinks.RecordPermanent {
 		// Not a failed send that is retried: summed up as dead letters.
 		l.flow.endStreak() // the destination answered

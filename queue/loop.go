@@ -68,6 +68,7 @@ type loop struct {
 	lastSummary        time.Time
 	lastErr            string
 	lastErrAt          time.Time
+	lastRetried        string // the last error of a send that is retried (the retry summary)
 
 	wg   sync.WaitGroup // every goroutine the loop starts
 	quit chan struct{}  // closed when the loop returns

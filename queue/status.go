@@ -126,8 +126,8 @@ func (l *loop) summarizeNow(now time.Time) {
 	}
 	args := []any{"interval", l.d.opts.SummaryInterval, "partitions_still_failing", failing}
 	args = append(args, countArgs(l.failures)...)
-	if l.lastErr != "" {
-		args = append(args, "last_error", l.lastErr) // what the destination said, and what to fix
+	if l.lastRetried != "" {
+		args = append(args, "last_error", l.lastRetried) // what the destination said, and what to fix
 	}
 	level := slog.LevelInfo
 	if failing > 0 || l.paused != nil || now.Before(l.throttleUntil) {

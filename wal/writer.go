@@ -378,10 +378,8 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 	chunks := tx.Bucket(bucketChunks)
 	t := time.Now()
 	for i, r := range appends {
-		if err := r.ctx.Err(); err != nil {
-			if r.held.Load() {
-				err = fmt.Errorf("%w: %w", ErrFull, err)
-			}
+		if r.ctx.Err() != nil {
+			err := wr.w.givenUp(r.ctx, r.held.Load())
 			now = append(now, func() { r.answer(appendResult{err: err}) })
 			continue
 		}

@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/logfwd/forwarder/config"
 )
 
 func TestCheckGoodConfig(t *testing.T) {
@@ -345,5 +348,60 @@ func TestCheckWarnsAboutSharedDestinations(t *testing.T) {
 		if len(c.want) == 0 && r.stderr != "" {
 			t.Errorf("%s: stderr %q, want nothing", c.name, r.stderr)
 		}
+	}
+}
+
+// A bucket name Amazon S3's rules refuse is a warning, not an error: a bucket made in
+// us-east-1 before the rules may have one, and a compatible service (endpoint) its own.
+func TestBucketNameWarning(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		bucket, endpoint string
+		warned           bool
+	}{
+		{"My_Logs", "", true},
+		{"my..logs", "", true},
+		{"my-logs", "", false},
+		{"My_Logs", "http://127.0.0.1:9000", false},
+	} {
+		text := fmt.Sprintf("data_dir: /tmp/x\nsinks:\n  - name: archive\n    type: s3\n    bucket: %q\n    region: us-east-1\n", c.bucket)
+		if c.endpoint != "" {
+			text += fmt.Sprintf("    endpoint: %q\n", c.endpoint)
+		}
+		cfg, err := config.Parse([]byte(text), "f.yaml")
+		if err != nil {
+			t.Fatalf("%s: %v", c.bucket, err)
+		}
+		warned := false
+		for _, w := range configWarnings(cfg) {
+			if strings.HasPrefix(w.msg, fmt.Sprintf("sinks[archive].bucket %q ", c.bucket)) && strings.Contains(w.msg, "by Amazon S3's naming rules") {
+				warned = true
+			}
+		}
+		if warned != c.warned {
+			t.Errorf("bucket %q, endpoint %q: warned %v, want %v", c.bucket, c.endpoint, warned, c.warned)
+		}
+	}
+}
+
+// A secret or bucket written $NAME, the shell's way, is taken as it is, with a warning
+// that says how to write the variable (a secret may really be "$NAME": not an error).
+func TestShellVariableWarning(t *testing.T) {
+	t.Parallel()
+	text := "data_dir: /tmp/x\ninputs:\n  forward: {listen: \"127.0.0.1:24224\", shared_key: \"$FORWARDER_SHARED_KEY\"}\n" +
+		"  http: {listen: \"127.0.0.1:8080\", token: \"pa$TOKEN\"}\n"
+	cfg, err := config.Parse([]byte(text), "f.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range configWarnings(cfg) {
+		if strings.Contains(w.msg, "taken as it is: for the environment variable") {
+			got = append(got, w.msg)
+		}
+	}
+	want := []string{`inputs.forward.shared_key is "$FORWARDER_SHARED_KEY", taken as it is: for the environment variable write ${env.FORWARDER_SHARED_KEY}`}
+	if !slices.Equal(got, want) {
+		t.Errorf("warnings %q, want %q", got, want)
 	}
 }

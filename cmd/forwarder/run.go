@@ -174,7 +174,12 @@ func walOptions(cfg *config.Config, log *slog.Logger) wal.Options {
 		o.WhenFull = wal.DropOldest
 		o.CursorTags = map[string]func(string) bool{}
 		for _, s := range cfg.Sinks {
-			o.CursorTags[s.Name] = config.NewTagMatcher(s.Match).Match
+			// A sink of every tag loses every record after its cursor: counted
+			// without decoding what is dropped. (The wal tools' configuration
+			// has no globs: nor do they append.)
+			if len(s.Match) > 0 && !slices.Contains(s.Match, "**") {
+				o.CursorTags[s.Name] = config.NewTagMatcher(s.Match).Match
+			}
 		}
 	}
 	if c.Sync == config.SyncInterval {

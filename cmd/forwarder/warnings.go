@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 
 	"github.com/logfwd/forwarder/config"
@@ -68,6 +70,34 @@ func configWarnings(cfg *config.Config) []warning {
 	}
 	if cfg.Admin.Pprof && !loopback(cfg.Admin.Listen) {
 		ws = append(ws, warning{"admin.pprof serves Go's profiles to anyone who can reach the admin listener: listen on a loopback address, or turn admin.pprof off", "address", cfg.Admin.Listen})
+	}
+	shellRefs := map[string]string{}
+	if c := cfg.Inputs.Forward; c != nil {
+		shellRefs["inputs.forward.shared_key"] = c.SharedKey
+		for i, u := range c.Users {
+			shellRefs[fmt.Sprintf("inputs.forward.users[%d].password", i)] = u.Password
+		}
+	}
+	if c := cfg.Inputs.HTTP; c != nil {
+		shellRefs["inputs.http.token"] = c.Token
+	}
+	for _, s := range cfg.Sinks {
+		if s.S3 != nil {
+			shellRefs[fmt.Sprintf("sinks[%s].bucket", s.Name)] = s.S3.Bucket
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(shellRefs)) {
+		if name := config.ShellRef(shellRefs[key]); name != "" {
+			ws = append(ws, warning{fmt.Sprintf("%s is %q, taken as it is: for the environment variable write ${env.%s}", key, shellRefs[key], name), "", ""})
+		}
+	}
+	for _, s := range cfg.Sinks {
+		if s.S3 == nil || s.S3.Endpoint != "" || len(s.S3.Bucket) < 3 || len(s.S3.Bucket) > 63 {
+			continue
+		}
+		if msg := config.BucketNameProblem(s.S3.Bucket); msg != "" {
+			ws = append(ws, warning{fmt.Sprintf("sinks[%s].bucket %q %s by Amazon S3's naming rules: unless it is a bucket made in us-east-1 before those rules, or the endpoint set by AWS_ENDPOINT_URL or the shared config is another service, uploads will fail and the sink pause", s.Name, s.S3.Bucket, msg), "sink", s.Name})
+		}
 	}
 	dest := map[string]string{} // a destination's description -> the first sink writing to it
 	for _, s := range cfg.Sinks {
