@@ -388,23 +388,33 @@ func TestRecoverCallThatDidNotLand(t *testing.T) {
 	}
 }
 
-// Events the service refused in a call whose answer was lost (older than
-// the group's retention of a day by its clock, two minutes ahead of the
-// sink's) are not found; only they are sent again, and dead-lettered when
-// refused again. The others are not duplicated.
-func TestRecoverPartialCall(t *testing.T) {
+// partialCallInDoubt leaves a call in doubt that landed in part: of its 10
+// events, the 3 oldest are older than the group's retention of a day by the
+// service's clock, two minutes ahead of the sink's (by the sink's they are
+// within a day: one batch with the others), and refused; its answer is lost.
+func partialCallInDoubt(t *testing.T) (*env, *proxy, config.CloudWatch) {
+	t.Helper()
 	e, p, cfg := newProxied(t, setup{now: func() time.Time { return time.Now().Add(2 * time.Minute) }, mod: func(c *config.CloudWatch) {
 		c.RetentionDays = 1
 	}})
 	e.prime()
 	p.setRule(landPuts)
 	now := time.Now()
-	e.appendLines(3, now.Add(-24*time.Hour+time.Minute), "old") // within a day of the sink's clock: one batch with the others
+	e.appendLines(3, now.Add(-24*time.Hour+time.Minute), "old")
 	e.appendLines(7, now, "m")
 	e.runUntilHung(p, 1)
 	if got := len(e.emu.Events("g", "s")); got != 1+7 {
 		t.Fatalf("%d events stored, want the first and the 7 the service's clock allows", got)
 	}
+	return e, p, cfg
+}
+
+// Events the service refused in a call whose answer was lost (older than
+// the group's retention of a day by its clock, two minutes ahead of the
+// sink's) are not found; only they are sent again, and dead-lettered when
+// refused again. The others are not duplicated.
+func TestRecoverPartialCall(t *testing.T) {
+	e, _, cfg := partialCallInDoubt(t)
 	e.emu.SetSparsePages(2) // what is not found is looked for to the end, past empty pages
 	e.rerun(cfg)
 	e.expectOnce(7, "m")
@@ -428,18 +438,7 @@ func TestRecoverPartialCall(t *testing.T) {
 // which events landed, is not replaced. When that call fails once and is
 // retried, the retry sends only the events that had not landed.
 func TestRecoverPartialCallResendFailsOnce(t *testing.T) {
-	e, p, cfg := newProxied(t, setup{now: func() time.Time { return time.Now().Add(2 * time.Minute) }, mod: func(c *config.CloudWatch) {
-		c.RetentionDays = 1
-	}})
-	e.prime()
-	p.setRule(landPuts)
-	now := time.Now()
-	e.appendLines(3, now.Add(-24*time.Hour+time.Minute), "old")
-	e.appendLines(7, now, "m")
-	e.runUntilHung(p, 1)
-	if got := len(e.emu.Events("g", "s")); got != 1+7 {
-		t.Fatalf("%d events stored, want 8", got)
-	}
+	e, p, cfg := partialCallInDoubt(t)
 	puts := p.count("PutLogEvents")
 	p.setRule(func(op string, n int) string {
 		if op == "PutLogEvents" && n == puts+1 {
@@ -461,15 +460,7 @@ func TestRecoverPartialCallResendFailsOnce(t *testing.T) {
 // intents, reads the stream for the second's events only, and sends again
 // nothing that landed.
 func TestRecoverPartialCallResendCrashes(t *testing.T) {
-	e, p, cfg := newProxied(t, setup{now: func() time.Time { return time.Now().Add(2 * time.Minute) }, mod: func(c *config.CloudWatch) {
-		c.RetentionDays = 1
-	}})
-	e.prime()
-	p.setRule(landPuts)
-	now := time.Now()
-	e.appendLines(3, now.Add(-24*time.Hour+time.Minute), "old")
-	e.appendLines(7, now, "m")
-	e.runUntilHung(p, 1)
+	e, p, cfg := partialCallInDoubt(t)
 	p.setRule(func(op string, n int) string {
 		if op == "PutLogEvents" {
 			return hang
