@@ -63,7 +63,8 @@ TEST_TMPDIR ?= $(shell d=/dev/shm; [ -d $$d ] && [ -w $$d ] && [ "$$(stat -f -c 
 # Tests whose volume of data the race detector slows several times over: they skip
 # under -race (internal/racedetect) and make test runs them without it.
 HEAVY_TESTS = ./wal:TestPowerCut,TestFullDiskCyclesNeverRefuseCommits,TestRecentReadsMatchTheFile \
-	./sinks/s3sink:TestMoto,TestManyPartitionsStayOpen,TestObjectRoundTrips
+	./sinks/s3sink:TestMoto,TestManyPartitionsStayOpen,TestObjectRoundTrips \
+	./queue:TestCatchUpAfterOutage,TestCrashRestartWithMaxPartitions
 
 test: deps fmt-check vet
 	@echo "test data under $(TEST_TMPDIR)"

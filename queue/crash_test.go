@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/logfwd/forwarder/internal/racedetect"
 	"github.com/logfwd/forwarder/internal/testseed"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
@@ -229,7 +230,8 @@ func TestCrashRestartWithMaxPartitions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a SIGKILL loop of a child process; make test runs it")
 	}
-	t.Parallel() // mostly waiting for its children
+	racedetect.Heavy(t) // its children are this binary: 15 s under -race, 8 s without
+	t.Parallel()        // mostly waiting for its children
 	crashLoopOpts(t, false, true, crashMaxRecs)
 }
 
