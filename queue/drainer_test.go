@@ -166,7 +166,8 @@ func TestErrorClasses(t *testing.T) {
 				var rj []sinks.Rejection
 				for _, r := range b.Records {
 					if r.Seq%2 == 0 {
-						rj = append(rj, sinks.Rejection{Seq: r.Seq, Reason: "too_old"})
+						// Twice, as a sink may name a record once for each part of it.
+						rj = append(rj, sinks.Rejection{Seq: r.Seq, Reason: "too_old"}, sinks.Rejection{Seq: r.Seq, Reason: "too_old"})
 					}
 				}
 				return partial(rj)

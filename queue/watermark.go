@@ -37,7 +37,12 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 		for i := range batch {
 			bySeq[batch[i].Seq] = &batch[i]
 		}
+		seen := make(map[uint64]bool, len(rejected))
 		for _, rj := range rejected {
+			if seen[rj.Seq] {
+				continue // named twice (once per part of a split message): one dead letter, counted once
+			}
+			seen[rj.Seq] = true
 			if r, ok := bySeq[rj.Seq]; ok {
 				dead(r, rj.Reason)
 			} else if r, ok := l.carriedRecord(p, rj.Seq, carryFirst, last); ok {
