@@ -127,7 +127,7 @@ func otherSyntax(s string) string {
 		return ""
 	}
 	name := s[:end]
-	if !isEnvName(name) || strings.ToUpper(name) != name || strings.Trim(name, "_0123456789") == "" {
+	if !capitalsEnvName(name) {
 		return ""
 	}
 	return name
@@ -141,10 +141,16 @@ func ShellRef(s string) string {
 		return ""
 	}
 	name := s[1:]
-	if !isEnvName(name) || strings.ToUpper(name) != name || strings.Trim(name, "_0123456789") == "" {
+	if !capitalsEnvName(name) {
 		return ""
 	}
 	return name
+}
+
+// capitalsEnvName reports whether name is an environment variable's name in capitals, with
+// a letter: what Fluent Bit and the shell refer to, and not a template's own placeholder.
+func capitalsEnvName(name string) bool {
+	return isEnvName(name) && strings.ToUpper(name) == name && strings.Trim(name, "_0123456789") != ""
 }
 
 // isEnvName reports whether name is a portable environment variable name: letters, digits and

@@ -362,6 +362,7 @@ func TestBucketNameWarning(t *testing.T) {
 		{"My_Logs", "", true},
 		{"my..logs", "", true},
 		{"my-logs", "", false},
+		{"$S3_BUCKET", "", false}, // the warning about $NAME says it all
 		{"My_Logs", "http://127.0.0.1:9000", false},
 	} {
 		text := fmt.Sprintf("data_dir: /tmp/x\nsinks:\n  - name: archive\n    type: s3\n    bucket: %q\n    region: us-east-1\n", c.bucket)

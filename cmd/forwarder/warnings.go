@@ -92,7 +92,7 @@ func configWarnings(cfg *config.Config) []warning {
 		}
 	}
 	for _, s := range cfg.Sinks {
-		if s.S3 == nil || s.S3.Endpoint != "" || len(s.S3.Bucket) < 3 || len(s.S3.Bucket) > 63 {
+		if s.S3 == nil || s.S3.Endpoint != "" || len(s.S3.Bucket) < 3 || len(s.S3.Bucket) > 63 || config.ShellRef(s.S3.Bucket) != "" {
 			continue
 		}
 		if msg := config.BucketNameProblem(s.S3.Bucket); msg != "" {
