@@ -205,7 +205,7 @@ func BenchmarkIngest(b *testing.B) {
 			now := time.Now()
 			var l *loop
 			fresh := func() {
-				if l, err = newLoop(d, 0, g); err != nil {
+				if l, err = newLoop(d, 0, g, nil); err != nil {
 					b.Fatal(err)
 				}
 				l.ctx = context.Background()

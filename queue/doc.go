@@ -99,8 +99,13 @@
 // holds:
 //
 //	fingerprint       how the sink partitions records (Options.Fingerprint)
+//	partitioning      the same, described (sinks.Repartitioner.Partitioning)
 //	m/<partition>     delivered mark: the partition delivered up to this
 //	                  sequence number (8 bytes, big-endian), ahead of the cursor
+//	o/<partition>     a delivered mark of the partitioning before the last
+//	                  change of it, kept until the cursor passes it
+//	                  (repartition.go)
+//	old_partitioning  the description of that partitioning
 //	d/<seq>           a dead letter: the record and why, as JSON (DeadLetter)
 //	s/<key>           the sink's own state (sinks.State), e.g. S3 intents
 //	a/<partition>     with max_partitions (guard.go): the intervals of

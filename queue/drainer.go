@@ -37,7 +37,8 @@ type Options struct {
 	SummaryInterval  time.Duration // how often failed sends are summed up in the log; default 1m
 	// Fingerprint identifies how the sink partitions records (its name
 	// templates, say). Delivered marks are only valid for the partitioning
-	// that wrote them: when the fingerprint changes, they are dropped.
+	// that wrote them: when the fingerprint changes, they are read through
+	// the earlier partitioning (a sinks.Repartitioner), else dropped.
 	Fingerprint string
 	// PartitionIdle is how long a partition admitted under the sink's
 	// max_partitions (sinks.Limits.MaxPartitions) must have been idle to
@@ -181,21 +182,19 @@ func (d *Drainer) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("register cursor %q: %w", d.name, err)
 	}
-	repartitioned, fresh, err := d.checkFingerprint(ctx)
+	repartitioned, fresh, stored, err := d.partitioningChanged()
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-			return nil // stopped while the disk was full: nothing to finish
-		}
 		return err
+	}
+	d.st.partitioning = stored
+	// No record from next on was routed before: the bound applies from
+	// there, or from the start for a sink that never ran.
+	next := d.w.Stats().NextSeq
+	if fresh {
+		next = cursor + 1
 	}
 	var g *guard
 	if _, ok := d.sink.(sinks.Overflower); ok && d.lim.MaxPartitions > 0 {
-		// No record from next on was routed before: the bound applies
-		// from there, or from the start for a sink that never ran.
-		next := d.w.Stats().NextSeq
-		if fresh {
-			next = cursor + 1
-		}
 		if g, err = loadGuard(d.w, d.name, d.lim.MaxPartitions, next, repartitioned, time.Now()); err != nil {
 			return err
 		}
@@ -213,7 +212,20 @@ func (d *Drainer) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	l, err := newLoop(d, cursor, g)
+	if err := d.storePartitioning(ctx, repartitioned, fresh, stored); err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil // stopped while the disk was full: nothing to finish
+		}
+		return err
+	}
+	old, err := d.loadOldMarks(ctx, next)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil
+		}
+		return err
+	}
+	l, err := newLoop(d, cursor, g, old)
 	if err != nil {
 		return err
 	}
@@ -311,43 +323,4 @@ func (d *Drainer) setState(f func(*Status)) {
 	d.mu.Lock()
 	f(&d.status)
 	d.mu.Unlock()
-}
-
-// checkFingerprint drops the delivered marks when the sink now partitions
-// records differently: a mark says "this partition delivered up to here",
-// which means nothing for a partition that now holds other records. It
-// runs before Recover, so that marks Recover writes are kept. It reports
-// whether the partitioning changed, and whether the sink never ran (no
-// fingerprint was stored).
-func (d *Drainer) checkFingerprint(ctx context.Context) (changed, fresh bool, err error) {
-	if d.opts.Fingerprint == "" {
-		return false, false, nil
-	}
-	old, err := d.w.State(d.name, []byte(keyFingerprint))
-	if err != nil {
-		return false, false, fmt.Errorf("read partitioning fingerprint of %q: %w", d.name, err)
-	}
-	if string(old) == d.opts.Fingerprint {
-		return false, false, nil
-	}
-	var b wal.Batch
-	if old != nil {
-		n := 0
-		if err := d.w.ScanState(d.name, []byte(prefixMark), func(k, _ []byte) error {
-			b.Delete(d.name, append([]byte(nil), k...))
-			n++
-			return nil
-		}); err != nil {
-			return false, false, fmt.Errorf("read delivered marks of %q: %w", d.name, err)
-		}
-		if n > 0 {
-			d.log.Info("the sink's partitioning changed: forgetting what partitions delivered ahead of the cursor; those records may be sent again", "marks", n)
-		}
-	}
-	b.Put(d.name, []byte(keyFingerprint), []byte(d.opts.Fingerprint))
-	// A full disk waits (a changed configuration must not end the service).
-	if err := d.commitWaiting(ctx, &b, "cannot store the sink's partitioning"); err != nil {
-		return false, false, fmt.Errorf("store partitioning fingerprint of %q: %w", d.name, err)
-	}
-	return old != nil, old == nil, nil
 }

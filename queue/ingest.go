@@ -184,6 +184,13 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 		// wal.Record and sinks.Record have the same fields: the sink is
 		// asked about the read's record itself, not a copy of it.
 		rec := (*sinks.Record)(r)
+		if l.old != nil && l.old.delivered(rec) {
+			// Delivered before the partitioning changed (repartition.go).
+			if !back {
+				d.skipped.Inc()
+			}
+			continue
+		}
 		key := d.sink.Partition(rec)
 		p := l.parts[key]
 		var (

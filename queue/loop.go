@@ -29,6 +29,7 @@ type loop struct {
 	due     dueHeap
 	pending pendingHeap // the partitions' first pending records (pending.go)
 	marks   markSet     // delivered marks committed ahead of the cursor (marks.go)
+	old     *oldMarks   // delivered marks of an earlier partitioning (repartition.go); nil: none
 	// guard bounds the partitions (guard.go, overflow.go); nil: no bound.
 	guard    *guard
 	overflow sinks.Overflower // the sink, when guard is set
@@ -96,9 +97,9 @@ type loop struct {
 	badMove string // the first phase change the diagram does not have (see setPhase)
 }
 
-func newLoop(d *Drainer, cursor uint64, g *guard) (*loop, error) {
+func newLoop(d *Drainer, cursor uint64, g *guard, old *oldMarks) (*loop, error) {
 	l := &loop{
-		d: d, lim: d.lim, cursor: cursor, readPos: cursor + 1, guard: g,
+		d: d, lim: d.lim, cursor: cursor, readPos: cursor + 1, guard: g, old: old,
 		parts: map[string]*partition{}, marks: newMarkSet(),
 		flow:     newFlow(d.lim.Concurrency, d.opts.RetryMin, d.opts.RetryMax, d.opts.PauseRetry),
 		failures: map[string]int{}, deadReasons: map[string]int{}, lastSummary: time.Now(), lastRouting: time.Now(),

@@ -8,21 +8,20 @@ import (
 	"github.com/logfwd/forwarder/wal"
 )
 
-// Keys of a sink's state bucket in the WAL. The drainer and the sink share
-// the bucket, apart by prefix:
-//
-//	m/<partition>   uint64: the partition delivered every record up to this
-//	fingerprint     how the sink partitioned records when the marks were written
-//	d/<uint64 seq>  a dead letter, JSON (see DeadLetter)
-//	s/<sink key>    the sink's own state (sinks.State)
+// Keys of a sink's state bucket in the WAL (doc.go, State keys).
 const (
-	keyFingerprint = "fingerprint"
-	prefixMark     = "m/"
-	prefixDead     = "d/"
-	prefixState    = "s/"
+	keyFingerprint     = "fingerprint"
+	keyPartitioning    = "partitioning"
+	keyOldPartitioning = "old_partitioning"
+	prefixMark         = "m/"
+	prefixOldMark      = "o/"
+	prefixDead         = "d/"
+	prefixState        = "s/"
 )
 
 func markKey(partition string) []byte { return []byte(prefixMark + partition) }
+
+func oldMarkKey(partition string) []byte { return []byte(prefixOldMark + partition) }
 
 func deadKey(seq uint64) []byte {
 	k := make([]byte, len(prefixDead)+8)
@@ -49,9 +48,15 @@ type sinkState struct {
 	// bound. The loop changes it; Admitted reads it from the sink's
 	// Recover and sends (guard.mu).
 	guard *guard
+	// partitioning is the description of how the records before this
+	// start were routed (Partitioning), until the drainer stores the
+	// sink's own after Recover.
+	partitioning []byte
 }
 
 var _ sinks.State = (*sinkState)(nil)
+
+func (s *sinkState) Partitioning() []byte { return s.partitioning }
 
 func (s *sinkState) Get(key []byte) ([]byte, error) { return s.w.State(s.name, stateKey(key)) }
 

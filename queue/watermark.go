@@ -64,7 +64,7 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 	if low > l.cursor {
 		req.ops.SetCursor(d.name, low)
 		l.cursor = low
-		l.marks.takeUpTo(low, func(k string) { req.ops.Delete(d.name, markKey(k)) })
+		l.passMarks(low, &req.ops)
 	}
 	clear(batch) // its array may hold the partition's queue too: let these bodies go
 	l.commits <- req
@@ -159,7 +159,7 @@ func (l *loop) advanceIdle() {
 	}
 	req := &commitReq{}
 	req.ops.SetCursor(l.d.name, low)
-	l.marks.takeUpTo(low, func(k string) { req.ops.Delete(l.d.name, markKey(k)) })
+	l.passMarks(low, &req.ops)
 	l.commits <- req // the loop alone sends: there is room
 	l.idlePending = true
 	l.cursor = low

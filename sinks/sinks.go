@@ -180,6 +180,28 @@ type State interface {
 	// the sink's Overflow partition (Limits.MaxPartitions was reached when
 	// it was read). Always true for a sink without a bound.
 	Admitted(family string, seq uint64) bool
+	// Partitioning is the description (Repartitioner.Partitioning) of
+	// how the records before this start were routed, nil when not known.
+	// In Recover it may differ from the sink's: the configuration changed
+	// since, and Recover routes the records of its work as they were
+	// routed then (Repartitioner.Router).
+	Partitioning() []byte
+}
+
+// Repartitioner is a sink that can route records as an earlier
+// configuration of it did. The drainer stores Partitioning beside the
+// delivered marks; after a change of partitioning (a key or name template,
+// the host name) it keeps the earlier marks and reads them through Router,
+// so that records a partition delivered before the change are not sent
+// again under the new names.
+type Repartitioner interface {
+	// Partitioning describes how the sink partitions records: what its
+	// Fingerprint is made of, in a form Router reads.
+	Partitioning() []byte
+	// Router returns the partition a sink of partitioning desc gave a
+	// record, its overflow through st.Admitted included: what Partition
+	// and the drainer's bound gave it then.
+	Router(desc []byte, st State) (func(*Record) string, error)
 }
 
 // Recoverer is a sink with work a crash can leave half done (an S3 upload

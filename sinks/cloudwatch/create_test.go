@@ -82,6 +82,8 @@ func (st *memState) ReadRangeAll(first, last uint64, keep func(*sinks.Record) bo
 
 func (st *memState) Admitted(string, uint64) bool { return true }
 
+func (st *memState) Partitioning() []byte { return nil }
+
 func (st *memState) Delivered(context.Context, string, uint64, [][]byte) error {
 	return errors.New("memState: Delivered is not for Send")
 }

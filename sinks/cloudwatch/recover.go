@@ -1,6 +1,7 @@
 package cloudwatch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -55,12 +56,13 @@ func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
 		return fmt.Errorf("read intents: %w", err)
 	}
 	s.intents.reset()
+	route, renamed := s.routerOf(st)
 	byPart := map[string][]*intent{}
 	var parts []string
 	for _, in := range all {
 		s.intents.add(in)
 		if in.Delivered {
-			if err := s.checkDelivered(ctx, st, in); err != nil {
+			if err := s.checkDelivered(ctx, st, in, route, renamed); err != nil {
 				return err
 			}
 			continue
@@ -102,7 +104,7 @@ func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
 					if !s.intents.has(in) {
 						continue // a call resolved before it took it along
 					}
-					result, n, err := s.resolve(ctx, st, in)
+					result, n, err := s.resolve(ctx, st, in, route, renamed)
 					mu.Lock()
 					if err != nil {
 						if firstErr == nil {
@@ -129,6 +131,24 @@ func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
 	return firstErr
 }
 
+// routerOf returns how the records of the calls in doubt were routed: as
+// the partitioning stored before this start (sinks.State.Partitioning)
+// routed them, renamed when it is not the sink's (the log_group,
+// log_stream, fallback or host name changed since).
+func (s *Sink) routerOf(st sinks.State) (route func(*sinks.Record) string, renamed bool) {
+	route = func(r *sinks.Record) string { return s.routed(st, r) }
+	desc := st.Partitioning()
+	if desc == nil || bytes.Equal(desc, s.Partitioning()) {
+		return route, false
+	}
+	old, err := s.Router(desc, st)
+	if err != nil {
+		s.log.Warn("cannot route records as the configuration before this start did: calls it left in doubt are rebuilt with today's names, and those that cannot be are sent again", "sink", s.name, "error", err)
+		return route, false
+	}
+	return old, true
+}
+
 // eventKey is what a read-back event is matched on.
 type eventKey struct {
 	ts  int64
@@ -138,9 +158,15 @@ type eventKey struct {
 // resolve decides one call in doubt and records the outcome in st. It
 // returns the result and how many of the call's events the drainer sends
 // again.
-func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string, int, error) {
+//
+// With renamed (the names changed since the call), a call found whole that
+// was all that was left of its batch is marked delivered under its old
+// names, which the drainer reads after the change; every other batch is
+// sent again whole under the new names (its delivered calls' intents are
+// of streams it no longer sends to).
+func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route func(*sinks.Record) string, renamed bool) (string, int, error) {
 	p := in.partition()
-	recs, err := st.ReadRange(in.BatchFirst, in.Last, func(r *sinks.Record) bool { return s.routed(st, r) == p })
+	recs, err := st.ReadRange(in.BatchFirst, in.Last, func(r *sinks.Record) bool { return route(r) == p })
 	if err != nil {
 		return "", 0, fmt.Errorf("read records %d to %d for the call in doubt to stream %q of group %q: %w", in.BatchFirst, in.Last, in.Stream, in.Group, err)
 	}
@@ -216,6 +242,15 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string,
 		}
 		return resultDelivered, 0, nil
 	}
+	if renamed {
+		result := resultPartial
+		if len(missing) == 0 {
+			result = resultDelivered
+		}
+		s.log.Info("a call in doubt is of a batch the new names send again whole: its events that landed are sent again",
+			"sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events, "not_found", len(missing))
+		return result, len(call), s.forget(ctx, st, in)
+	}
 	done := *in
 	done.Delivered, done.Missing = true, missing
 	if err := putIntent(ctx, st, &done); err != nil {
@@ -234,9 +269,16 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent) (string,
 // events the WAL holds for its stream any more: the records were dropped
 // (wal.when_full: drop_oldest), or the sink's names changed and they are
 // another stream's now. Nothing would delete it otherwise.
-func (s *Sink) checkDelivered(ctx context.Context, st sinks.State, in *intent) error {
+//
+// With renamed (the names changed since), it is forgotten: its batch is
+// sent again whole under the new names.
+func (s *Sink) checkDelivered(ctx context.Context, st sinks.State, in *intent, route func(*sinks.Record) string, renamed bool) error {
+	if renamed {
+		s.log.Debug("forgetting the intent of a delivered call: the names changed since, and its batch is sent again under the new ones", "sink", s.name, "group", in.Group, "stream", in.Stream)
+		return s.forget(ctx, st, in)
+	}
 	p := in.partition()
-	recs, err := st.ReadRange(in.First, in.Last, func(r *sinks.Record) bool { return s.routed(st, r) == p })
+	recs, err := st.ReadRange(in.First, in.Last, func(r *sinks.Record) bool { return route(r) == p })
 	if err != nil {
 		return fmt.Errorf("read records %d to %d for the delivered call to stream %q of group %q: %w", in.First, in.Last, in.Stream, in.Group, err)
 	}

@@ -774,7 +774,9 @@ func TestIntentsCoverTheirCallsEvents(t *testing.T) {
 
 // After the stream template changed, intents of the old streams are
 // forgotten at start (their records go to the new stream), not kept for
-// ever.
+// ever: the call in doubt is resolved under its old name (not found: sent
+// again), the delivered call of its batch forgotten, and the batch sent
+// whole to the new stream.
 func TestRecoverForgetsIntentsOfRenamedStreams(t *testing.T) {
 	e, p, cfg := newProxied(t, setup{rule: putRule(3, hang)})
 	rec, parts := bigRecord(time.Now())
@@ -794,8 +796,8 @@ func TestRecoverForgetsIntentsOfRenamedStreams(t *testing.T) {
 	if n := e.intentsLeft(); n != 0 {
 		t.Errorf("%d intents left", n)
 	}
-	if e.indoubt(resultUnresolved) != 1 {
-		t.Errorf("unresolved %v, want 1", e.indoubt(resultUnresolved))
+	if e.indoubt(resultResent) != 1 || e.indoubt(resultUnresolved) != 0 {
+		t.Errorf("resent %v and unresolved %v, want 1 and 0", e.indoubt(resultResent), e.indoubt(resultUnresolved))
 	}
 }
 

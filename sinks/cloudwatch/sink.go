@@ -2,6 +2,7 @@ package cloudwatch
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -119,16 +120,10 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 	if s.now == nil {
 		s.now = time.Now
 	}
-	var err error
-	if s.group, err = template.Parse(cfg.LogGroup, template.Options{Hostname: opts.Hostname}); err != nil {
-		return nil, fmt.Errorf("log_group: %w", err)
+	err := s.parseNames()
+	if err != nil {
+		return nil, err
 	}
-	if s.stream, err = template.Parse(cfg.LogStream, template.Options{Hostname: opts.Hostname}); err != nil {
-		return nil, fmt.Errorf("log_stream: %w", err)
-	}
-	s.fields = template.NewFinder(s.group, s.stream)
-	s.timed = s.group.Finest() != 0 || s.stream.Finest() != 0
-	s.overflow = s.Overflow(&sinks.Record{})
 	s.fallbacks = &template.FallbackLog{Log: s.log.With("sink", name), What: "log group or stream"}
 	if cfg.MessageKey != "" {
 		s.messageKey = strings.Split(cfg.MessageKey, ".")
@@ -229,6 +224,52 @@ func counterVec(reg prometheus.Registerer, name, help string, labels prometheus.
 		}
 	}
 	return c
+}
+
+// parseNames parses the name templates of s.cfg with s.hostname.
+func (s *Sink) parseNames() error {
+	var err error
+	if s.group, err = template.Parse(s.cfg.LogGroup, template.Options{Hostname: s.hostname}); err != nil {
+		return fmt.Errorf("log_group: %w", err)
+	}
+	if s.stream, err = template.Parse(s.cfg.LogStream, template.Options{Hostname: s.hostname}); err != nil {
+		return fmt.Errorf("log_stream: %w", err)
+	}
+	s.fields = template.NewFinder(s.group, s.stream)
+	s.timed = s.group.Finest() != 0 || s.stream.Finest() != 0
+	s.overflow = s.Overflow(&sinks.Record{})
+	return nil
+}
+
+// partitioning is what Partitioning describes: what Fingerprint is made of.
+type partitioning struct {
+	LogGroup  string `json:"log_group"`
+	LogStream string `json:"log_stream"`
+	Fallback  string `json:"fallback"`
+	Hostname  string `json:"hostname"`
+}
+
+var _ sinks.Repartitioner = (*Sink)(nil)
+
+// Partitioning describes how the sink partitions records (see
+// sinks.Repartitioner).
+func (s *Sink) Partitioning() []byte {
+	b, _ := json.Marshal(partitioning{LogGroup: s.cfg.LogGroup, LogStream: s.cfg.LogStream, Fallback: s.cfg.Fallback, Hostname: s.hostname})
+	return b
+}
+
+// Router routes records as a sink of partitioning desc did.
+func (s *Sink) Router(desc []byte, st sinks.State) (func(*sinks.Record) string, error) {
+	var p partitioning
+	if err := json.Unmarshal(desc, &p); err != nil {
+		return nil, fmt.Errorf("read the partitioning of an earlier configuration: %w", err)
+	}
+	old := &Sink{name: s.name, hostname: p.Hostname, log: s.log,
+		cfg: config.CloudWatch{LogGroup: p.LogGroup, LogStream: p.LogStream, Fallback: p.Fallback}}
+	if err := old.parseNames(); err != nil {
+		return nil, fmt.Errorf("the names of an earlier configuration: %w", err)
+	}
+	return func(r *sinks.Record) string { return old.routed(st, r) }, nil
 }
 
 // Fingerprint names how the sink partitions records: its name templates,

@@ -470,6 +470,9 @@ func (m *memState) Admitted(family string, seq uint64) bool {
 	return m.admit == nil || m.admit(family, seq)
 }
 
+// Partitioning: a memState knows of no earlier configuration.
+func (m *memState) Partitioning() []byte { return nil }
+
 // onlyKey returns the object key of the one intent m holds, and fails t
 // when there is not exactly one.
 func (m *memState) onlyKey(t testing.TB) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -246,6 +247,37 @@ func newClient(ctx context.Context, cfg config.S3, base *aws.Config) (*s3.Client
 func (s *Sink) Fingerprint() string {
 	sum := sha256.Sum256([]byte("s3 key\x00" + s.cfg.Key + "\x00" + s.hostname))
 	return hex.EncodeToString(sum[:])
+}
+
+// partitioning is what Partitioning describes: the key template, the
+// host name and the rules keys were rendered with.
+type partitioning struct {
+	Key      string `json:"key"`
+	Hostname string `json:"hostname"`
+	KeyRules int    `json:"key_rules"`
+}
+
+var _ sinks.Repartitioner = (*Sink)(nil)
+
+// Partitioning describes how the sink partitions records (see
+// sinks.Repartitioner).
+func (s *Sink) Partitioning() []byte {
+	b, _ := json.Marshal(partitioning{Key: s.cfg.Key, Hostname: s.hostname, KeyRules: keyRulesSanitised})
+	return b
+}
+
+// Router routes records as a sink of partitioning desc did. The function
+// it returns is for one goroutine at a time.
+func (s *Sink) Router(desc []byte, st sinks.State) (func(*sinks.Record) string, error) {
+	var p partitioning
+	if err := json.Unmarshal(desc, &p); err != nil {
+		return nil, fmt.Errorf("read the partitioning of an earlier configuration: %w", err)
+	}
+	keys, err := newKeyRenderer(p.Key, p.Hostname, p.KeyRules)
+	if err != nil {
+		return nil, fmt.Errorf("the key of an earlier configuration: %w", err)
+	}
+	return func(r *sinks.Record) string { return routed(st, keys, r) }, nil
 }
 
 // Close releases the idle connections of the client New built.

@@ -1,0 +1,86 @@
+package s3sink
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/queue"
+	"github.com/logfwd/forwarder/wal"
+)
+
+// TestKeyChangeAfterAnUndrainedStop: objects of one tag are delivered
+// ahead of the cursor, which an open object of another tag holds back; the
+// service stops without draining (a crash, a stop cut short) and starts
+// with another key template. What the first run delivered is not sent
+// again under the new keys: the marks of the earlier partitioning are read
+// through its own key template.
+func TestKeyChangeAfterAnUndrainedStop(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		key, key2 string
+	}{
+		{"prefix changed", "a/${tag}/${seq}", "b/${tag}/${seq}"},
+		// The new key of slow-1 is the old key of fast's records, which
+		// delivered past it: a mark of the earlier partitioning must not
+		// be taken for today's.
+		{"tags swapped", "${tag}/${seq}", "${record.other}/${seq}"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, url := startEmu(t)
+			w := openWAL(t, t.TempDir())
+			cfg := testConfig(url)
+			cfg.Key, cfg.MaxObjectBytes, cfg.MaxObjectAge = c.key, 2*config.KiB, config.Duration(time.Hour)
+
+			var want []string
+			at := time.Now()
+			var recs []wal.Record
+			add := func(tag, other, id string) {
+				want = append(want, id)
+				r := rec(tag, id, at, 40)
+				r.Body = fmt.Appendf(r.Body[:len(r.Body)-1], `,"other":%q}`, other)
+				recs = append(recs, r)
+			}
+			// slow's records stay in an open object, the first holding the
+			// cursor at 0. Under the second template the other slow record
+			// is in fast's old key, which delivered past it.
+			add("slow", "none", "slow-0")
+			for i := range 200 {
+				if i == 100 {
+					add("slow", "fast", "slow-1")
+				}
+				add("fast", "slow", fmt.Sprintf("fast-%d", i))
+			}
+			last := appendRecs(t, w, recs).Last
+
+			opts := drainerOptions()
+			opts.Logger = testLogger(t)
+			opts.Metrics = queue.NewMetrics(prometheus.NewRegistry())
+			s := newTestSink(t, cfg)
+			opts.Fingerprint = s.Fingerprint()
+			stop := runDrainer(t, w, "archive", s, opts)
+			delivered := opts.Metrics.Delivered.WithLabelValues("archive")
+			waitFor(t, "objects of fast delivered", func() bool { return testutil.ToFloat64(delivered) >= 150 })
+			stop() // not drained: slow-0 and the last fast records are in open objects
+			if pos, _ := w.Cursor("archive"); pos != 0 {
+				t.Fatalf("cursor at %d, want 0 (held by the open object of slow)", pos)
+			}
+			first := testutil.ToFloat64(delivered)
+
+			cfg.Key, cfg.MaxObjectAge = c.key2, config.Duration(50*time.Millisecond)
+			opts.Metrics = queue.NewMetrics(prometheus.NewRegistry())
+			s2 := newTestSink(t, cfg)
+			opts.Fingerprint = s2.Fingerprint()
+			runDrainer(t, w, "archive", s2, opts)
+			waitCursor(t, w, "archive", last, 20*time.Second)
+			checkOnce(t, readObjects(t, newReader(t, url), ""), want)
+			if got := testutil.ToFloat64(opts.Metrics.Skipped.WithLabelValues("archive")); got != first {
+				t.Errorf("skipped %v records delivered before the restart, want %v", got, first)
+			}
+		})
+	}
+}
