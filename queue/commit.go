@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/logfwd/forwarder/wal"
@@ -14,8 +15,11 @@ type commitReq struct {
 	p       *partition
 	records int // records in the batch
 	dead    int // of which dead-lettered
-	ops     wal.Batch
-	err     error
+	// deadSeqs are the dead letters' records, for the bound
+	// (evictNewDeadLetters).
+	deadSeqs []uint64
+	ops      wal.Batch
+	err      error
 }
 
 // commitLoop commits deliveries in the order the loop made them (a later
@@ -24,10 +28,7 @@ type commitReq struct {
 // bound, removing the oldest.
 func (l *loop) commitLoop(ctx context.Context) {
 	d := l.d
-	dead := 0
-	if err := d.w.ScanState(d.name, []byte(prefixDead), func(k, v []byte) error { dead++; return nil }); err != nil {
-		d.log.Warn("count dead letters", "error", err)
-	}
+	dead := d.countDeadLetters()
 	stored := d.opts.Metrics.DeadStored.WithLabelValues(d.name)
 	stored.Set(float64(dead))
 	for {
@@ -55,7 +56,11 @@ func (l *loop) commitLoop(ctx context.Context) {
 		}
 		dead += added
 		if over := dead - d.opts.MaxDeadLetters; over > 0 {
-			dead -= l.evictDeadLetters(&b, over)
+			n := l.evictDeadLetters(&b, over)
+			if n < over { // more new ones than the bound: the oldest of them go too
+				n += l.evictNewDeadLetters(&b, reqs, over-n)
+			}
+			dead -= n
 		}
 		// A full disk is waited out: these deliveries happened and must be
 		// recorded; their partitions stay busy until they are.
@@ -92,6 +97,32 @@ func (l *loop) evictDeadLetters(b *wal.Batch, n int) int {
 	})
 	d.evicted.Add(float64(found))
 	return found
+}
+
+// evictNewDeadLetters adds to b the deletion of the n oldest dead letters
+// reqs put (after their puts: none of them is stored) and returns how
+// many.
+func (l *loop) evictNewDeadLetters(b *wal.Batch, reqs []*commitReq, n int) int {
+	var seqs []uint64
+	for _, r := range reqs {
+		seqs = append(seqs, r.deadSeqs...)
+	}
+	slices.Sort(seqs)
+	n = min(n, len(seqs))
+	for _, seq := range seqs[:n] {
+		b.Delete(l.d.name, deadKey(seq))
+	}
+	l.d.evicted.Add(float64(n))
+	return n
+}
+
+// countDeadLetters counts the dead letters the WAL keeps for the sink.
+func (d *Drainer) countDeadLetters() int {
+	dead := 0
+	if err := d.w.ScanState(d.name, []byte(prefixDead), func(k, v []byte) error { dead++; return nil }); err != nil {
+		d.log.Warn("count dead letters", "error", err)
+	}
+	return dead
 }
 
 func be64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }

@@ -11,6 +11,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
@@ -239,4 +241,32 @@ func TestMatchThatTakesNothingWarns(t *testing.T) {
 			t.Errorf("want one line %q:\n%s", want, out)
 		}
 	})
+}
+
+// The dead letters stay within their bound when one commit brings more
+// than it: the newest are kept.
+func TestDeadLettersBoundInOneCommit(t *testing.T) {
+	w := openWAL(t, wal.Options{})
+	defer w.Close()
+	last := appendN(t, w, 50, tagsOf(1), 10)
+	s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: 10 * time.Millisecond, Concurrency: 1})
+	s.setFail(func(*sinks.Batch) error { return sinks.NewRecordPermanent("too_large", fmt.Errorf("refused")) })
+	m := NewMetrics(nil)
+	r := start(w, "s", s, Options{Metrics: m, MaxDeadLetters: 10})
+	waitCursor(t, w, "s", last, 10*time.Second)
+	r.stop(t)
+	var kept []uint64
+	w.ScanState("s", []byte(prefixDead), func(k, _ []byte) error {
+		kept = append(kept, be64(k[len(prefixDead):]))
+		return nil
+	})
+	if len(kept) != 10 || kept[0] != last-9 {
+		t.Errorf("dead letters kept: %v, want the newest 10", kept)
+	}
+	if n := testutil.ToFloat64(m.DeadStored.WithLabelValues("s")); n != 10 {
+		t.Errorf("stored gauge %v, want 10", n)
+	}
+	if n := testutil.ToFloat64(m.Evicted.WithLabelValues("s")); n != 40 {
+		t.Errorf("evicted %v, want 40", n)
+	}
 }

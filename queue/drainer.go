@@ -203,6 +203,9 @@ func (d *Drainer) Run(ctx context.Context) error {
 		}
 		d.st.guard = g // read only, by Recover, until the loop starts
 	}
+	// From the start, not only once the loop runs (finishInterrupted may
+	// wait long for the destination).
+	d.opts.Metrics.DeadStored.WithLabelValues(d.name).Set(float64(d.countDeadLetters()))
 	if r, ok := d.sink.(sinks.Recoverer); ok {
 		if err := d.finishInterrupted(ctx, r, cursor); err != nil {
 			return err
@@ -247,10 +250,23 @@ func (d *Drainer) Run(ctx context.Context) error {
 // state disagrees with the WAL) stops the drainer.
 func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, cursor uint64) error {
 	d.setState(func(s *Status) { s.State, s.Cursor = StateRecovering, cursor })
-	if st := d.w.Stats(); st.NextSeq-1 > cursor {
-		d.lagRecords.Set(float64(st.NextSeq - 1 - cursor))
-		d.setState(func(s *Status) { s.LagRecords = st.NextSeq - 1 - cursor })
-	}
+	// The lag goes on growing while the work waits for the destination:
+	// the lag alerts must see it (the loop updates it once it runs).
+	d.updateLag(cursor)
+	lagDone := make(chan struct{})
+	defer close(lagDone)
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				d.updateLag(cursor)
+			case <-lagDone:
+				return
+			}
+		}
+	}()
 	paused := false
 	full := time.Second // the next wait after a commit found the disk full
 	for attempt := 1; ; attempt++ {
@@ -296,6 +312,11 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 				paused = true
 			}
 		} else {
+			if paused { // the destination no longer refuses: it fails otherwise
+				d.log.Info("sink no longer refused while finishing interrupted work; retrying", "reason", e.Reason, "error", e.Err)
+				d.paused.Set(0)
+				paused = false
+			}
 			d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
 			d.log.Debug("finishing interrupted work failed, will retry", "reason", e.Reason, "wait", wait, "error", e.Err)
 		}

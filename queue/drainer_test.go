@@ -718,6 +718,49 @@ func TestRecoverRefusedPausesSink(t *testing.T) {
 	})
 }
 
+// While a sink finishes its interrupted work (the destination refusing
+// it, then down), its lag metrics go on following the WAL, and the pause
+// ends when the refusal does, though the work still fails otherwise.
+func TestRecoveringKeepsItsMetrics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		appendN(t, w, 20, tagsOf(2), 10)
+		s := &recoveringSink{testSink: newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})}
+		m := NewMetrics(nil)
+		r := start(w, "s", s, Options{Metrics: m, RetryMin: time.Second, RetryMax: 5 * time.Second})
+		time.Sleep(time.Minute)
+		last := appendN(t, w, 30, tagsOf(2), 10)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		st := r.d.Status()
+		lag, lagSec := testutil.ToFloat64(m.LagRecords.WithLabelValues("s")), testutil.ToFloat64(m.LagSeconds.WithLabelValues("s"))
+		if st.State != StatePaused || st.LagRecords != last || lag != float64(last) || lagSec < 110 || st.LagSeconds != lagSec {
+			t.Fatalf("status %+v, lag %v records and %v s; want paused, %d records, 2 minutes", st, lag, lagSec, last)
+		}
+		s.mu.Lock()
+		s.err = sinks.NewRetryable("network", fmt.Errorf("dial tcp: connection refused"))
+		s.mu.Unlock()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if st := r.d.Status(); st.State != StateRecovering || !strings.Contains(st.LastError, "connection refused") {
+			t.Fatalf("status %+v, want recovering", st)
+		}
+		if testutil.ToFloat64(m.Paused.WithLabelValues("s")) != 0 {
+			t.Fatal("paused gauge still set while the destination no longer refuses")
+		}
+		s.mu.Lock()
+		s.allowed = true
+		s.mu.Unlock()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Fatalf("cursor %d after recovery, want %d", pos, last)
+		}
+		r.stop(t)
+	})
+}
+
 // A stop's Drain does not wait for a sink paused while finishing its
 // interrupted work: it answers ErrNotDrained at once, as for a sink paused
 // in its loop, and the drainer goes on probing.

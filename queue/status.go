@@ -51,17 +51,28 @@ type Status struct {
 	LastErrorAt   time.Time `json:"last_error_at,omitzero"`
 }
 
+// lag is how many records are after cursor, and how long the oldest of
+// them has waited.
+func (d *Drainer) lag(cursor uint64) (uint64, float64) {
+	st := d.w.Stats()
+	if st.NextSeq-1 <= cursor {
+		return 0, 0
+	}
+	return st.NextSeq - 1 - cursor, d.w.Age(max(cursor+1, st.FirstSeq)).Seconds()
+}
+
+// updateLag sets the lag metrics and status from cursor, before the loop
+// runs (finishInterrupted).
+func (d *Drainer) updateLag(cursor uint64) {
+	lag, lagSec := d.lag(cursor)
+	d.lagRecords.Set(float64(lag))
+	d.lagSeconds.Set(lagSec)
+	d.setState(func(s *Status) { s.LagRecords, s.LagSeconds = lag, lagSec })
+}
+
 func (l *loop) updateStatus() {
 	d := l.d
-	st := d.w.Stats()
-	lag := uint64(0)
-	if st.NextSeq-1 > l.cursor {
-		lag = st.NextSeq - 1 - l.cursor
-	}
-	lagSec := 0.0
-	if lag > 0 {
-		lagSec = d.w.Age(max(l.cursor+1, st.FirstSeq)).Seconds() // how long it has waited
-	}
+	lag, lagSec := d.lag(l.cursor)
 	state := StateRunning
 	switch {
 	case l.paused != nil:

@@ -24,6 +24,7 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 	at := time.Now()
 	dead := func(r *sinks.Record, reason string) {
 		req.ops.Put(d.name, deadKey(r.Seq), encodeDeadLetter(r, reason, at))
+		req.deadSeqs = append(req.deadSeqs, r.Seq)
 		d.opts.Metrics.DeadLetters.WithLabelValues(d.name, reason).Inc()
 		l.deadReasons[reason]++
 		req.dead++
