@@ -16,21 +16,29 @@ import (
 
 // signalsActor stops the service on SIGTERM or SIGINT. It subscribes to the signals at once,
 // so that a signal that arrives before the group runs is not lost; its stop unsubscribes,
-// after which a second signal ends the process the hard way.
+// after which a second signal ends the process the hard way. SIGHUP (a reload, a closed
+// terminal) does not stop it: the configuration is read at start only, which the log says.
 func signalsActor(log *slog.Logger, timeout time.Duration) actor {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	return actor{
 		name: "signals",
 		run: func(ctx context.Context) error {
-			select {
-			case sig := <-sigs:
-				log.Info("shutting down", "signal", sig.String(), "shutdown_timeout", timeout)
-			case <-ctx.Done():
+			for {
+				select {
+				case sig := <-sigs:
+					if sig == syscall.SIGHUP {
+						log.Warn("SIGHUP ignored: the configuration is read at start only; restart the service to apply a change (forwarder check -c FILE checks it first)")
+						continue
+					}
+					log.Info("shutting down", "signal", sig.String(), "shutdown_timeout", timeout)
+				case <-ctx.Done():
+				}
+				return nil
 			}
-			return nil
 		},
 		stop: func(context.Context) error {
+			signal.Ignore(syscall.SIGHUP) // not the default, which ends the process, while it stops
 			signal.Stop(sigs)
 			return nil
 		},

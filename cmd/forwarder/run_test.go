@@ -47,6 +47,25 @@ func TestRunStopsOnSignal(t *testing.T) {
 	}
 }
 
+// SIGHUP (systemctl kill -s HUP, a closed terminal) does not end the
+// service, which says why; SIGTERM still stops it.
+func TestRunIgnoresSIGHUP(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML)
+	s := startService(t, path)
+	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+	s.signal(syscall.SIGHUP)
+	s.waitFor("SIGHUP ignored: the configuration is read at start only", filepath.Join(dataDir, wal.FileName))
+	s.signal(syscall.SIGHUP)
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(5 * time.Second); code != exitOK {
+		t.Fatalf("exit status %d, want 0; stderr:\n%s", code, s.stderr.String())
+	}
+	if !strings.Contains(s.stderr.String(), "msg=stopped") {
+		t.Errorf("no orderly stop:\n%s", s.stderr.String())
+	}
+}
+
 func TestRunJSONLog(t *testing.T) {
 	t.Parallel()
 	path, dataDir := writeConfig(t, "log: {level: debug, format: json}\n", shortShutdownYAML, inputsYAML, adminYAML)
