@@ -23,15 +23,19 @@ func TestKeyChangeAfterAnUndrainedStop(t *testing.T) {
 	for _, c := range []struct {
 		name      string
 		key, key2 string
+		// interrupted: an upload of fast fails when the service stops,
+		// leaving its intent: the next start finishes it under its old key.
+		interrupted bool
 	}{
-		{"prefix changed", "a/${tag}/${seq}", "b/${tag}/${seq}"},
+		{"prefix changed", "a/${tag}/${seq}", "b/${tag}/${seq}", false},
+		{"prefix changed, an upload interrupted", "a/${tag}/${seq}", "b/${tag}/${seq}", true},
 		// The new key of slow-1 is the old key of fast's records, which
 		// delivered past it: a mark of the earlier partitioning must not
 		// be taken for today's.
-		{"tags swapped", "${tag}/${seq}", "${record.other}/${seq}"},
+		{"tags swapped", "${tag}/${seq}", "${record.other}/${seq}", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, url := startEmu(t)
+			srv, url := startEmu(t)
 			w := openWAL(t, t.TempDir())
 			cfg := testConfig(url)
 			cfg.Key, cfg.MaxObjectBytes, cfg.MaxObjectAge = c.key, 2*config.KiB, config.Duration(time.Hour)
@@ -65,7 +69,23 @@ func TestKeyChangeAfterAnUndrainedStop(t *testing.T) {
 			stop := runDrainer(t, w, "archive", s, opts)
 			delivered := opts.Metrics.Delivered.WithLabelValues("archive")
 			waitFor(t, "objects of fast delivered", func() bool { return testutil.ToFloat64(delivered) >= 150 })
+			if c.interrupted {
+				srv.SetFailures(1)
+				var more []wal.Record
+				for i := range 60 {
+					id := fmt.Sprintf("fast-more-%d", i)
+					want = append(want, id)
+					r := rec("fast", id, at, 40)
+					r.Body = fmt.Appendf(r.Body[:len(r.Body)-1], `,"other":"slow"}`)
+					more = append(more, r)
+				}
+				last = appendRecs(t, w, more).Last
+				waitFor(t, "a failed upload", func() bool {
+					return testutil.ToFloat64(opts.Metrics.Retries.WithLabelValues("archive", "throttled", "SlowDown")) > 0
+				})
+			}
 			stop() // not drained: slow-0 and the last fast records are in open objects
+			srv.SetFailures(0)
 			if pos, _ := w.Cursor("archive"); pos != 0 {
 				t.Fatalf("cursor at %d, want 0 (held by the open object of slow)", pos)
 			}
@@ -78,7 +98,9 @@ func TestKeyChangeAfterAnUndrainedStop(t *testing.T) {
 			runDrainer(t, w, "archive", s2, opts)
 			waitCursor(t, w, "archive", last, 20*time.Second)
 			checkOnce(t, readObjects(t, newReader(t, url), ""), want)
-			if got := testutil.ToFloat64(opts.Metrics.Skipped.WithLabelValues("archive")); got != first {
+			// (With an upload finished at the start, its records are skipped
+			// too: checkOnce is what counts there.)
+			if got := testutil.ToFloat64(opts.Metrics.Skipped.WithLabelValues("archive")); !c.interrupted && got != first {
 				t.Errorf("skipped %v records delivered before the restart, want %v", got, first)
 			}
 		})
