@@ -41,7 +41,13 @@ func (d *Drainer) partitioningChanged() (changed, fresh bool, stored []byte, err
 	if old == nil {
 		return false, true, stored, nil
 	}
-	return string(old) != d.opts.Fingerprint, false, stored, nil
+	// The description may hold what the fingerprint does not (an S3
+	// key's rules): either differing is a change.
+	changed = string(old) != d.opts.Fingerprint
+	if rp, ok := d.sink.(sinks.Repartitioner); ok && stored != nil && !bytes.Equal(stored, rp.Partitioning()) {
+		changed = true
+	}
+	return changed, false, stored, nil
 }
 
 // storePartitioning stores the sink's fingerprint and partitioning, and,

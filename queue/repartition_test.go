@@ -42,6 +42,8 @@ func TestMarksOfAnEarlierPartitioning(t *testing.T) {
 			map[string]uint64{"p01": 30}},
 		{"changed again, no marks between", map[string]string{"o/A:p00": "50", "old_partitioning": "A:", "fingerprint": "B", "partitioning": "B:"},
 			map[string]uint64{"p00": 50}},
+		{"described otherwise, same fingerprint", map[string]string{"m/B:p00": "50", "fingerprint": "C", "partitioning": "B:"},
+			map[string]uint64{"p00": 50}},
 		{"earlier partitioning not described", map[string]string{"m/A:p00": "50", "fingerprint": "A"}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
