@@ -450,7 +450,9 @@ func syncDir(dir string) error {
 }
 
 // Close stops the writer, commits what it holds, and closes the file.
-// Appends still waiting for room fail with ErrClosed.
+// Appends still waiting for room fail with ErrClosed. It returns the
+// failure of that last commit (wrapping ErrFatal): with SyncInterval, it
+// held acknowledged records.
 func (w *WAL) Close() error {
 	w.closeMu.Lock()
 	if w.closed {
@@ -459,12 +461,19 @@ func (w *WAL) Close() error {
 	}
 	w.closed = true
 	w.closeMu.Unlock()
+	failedBefore := w.Err() != nil
 	if w.quit != nil {
 		close(w.quit)
 	}
 	<-w.done
 	w.recent.committed(nil, true, 0) // reads fail from now on, as the file's do
-	return w.db.Close()
+	closeErr := w.db.Close()
+	if err := w.Err(); err != nil && !failedBefore {
+		// The last commit (what SyncInterval held) failed: records were
+		// acknowledged and are not stored, which the caller must say.
+		return errors.Join(err, closeErr)
+	}
+	return closeErr
 }
 
 // Path is the WAL file's path.

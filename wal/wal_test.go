@@ -811,6 +811,42 @@ func TestSyncIntervalCommitsInBackground(t *testing.T) {
 	}
 }
 
+// TestSyncIntervalCloseReportsALostCommit: with SyncInterval, appends are
+// acknowledged before their commit; when the last commit, at Close, fails,
+// Close must say so (the service then exits non-zero), not return nil.
+func TestSyncIntervalCloseReportsALostCommit(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{Sync: SyncInterval, SyncInterval: time.Hour})
+	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
+	failing := func(tx *bolt.Tx) error {
+		tx.Rollback()
+		return &fs.PathError{Op: "sync", Path: "wal.db", Err: syscall.EIO}
+	}
+	commitHook.Store(&failing)
+	defer commitHook.Store(nil)
+	err := w.Close()
+	if !errors.Is(err, ErrFatal) || !strings.Contains(fmt.Sprint(err), "input/output error") {
+		t.Fatalf("Close after a failed last commit: %v, want ErrFatal wrapping EIO", err)
+	}
+	commitHook.Store(nil)
+	if err := w.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	// A WAL that failed before Close reported it then: Close does not again.
+	w = openT(t, dir, Options{Sync: SyncInterval, SyncInterval: 10 * time.Millisecond})
+	commitHook.Store(&failing)
+	appendT(t, w, []Record{{Body: []byte(`{"a":2}`)}}, "")
+	select {
+	case <-w.Fatal():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the interval's commit did not fail the WAL within 5s")
+	}
+	commitHook.Store(nil)
+	if err := w.Close(); err != nil {
+		t.Fatalf("Close of a WAL that had failed before: %v", err)
+	}
+}
+
 func TestLockedAndFormat(t *testing.T) {
 	dir := t.TempDir()
 	w := openT(t, dir, Options{})

@@ -74,6 +74,9 @@ func walActor(w durableLog) actor {
 		},
 		stop: func(context.Context) error {
 			if err := w.Close(); err != nil {
+				if errors.Is(err, wal.ErrFatal) {
+					return fmt.Errorf("close wal: its last commit failed, so records acknowledged since the one before (wal.sync: interval) are lost; check the disk: %w", err)
+				}
 				return fmt.Errorf("close wal: %w", err)
 			}
 			return nil

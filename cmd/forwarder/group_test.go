@@ -157,15 +157,39 @@ func TestGroupStopError(t *testing.T) {
 
 // fakeWAL fails like a WAL whose fsync failed.
 type fakeWAL struct {
-	fatal  chan struct{}
-	err    error
-	closed chan struct{}
+	fatal    chan struct{}
+	err      error
+	closed   chan struct{}
+	closeErr error
 }
 
 func (f *fakeWAL) Fatal() <-chan struct{} { return f.fatal }
 func (f *fakeWAL) Err() error             { return f.err }
 func (f *fakeWAL) Stalled() bool          { return false }
-func (f *fakeWAL) Close() error           { close(f.closed); return nil }
+func (f *fakeWAL) Close() error           { close(f.closed); return f.closeErr }
+
+// TestWALLastCommitFailsAtStop: a WAL whose last commit, at its Close, fails (with
+// sync: interval it held acknowledged records) makes the stop fail, with a line that says
+// what was lost.
+func TestWALLastCommitFailsAtStop(t *testing.T) {
+	log, logs := testLogger()
+	fw := &fakeWAL{
+		fatal:    make(chan struct{}),
+		closed:   make(chan struct{}),
+		closeErr: fmt.Errorf("%w: commit: sync wal.db: input/output error", wal.ErrFatal),
+	}
+	g := &group{log: log, failed: reportFailure(log)}
+	g.add(walActor(fw))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if failed := g.run(ctx, 5*time.Second); !failed {
+		t.Error("a failed last commit was not reported as failed")
+	}
+	want := `level=ERROR msg="stop wal" error="close wal: its last commit failed, so records acknowledged since the one before (wal.sync: interval) are lost; check the disk: wal: fatal write error, not accepting appends: commit: sync wal.db: input/output error"`
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log:\n%s\nlacks %q", logs, want)
+	}
+}
 
 func TestWALFatalStopsTheService(t *testing.T) {
 	log, logs := testLogger()
