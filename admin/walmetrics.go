@@ -36,7 +36,7 @@ func NewWALCollector(w *wal.WAL, maxBytes int64) *WALCollector {
 		maxB:          prometheus.NewDesc("forwarder_wal_max_bytes", "wal.max_bytes.", nil, nil),
 		file:          prometheus.NewDesc("forwarder_wal_file_bytes", "Size of the WAL file (its high-water mark).", nil, nil),
 		records:       prometheus.NewDesc("forwarder_wal_records", "Live records in the WAL.", nil, nil),
-		full:          prometheus.NewDesc("forwarder_wal_full", "1 while appends wait for room: under wal.max_bytes (wal.when_full: block) or on the disk (see forwarder_wal_disk_full).", nil, nil),
+		full:          prometheus.NewDesc("forwarder_wal_full", "1 while appends wait for room, or the next one would: under wal.max_bytes (wal.when_full: block) or on the disk (see forwarder_wal_disk_full).", nil, nil),
 		failed:        prometheus.NewDesc("forwarder_wal_failed", "1 after a commit failed in a way that leaves durability unknown; the service stops.", nil, nil),
 		commits:       prometheus.NewDesc("forwarder_wal_commits_total", "WAL transactions committed (each one fsync in sync: always).", nil, nil),
 		dropped:       prometheus.NewDesc("forwarder_wal_dropped_records_total", "Records wal.when_full: drop_oldest deleted before the sink passed them.", []string{"sink"}, nil),

@@ -483,9 +483,10 @@ func (w *WAL) Path() string { return w.path }
 // durability (a failed fsync or write). The process should exit non-zero.
 func (w *WAL) Fatal() <-chan struct{} { return w.fatal }
 
-// Full reports whether appends are waiting for room right now: under
-// MaxBytes (WhenFull: Block) or on the disk (see DiskFull). Inputs use it
-// to push back on clients early.
+// Full reports whether appends are waiting for room right now, under
+// MaxBytes (WhenFull: Block) or on the disk (see DiskFull), or the next
+// one would under MaxBytes (live bytes at or over it). Inputs use it to
+// push back on clients early.
 func (w *WAL) Full() bool { return w.full.Load() || w.diskFull.Load() }
 
 // DiskFull reports whether appends are waiting because storing them would

@@ -563,6 +563,39 @@ func TestMaxBytesBlock(t *testing.T) {
 	}
 }
 
+// TestFullOverMaxBytesWithNothingWaiting: live bytes at or over
+// max_bytes (a restart with a backlog and a lowered max_bytes) make Full()
+// true before any append waits, since the next one would; it ends when
+// retention brings them under.
+func TestFullOverMaxBytesWithNothingWaiting(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	ctx := context.Background()
+	if _, err := w.RegisterCursor(ctx, "sink"); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewSource(5))
+	var last Result
+	for w.Stats().Bytes < 48<<10 {
+		last = appendT(t, w, makeRecords(r, "f", 20, 250), "")
+	}
+	w.Close()
+	w = openT(t, dir, Options{MaxBytes: 32 << 10, WhenFull: DropOldest})
+	if w.Full() {
+		t.Fatal("Full() over max_bytes with when_full: drop_oldest, which never waits")
+	}
+	w.Close()
+	w = openT(t, dir, Options{MaxBytes: 32 << 10})
+	defer w.Close()
+	if !w.Full() {
+		t.Fatalf("Full() false at open with %d live bytes over max_bytes 32 KiB", w.Stats().Bytes)
+	}
+	b := &Batch{}
+	b.SetCursor("sink", last.Last)
+	commitT(t, w, b)
+	waitUntil(t, 5*time.Second, "Full() to end once retention freed the records", func() bool { return !w.Full() })
+}
+
 func TestMaxBytesDropOldestCountsExactly(t *testing.T) {
 	dir := t.TempDir()
 	w := openT(t, dir, Options{MaxBytes: 64 << 10, WhenFull: DropOldest})

@@ -157,7 +157,9 @@ type noSpaceMark struct {
 }
 
 func newWriter(w *WAL, st state) *writer {
-	return &writer{w: w, st: st.clone(), droppedSince: map[string]uint64{}, moreWork: true, deleteLimit: maxDeletesPerTx}
+	wr := &writer{w: w, st: st.clone(), droppedSince: map[string]uint64{}, moreWork: true, deleteLimit: maxDeletesPerTx}
+	wr.setFull()
+	return wr
 }
 
 func (wr *writer) run() {
@@ -282,9 +284,19 @@ func (wr *writer) commitAlone(op func(meta *bolt.Bucket) error) error {
 func (wr *writer) step(appends []*appendReq, commits []*commitReq) {
 	wr.waiting, wr.diskHeld = nil, false
 	if room, ok := wr.applyGroup(appends, commits); ok {
-		wr.w.full.Store(len(wr.waiting) > 0 && !wr.diskHeld)
+		wr.setFull()
 		wr.checkDisk(room)
 	}
+}
+
+// setFull sets what Full reports of MaxBytes: appends wait for room under
+// it, or the next one would (live bytes at or over it, as after a restart
+// with a backlog or a lowered max_bytes), so that the inputs and /readyz
+// push back before a client's append waits.
+func (wr *writer) setFull() {
+	max := wr.w.opts.MaxBytes
+	over := max > 0 && wr.w.opts.WhenFull == Block && wr.st.liveBytes >= max
+	wr.w.full.Store(over || len(wr.waiting) > 0 && !wr.diskHeld)
 }
 
 // applyGroup applies appends and commits to the open transaction, which it
