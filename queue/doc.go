@@ -106,6 +106,8 @@
 //	                  change of it, kept until the cursor passes it
 //	                  (repartition.go)
 //	old_partitioning  the description of that partitioning
+//	match             the sink's match (Options.MatchGlobs), sorted, as JSON
+//	old_match         the match when the o/ marks were written
 //	d/<seq>           a dead letter: the record and why, as JSON (DeadLetter)
 //	s/<key>           the sink's own state (sinks.State), e.g. S3 intents
 //	a/<partition>     with max_partitions (guard.go): the intervals of

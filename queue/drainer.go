@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,8 +17,14 @@ import (
 
 // Options configure a Drainer. Zero values take the defaults noted.
 type Options struct {
-	Match           func(tag string) bool // records whose tag it refuses are not for this sink; nil: all
-	ShutdownTimeout time.Duration         // in-flight sends get this long at shutdown; default 30s
+	Match func(tag string) bool // records whose tag it refuses are not for this sink; nil: all
+	// MatchGlobs are the globs Match applies (config.MatchTag), stored
+	// with Fingerprint: when they change between runs, the delivered
+	// marks ahead of the cursor are read through the earlier match (a
+	// wider match takes records of tags the marks did not cover). Match
+	// nil: config.NewTagMatcher(MatchGlobs).Match.
+	MatchGlobs      []string
+	ShutdownTimeout time.Duration // in-flight sends get this long at shutdown; default 30s
 	// StopBy, if set, is when the whole service's stop must be over (zero
 	// until it begins): in-flight sends get no longer than until a second
 	// before it (a fifth of what is left, when that is less), whatever
@@ -53,6 +60,9 @@ type Options struct {
 }
 
 func (o *Options) setDefaults() {
+	if o.Match == nil && o.MatchGlobs != nil {
+		o.Match = config.NewTagMatcher(o.MatchGlobs).Match
+	}
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 30 * time.Second
 	}
@@ -182,20 +192,20 @@ func (d *Drainer) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("register cursor %q: %w", d.name, err)
 	}
-	repartitioned, fresh, stored, err := d.partitioningChanged()
+	prior, err := d.partitioningChanged()
 	if err != nil {
 		return err
 	}
-	d.st.partitioning = stored
+	d.st.partitioning = prior.desc
 	// No record from next on was routed before: the bound applies from
 	// there, or from the start for a sink that never ran.
 	next := d.w.Stats().NextSeq
-	if fresh {
+	if prior.fresh {
 		next = cursor + 1
 	}
 	var g *guard
 	if _, ok := d.sink.(sinks.Overflower); ok && d.lim.MaxPartitions > 0 {
-		if g, err = loadGuard(d.w, d.name, d.lim.MaxPartitions, next, repartitioned, time.Now()); err != nil {
+		if g, err = loadGuard(d.w, d.name, d.lim.MaxPartitions, next, prior.changed, time.Now()); err != nil {
 			return err
 		}
 		if err := d.commitGuard(ctx, g); err != nil {
@@ -215,7 +225,7 @@ func (d *Drainer) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	if err := d.storePartitioning(ctx, repartitioned, fresh, stored); err != nil {
+	if err := d.storePartitioning(ctx, prior); err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return nil // stopped while the disk was full: nothing to finish
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -47,63 +48,133 @@ func TestMarksOfAnEarlierPartitioning(t *testing.T) {
 		{"earlier partitioning not described", map[string]string{"m/A:p00": "50", "fingerprint": "A"}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w := openWAL(t, wal.Options{})
-			defer w.Close()
-			ctx := context.Background()
-			if _, err := w.RegisterCursor(ctx, "s"); err != nil {
-				t.Fatal(err)
-			}
-			last := appendN(t, w, 60, tagsOf(3), 10)
-			var b wal.Batch
-			for k, v := range c.state {
-				if k[1] == '/' {
-					var n uint64
-					fmt.Sscan(v, &n)
-					b.Put("s", []byte(k), u64(n))
-				} else {
-					b.Put("s", []byte(k), []byte(v))
-				}
-			}
-			if err := w.Commit(ctx, &b); err != nil {
-				t.Fatal(err)
-			}
-			recs, err := w.Read(1, 100, 1<<20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			skipped := map[uint64]bool{}
-			for _, r := range recs {
-				if up, ok := c.skip[r.Tag]; ok && r.Seq <= up {
-					skipped[r.Seq] = true
-				}
-			}
 			s := &renamingSink{testSink: newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Millisecond, Concurrency: 1}), prefix: "C:"}
-			m := NewMetrics(nil)
-			r := start(w, "s", s, Options{Fingerprint: "C", Metrics: m})
-			waitCursor(t, w, "s", last, 10*time.Second)
-			r.stop(t)
-			got, _, _ := s.snapshot()
-			for seq := uint64(1); seq <= last; seq++ {
-				if want := map[bool]int{true: 0, false: 1}[skipped[seq]]; got[seq] != want {
-					t.Errorf("record %d delivered %d times, want %d", seq, got[seq], want)
-				}
-			}
-			if n := testutil.ToFloat64(m.Skipped.WithLabelValues("s")); n != float64(len(skipped)) {
-				t.Errorf("%v skipped, want %d", n, len(skipped))
-			}
-			left := map[string]string{}
-			w.ScanState("s", nil, func(k, v []byte) error {
-				left[string(k)] = string(v)
-				return nil
-			})
-			for k := range left {
-				if k[:2] == "o/" || k[:2] == "m/" || k == "old_partitioning" {
-					t.Errorf("state key %q left after the cursor passed every record", k)
-				}
-			}
-			if left["fingerprint"] != "C" || left["partitioning"] != "C:" {
-				t.Errorf("stored fingerprint %q and partitioning %q, want C and C:", left["fingerprint"], left["partitioning"])
-			}
+			checkEarlierMarks(t, s, s.testSink, Options{Fingerprint: "C"}, c.state, func(r wal.Record) bool {
+				up, ok := c.skip[r.Tag]
+				return ok && r.Seq <= up
+			}, nil)
 		})
+	}
+}
+
+// sharedSink puts every record in one partition, its prefix: the
+// partitioning of an S3 key without ${tag}.
+type sharedSink struct {
+	*testSink
+	prefix string
+}
+
+func (s *sharedSink) Partition(*sinks.Record) string { return s.prefix }
+func (s *sharedSink) Partitioning() []byte           { return []byte(s.prefix) }
+func (s *sharedSink) Router(desc []byte, _ sinks.State) (func(*sinks.Record) string, error) {
+	return func(*sinks.Record) string { return string(desc) }, nil
+}
+
+// TestMarksOfAnEarlierMatch: a partition that several tags share
+// delivered ahead of the cursor under a match that took some of them;
+// after a change of match, its mark covers only those tags: the records
+// of a tag the wider match takes now are sent, not skipped as delivered.
+func TestMarksOfAnEarlierMatch(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		globs  []string
+		state  map[string]string
+		skip   func(r wal.Record) bool
+		stored string // the match stored after the run
+	}{
+		{"widened", []string{"p01", "p00"}, map[string]string{"m/C:": "50", "fingerprint": "C", "partitioning": "C:", "match": `["p00"]`},
+			func(r wal.Record) bool { return r.Tag == "p00" && r.Seq <= 50 }, `["p00","p01"]`},
+		{"narrowed", []string{"p00"}, map[string]string{"m/C:": "50", "fingerprint": "C", "partitioning": "C:", "match": `["p00","p01"]`},
+			func(r wal.Record) bool { return r.Tag == "p00" && r.Seq <= 50 }, `["p00"]`},
+		{"the same, in another order", []string{"p01", "p00", "p01"}, map[string]string{"m/C:": "50", "fingerprint": "C", "partitioning": "C:", "match": `["p00","p01"]`},
+			func(r wal.Record) bool { return r.Tag != "p02" && r.Seq <= 50 }, `["p00","p01"]`},
+		{"widened after a change of partitioning", []string{"**"}, map[string]string{"o/A:": "50", "old_partitioning": "A:", "old_match": `["p01"]`, "fingerprint": "C", "partitioning": "C:", "match": `["p00"]`},
+			func(r wal.Record) bool { return r.Tag == "p01" && r.Seq <= 50 }, `["**"]`},
+		{"not stored before (an older build)", []string{"**"}, map[string]string{"m/C:": "50", "fingerprint": "C", "partitioning": "C:"},
+			func(r wal.Record) bool { return r.Seq <= 50 }, `["**"]`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &sharedSink{testSink: newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Millisecond, Concurrency: 1}), prefix: "C:"}
+			checkEarlierMarks(t, s, s.testSink, Options{Fingerprint: "C", MatchGlobs: c.globs}, c.state, c.skip, map[string]string{"match": c.stored})
+		})
+	}
+}
+
+// checkEarlierMarks stores state in sink s's bucket of a WAL of 60
+// records of three tags, runs a drainer with opts until its cursor passed
+// them all, and checks that the records skip says were delivered before
+// were skipped (and counted so), that every other record opts.MatchGlobs
+// takes was delivered once, that no mark is left, and the fingerprint,
+// partitioning and the keys of want stored.
+func checkEarlierMarks(t *testing.T, s sinks.Sink, ts *testSink, opts Options, state map[string]string, skip func(wal.Record) bool, want map[string]string) {
+	t.Helper()
+	w := openWAL(t, wal.Options{})
+	defer w.Close()
+	ctx := context.Background()
+	if _, err := w.RegisterCursor(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	last := appendN(t, w, 60, tagsOf(3), 10)
+	var b wal.Batch
+	for k, v := range state {
+		if k[1] == '/' {
+			var n uint64
+			fmt.Sscan(v, &n)
+			b.Put("s", []byte(k), u64(n))
+		} else {
+			b.Put("s", []byte(k), []byte(v))
+		}
+	}
+	if err := w.Commit(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := w.Read(1, 100, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	match := func(string) bool { return true }
+	if opts.MatchGlobs != nil {
+		match = config.NewTagMatcher(opts.MatchGlobs).Match
+	}
+	skipped, unmatched := map[uint64]bool{}, map[uint64]bool{}
+	for _, r := range recs {
+		switch {
+		case !match(r.Tag):
+			unmatched[r.Seq] = true
+		case skip(r):
+			skipped[r.Seq] = true
+		}
+	}
+	m := NewMetrics(nil)
+	opts.Metrics = m
+	r := start(w, "s", s, opts)
+	waitCursor(t, w, "s", last, 10*time.Second)
+	r.stop(t)
+	got, _, _ := ts.snapshot()
+	for seq := uint64(1); seq <= last; seq++ {
+		if want := map[bool]int{true: 0, false: 1}[skipped[seq] || unmatched[seq]]; got[seq] != want {
+			t.Errorf("record %d delivered %d times, want %d", seq, got[seq], want)
+		}
+	}
+	if n := testutil.ToFloat64(m.Skipped.WithLabelValues("s")); n != float64(len(skipped)) {
+		t.Errorf("%v skipped, want %d", n, len(skipped))
+	}
+	left := map[string]string{}
+	w.ScanState("s", nil, func(k, v []byte) error {
+		left[string(k)] = string(v)
+		return nil
+	})
+	for k := range left {
+		if k[:2] == "o/" || k[:2] == "m/" || k == "old_partitioning" || k == "old_match" {
+			t.Errorf("state key %q left after the cursor passed every record", k)
+		}
+	}
+	if left["fingerprint"] != "C" || left["partitioning"] != "C:" {
+		t.Errorf("stored fingerprint %q and partitioning %q, want C and C:", left["fingerprint"], left["partitioning"])
+	}
+	for k, v := range want {
+		if left[k] != v {
+			t.Errorf("stored %s %q, want %q", k, left[k], v)
+		}
 	}
 }

@@ -13,6 +13,8 @@ const (
 	keyFingerprint     = "fingerprint"
 	keyPartitioning    = "partitioning"
 	keyOldPartitioning = "old_partitioning"
+	keyMatch           = "match"
+	keyOldMatch        = "old_match"
 	prefixMark         = "m/"
 	prefixOldMark      = "o/"
 	prefixDead         = "d/"

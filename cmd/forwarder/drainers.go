@@ -85,7 +85,7 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 			objectMemoryNotice(log, cfg, s, buffers[s.Name])
 		}
 		d := queue.New(w, s.Name, dest, queue.Options{
-			Match:            config.NewTagMatcher(s.Match).Match,
+			MatchGlobs:       s.Match,
 			Fingerprint:      fingerprint(s, dest),
 			ShutdownTimeout:  sendTimeout(cfg),
 			StopBy:           stopBy,

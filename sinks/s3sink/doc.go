@@ -216,10 +216,11 @@
 // store that ignores If-None-Match. The
 // exceptions are stated where they arise: wal.when_full: drop_oldest, whose
 // drops can leave a partly uploaded batch that is sent again in part;
-// ${uuid} keys, which are new at each start; and a change of the key
-// template or of the host name while records wait, after which partitions
-// do not know what the old ones delivered ahead of the cursor (the drainer
-// forgets its delivered marks when Fingerprint changes).
+// and ${uuid} keys, which are new at each start. A change of the key
+// template, the host name or the sink's match while records wait keeps
+// exactly once: the drainer reads what partitions delivered ahead of the
+// cursor through the earlier key template (Partitioning, Router) and
+// match (queue.Options.MatchGlobs).
 //
 // # Errors
 //

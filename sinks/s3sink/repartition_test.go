@@ -106,3 +106,56 @@ func TestKeyChangeAfterAnUndrainedStop(t *testing.T) {
 		})
 	}
 }
+
+// TestMatchWidenedAfterAnUndrainedStop: a key without ${tag} puts two
+// tags in one partition, of which the sink's match took one; its objects
+// are delivered ahead of the cursor (held by another partition's open
+// object), the service stops without draining and starts with a match
+// that takes both tags. The records of the tag taken now are sent, not
+// skipped under the mark of what the partition delivered for the other.
+func TestMatchWidenedAfterAnUndrainedStop(t *testing.T) {
+	_, url := startEmu(t)
+	w := openWAL(t, t.TempDir())
+	cfg := testConfig(url)
+	cfg.Key, cfg.MaxObjectBytes, cfg.MaxObjectAge = "${record.other}/${seq}", 2*config.KiB, config.Duration(time.Hour)
+	at := time.Now()
+	var want []string
+	var recs []wal.Record
+	add := func(tag, other, id string) {
+		want = append(want, id)
+		r := rec(tag, id, at, 40)
+		r.Body = fmt.Appendf(r.Body[:len(r.Body)-1], `,"other":%q}`, other)
+		recs = append(recs, r)
+	}
+	add("slow", "open", "slow-0") // its open object holds the cursor at 0
+	for i := range 200 {
+		add("taken", "shared", fmt.Sprintf("taken-%d", i))
+		add("later", "shared", fmt.Sprintf("later-%d", i))
+	}
+	last := appendRecs(t, w, recs).Last
+
+	opts := drainerOptions()
+	opts.Logger = testLogger(t)
+	opts.Metrics = queue.NewMetrics(prometheus.NewRegistry())
+	opts.MatchGlobs = []string{"slow", "taken"}
+	s := newTestSink(t, cfg)
+	opts.Fingerprint = s.Fingerprint()
+	stop := runDrainer(t, w, "archive", s, opts)
+	delivered := opts.Metrics.Delivered.WithLabelValues("archive")
+	waitFor(t, "objects of taken delivered", func() bool { return testutil.ToFloat64(delivered) >= 150 })
+	stop()
+	if pos, _ := w.Cursor("archive"); pos != 0 {
+		t.Fatalf("cursor at %d, want 0 (held by the open object of slow)", pos)
+	}
+	first := testutil.ToFloat64(delivered)
+
+	cfg.MaxObjectAge = config.Duration(50 * time.Millisecond)
+	opts.Metrics = queue.NewMetrics(prometheus.NewRegistry())
+	opts.MatchGlobs, opts.Match = []string{"**"}, nil
+	runDrainer(t, w, "archive", newTestSink(t, cfg), opts)
+	waitCursor(t, w, "archive", last, 20*time.Second)
+	checkOnce(t, readObjects(t, newReader(t, url), ""), want)
+	if got := testutil.ToFloat64(opts.Metrics.Skipped.WithLabelValues("archive")); got != first {
+		t.Errorf("skipped %v records delivered before the restart, want %v", got, first)
+	}
+}
