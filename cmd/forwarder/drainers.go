@@ -93,7 +93,7 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 			Metrics:          metrics,
 			Logger:           log,
 		})
-		actors = append(actors, actor{name: "sink " + s.Name, run: d.Run})
+		actors = append(actors, actor{name: "sink " + s.Name, run: d.Run, team: "sinks"})
 		drainers = append(drainers, d)
 	}
 	return actors, drainers, nil

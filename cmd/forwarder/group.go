@@ -20,11 +20,14 @@ type actor struct {
 	// stop, if set, releases what the actor holds, once run has returned. Its context ends
 	// at the shutdown deadline.
 	stop func(ctx context.Context) error
+	// team, if set, names actors added one after another that stop together: each gets
+	// the time the stop has left, not what the one before left it (the sinks, the inputs).
+	team string
 }
 
 // group runs the service's actors together. The first actor to return stops them all, one
-// at a time in the reverse of the order they were added, so that what was started first
-// (the WAL) is closed last, after everything that writes to it has stopped.
+// at a time in the reverse of the order they were added (a team at once), so that what was
+// started first (the WAL) is closed last, after everything that writes to it has stopped.
 //
 // Every error is reported where it happens, through log or failed; run's result is only the
 // exit status.
@@ -89,42 +92,59 @@ func (g *group) run(ctx context.Context, timeout time.Duration) (failed bool) {
 	g.stopBy.Store(&by)
 	sctx, cancel := context.WithDeadline(base, by)
 	defer cancel()
-	for i := len(g.actors) - 1; i >= 0; i-- {
-		a := g.actors[i]
-		cancels[i]()
-		for !returned[i] {
+	for i := len(g.actors) - 1; i >= 0; {
+		// The team of actor i: actors j..i.
+		j := i
+		for team := g.actors[i].team; team != "" && j > 0 && g.actors[j-1].team == team; j-- {
+		}
+		for k := j; k <= i; k++ {
+			cancels[k]()
+		}
+		for k := i; k >= j; k-- {
+			for !returned[k] {
+				select {
+				case r := <-results:
+					returned[r.i] = true
+					switch {
+					case r.err == nil || errors.Is(r.err, context.Canceled):
+					case failed && errors.Is(r.err, wal.ErrFatal):
+						// The WAL's failure, reported once already, ended it too.
+						g.log.Warn(g.actors[r.i].name+" stopped by the WAL's failure", "error", r.err)
+					default:
+						failed = true
+						g.log.Error(g.actors[r.i].name+" failed while stopping", "error", r.err)
+					}
+				case <-sctx.Done():
+					g.timedOut(timeout, i, returned)
+					return true
+				}
+			}
+		}
+		type stopResult struct {
+			name string
+			err  error
+		}
+		stopped := make(chan stopResult, i-j+1)
+		n := 0
+		for k := i; k >= j; k-- {
+			if a := g.actors[k]; a.stop != nil {
+				n++
+				go func() { stopped <- stopResult{a.name, a.stop(sctx)} }()
+			}
+		}
+		for ; n > 0; n-- {
 			select {
-			case r := <-results:
-				returned[r.i] = true
-				switch {
-				case r.err == nil || errors.Is(r.err, context.Canceled):
-				case failed && errors.Is(r.err, wal.ErrFatal):
-					// The WAL's failure, reported once already, ended it too.
-					g.log.Warn(g.actors[r.i].name+" stopped by the WAL's failure", "error", r.err)
-				default:
+			case r := <-stopped:
+				if r.err != nil {
 					failed = true
-					g.log.Error(g.actors[r.i].name+" failed while stopping", "error", r.err)
+					g.log.Error("stop "+r.name, "error", r.err)
 				}
 			case <-sctx.Done():
-				g.timedOut(timeout, i)
+				g.timedOut(timeout, i, nil)
 				return true
 			}
 		}
-		if a.stop == nil {
-			continue
-		}
-		stopped := make(chan error, 1)
-		go func() { stopped <- a.stop(sctx) }()
-		select {
-		case err := <-stopped:
-			if err != nil {
-				failed = true
-				g.log.Error("stop "+a.name, "error", err)
-			}
-		case <-sctx.Done():
-			g.timedOut(timeout, i)
-			return true
-		}
+		i = j - 1
 	}
 	return failed
 }
@@ -137,11 +157,14 @@ func (g *group) reportFailure(name string, err error) {
 	g.log.Error(name+" failed; shutting down", "error", err)
 }
 
-// timedOut logs the actors that had not stopped, from actor i down, when the deadline came.
-func (g *group) timedOut(timeout time.Duration, i int) {
+// timedOut logs the actors that had not stopped, from actor i down, when the deadline came
+// (those returned is set for had stopped).
+func (g *group) timedOut(timeout time.Duration, i int, returned []bool) {
 	var waiting []string
 	for j := i; j >= 0; j-- {
-		waiting = append(waiting, g.actors[j].name)
+		if returned == nil || !returned[j] {
+			waiting = append(waiting, g.actors[j].name)
+		}
 	}
 	g.log.Error("shutdown did not finish within shutdown_timeout; exiting without waiting for the rest",
 		"shutdown_timeout", timeout, "waiting_for", waiting)

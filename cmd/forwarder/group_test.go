@@ -79,6 +79,44 @@ func TestGroupStopsInReverseOrder(t *testing.T) {
 	}
 }
 
+// TestGroupStopsATeamTogether: actors of a team (the sinks, the inputs) are stopped at
+// once, each with the time the stop has left: two that take 300 ms each fit a 500 ms
+// timeout; stopped one after the other they would not. What comes before the team stops
+// once the whole team has.
+func TestGroupStopsATeamTogether(t *testing.T) {
+	log, logs := testLogger()
+	var ev events
+	member := func(name string) actor {
+		return actor{name: name, team: "sinks", run: func(ctx context.Context) error {
+			<-ctx.Done()
+			ev.add("%s cancelled", name)
+			time.Sleep(300 * time.Millisecond)
+			ev.add("%s returned", name)
+			return nil
+		}}
+	}
+	g := &group{log: log}
+	g.add(waiter("first", &ev))
+	g.add(member("a"))
+	g.add(member("b"))
+	g.add(waiter("last", &ev))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if failed := g.run(ctx, 500*time.Millisecond); failed {
+		t.Errorf("run reported a failure; log:\n%s", logs)
+	}
+	got := ev.get()
+	if len(got) != 8 || !slices.Equal(got[:2], []string{"last returned", "last stopped"}) ||
+		!slices.Equal(got[6:], []string{"first returned", "first stopped"}) {
+		t.Fatalf("events %q", got)
+	}
+	team := got[2:6]
+	slices.Sort(team[:2])
+	if !slices.Equal(team[:2], []string{"a cancelled", "b cancelled"}) {
+		t.Errorf("events %q: the team's actors were not cancelled together", got)
+	}
+}
+
 func TestGroupStopsWhenContextEnds(t *testing.T) {
 	log, _ := testLogger()
 	var ev events

@@ -38,7 +38,7 @@ func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log 
 		if err := s.Start(); err != nil {
 			return nil, nil, err
 		}
-		actors = append(actors, actor{name: "forward input", run: s.Serve})
+		actors = append(actors, actor{name: "forward input", run: s.Serve, team: "inputs"})
 	}
 	if c := cfg.Inputs.HTTP; c != nil {
 		s := httpin.New(*c, p, log)
@@ -46,7 +46,7 @@ func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log 
 		if err := s.Start(); err != nil {
 			return nil, nil, err
 		}
-		actors = append(actors, actor{name: "http input", run: s.Serve})
+		actors = append(actors, actor{name: "http input", run: s.Serve, team: "inputs"})
 	}
 	return actors, p, nil
 }
