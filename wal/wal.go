@@ -229,7 +229,7 @@ func Open(dir string, opts Options) (*WAL, error) {
 		return nil, err
 	}
 	if !opts.ReadOnly && w.shouldCompact(st) {
-		if err := w.compact(); err != nil {
+		if err := w.compact(st.liveBytes); err != nil {
 			w.db.Close()
 			return nil, err
 		}
@@ -389,9 +389,13 @@ func (w *WAL) shouldCompact(st state) bool {
 
 // compact rewrites the file with only its live pages: bbolt reuses freed
 // pages but never gives them back to the file system.
-func (w *WAL) compact() error {
+func (w *WAL) compact(liveBytes int64) error {
 	start := time.Now()
 	before, _ := os.Stat(w.path)
+	if before != nil {
+		w.log.Info("wal: compacting the file, mostly free pages, before the service starts; the inputs listen once it is done (a stop meanwhile leaves the file as it was)",
+			"path", w.path, "bytes", before.Size(), "live_bytes", liveBytes)
+	}
 	tmp := w.path + ".compact"
 	_ = os.Remove(tmp)
 	// Until the file is closed for the rename, a copy that cannot be made

@@ -931,11 +931,18 @@ func TestCompactAtOpen(t *testing.T) {
 	dir := t.TempDir()
 	last := fileToCompact(t, dir)
 	before, _ := os.Stat(filepath.Join(dir, FileName))
-	w := openT(t, dir, Options{CompactMinFileBytes: 1 << 20})
+	var logs syncbuf.Buffer
+	w := openT(t, dir, Options{CompactMinFileBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	defer w.Close()
 	after, _ := os.Stat(filepath.Join(dir, FileName))
 	if after.Size()*2 > before.Size() {
 		t.Fatalf("compaction: %d bytes before, %d after", before.Size(), after.Size())
+	}
+	// Said before it begins (it can take minutes), and once it is over.
+	begins := fmt.Sprintf(`msg="wal: compacting the file, mostly free pages, before the service starts; the inputs listen once it is done (a stop meanwhile leaves the file as it was)" path=%s bytes=%d live_bytes=`, filepath.Join(dir, FileName), before.Size())
+	i, j := strings.Index(logs.String(), begins), strings.Index(logs.String(), `msg="wal compacted"`)
+	if i < 0 || j < i {
+		t.Errorf("log lacks %q before the line of the end:\n%s", begins, logs.String())
 	}
 	if got := readAll(t, w, 1); len(got) != 500 || got[0].Seq != last.First {
 		t.Fatalf("after compaction: %d records from %d", len(got), got[0].Seq)

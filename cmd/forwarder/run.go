@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,7 +78,10 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	// Subscribed first, so that a signal during a long start (a WAL compaction) is a
 	// clean stop once the group runs.
 	signals := signalsActor(log, timeout)
-	w, err := wal.Open(cfg.DataDir, walOptions(cfg, log))
+	w, stopped, err := openUnlessStopped(log, func() (*wal.WAL, error) { return wal.Open(cfg.DataDir, walOptions(cfg, log)) })
+	if stopped {
+		return exitOK
+	}
 	if err != nil {
 		logOpenError(log, cfg, err)
 		return exitFail
@@ -268,4 +273,31 @@ func sinkNames(cfg *config.Config) []string {
 		names = append(names, s.Name)
 	}
 	return names
+}
+
+// openUnlessStopped opens the WAL with open; a SIGTERM or SIGINT before it returns (a
+// compaction of a large file at start can take minutes) ends the start at once: stopped is
+// set, and open is left to the process's exit. Nothing was acknowledged yet, and the WAL's
+// file is as a kill at any moment leaves it: whole (a compaction replaces it only with its
+// finished, fsynced copy).
+func openUnlessStopped(log *slog.Logger, open func() (*wal.WAL, error)) (w *wal.WAL, stopped bool, err error) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+	type opened struct {
+		w   *wal.WAL
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		w, err := open()
+		done <- opened{w, err}
+	}()
+	select {
+	case o := <-done:
+		return o.w, false, o.err
+	case sig := <-sigs:
+		log.Info("stopped while the WAL was opening: it is left as it was, and a compaction begun is made again at the next start", "signal", sig.String())
+		return nil, true, nil
+	}
 }

@@ -66,6 +66,49 @@ func TestRunIgnoresSIGHUP(t *testing.T) {
 	}
 }
 
+// TestStopWhileTheWALOpens: a SIGTERM while the WAL opens (a long compaction at start) ends
+// the start at once, said in the log, rather than once the open is over; an open that
+// returns first is the WAL's, with no signal seen. Not parallel: it signals the test
+// process, whose other signal handlers must not be listening.
+func TestStopWhileTheWALOpens(t *testing.T) {
+	log, logs := testLogger()
+	release := make(chan struct{})
+	defer close(release)
+	entered := make(chan struct{})
+	result := make(chan bool, 1)
+	go func() {
+		_, stopped, err := openUnlessStopped(log, func() (*wal.WAL, error) {
+			close(entered)
+			<-release
+			return nil, fmt.Errorf("released")
+		})
+		result <- stopped && err == nil
+	}()
+	<-entered
+	time.Sleep(20 * time.Millisecond) // subscribed to the signals before open is called
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ok := <-result:
+		if !ok {
+			t.Fatal("not stopped by SIGTERM")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a SIGTERM while the WAL opened did not end the start within 5s")
+	}
+	want := `level=INFO msg="stopped while the WAL was opening: it is left as it was, and a compaction begun is made again at the next start" signal=terminated`
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, logs)
+	}
+
+	w, stopped, err := openUnlessStopped(log, func() (*wal.WAL, error) { return wal.Open(t.TempDir(), wal.Options{}) })
+	if stopped || err != nil || w == nil {
+		t.Fatalf("open without a signal: stopped %v, error %v", stopped, err)
+	}
+	w.Close()
+}
+
 func TestRunJSONLog(t *testing.T) {
 	t.Parallel()
 	path, dataDir := writeConfig(t, "log: {level: debug, format: json}\n", shortShutdownYAML, inputsYAML, adminYAML)
