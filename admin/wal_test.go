@@ -71,8 +71,8 @@ func TestWALAndDeadLetters(t *testing.T) {
 	var keys map[string]any
 	_ = json.Unmarshal([]byte(body), &keys)
 	for _, k := range []string{"path", "first_seq", "next_seq", "records", "live_bytes", "file_bytes", "cursors", "dropped",
-		"commits", "commit_seconds", "disk_free_bytes", "file_free_bytes", "memory_reads", "file_reads"} {
-		if _, ok := keys[k]; !ok || len(keys) != 14 {
+		"commits", "commit_seconds", "disk_free_bytes", "file_free_bytes", "memory_reads", "file_reads", "damaged_records"} {
+		if _, ok := keys[k]; !ok || len(keys) != 15 {
 			t.Fatalf("/wal's keys are not the documented ones (%s): %s", k, body)
 		}
 	}

@@ -13,7 +13,7 @@ type WALCollector struct {
 
 	bytes, maxB, file, records, full, failed, commits, dropped *prometheus.Desc
 	diskFull, diskFree, fileFree, minFree, reads               *prometheus.Desc
-	commitSeconds, commitPending, orphaned                     *prometheus.Desc
+	commitSeconds, commitPending, orphaned, damaged            *prometheus.Desc
 
 	configured map[string]bool // the configured sinks' names (nil: not told)
 }
@@ -47,13 +47,14 @@ func NewWALCollector(w *wal.WAL, maxBytes int64) *WALCollector {
 		commitSeconds: prometheus.NewDesc("forwarder_wal_commit_seconds_total", "Time the WAL's commits took, writes and fsyncs (divided by forwarder_wal_commits_total: a commit's mean time).", nil, nil),
 		commitPending: prometheus.NewDesc("forwarder_wal_commit_pending_seconds", "How long the commit under way has run (0: none): a disk that stalls shows here; /healthz fails past 2 minutes.", nil, nil),
 		orphaned:      prometheus.NewDesc("forwarder_wal_unconfigured_cursor_lag_records", "Records behind the cursor of a sink the configuration no longer has: the WAL keeps them until the cursor is dropped (forwarder wal drop-cursor).", []string{"cursor"}, nil),
+		damaged:       prometheus.NewDesc("forwarder_wal_damaged_records_total", "Records lost to damaged WAL entries (a checksum mismatch: the disk returned other bytes than were written), replaced by placeholders so that the sinks go on past them.", nil, nil),
 		reads: prometheus.NewDesc("forwarder_wal_reads_total", "Reads of the WAL by the sinks that returned records, by where they were served from: memory (the entries committed last, kept uncompressed: a sink that keeps up with appends) or the file.",
 			[]string{"from"}, nil),
 	}
 }
 
 func (c *WALCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.bytes, c.maxB, c.file, c.records, c.full, c.failed, c.commits, c.dropped, c.diskFull, c.diskFree, c.fileFree, c.minFree, c.reads, c.commitSeconds, c.commitPending, c.orphaned} {
+	for _, d := range []*prometheus.Desc{c.bytes, c.maxB, c.file, c.records, c.full, c.failed, c.commits, c.dropped, c.diskFull, c.diskFree, c.fileFree, c.minFree, c.reads, c.commitSeconds, c.commitPending, c.orphaned, c.damaged} {
 		ch <- d
 	}
 }
@@ -73,6 +74,7 @@ func (c *WALCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.full, prometheus.GaugeValue, b2f(c.w.Full()))
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.GaugeValue, b2f(c.w.Err() != nil))
 	ch <- prometheus.MustNewConstMetric(c.commits, prometheus.CounterValue, float64(st.Commits))
+	ch <- prometheus.MustNewConstMetric(c.damaged, prometheus.CounterValue, float64(st.DamagedRecords))
 	ch <- prometheus.MustNewConstMetric(c.commitSeconds, prometheus.CounterValue, st.CommitSeconds)
 	ch <- prometheus.MustNewConstMetric(c.commitPending, prometheus.GaugeValue, c.w.CommitPending().Seconds())
 	ch <- prometheus.MustNewConstMetric(c.diskFull, prometheus.GaugeValue, b2f(c.w.DiskFull()))

@@ -110,10 +110,15 @@ func (b *readBuffers) trim(keep int) {
 // the records again and again.
 func (l *loop) read(ctx context.Context, from uint64, out chan<- read, gen uint64) {
 	rd := l.d.w.NewReader(from)
+	var repaired uint64
 	for {
 		head := gen == 0
 		buf := l.bufs.get(head)
 		recs, err := rd.ReadInto(l.d.opts.ReadBatch, readBytes, buf)
+		if err != nil && repairDamaged(ctx, l.d.w, err, &repaired) {
+			l.bufs.put(buf)
+			continue
+		}
 		if err == nil && len(recs) == 0 {
 			l.bufs.put(buf)
 			if head {
@@ -169,8 +174,8 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 			// dropForced moved on to, and they are at or below the cursor.
 			l.readPos = max(l.readPos, r.Seq+1)
 		}
-		if r.Seq <= l.cursor {
-			continue
+		if r.Seq <= l.cursor || r.Tag == wal.DamagedTag {
+			continue // a damaged entry's placeholder (repairDamaged): passed as a tag no sink takes
 		}
 		if d.opts.Match != nil && !d.opts.Match(r.Tag) {
 			if !back {
@@ -329,4 +334,20 @@ func (l *loop) recount(p *partition) {
 		l.open--
 	}
 	p.counted = open
+}
+
+// repairDamaged handles err from a read of the WAL: a damaged entry (a
+// wal.CorruptionError) is replaced by placeholders (wal.ReplaceDamaged,
+// which logs and counts the records lost), and the read is to be made
+// again (true), rather than the sink failing at it at every start. The
+// same entry is replaced once per reader (*repaired): damage a read still
+// meets after that is returned as it is.
+func repairDamaged(ctx context.Context, w *wal.WAL, err error, repaired *uint64) bool {
+	var ce *wal.CorruptionError
+	if !errors.As(err, &ce) || ce.FirstSeq == 0 || ce.FirstSeq == *repaired {
+		return false
+	}
+	*repaired = ce.FirstSeq
+	_, err = w.ReplaceDamaged(ctx, ce.FirstSeq)
+	return err == nil
 }

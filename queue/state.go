@@ -116,8 +116,12 @@ func (s *sinkState) readRange(first, last uint64, match func(string) bool, keep 
 	)
 	buf := rangeBuffers.Get().(*wal.ReadBuffer)
 	defer rangeBuffers.Put(buf)
+	var repaired uint64
 	for next := first; next <= last; {
 		recs, err := s.w.ReadInto(next, rangeReadRecords, rangeReadBytes, buf)
+		if err != nil && repairDamaged(context.Background(), s.w, err, &repaired) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -133,7 +137,7 @@ func (s *sinkState) readRange(first, last uint64, match func(string) bool, keep 
 				break
 			}
 			next = r.Seq + 1
-			if match != nil && !match(r.Tag) {
+			if r.Tag == wal.DamagedTag || match != nil && !match(r.Tag) {
 				continue
 			}
 			rec := sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}

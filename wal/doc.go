@@ -42,6 +42,9 @@
 //   - Every entry carries a CRC32C over its payload, its key and its
 //     header. A mismatch is a *CorruptionError naming the file and the
 //     entry's sequence range; no partial or wrong record is ever returned.
+//     ReplaceDamaged replaces such an entry by placeholders (DamagedTag)
+//     for the same sequence numbers, so that readers go on past it: the
+//     drainer calls it when a read meets one.
 //     Open checks bbolt's meta pages with plain reads before mapping the
 //     file, so a truncated file is an error, not a fault.
 //   - A cursor, the sink state changed with it, and the chunk id of an

@@ -368,13 +368,16 @@ type Stats struct {
 	// memory, or from the file.
 	MemoryReads uint64 `json:"memory_reads"`
 	FileReads   uint64 `json:"file_reads"`
+	// DamagedRecords counts the records of damaged entries replaced by
+	// placeholders since Open (ReplaceDamaged): records lost.
+	DamagedRecords uint64 `json:"damaged_records"`
 }
 
 // Stats returns the committed state; it does not touch the disk but for the file size.
 func (w *WAL) Stats() Stats {
 	st := w.snapshot()
 	s := Stats{Path: w.path, FirstSeq: st.firstSeq, NextSeq: st.nextSeq, Records: st.nextSeq - st.firstSeq,
-		Bytes: st.liveBytes, Cursors: st.cursors, Dropped: st.dropped, Commits: w.commits.Load(), CommitSeconds: float64(w.commitNanos.Load()) / 1e9,
+		Bytes: st.liveBytes, Cursors: st.cursors, Dropped: st.dropped, Commits: w.commits.Load(), CommitSeconds: float64(w.commitNanos.Load()) / 1e9, DamagedRecords: w.damaged.Load(),
 		MemoryReads: w.recent.memoryReads.Load(), FileReads: w.recent.fileReads.Load()}
 	_ = w.db.View(func(tx *bolt.Tx) error {
 		s.FileBytes = tx.Size()

@@ -153,6 +153,7 @@ type WAL struct {
 	appended appendTimes   // when the records appended since Open were committed
 	opened   time.Time     // when Open returned
 	commits  atomic.Uint64 // transactions committed since Open
+	damaged  atomic.Uint64 // records ReplaceDamaged replaced since Open
 	// commitNanos sums the time commits took since Open (writing and
 	// fsyncing); commitSince is when the commit under way began (Unix
 	// nanoseconds; 0: none).
@@ -693,6 +694,7 @@ const (
 	opDropCursor
 	opPut
 	opDelete
+	opReplaceDamaged
 )
 
 type op struct {
@@ -744,6 +746,30 @@ func (w *WAL) RegisterCursor(ctx context.Context, name string) (uint64, error) {
 func (w *WAL) DropCursor(ctx context.Context, name string) error {
 	_, err := w.commit(ctx, []op{{kind: opDropCursor, name: name}})
 	return err
+}
+
+// DamagedTag is the tag of the records ReplaceDamaged puts in place of
+// those of a damaged entry: no input takes it (it holds a control
+// character), and the drainer and sinks pass such records without
+// delivering them.
+const DamagedTag = "\x00damaged"
+
+// ReplaceDamaged replaces the entry whose first record is first, if it is
+// damaged (its checksum or framing does not match, as a CorruptionError
+// from a read says), by entries of as many records of DamagedTag, empty,
+// with the same sequence numbers, and returns the last of them. Readers
+// then go on past it, and retention can delete it. The records' count is
+// taken from where the next entry begins (or the WAL's next sequence
+// number), not from the damaged header. An entry that is whole, or gone,
+// is left as it is (last 0): whoever saw the damage first replaced it.
+func (w *WAL) ReplaceDamaged(ctx context.Context, first uint64) (last uint64, err error) {
+	last, err = w.commit(ctx, []op{{kind: opReplaceDamaged, name: "wal", seq: first}})
+	if err == nil && last != 0 {
+		w.damaged.Add(last - first + 1)
+		w.log.Error("wal: a damaged entry was replaced by placeholders, so that the sinks go on past it: its records are lost; check the disk (kernel log, SMART)",
+			"path", w.path, "first_seq", first, "last_seq", last, "records", last-first+1)
+	}
+	return last, err
 }
 
 func (w *WAL) commit(ctx context.Context, ops []op) (uint64, error) {

@@ -725,9 +725,58 @@ func (wr *writer) applyOps(tx *bolt.Tx, ops []op) (uint64, bool, error) {
 					return 0, false, err
 				}
 			}
+		case opReplaceDamaged:
+			last, err := wr.replaceDamaged(tx, o.seq)
+			if err != nil {
+				return 0, false, err
+			}
+			seq = last
 		}
 	}
 	return seq, moved, nil
+}
+
+// maxDamagedRecords bounds the records replaceDamaged puts for one entry:
+// an entry holds at most this many (maxEntryRaw bytes of records of at
+// least a few bytes each), so a larger range means keys that do not
+// follow each other, not one damaged entry.
+const maxDamagedRecords = 1 << 20
+
+// replaceDamaged is ReplaceDamaged in tx.
+func (wr *writer) replaceDamaged(tx *bolt.Tx, first uint64) (uint64, error) {
+	b := tx.Bucket(bucketEntries)
+	c := b.Cursor()
+	k, v := c.Seek(seqKey(first))
+	if k == nil || binary.BigEndian.Uint64(k) != first {
+		return 0, nil
+	}
+	if _, err := decodeEntry(first, v, nil, nil); err == nil {
+		return 0, nil
+	}
+	end := wr.st.nextSeq
+	if nk, _ := c.Next(); nk != nil {
+		end = binary.BigEndian.Uint64(nk)
+	}
+	if end <= first || end-first > maxDamagedRecords {
+		return 0, fmt.Errorf("%w: replace damaged entry %d: the next entry begins at %d", errOpInvalid, first, end)
+	}
+	old := int64(len(v))
+	recs := make([]Record, end-first)
+	for i := range recs {
+		recs[i].Tag = DamagedTag
+	}
+	seq, added := first, int64(0)
+	for _, e := range encodeEntries(recs, nil) {
+		value := e.finish(seq)
+		if err := b.Put(seqKey(seq), value); err != nil {
+			return 0, fmt.Errorf("replace damaged entry %d: %w", first, err)
+		}
+		added += int64(len(value))
+		seq += uint64(e.count)
+	}
+	wr.st.liveBytes += added - old
+	wr.dirty = true
+	return end - 1, nil
 }
 
 // retain deletes entries that every cursor has passed.
