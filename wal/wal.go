@@ -234,6 +234,12 @@ func Open(dir string, opts Options) (*WAL, error) {
 			w.db.Close()
 			return nil, err
 		}
+	} else if !opts.ReadOnly {
+		// A copy left by a compaction a stop or a crash cut short (the
+		// file is locked: no other process makes one now).
+		if err := os.Remove(path + compactSuffix); err == nil {
+			w.log.Info("wal: removed the copy a compaction cut short left", "path", path+compactSuffix)
+		}
 	}
 	w.st = st
 	w.appended.reset(st.nextSeq)
@@ -377,6 +383,10 @@ func createBuckets(tx *bolt.Tx) error {
 	return nil
 }
 
+// compactSuffix names, after the WAL file's name, the copy a compaction
+// makes.
+const compactSuffix = ".compact"
+
 func (w *WAL) shouldCompact(st state) bool {
 	if w.opts.CompactRatio < 0 {
 		return false
@@ -397,7 +407,7 @@ func (w *WAL) compact(liveBytes int64) error {
 		w.log.Info("wal: compacting the file, mostly free pages, before the service starts; the inputs listen once it is done (a stop meanwhile leaves the file as it was)",
 			"path", w.path, "bytes", before.Size(), "live_bytes", liveBytes)
 	}
-	tmp := w.path + ".compact"
+	tmp := w.path + compactSuffix
 	_ = os.Remove(tmp)
 	// Until the file is closed for the rename, a copy that cannot be made
 	// (no room on the disk for it, say) leaves the file as it is, in use:

@@ -953,6 +953,29 @@ func TestCompactAtOpen(t *testing.T) {
 	t.Logf("file %d bytes before compaction, %d after", before.Size(), after.Size())
 }
 
+// TestStaleCompactionCopyIsRemoved: the copy a compaction cut short (a stop
+// while the WAL opened) leaves is removed by the next open, which does not
+// compact, instead of taking disk space for good.
+func TestStaleCompactionCopyIsRemoved(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
+	w.Close()
+	stale := filepath.Join(dir, FileName+".compact")
+	if err := os.WriteFile(stale, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncbuf.Buffer
+	w = openT(t, dir, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer w.Close()
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the stale copy is still there: %v", err)
+	}
+	if !strings.Contains(logs.String(), "wal: removed the copy a compaction cut short left") {
+		t.Errorf("not logged:\n%s", logs.String())
+	}
+}
+
 // A compaction that cannot make its copy (here a directory where the copy
 // goes; on a full disk, no room for it) leaves the file as it is: the WAL
 // opens with every record, and says why it did not compact.

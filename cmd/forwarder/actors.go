@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -59,11 +60,13 @@ var _ durableLog = (*wal.WAL)(nil)
 // that leaves durability unknown (a failed fsync: never retried, the process must exit), and
 // its stop closes the WAL, last of all.
 func walActor(w durableLog) actor {
+	var reported atomic.Bool // run returned the WAL's failure
 	return actor{
 		name: "wal",
 		run: func(ctx context.Context) error {
 			select {
 			case <-w.Fatal():
+				reported.Store(true)
 				if err := w.Err(); err != nil {
 					return err
 				}
@@ -73,7 +76,12 @@ func walActor(w durableLog) actor {
 			}
 		},
 		stop: func(context.Context) error {
-			if err := w.Close(); err != nil {
+			err := w.Close()
+			if err == nil && !reported.Load() {
+				// Failed after run returned, before Close: no one said so yet.
+				err = w.Err()
+			}
+			if err != nil {
 				if errors.Is(err, wal.ErrFatal) {
 					return fmt.Errorf("close wal: its last commit failed, so records acknowledged since the one before (wal.sync: interval) are lost; check the disk: %w", err)
 				}

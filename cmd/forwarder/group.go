@@ -115,7 +115,13 @@ func (g *group) run(ctx context.Context, timeout time.Duration) (failed bool) {
 						g.log.Error(g.actors[r.i].name+" failed while stopping", "error", r.err)
 					}
 				case <-sctx.Done():
-					g.timedOut(timeout, i, returned)
+					var pending []string
+					for m := i; m >= j; m-- {
+						if !returned[m] {
+							pending = append(pending, g.actors[m].name)
+						}
+					}
+					g.timedOut(timeout, pending, j)
 					return true
 				}
 			}
@@ -125,22 +131,29 @@ func (g *group) run(ctx context.Context, timeout time.Duration) (failed bool) {
 			err  error
 		}
 		stopped := make(chan stopResult, i-j+1)
-		n := 0
+		stopping := map[string]bool{}
 		for k := i; k >= j; k-- {
 			if a := g.actors[k]; a.stop != nil {
-				n++
+				stopping[a.name] = true
 				go func() { stopped <- stopResult{a.name, a.stop(sctx)} }()
 			}
 		}
-		for ; n > 0; n-- {
+		for len(stopping) > 0 {
 			select {
 			case r := <-stopped:
+				delete(stopping, r.name)
 				if r.err != nil {
 					failed = true
 					g.log.Error("stop "+r.name, "error", r.err)
 				}
 			case <-sctx.Done():
-				g.timedOut(timeout, i, nil)
+				var pending []string
+				for m := i; m >= j; m-- {
+					if stopping[g.actors[m].name] {
+						pending = append(pending, g.actors[m].name)
+					}
+				}
+				g.timedOut(timeout, pending, j)
 				return true
 			}
 		}
@@ -157,14 +170,12 @@ func (g *group) reportFailure(name string, err error) {
 	g.log.Error(name+" failed; shutting down", "error", err)
 }
 
-// timedOut logs the actors that had not stopped, from actor i down, when the deadline came
-// (those returned is set for had stopped).
-func (g *group) timedOut(timeout time.Duration, i int, returned []bool) {
-	var waiting []string
-	for j := i; j >= 0; j-- {
-		if returned == nil || !returned[j] {
-			waiting = append(waiting, g.actors[j].name)
-		}
+// timedOut logs the actors that had not stopped when the deadline came: those of the team
+// being stopped that had not (pending), and every actor before the team (below j).
+func (g *group) timedOut(timeout time.Duration, pending []string, j int) {
+	waiting := pending
+	for k := j - 1; k >= 0; k-- {
+		waiting = append(waiting, g.actors[k].name)
 	}
 	g.log.Error("shutdown did not finish within shutdown_timeout; exiting without waiting for the rest",
 		"shutdown_timeout", timeout, "waiting_for", waiting)

@@ -117,6 +117,28 @@ func TestGroupStopsATeamTogether(t *testing.T) {
 	}
 }
 
+// TestGroupTimeoutNamesWhatDidNotStop: at the deadline, the log names the team's actors
+// that had not stopped and every actor before the team, whose stop had not run (the WAL's
+// close, which a returned run does not make done), not those that had stopped.
+func TestGroupTimeoutNamesWhatDidNotStop(t *testing.T) {
+	log, logs := testLogger()
+	release := make(chan struct{})
+	defer close(release)
+	var ev events
+	g := &group{log: log}
+	g.add(actor{name: "wal", run: func(context.Context) error { return nil }, stop: func(context.Context) error { return nil }})
+	g.add(actor{name: "sink a", team: "sinks", run: func(ctx context.Context) error { <-release; return nil }})
+	g.add(actor{name: "sink b", team: "sinks", run: func(ctx context.Context) error { <-ctx.Done(); return nil }})
+	g.add(waiter("inputs", &ev))
+	if failed := g.run(context.Background(), 200*time.Millisecond); !failed {
+		t.Error("a stop that timed out was not reported as failed")
+	}
+	want := `waiting_for="[sink a wal]"`
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %s:\n%s", want, logs)
+	}
+}
+
 func TestGroupStopsWhenContextEnds(t *testing.T) {
 	log, _ := testLogger()
 	var ev events
@@ -226,6 +248,20 @@ func TestWALLastCommitFailsAtStop(t *testing.T) {
 	want := `level=ERROR msg="stop wal" error="close wal: its last commit failed, so records acknowledged since the one before (wal.sync: interval) are lost; check the disk: wal: fatal write error, not accepting appends: commit: sync wal.db: input/output error"`
 	if !strings.Contains(logs.String(), want) {
 		t.Errorf("log:\n%s\nlacks %q", logs, want)
+	}
+
+	// A commit that failed after run returned and before Close: Close does not report
+	// it (the WAL had failed before), and the stop must.
+	log, logs = testLogger()
+	fw = &fakeWAL{fatal: make(chan struct{}), closed: make(chan struct{}),
+		err: fmt.Errorf("%w: commit: sync wal.db: input/output error", wal.ErrFatal)}
+	a := walActor(fw)
+	if err := a.run(ctx); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	close(fw.fatal)
+	if err := a.stop(context.Background()); err == nil || !strings.Contains(err.Error(), "records acknowledged since the one before (wal.sync: interval) are lost") {
+		t.Errorf("stop after a failure run did not see: %v", err)
 	}
 }
 
