@@ -28,6 +28,12 @@ import (
 // and the marks it writes are moved with the others. A crash in between
 // finds the change again at the next start.
 
+// StoredFingerprint is the fingerprint (Options.Fingerprint) the drainer
+// of cursor name stored in w; nil: none.
+func StoredFingerprint(w *wal.WAL, name string) ([]byte, error) {
+	return w.State(name, []byte(keyFingerprint))
+}
+
 // prior is what the state says of the run before this start.
 type prior struct {
 	// changed: the partitioning changed (the fingerprint or the

@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,6 +86,7 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 		if s.S3 != nil && s.S3.StagingMaxBytes == 0 {
 			objectMemoryNotice(log, cfg, s, buffers[s.Name])
 		}
+		renamedNotice(w, cfg, s, fingerprint(s, dest), log)
 		d := queue.New(w, s.Name, dest, queue.Options{
 			MatchGlobs:       s.Match,
 			Fingerprint:      fingerprint(s, dest),
@@ -178,4 +181,24 @@ func objectMemoryNotice(log *slog.Logger, cfg *config.Config, s config.Sink, sha
 	log.Info("objects are held compressed until uploaded and the largest is finished early once half the sink's memory share is held: objects may stay below max_object_bytes; raise memory_limit for larger ones",
 		"sink", s.Name, "memory_share", config.Size(share), "compression", s.S3.Compression, "max_object_bytes", s.S3.MaxObjectBytes,
 		"memory_limit_for_max_object_bytes", fmt.Sprintf("%dMiB", need))
+}
+
+// renamedNotice warns when sink s is new to the WAL (it has no cursor) and the cursor of a
+// sink no longer configured stored the same fingerprint: most likely s was renamed, and a
+// renamed sink starts over from the oldest record the WAL holds.
+func renamedNotice(w *wal.WAL, cfg *config.Config, s config.Sink, fp string, log *slog.Logger) {
+	st := w.Stats()
+	if _, ok := st.Cursors[s.Name]; ok {
+		return
+	}
+	for _, name := range slices.Sorted(maps.Keys(st.Cursors)) {
+		if isSink(cfg, name) {
+			continue
+		}
+		if stored, err := queue.StoredFingerprint(w, name); err != nil || string(stored) != fp {
+			continue
+		}
+		log.Warn(fmt.Sprintf("sink %q is new, and the cursor %q, of a sink no longer configured, has its key or stream names: if the sink was renamed, it starts over from the oldest record in the WAL and sends again what it delivered under its old name (an S3 sink pauses at the first key the old name wrote, which holds that name's object); give it back the name %q to go on where it was", s.Name, name, name),
+			"sink", s.Name, "cursor", name, "position", st.Cursors[name])
+	}
 }

@@ -109,6 +109,30 @@ func TestStopWhileTheWALOpens(t *testing.T) {
 	w.Close()
 }
 
+// TestRunWarnsAboutARenamedSink: a sink renamed between two runs starts over from the oldest
+// record in the WAL (a new cursor); the start says so, naming the old cursor whose
+// partitioning it has, and how to go on where it was.
+func TestRunWarnsAboutARenamedSink(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML, sinkYAML)
+	log := startStop(t, path, dataDir, syscall.SIGTERM, 5*time.Second)
+	if strings.Contains(log, "is new, and the cursor") {
+		t.Fatalf("warned at the first start:\n%s", log)
+	}
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(text), "name: archive", "name: archive-2", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log = startStop(t, path, dataDir, syscall.SIGTERM, 5*time.Second)
+	want := `level=WARN msg="sink \"archive-2\" is new, and the cursor \"archive\", of a sink no longer configured, has its key or stream names: if the sink was renamed, it starts over from the oldest record in the WAL`
+	if !strings.Contains(log, want) || !strings.Contains(log, `give it back the name \"archive\" to go on where it was" sink=archive-2 cursor=archive position=0`) {
+		t.Errorf("log lacks the warning %q:\n%s", want, log)
+	}
+}
+
 func TestRunJSONLog(t *testing.T) {
 	t.Parallel()
 	path, dataDir := writeConfig(t, "log: {level: debug, format: json}\n", shortShutdownYAML, inputsYAML, adminYAML)
