@@ -204,14 +204,11 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 		}
 		// The records are decoded: the message's bytes are no longer needed.
 		c.drop()
-		if m.invalid > 0 {
-			c.s.p.Metrics.InvalidUTF8.WithLabelValues("forward").Add(float64(m.invalid))
-		}
 		var id wal.AppendOptions
 		if m.chunk != "" {
 			id.ChunkID, id.ChunkDigest = inputs.ForwardChunkID(m.chunk), m.digest()
 		}
-		_, err = c.s.p.Store(storeCtx, "forward", m.records, id)
+		res, err := c.s.p.Store(storeCtx, "forward", m.records, id)
 		if errors.Is(err, wal.ErrChunkConflict) {
 			// The client reused a chunk id for another message: stored
 			// without deduplication rather than acknowledged and dropped.
@@ -220,7 +217,12 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 				log.Warn("a chunk id stored within dedup_window for another message came again: the client reuses chunk ids; stored without deduplication (a re-sent message with a reused id may be stored twice)",
 					"tag", m.tag, "chunk", m.chunk, "records", len(m.records), "same_reason_not_logged_in_last_minute", n)
 			}
-			_, err = c.s.p.Store(storeCtx, "forward", m.records, wal.AppendOptions{})
+			res, err = c.s.p.Store(storeCtx, "forward", m.records, wal.AppendOptions{})
+		}
+		if err == nil && m.invalid > 0 && res.First != 0 && !res.Duplicate {
+			// Counted as HTTP counts them: records stored, not those of an
+			// unrouted tag or of a re-sent chunk stored before.
+			c.s.p.Metrics.InvalidUTF8.WithLabelValues("forward").Add(float64(m.invalid))
 		}
 		tag, records := m.tag, len(m.records)
 		m.release() // stored or not, the WAL holds no reference to the records

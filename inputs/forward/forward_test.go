@@ -137,7 +137,8 @@ func TestTranscoding(t *testing.T) {
 
 	f := start(t, defaultCfg(), wal.Options{})
 	c := f.dial()
-	c.Write(messageMode("t", eventTime(time.Now()), rec, options("x")))
+	msg := messageMode("t", eventTime(time.Now()), rec, options("x"))
+	c.Write(msg)
 	readAck(t, c)
 	got := string(f.waitRecords(1)[0].Body)
 	want := `{"z":"first key\t\"quoted\"\n","a":"AAEC/w==","42":true,"nan":null,"inf":null,"f":1.5,"bad":"a\ufffdb\ufffd","k8s":{"pod":"web-1"},"list":[null,18446744073709551615,-7],"when":"2026-01-02T03:04:05.000000006Z","ctl":"\u0001<>&` + "\u2028" + `"}`
@@ -146,6 +147,15 @@ func TestTranscoding(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(f.metrics.InvalidUTF8.WithLabelValues("forward")); n != 1 {
 		t.Fatalf("invalid UTF-8 records counted %v, want 1", n)
+	}
+	// The chunk sent again (a lost ack) is not stored again, nor counted again: as HTTP counts.
+	c.Write(msg)
+	readAck(t, c)
+	if n := testutil.ToFloat64(f.metrics.Deduplicated.WithLabelValues("forward")); n != 1 {
+		t.Fatalf("deduplicated %v, want 1: the chunk was not sent again as it was", n)
+	}
+	if n := testutil.ToFloat64(f.metrics.InvalidUTF8.WithLabelValues("forward")); n != 1 {
+		t.Fatalf("invalid UTF-8 records counted %v after a re-sent chunk, want 1", n)
 	}
 }
 
