@@ -174,7 +174,11 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 			defer l.wg.Done()
 			start := time.Now()
 			out, err := l.d.sink.Send(ctx, b)
-			l.d.sendDuration.Observe(time.Since(start).Seconds())
+			if err != nil || out.Carry == nil {
+				// A send to the destination, not a batch only taken into
+				// the sink's carry (an S3 member compressed).
+				l.d.sendDuration.Observe(time.Since(start).Seconds())
+			}
 			select {
 			case l.results <- sendResult{p: p, out: out, err: err, probe: probe}:
 			case <-l.quit:

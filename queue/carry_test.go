@@ -7,6 +7,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -22,13 +25,23 @@ func TestCarryHoldsTheCursorUntilDelivered(t *testing.T) {
 		defer w.Close()
 		s := newTestSink(sinks.Limits{MaxRecords: 20, MaxBytes: 1 << 20, MaxAge: time.Minute, Concurrency: 3})
 		s.carryBytes = 5000
-		r := start(w, "s", s, Options{RetryMin: time.Second})
+		m := NewMetrics(nil)
+		r := start(w, "s", s, Options{RetryMin: time.Second, Metrics: m})
+		sends := func() uint64 {
+			var out dto.Metric
+			m.SendDuration.WithLabelValues("s").(prometheus.Histogram).Write(&out)
+			return out.GetHistogram().GetSampleCount()
+		}
 		first := appendN(t, w, 45, func(int) string { return "a" }, 100)
 		time.Sleep(30 * time.Second)
 		synctest.Wait()
 		got, _, _ := s.snapshot()
 		if pos, _ := w.Cursor("s"); pos != 0 || len(got) != 0 || s.carried == 0 {
 			t.Fatalf("before MaxAge: cursor %d, %d delivered, %d carried; want the records carried and the cursor before them", pos, len(got), s.carried)
+		}
+		// A batch the sink only took into its carry was not sent to the destination.
+		if n := sends(); n != 0 {
+			t.Fatalf("send_duration_seconds counts %d sends while the sink only carried", n)
 		}
 		if st := r.d.Status(); st.Buffered == 0 {
 			t.Fatalf("status %+v: the carry is not counted", st)
@@ -37,6 +50,9 @@ func TestCarryHoldsTheCursorUntilDelivered(t *testing.T) {
 		synctest.Wait()
 		if pos, _ := w.Cursor("s"); pos != first {
 			t.Fatalf("after MaxAge: cursor %d, want %d", pos, first)
+		}
+		if n := sends(); n == 0 {
+			t.Fatal("send_duration_seconds counts no send after the carry was delivered")
 		}
 		s.deliveredOnce(t, first)
 

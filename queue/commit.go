@@ -139,7 +139,9 @@ func (l *loop) onCommitted(c *commitReq, now time.Time) {
 	l.delivered += uint64(delivered)
 	l.deadLettered += uint64(c.dead)
 	d.delivered.Add(float64(delivered))
-	d.batches.Inc()
+	if delivered > 0 {
+		d.batches.Inc() // not a batch the destination refused whole (dead-lettered)
+	}
 	if p.empty() {
 		l.forget(p)
 		return

@@ -155,13 +155,21 @@ func TestDeadLettersAreSummedUpAsSuch(t *testing.T) {
 			return nil
 		})
 		last := appendN(t, w, 60, tagsOf(3), 10)
-		r := start(w, "s", s, Options{Logger: log, SummaryInterval: 20 * time.Second})
+		m := NewMetrics(nil)
+		r := start(w, "s", s, Options{Logger: log, SummaryInterval: 20 * time.Second, Metrics: m})
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		if pos, _ := w.Cursor("s"); pos != last {
 			t.Fatalf("cursor %d", pos)
 		}
 		r.stop(t)
+		// p01's and p02's two batches of 10 each; p00's, all dead-lettered, are not delivered.
+		if n := testutil.ToFloat64(m.Batches.WithLabelValues("s")); n != 4 {
+			t.Errorf("delivered_batches_total %v, want 4", n)
+		}
+		if n := testutil.ToFloat64(m.Delivered.WithLabelValues("s")); n != 30 {
+			t.Errorf("delivered_records_total %v, want 30", n)
+		}
 		out := logs.String()
 		if strings.Contains(out, "retried") {
 			t.Errorf("dead letters were logged as retried:\n%s", out)
