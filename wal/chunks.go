@@ -96,3 +96,30 @@ func (wr *writer) expireChunks(tx *bolt.Tx) error {
 	}
 	return nil
 }
+
+// forgetChunks deletes the ids whose records are among first to last
+// (ReplaceDamaged lost them): a client that sends one again within the
+// dedup window has it stored, not acknowledged as a duplicate of what is
+// lost.
+func forgetChunks(tx *bolt.Tx, first, last uint64) error {
+	chunks, times := tx.Bucket(bucketChunks), tx.Bucket(bucketChunkTimes)
+	var ids, timeKeys [][]byte
+	if err := chunks.ForEach(func(k, v []byte) error {
+		if len(v) >= chunkHead && binary.BigEndian.Uint64(v[8:16]) <= last && binary.BigEndian.Uint64(v[16:24]) >= first {
+			ids = append(ids, bytes.Clone(k))
+			timeKeys = append(timeKeys, append(bytes.Clone(v[0:8]), k...))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for i := range ids {
+		if err := chunks.Delete(ids[i]); err != nil {
+			return err
+		}
+		if err := times.Delete(timeKeys[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -239,7 +239,10 @@ func metaOffset(t *testing.T, path string, newest bool) int64 {
 	return 0
 }
 
-func flipAt(t *testing.T, path string, off int64) {
+func flipAt(t *testing.T, path string, off int64) { t.Helper(); xorAt(t, path, off, 0xff) }
+
+// xorAt changes the byte at off of the file to itself XOR mask.
+func xorAt(t *testing.T, path string, off int64, mask byte) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -250,7 +253,7 @@ func flipAt(t *testing.T, path string, off int64) {
 	if _, err := f.ReadAt(b, off); err != nil {
 		t.Fatal(err)
 	}
-	b[0] ^= 0xff
+	b[0] ^= mask
 	if _, err := f.WriteAt(b, off); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +271,7 @@ func TestReplaceDamaged(t *testing.T) {
 		at   func(mid []byte) int64 // offset in the entry's value of the byte flipped
 	}{
 		{"payload", func(mid []byte) int64 { return int64(len(mid) / 2) }},
-		{"record count", func([]byte) int64 { return 5 }}, // the count's low byte: the header says another count
+		{"record count", func([]byte) int64 { return 5 }}, // the count's low byte: the header says 36, not 100
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -285,7 +288,7 @@ func TestReplaceDamaged(t *testing.T) {
 			want = append(want, tail...)
 			w.Close()
 			for _, off := range findIn(t, path, mid) {
-				flipAt(t, path, off+c.at(mid))
+				xorAt(t, path, off+c.at(mid), 0x40)
 			}
 
 			w = openT(t, dir, Options{})
@@ -297,6 +300,11 @@ func TestReplaceDamaged(t *testing.T) {
 			var ce *CorruptionError
 			if !errors.As(err, &ce) || ce.FirstSeq != 101 {
 				t.Fatalf("read of the damaged WAL: %v, want a CorruptionError at 101", err)
+			}
+			// A read from within the entry meets the damage too, whatever
+			// count its header says: it does not skip to the next entry.
+			if _, err := w.Read(150, 0, 0); !errors.As(err, &ce) || ce.FirstSeq != 101 {
+				t.Fatalf("read from 150 of the damaged WAL: %v, want a CorruptionError at 101", err)
 			}
 			if last, err := w.ReplaceDamaged(ctx, 1); err != nil || last != 0 {
 				t.Fatalf("ReplaceDamaged of a whole entry: %d, %v; want 0, nil", last, err)
@@ -336,6 +344,9 @@ func TestReplaceDamaged(t *testing.T) {
 			if n := w.Stats().DamagedRecords; n != 100 {
 				t.Fatalf("DamagedRecords %d, want 100", n)
 			}
+			if a := w.Age(150); a > time.Minute {
+				t.Fatalf("a placeholder's age is %v: the lag would say so", a)
+			}
 			var stored int64
 			w.db.View(func(tx *bolt.Tx) error {
 				return tx.Bucket(bucketEntries).ForEach(func(_, v []byte) error { stored += int64(len(v)); return nil })
@@ -354,5 +365,68 @@ func TestReplaceDamaged(t *testing.T) {
 			commitT(t, w, &b)
 			waitUntil(t, 5*time.Second, "retention past the placeholders", func() bool { return w.Stats().FirstSeq > 200 })
 		})
+	}
+}
+
+// TestReplaceDamagedChecksTheKey: the checksum covers the key, which may be
+// what is damaged (here 101 read as 154): the entry is not replaced then,
+// since where its records begin is not known, and the read still fails.
+func TestReplaceDamagedChecksTheKey(t *testing.T) {
+	dir := t.TempDir()
+	path, mid := buildCorruptionFixture(t, dir)
+	for _, off := range findIn(t, path, mid) {
+		flipAt(t, path, off-1) // the key's last byte, just before its value in the leaf
+	}
+	w := openT(t, dir, Options{})
+	defer w.Close()
+	_, err := w.Read(1, 0, 0)
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || ce.FirstSeq != 154 {
+		t.Fatalf("read of the WAL with a damaged key: %v, want a CorruptionError at 154", err)
+	}
+	if last, err := w.ReplaceDamaged(context.Background(), 154); err == nil || last != 0 {
+		t.Fatalf("ReplaceDamaged of an entry whose key is damaged: %d, %v; want an error", last, err)
+	}
+	if _, err := w.Read(1, 0, 0); !errors.As(err, &ce) {
+		t.Fatalf("read after the refused replacement: %v", err)
+	}
+	if n := w.Stats().DamagedRecords; n != 0 {
+		t.Fatalf("DamagedRecords %d, want 0", n)
+	}
+}
+
+// TestReplaceDamagedForgetsItsChunks: the chunk ids of the lost records
+// are forgotten, so that a client sending such a chunk again has it
+// stored; the others still dedup.
+func TestReplaceDamagedForgetsItsChunks(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	r := rand.New(rand.NewSource(11))
+	var batches [][]Record
+	for i := 0; i < 3; i++ {
+		batches = append(batches, makeRecords(r, fmt.Sprint(i), 100, 300))
+		appendT(t, w, batches[i], fmt.Sprintf("c%d", i))
+	}
+	var mid []byte
+	w.db.View(func(tx *bolt.Tx) error {
+		mid = append(mid, tx.Bucket(bucketEntries).Get(seqKey(101))...)
+		return nil
+	})
+	w.Close()
+	path := filepath.Join(dir, FileName)
+	for _, off := range findIn(t, path, mid) {
+		flipAt(t, path, off+int64(len(mid)/2))
+	}
+	w = openT(t, dir, Options{})
+	defer w.Close()
+	ctx := context.Background()
+	if last, err := w.ReplaceDamaged(ctx, 101); err != nil || last != 200 {
+		t.Fatalf("ReplaceDamaged(101) = %d, %v", last, err)
+	}
+	if res := appendT(t, w, batches[0], "c0"); !res.Duplicate {
+		t.Fatalf("chunk c0 sent again was stored again: %+v", res)
+	}
+	if res := appendT(t, w, batches[1], "c1"); res.Duplicate || res.First != 301 {
+		t.Fatalf("chunk c1, whose records were lost, sent again: %+v; want it stored from 301", res)
 	}
 }

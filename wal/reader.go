@@ -144,7 +144,7 @@ func (w *WAL) readFile(from uint64, maxRecords, maxBytes int, buf *ReadBuffer, d
 			n0 := len(out)
 			var err error
 			if out, err = decodeEntry(first, v, out, d); err != nil {
-				return w.corruption(first, v, err)
+				return w.corruptionAt(tx, c, first, v, err)
 			}
 			// Drop what precedes from in the first entry.
 			if skip := int(from) - int(first); skip > 0 && n0 == 0 {
@@ -213,7 +213,7 @@ func (w *WAL) ReadRange(first, last uint64) ([]Record, error) {
 			key := binary.BigEndian.Uint64(k)
 			recs, err := decodeEntry(key, v, nil, nil)
 			if err != nil {
-				return w.corruption(key, v, err)
+				return w.corruptionAt(tx, c, key, v, err)
 			}
 			for _, r := range recs {
 				if r.Seq >= first && r.Seq <= last {
@@ -227,7 +227,9 @@ func (w *WAL) ReadRange(first, last uint64) ([]Record, error) {
 }
 
 // seekEntry positions c on the entry holding seq, or on the first entry
-// after it.
+// after it. Keys are dense: with an entry after seq, the one before holds
+// it, whatever its header says (a damaged count must not make a read skip
+// its records: decoding it reports the damage).
 func seekEntry(c *bolt.Cursor, seq uint64) ([]byte, []byte) {
 	k, v := c.Seek(seqKey(seq))
 	if k != nil && binary.BigEndian.Uint64(k) == seq {
@@ -240,11 +242,24 @@ func seekEntry(c *bolt.Cursor, seq uint64) ([]byte, []byte) {
 		pk, pv = c.Prev()
 	}
 	if pk != nil {
-		if n, ok := entryCount(pv); ok && binary.BigEndian.Uint64(pk)+uint64(n) > seq {
+		if n, ok := entryCount(pv); k != nil || ok && binary.BigEndian.Uint64(pk)+uint64(n) > seq {
 			return pk, pv
 		}
 	}
 	return c.Seek(seqKey(seq))
+}
+
+// corruptionAt is corruption for the entry c is on, its last record
+// found from where the next entry begins (or the next sequence number),
+// not from its header, which may be what is damaged. It moves c.
+func (w *WAL) corruptionAt(tx *bolt.Tx, c *bolt.Cursor, first uint64, v []byte, err error) error {
+	ce := w.corruption(first, v, err).(*CorruptionError)
+	if nk, _ := c.Next(); nk != nil {
+		ce.LastSeq = binary.BigEndian.Uint64(nk) - 1
+	} else if next := tx.Bucket(bucketMeta).Get(keyNextSeq); len(next) == 8 {
+		ce.LastSeq = binary.BigEndian.Uint64(next) - 1
+	}
+	return ce
 }
 
 func (w *WAL) corruption(first uint64, v []byte, err error) error {

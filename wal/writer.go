@@ -753,17 +753,38 @@ func (wr *writer) replaceDamaged(tx *bolt.Tx, first uint64) (uint64, error) {
 	if _, err := decodeEntry(first, v, nil, nil); err == nil {
 		return 0, nil
 	}
+	old := int64(len(v))
+	// The key is checked too (the checksum covers it, so it may be what
+	// is damaged): it must be where the entry before it ends, or the
+	// first live record.
+	begin := wr.st.firstSeq
+	if pk, pv := c.Prev(); pk != nil {
+		n, ok := entryCount(pv)
+		if recs, err := decodeEntry(binary.BigEndian.Uint64(pk), pv, nil, nil); err == nil {
+			n, ok = len(recs), true
+		}
+		if !ok {
+			return 0, fmt.Errorf("%w: replace damaged entry %d: the entry before it is damaged too, so where this one begins is not known", errOpInvalid, first)
+		}
+		begin = binary.BigEndian.Uint64(pk) + uint64(n)
+	}
+	c.Seek(seqKey(first))
 	end := wr.st.nextSeq
 	if nk, _ := c.Next(); nk != nil {
 		end = binary.BigEndian.Uint64(nk)
 	}
-	if end <= first || end-first > maxDamagedRecords {
-		return 0, fmt.Errorf("%w: replace damaged entry %d: the next entry begins at %d", errOpInvalid, first, end)
+	if begin != first || end <= first || end-first > maxDamagedRecords {
+		return 0, fmt.Errorf("%w: replace damaged entry %d: the entry before it ends at %d and the next begins at %d: its key may be damaged", errOpInvalid, first, begin, end)
 	}
-	old := int64(len(v))
+	// A client's chunk re-sent within dedup_window is stored again: its
+	// records may be those lost here.
+	if err := forgetChunks(tx, first, end-1); err != nil {
+		return 0, err
+	}
 	recs := make([]Record, end-first)
+	now := time.Now().UnixNano() // what Age and the lag see of them
 	for i := range recs {
-		recs[i].Tag = DamagedTag
+		recs[i].Tag, recs[i].Time = DamagedTag, now
 	}
 	seq, added := first, int64(0)
 	for _, e := range encodeEntries(recs, nil) {

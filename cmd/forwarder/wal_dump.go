@@ -17,7 +17,8 @@ const walDumpUsage = `Usage: forwarder wal dump [-c FILE] [--from SEQ] [--limit 
 Print the WAL's records, oldest first, one JSON object a line:
   {"seq":N,"time":"RFC 3339, UTC","tag":"...","body":{...}}
 A body that is not valid JSON is printed as a JSON string. A damaged entry is skipped
-and reported on stderr, and the dump goes on after it (exit status 1).
+and reported on stderr, and the dump goes on after it (exit status 1); so are the
+placeholders a running service put in place of a damaged entry's lost records.
 `
 
 // dumpChunk is how many records dump reads at a time.
@@ -92,7 +93,23 @@ func dump(out io.Writer, w *wal.WAL, from, limit uint64, skip func(first, last u
 		if len(recs) == 0 {
 			return skipped, nil
 		}
+		lost := [2]uint64{} // a run of placeholders (wal.ReplaceDamaged), told as skipped
+		tellLost := func() {
+			if lost[0] != 0 {
+				skip(lost[0], lost[1], errReplaced)
+				skipped++
+				lost = [2]uint64{}
+			}
+		}
 		for _, r := range recs {
+			if r.Tag == wal.DamagedTag {
+				if lost[0] == 0 {
+					lost[0] = r.Seq
+				}
+				lost[1] = r.Seq
+				continue
+			}
+			tellLost()
 			line := dumpLine{
 				Seq:  r.Seq,
 				Time: time.Unix(0, r.Time).UTC().Format(time.RFC3339Nano),
@@ -106,11 +123,15 @@ func dump(out io.Writer, w *wal.WAL, from, limit uint64, skip func(first, last u
 				return skipped, err
 			}
 		}
+		tellLost()
 		written += uint64(len(recs))
 		next = recs[len(recs)-1].Seq + 1
 	}
 	return skipped, nil
 }
+
+// errReplaced is what dump says of records a running service replaced by placeholders.
+var errReplaced = errors.New("their entry was found damaged and replaced by placeholders: the records are lost")
 
 // jsonString encodes b as a JSON string; invalid UTF-8 becomes U+FFFD.
 func jsonString(b []byte) json.RawMessage {

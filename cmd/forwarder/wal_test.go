@@ -216,6 +216,27 @@ func TestWALDamaged(t *testing.T) {
 		!strings.HasPrefix(r.stderr, wantErr) || !strings.HasSuffix(r.stderr, "\nforwarder wal dump: 1 damaged entry skipped\n") {
 		t.Errorf("wal dump of a damaged entry: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 	}
+
+	// A running service replaces the entry by placeholders: verify finds nothing more, and
+	// dump says which records are lost.
+	w, err := wal.Open(dataDir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last, err := w.ReplaceDamaged(context.Background(), 2); err != nil || last != 2 {
+		t.Fatalf("ReplaceDamaged(2) = %d, %v", last, err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r = forwarderCmd(t, "wal", "verify", "-c", path); r.code != exitOK {
+		t.Errorf("wal verify after the replacement: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = forwarderCmd(t, "wal", "dump", "-c", path)
+	wantErr = "forwarder wal dump: skipped records 2-2: their entry was found damaged and replaced by placeholders: the records are lost\n"
+	if r.code != exitFail || r.stdout != dumpLines[0]+dumpLines[2] || !strings.HasPrefix(r.stderr, wantErr) {
+		t.Errorf("wal dump of placeholders: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
 }
 
 func TestWALFileEmpty(t *testing.T) {

@@ -188,7 +188,7 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route fu
 		// The WAL dropped records of the call (wal.when_full: drop_oldest),
 		// or the configuration changed: the sink's match, its names, or how
 		// messages are rendered (message_key).
-		s.log.Warn("a PutLogEvents call an earlier run left in doubt cannot be rebuilt from the WAL (drop_oldest dropped some of its records, or the sink's match, log_group, log_stream or message_key changed since): what is left of its records is sent again, which may duplicate events",
+		s.log.Warn("a PutLogEvents call an earlier run left in doubt cannot be rebuilt from the WAL (drop_oldest dropped some of its records, or a damaged entry lost them, or the sink's match, log_group, log_stream or message_key changed since): what is left of its records is sent again, which may duplicate events",
 			"sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events, "rebuilt", len(call))
 		return resultUnresolved, len(call), s.forget(ctx, st, in)
 	}

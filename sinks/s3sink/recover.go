@@ -120,9 +120,10 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 	}
 	if len(kept) < in.Records {
 		// The WAL dropped records of the batch before it was delivered
-		// (wal.when_full: drop_oldest, which counts them). The object
-		// cannot be rebuilt; whatever of it reached S3 stays.
-		s.log.Warn("not finishing an interrupted upload: the WAL dropped some of its records (wal.when_full: drop_oldest); the records left are sent again under a new key",
+		// (wal.when_full: drop_oldest, which counts them), or lost them
+		// to a damaged entry (counted too). The object cannot be
+		// rebuilt; whatever of it reached S3 stays.
+		s.log.Warn("not finishing an interrupted upload: the WAL dropped some of its records (wal.when_full: drop_oldest) or lost them to a damaged entry; the records left are sent again under a new key",
 			"key", in.Key, "records", in.Records, "left", len(kept))
 		if in.UploadID != "" {
 			_ = s.abort(ctx, in.Key, in.UploadID)
