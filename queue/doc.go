@@ -102,12 +102,14 @@
 //	partitioning      the same, described (sinks.Repartitioner.Partitioning)
 //	m/<partition>     delivered mark: the partition delivered up to this
 //	                  sequence number (8 bytes, big-endian), ahead of the cursor
-//	o/<partition>     a delivered mark of the partitioning before the last
-//	                  change of it, kept until the cursor passes it
-//	                  (repartition.go)
-//	old_partitioning  the description of that partitioning
+//	o/<partition>     a delivered mark of an earlier configuration (its
+//	o<n>/<partition>  partitioning or match changed since), kept until the
+//	                  cursor passes it: generation 0, or n (repartition.go)
+//	old_partitioning  the description of that generation's partitioning
+//	old_partitioning/<n>
+//	old_match         the match when that generation's marks were written
+//	old_match/<n>
 //	match             the sink's match (Options.MatchGlobs), sorted, as JSON
-//	old_match         the match when the o/ marks were written
 //	d/<seq>           a dead letter: the record and why, as JSON (DeadLetter)
 //	s/<key>           the sink's own state (sinks.State), e.g. S3 intents
 //	a/<partition>     with max_partitions (guard.go): the intervals of

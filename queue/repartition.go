@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/logfwd/forwarder/config"
@@ -16,12 +17,15 @@ import (
 // A change of partitioning (Options.Fingerprint: a key or name template,
 // the host name) makes the delivered marks name partitions the sink no
 // longer has; a change of match (Options.MatchGlobs) makes them cover
-// records of tags the sink did not take, which a wider match takes now. A sink that can route records as its earlier configuration
-// did (sinks.Repartitioner) keeps them: they move, with the description of
-// that partitioning, under prefixOldMark, and a record they say was
-// delivered is not sent again under the new names (oldMarks.delivered).
-// They go as the cursor passes them. Another change while they are kept
-// replaces them, when there are marks of the partitioning in between.
+// records of tags the sink did not take, which a wider match takes now. A
+// sink that can route records as its earlier configuration did
+// (sinks.Repartitioner) keeps them: they move, with the description of that
+// partitioning and that match, to a generation of their own (generation),
+// and a record one of them says was delivered is not sent again under the
+// new names (oldMarks.delivered). They go as the cursor passes them.
+// Another change while they are kept makes another generation when the
+// configuration in between has marks of its own; at most maxGenerations
+// are kept, the oldest forgotten beyond that.
 //
 // Recover runs before the change is stored: a sink finishes what the
 // earlier configuration began, routed as it was (sinks.State.Partitioning),
@@ -128,26 +132,29 @@ func (d *Drainer) storePartitioning(ctx context.Context, p prior) error {
 		switch {
 		case len(marks) == 0:
 		case rp != nil && p.desc != nil:
-			older := 0
-			if err := d.w.ScanState(d.name, []byte(prefixOldMark), func(k, _ []byte) error {
-				b.Delete(d.name, append([]byte(nil), k...))
-				older++
-				return nil
-			}); err != nil {
-				return fmt.Errorf("read delivered marks of %q: %w", d.name, err)
+			gens, err := d.scanGenerations()
+			if err != nil {
+				return err
 			}
-			if older > 0 {
-				d.log.Info("the sink's partitioning or match changed twice before the cursor passed what partitions delivered ahead of it: forgetting the marks of the first; those records may be sent again", "marks", older)
+			n := 1
+			for _, g := range gens {
+				n = max(n, g.n+1)
 			}
+			if len(gens) >= maxGenerations {
+				// The oldest goes: what it delivered may be sent again.
+				oldest := gens[0]
+				oldest.forget(&b, d.name)
+				d.log.Warn("the sink's partitioning or match changed again before the cursor passed what partitions delivered under earlier ones: forgetting the marks of the oldest; those records may be sent again",
+					"marks", len(oldest.keys), "configurations_kept", maxGenerations)
+			}
+			g := generation{n: n}
 			for _, m := range marks {
 				b.Delete(d.name, m[0])
-				b.Put(d.name, oldMarkKey(string(m[0][len(prefixMark):])), m[1])
+				b.Put(d.name, g.markKey(string(m[0][len(prefixMark):])), m[1])
 			}
-			b.Put(d.name, []byte(keyOldPartitioning), p.desc)
+			b.Put(d.name, g.descKey(), p.desc)
 			if p.match != nil {
-				b.Put(d.name, []byte(keyOldMatch), p.match)
-			} else {
-				b.Delete(d.name, []byte(keyOldMatch))
+				b.Put(d.name, g.matchKey(), p.match)
 			}
 			d.log.Info("the sink's partitioning or match changed: what its partitions delivered ahead of the cursor is read through the earlier configuration and not sent again", "marks", len(marks))
 		default:
@@ -179,85 +186,185 @@ func (d *Drainer) storePartitioning(ctx context.Context, p prior) error {
 	return nil
 }
 
-// oldMarks are the delivered marks of an earlier partitioning.
+// maxGenerations bounds the earlier configurations whose marks are kept
+// at once: each changed while partitions had delivered ahead of the
+// cursor under the one before.
+const maxGenerations = 8
+
+// A generation is the marks of one earlier configuration, with its
+// partitioning and match. Generation 0 has the keys a build with one
+// generation wrote (prefixOldMark, keyOldPartitioning, keyOldMatch); n > 0,
+// "o<n>/<partition>", "old_partitioning/<n>" and "old_match/<n>".
+type generation struct {
+	n    int
+	keys [][]byte // its mark keys, as scanned
+	vals []uint64 // their marks (0: a value not 8 bytes long)
+}
+
+func (g *generation) prefix() string {
+	if g.n == 0 {
+		return prefixOldMark
+	}
+	return "o" + strconv.Itoa(g.n) + "/"
+}
+
+func (g *generation) markKey(partition string) []byte { return []byte(g.prefix() + partition) }
+
+func (g *generation) descKey() []byte {
+	if g.n == 0 {
+		return []byte(keyOldPartitioning)
+	}
+	return []byte(keyOldPartitioning + "/" + strconv.Itoa(g.n))
+}
+
+func (g *generation) matchKey() []byte {
+	if g.n == 0 {
+		return []byte(keyOldMatch)
+	}
+	return []byte(keyOldMatch + "/" + strconv.Itoa(g.n))
+}
+
+// forget deletes the generation's keys in b.
+func (g *generation) forget(b *wal.Batch, sink string) {
+	for _, k := range g.keys {
+		b.Delete(sink, k)
+	}
+	b.Delete(sink, g.descKey())
+	b.Delete(sink, g.matchKey())
+}
+
+// scanGenerations reads the marks of every earlier configuration, oldest
+// first.
+func (d *Drainer) scanGenerations() ([]*generation, error) {
+	byN := map[int]*generation{}
+	if err := d.w.ScanState(d.name, []byte("o"), func(k, v []byte) error {
+		slash := bytes.IndexByte(k, '/')
+		if slash < 1 {
+			return nil
+		}
+		n := 0
+		if slash > 1 {
+			var err error
+			if n, err = strconv.Atoi(string(k[1:slash])); err != nil || n < 1 {
+				return nil // old_partitioning/<n>, old_match/<n>
+			}
+		}
+		g := byN[n]
+		if g == nil {
+			g = &generation{n: n}
+			byN[n] = g
+		}
+		var m uint64
+		if len(v) == 8 {
+			m = be64(v)
+		}
+		g.keys, g.vals = append(g.keys, bytes.Clone(k)), append(g.vals, m)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read delivered marks of %q: %w", d.name, err)
+	}
+	gens := make([]*generation, 0, len(byN))
+	for _, g := range byN {
+		gens = append(gens, g)
+	}
+	slices.SortFunc(gens, func(a, b *generation) int { return a.n - b.n })
+	return gens, nil
+}
+
+// oldMarks are the delivered marks of earlier configurations.
 type oldMarks struct {
+	gens []*oldGen
+}
+
+// oldGen is one generation's marks, read through its configuration.
+type oldGen struct {
+	generation
 	marks markSet
 	route func(*sinks.Record) string // as the earlier partitioning routed
 	match func(tag string) bool      // the earlier match; nil: not known
 	max   uint64                     // the highest mark
 }
 
-// delivered reports whether a partition of the earlier partitioning
-// delivered r: a record of a tag the earlier match refused was not, even
-// under a mark of its partition.
+// delivered reports whether a partition of an earlier configuration
+// delivered r: a record of a tag its match refused was not, even under a
+// mark of its partition.
 func (o *oldMarks) delivered(r *sinks.Record) bool {
-	if r.Seq > o.max || o.match != nil && !o.match(r.Tag) {
-		return false
+	for _, g := range o.gens {
+		if r.Seq > g.max || g.match != nil && !g.match(r.Tag) {
+			continue
+		}
+		if m, ok := g.marks.get(g.route(r)); ok && r.Seq <= m {
+			return true
+		}
 	}
-	m, ok := o.marks.get(o.route(r))
-	return ok && r.Seq <= m
+	return false
 }
 
-// loadOldMarks reads the marks of an earlier partitioning, and the router
-// of that partitioning, its bound's decisions as they were before this
-// start (next: the first record no earlier run routed). Marks it cannot
-// read through their partitioning are dropped, with a warning: their
-// records may be sent again.
+// loadOldMarks reads the marks of earlier configurations, and the router
+// of each, its bound's decisions as they were before this start (next: the
+// first record no earlier run routed). Marks it cannot read through their
+// partitioning are dropped, with a warning: their records may be sent
+// again.
 func (d *Drainer) loadOldMarks(ctx context.Context, next uint64) (*oldMarks, error) {
-	o := &oldMarks{marks: newMarkSet()}
-	var keys [][]byte
-	if err := d.w.ScanState(d.name, []byte(prefixOldMark), func(k, v []byte) error {
-		keys = append(keys, append([]byte(nil), k...))
-		if len(v) == 8 {
-			o.marks.set(string(k[len(prefixOldMark):]), be64(v))
-			o.max = max(o.max, be64(v))
-		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("load delivered marks of %q: %w", d.name, err)
-	}
-	if len(keys) == 0 {
-		return nil, nil
-	}
-	desc, err := d.w.State(d.name, []byte(keyOldPartitioning))
-	if err != nil {
-		return nil, fmt.Errorf("read the earlier partitioning of %q: %w", d.name, err)
+	gens, err := d.scanGenerations()
+	if err != nil || len(gens) == 0 {
+		return nil, err
 	}
 	rp, _ := d.sink.(sinks.Repartitioner)
-	if rp == nil || desc == nil {
-		err = fmt.Errorf("the sink cannot route records as it did")
-	} else {
-		// The bound's decisions for the records the earlier partitioning
-		// routed, as they were: the loop admits partitions of the new one.
-		var g *guard
-		if g, err = loadGuard(d.w, d.name, max(d.lim.MaxPartitions, 0), next, true, time.Now()); err == nil {
-			st := &sinkState{w: d.w, name: d.name, match: d.st.match, guard: g, partitioning: desc}
-			o.route, err = rp.Router(desc, st)
-		}
-	}
-	if err == nil {
-		var m []byte
-		if m, err = d.w.State(d.name, []byte(keyOldMatch)); err != nil {
-			return nil, fmt.Errorf("read the earlier match of %q: %w", d.name, err)
-		}
-		if m != nil {
-			o.match, err = matcherOf(m)
-		}
-	}
-	if err == nil {
-		return o, nil
-	}
-	d.log.Warn("cannot read what partitions delivered before the sink's partitioning changed: forgetting it; those records may be sent again", "marks", len(keys), "error", err)
+	o := &oldMarks{}
 	var b wal.Batch
-	for _, k := range keys {
-		b.Delete(d.name, k)
+	for _, g := range gens {
+		og := &oldGen{generation: *g, marks: newMarkSet()}
+		for i, k := range g.keys {
+			if m := g.vals[i]; m != 0 {
+				og.marks.set(string(k[len(g.prefix()):]), m)
+				og.max = max(og.max, m)
+			}
+		}
+		desc, err := d.w.State(d.name, g.descKey())
+		if err != nil {
+			return nil, fmt.Errorf("read an earlier partitioning of %q: %w", d.name, err)
+		}
+		switch {
+		case rp == nil || desc == nil:
+			err = fmt.Errorf("the sink cannot route records as it did")
+		case og.marks.len() == 0:
+			err = fmt.Errorf("no mark holds a sequence number")
+		default:
+			// The bound's decisions for the records the earlier
+			// partitioning routed, as they were: the loop admits
+			// partitions of the new one.
+			var gd *guard
+			if gd, err = loadGuard(d.w, d.name, max(d.lim.MaxPartitions, 0), next, true, time.Now()); err == nil {
+				st := &sinkState{w: d.w, name: d.name, match: d.st.match, guard: gd, partitioning: desc}
+				og.route, err = rp.Router(desc, st)
+			}
+		}
+		if err == nil {
+			var m []byte
+			if m, err = d.w.State(d.name, g.matchKey()); err != nil {
+				return nil, fmt.Errorf("read an earlier match of %q: %w", d.name, err)
+			}
+			if m != nil {
+				og.match, err = matcherOf(m)
+			}
+		}
+		if err != nil {
+			d.log.Warn("cannot read what partitions delivered before the sink's partitioning changed: forgetting it; those records may be sent again", "marks", len(g.keys), "error", err)
+			g.forget(&b, d.name)
+			continue
+		}
+		o.gens = append(o.gens, og)
 	}
-	b.Delete(d.name, []byte(keyOldPartitioning))
-	b.Delete(d.name, []byte(keyOldMatch))
-	if err := d.commitWaiting(ctx, &b, "cannot forget the marks of an earlier partitioning"); err != nil {
-		return nil, fmt.Errorf("forget the marks of an earlier partitioning of %q: %w", d.name, err)
+	if b.Len() > 0 {
+		if err := d.commitWaiting(ctx, &b, "cannot forget the marks of an earlier partitioning"); err != nil {
+			return nil, fmt.Errorf("forget the marks of an earlier partitioning of %q: %w", d.name, err)
+		}
 	}
-	return nil, nil
+	if len(o.gens) == 0 {
+		return nil, nil
+	}
+	return o, nil
 }
 
 // passMarks forgets the marks at or below low, the cursor's new position,
@@ -268,10 +375,18 @@ func (l *loop) passMarks(low uint64, ops *wal.Batch) {
 	if l.old == nil {
 		return
 	}
-	l.old.marks.takeUpTo(low, func(k string) { ops.Delete(name, oldMarkKey(k)) })
-	if l.old.marks.len() == 0 {
-		ops.Delete(name, []byte(keyOldPartitioning))
-		ops.Delete(name, []byte(keyOldMatch))
+	kept := l.old.gens[:0]
+	for _, g := range l.old.gens {
+		g.marks.takeUpTo(low, func(k string) { ops.Delete(name, g.markKey(k)) })
+		if g.marks.len() > 0 {
+			kept = append(kept, g)
+			continue
+		}
+		ops.Delete(name, g.descKey())
+		ops.Delete(name, g.matchKey())
+	}
+	l.old.gens = kept
+	if len(kept) == 0 {
 		l.old = nil
 	}
 }

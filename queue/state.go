@@ -23,8 +23,6 @@ const (
 
 func markKey(partition string) []byte { return []byte(prefixMark + partition) }
 
-func oldMarkKey(partition string) []byte { return []byte(prefixOldMark + partition) }
-
 func deadKey(seq uint64) []byte {
 	k := make([]byte, len(prefixDead)+8)
 	copy(k, prefixDead)
