@@ -225,7 +225,7 @@ func (d *Drainer) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	if err := d.storePartitioning(ctx, prior); err != nil {
+	if err := d.storePartitioning(ctx, prior, cursor); err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return nil // stopped while the disk was full: nothing to finish
 		}

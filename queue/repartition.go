@@ -111,7 +111,7 @@ func matcherOf(desc []byte) (func(tag string) bool, error) {
 // match, and, when one of them changed, keeps the delivered marks as the
 // earlier configuration's, or (a sink that cannot route as it did, or a
 // partitioning not described: stored by an older build) drops them.
-func (d *Drainer) storePartitioning(ctx context.Context, p prior) error {
+func (d *Drainer) storePartitioning(ctx context.Context, p prior, cursor uint64) error {
 	if d.opts.Fingerprint == "" {
 		return nil
 	}
@@ -129,6 +129,12 @@ func (d *Drainer) storePartitioning(ctx context.Context, p prior) error {
 		}); err != nil {
 			return fmt.Errorf("read delivered marks of %q: %w", d.name, err)
 		}
+		if !slices.ContainsFunc(marks, func(m [2][]byte) bool { return len(m[1]) == 8 && be64(m[1]) > cursor }) {
+			for _, m := range marks { // the cursor passed them: they cover nothing
+				b.Delete(d.name, m[0])
+			}
+			marks = nil
+		}
 		switch {
 		case len(marks) == 0:
 		case rp != nil && p.desc != nil:
@@ -136,6 +142,18 @@ func (d *Drainer) storePartitioning(ctx context.Context, p prior) error {
 			if err != nil {
 				return err
 			}
+			// Marks the cursor passed (drop_oldest moves it without them)
+			// cover nothing: a generation left with none is forgotten, and
+			// does not count against maxGenerations.
+			live := gens[:0]
+			for _, g := range gens {
+				if slices.ContainsFunc(g.vals, func(m uint64) bool { return m > cursor }) {
+					live = append(live, g)
+				} else {
+					g.forget(&b, d.name)
+				}
+			}
+			gens = live
 			n := 1
 			for _, g := range gens {
 				n = max(n, g.n+1)
@@ -155,6 +173,8 @@ func (d *Drainer) storePartitioning(ctx context.Context, p prior) error {
 			b.Put(d.name, g.descKey(), p.desc)
 			if p.match != nil {
 				b.Put(d.name, g.matchKey(), p.match)
+			} else {
+				b.Delete(d.name, g.matchKey())
 			}
 			d.log.Info("the sink's partitioning or match changed: what its partitions delivered ahead of the cursor is read through the earlier configuration and not sent again", "marks", len(marks))
 		default:
@@ -245,8 +265,8 @@ func (d *Drainer) scanGenerations() ([]*generation, error) {
 		n := 0
 		if slash > 1 {
 			var err error
-			if n, err = strconv.Atoi(string(k[1:slash])); err != nil || n < 1 {
-				return nil // old_partitioning/<n>, old_match/<n>
+			if n, err = strconv.Atoi(string(k[1:slash])); err != nil || n < 1 || strconv.Itoa(n) != string(k[1:slash]) {
+				return nil // old_partitioning/<n>, old_match/<n>, or not a key of ours
 			}
 		}
 		g := byN[n]
@@ -382,8 +402,7 @@ func (l *loop) passMarks(low uint64, ops *wal.Batch) {
 			kept = append(kept, g)
 			continue
 		}
-		ops.Delete(name, g.descKey())
-		ops.Delete(name, g.matchKey())
+		g.forget(ops, name) // a mark not 8 bytes long too, which the set does not hold
 	}
 	l.old.gens = kept
 	if len(kept) == 0 {
