@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
 )
 
 // carriedRecord reads back a record of p's carry, which held the records
@@ -16,7 +17,7 @@ func (l *loop) carriedRecord(p *partition, seq, first, last uint64) (sinks.Recor
 		return sinks.Record{}, false
 	}
 	recs, err := l.d.w.Read(seq, 1, 0)
-	if err != nil || len(recs) == 0 || recs[0].Seq != seq {
+	if err != nil || len(recs) == 0 || recs[0].Seq != seq || recs[0].Tag == wal.DamagedTag { // a placeholder: lost, counted
 		l.d.log.Warn("a rejected record is no longer in the WAL to be dead-lettered", "seq", seq, "error", err)
 		return sinks.Record{}, false
 	}
