@@ -430,3 +430,53 @@ func TestReplaceDamagedForgetsItsChunks(t *testing.T) {
 		t.Fatalf("chunk c1, whose records were lost, sent again: %+v; want it stored from 301", res)
 	}
 }
+
+// TestReplaceDamagedFromMemory: an entry found damaged while the entries
+// committed last, kept in memory, still hold its records is written again
+// from them: nothing is lost, nothing is counted as lost, and the file
+// holds the records as they were appended.
+func TestReplaceDamagedFromMemory(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	r := rand.New(rand.NewSource(11))
+	var want []Record
+	for i := 0; i < 3; i++ {
+		recs := makeRecords(r, fmt.Sprint(i), 100, 300)
+		res := appendT(t, w, recs, "")
+		for k := range recs {
+			recs[k].Seq = res.First + uint64(k)
+		}
+		want = append(want, recs...)
+	}
+	var mid []byte
+	w.db.View(func(tx *bolt.Tx) error {
+		mid = append(mid, tx.Bucket(bucketEntries).Get(seqKey(101))...)
+		return nil
+	})
+	path := filepath.Join(dir, FileName)
+	for _, off := range findIn(t, path, mid) {
+		flipAt(t, path, off+int64(len(mid)/2)) // under the open WAL: its map sees it
+	}
+	ctx := context.Background()
+	if last, err := w.ReplaceDamaged(ctx, 101); err != nil || last != 200 {
+		t.Fatalf("ReplaceDamaged(101) = %d, %v", last, err)
+	}
+	if n := w.Stats().DamagedRecords; n != 0 {
+		t.Fatalf("DamagedRecords %d, want 0: the records were in memory", n)
+	}
+	w.Close()
+	w = openT(t, dir, Options{})
+	defer w.Close()
+	got, err := w.Read(1, 0, 0)
+	if err != nil || len(got) != len(want) {
+		t.Fatalf("read after the repair: %d records, %v", len(got), err)
+	}
+	for i := range want {
+		if got[i].Seq != want[i].Seq || got[i].Tag != want[i].Tag || got[i].Time != want[i].Time || !bytes.Equal(got[i].Body, want[i].Body) {
+			t.Fatalf("record %d differs after the repair", want[i].Seq)
+		}
+	}
+	if rep := w.Verify(); len(rep.Problems) != 0 {
+		t.Fatalf("verify after the repair: %v", rep.Problems)
+	}
+}

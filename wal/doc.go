@@ -43,7 +43,8 @@
 //     header. A mismatch is a *CorruptionError naming the file and the
 //     entry's sequence range; no partial or wrong record is ever returned.
 //     ReplaceDamaged replaces such an entry by placeholders (DamagedTag)
-//     for the same sequence numbers, so that readers go on past it: the
+//     for the same sequence numbers, so that readers go on past it (or by
+//     the entry as it was, when recent still holds its records): the
 //     drainer calls it when a read meets one.
 //     Open checks bbolt's meta pages with plain reads before mapping the
 //     file, so a truncated file is an error, not a fault.

@@ -713,6 +713,9 @@ type op struct {
 	seq   uint64
 	key   []byte
 	value []byte
+	// repaired, for opReplaceDamaged: set when the entry was written again
+	// from the records recent held, not replaced by placeholders.
+	repaired *bool
 }
 
 // SetCursor moves cursor name to seq: every record up to and including seq
@@ -770,11 +773,19 @@ const DamagedTag = "\x00damaged"
 // with the same sequence numbers, and returns the last of them. Readers
 // then go on past it, and retention can delete it. The records' count is
 // taken from where the next entry begins (or the WAL's next sequence
-// number), not from the damaged header. An entry that is whole, or gone,
-// is left as it is (last 0): whoever saw the damage first replaced it.
+// number), not from the damaged header. When the entries committed last,
+// kept in memory, still hold those records, the entry is written again
+// from them instead: nothing is lost. An entry that is whole, or gone, is
+// left as it is (last 0): whoever saw the damage first replaced it.
 func (w *WAL) ReplaceDamaged(ctx context.Context, first uint64) (last uint64, err error) {
-	last, err = w.commit(ctx, []op{{kind: opReplaceDamaged, name: "wal", seq: first}})
-	if err == nil && last != 0 {
+	var repaired bool
+	last, err = w.commit(ctx, []op{{kind: opReplaceDamaged, name: "wal", seq: first, repaired: &repaired}})
+	switch {
+	case err != nil || last == 0:
+	case repaired:
+		w.log.Warn("wal: a damaged entry was written again from the copy of its records still in memory: nothing is lost; check the disk (kernel log, SMART)",
+			"path", w.path, "first_seq", first, "last_seq", last, "records", last-first+1)
+	default:
 		w.damaged.Add(last - first + 1)
 		w.log.Error("wal: a damaged entry was replaced by placeholders, so that the sinks go on past it: its records are lost; check the disk (kernel log, SMART)",
 			"path", w.path, "first_seq", first, "last_seq", last, "records", last-first+1)

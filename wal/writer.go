@@ -726,11 +726,14 @@ func (wr *writer) applyOps(tx *bolt.Tx, ops []op) (uint64, bool, error) {
 				}
 			}
 		case opReplaceDamaged:
-			last, err := wr.replaceDamaged(tx, o.seq)
+			last, repaired, err := wr.replaceDamaged(tx, o.seq)
 			if err != nil {
 				return 0, false, err
 			}
 			seq = last
+			if o.repaired != nil {
+				*o.repaired = repaired
+			}
 		}
 	}
 	return seq, moved, nil
@@ -742,16 +745,17 @@ func (wr *writer) applyOps(tx *bolt.Tx, ops []op) (uint64, bool, error) {
 // follow each other, not one damaged entry.
 const maxDamagedRecords = 1 << 20
 
-// replaceDamaged is ReplaceDamaged in tx.
-func (wr *writer) replaceDamaged(tx *bolt.Tx, first uint64) (uint64, error) {
+// replaceDamaged is ReplaceDamaged in tx; repaired reports an entry
+// written again from the records recent holds.
+func (wr *writer) replaceDamaged(tx *bolt.Tx, first uint64) (last uint64, repaired bool, err error) {
 	b := tx.Bucket(bucketEntries)
 	c := b.Cursor()
 	k, v := c.Seek(seqKey(first))
 	if k == nil || binary.BigEndian.Uint64(k) != first {
-		return 0, nil
+		return 0, false, nil
 	}
 	if _, err := decodeEntry(first, v, nil, nil); err == nil {
-		return 0, nil
+		return 0, false, nil
 	}
 	old := int64(len(v))
 	// The key is checked too (the checksum covers it, so it may be what
@@ -764,7 +768,7 @@ func (wr *writer) replaceDamaged(tx *bolt.Tx, first uint64) (uint64, error) {
 			n, ok = len(recs), true
 		}
 		if !ok {
-			return 0, fmt.Errorf("%w: replace damaged entry %d: the entry before it is damaged too, so where this one begins is not known", errOpInvalid, first)
+			return 0, false, fmt.Errorf("%w: replace damaged entry %d: the entry before it is damaged too, so where this one begins is not known", errOpInvalid, first)
 		}
 		begin = binary.BigEndian.Uint64(pk) + uint64(n)
 	}
@@ -774,30 +778,40 @@ func (wr *writer) replaceDamaged(tx *bolt.Tx, first uint64) (uint64, error) {
 		end = binary.BigEndian.Uint64(nk)
 	}
 	if begin != first || end <= first || end-first > maxDamagedRecords {
-		return 0, fmt.Errorf("%w: replace damaged entry %d: the entry before it ends at %d and the next begins at %d: its key may be damaged", errOpInvalid, first, begin, end)
+		return 0, false, fmt.Errorf("%w: replace damaged entry %d: the entry before it ends at %d and the next begins at %d: its key may be damaged", errOpInvalid, first, begin, end)
 	}
-	// A client's chunk re-sent within dedup_window is stored again: its
-	// records may be those lost here.
-	if err := forgetChunks(tx, first, end-1); err != nil {
-		return 0, err
+	var recs []Record
+	if kept, ok := wr.w.recent.read(first, int(end-first), 0, nil, &decoder{tags: tagTable{}}); ok && uint64(len(kept)) >= end-first &&
+		kept[0].Seq == first && kept[end-first-1].Seq == end-1 {
+		// Committed by this process and still in memory: the entry as it
+		// was, read from there.
+		recs, repaired = kept[:end-first], true
+	} else {
+		recs = make([]Record, end-first)
+		now := time.Now().UnixNano() // what Age and the lag see of them
+		for i := range recs {
+			recs[i].Tag, recs[i].Time = DamagedTag, now
+		}
 	}
-	recs := make([]Record, end-first)
-	now := time.Now().UnixNano() // what Age and the lag see of them
-	for i := range recs {
-		recs[i].Tag, recs[i].Time = DamagedTag, now
+	if !repaired {
+		// A client's chunk re-sent within dedup_window is stored again: its
+		// records may be those lost here.
+		if err := forgetChunks(tx, first, end-1); err != nil {
+			return 0, false, err
+		}
 	}
 	seq, added := first, int64(0)
 	for _, e := range encodeEntries(recs, nil) {
 		value := e.finish(seq)
 		if err := b.Put(seqKey(seq), value); err != nil {
-			return 0, fmt.Errorf("replace damaged entry %d: %w", first, err)
+			return 0, false, fmt.Errorf("replace damaged entry %d: %w", first, err)
 		}
 		added += int64(len(value))
 		seq += uint64(e.count)
 	}
 	wr.st.liveBytes += added - old
 	wr.dirty = true
-	return end - 1, nil
+	return end - 1, repaired, nil
 }
 
 // retain deletes entries that every cursor has passed.
