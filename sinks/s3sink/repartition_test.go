@@ -45,9 +45,7 @@ func TestKeyChangeAfterAnUndrainedStop(t *testing.T) {
 			var recs []wal.Record
 			add := func(tag, other, id string) {
 				want = append(want, id)
-				r := rec(tag, id, at, 40)
-				r.Body = fmt.Appendf(r.Body[:len(r.Body)-1], `,"other":%q}`, other)
-				recs = append(recs, r)
+				recs = append(recs, recOther(tag, other, id, at))
 			}
 			// slow's records stay in an open object, the first holding the
 			// cursor at 0. Under the second template the other slow record
@@ -75,9 +73,7 @@ func TestKeyChangeAfterAnUndrainedStop(t *testing.T) {
 				for i := range 60 {
 					id := fmt.Sprintf("fast-more-%d", i)
 					want = append(want, id)
-					r := rec("fast", id, at, 40)
-					r.Body = fmt.Appendf(r.Body[:len(r.Body)-1], `,"other":"slow"}`)
-					more = append(more, r)
+					more = append(more, recOther("fast", "slow", id, at))
 				}
 				last = appendRecs(t, w, more).Last
 				waitFor(t, "a failed upload", func() bool {
@@ -123,9 +119,7 @@ func TestMatchWidenedAfterAnUndrainedStop(t *testing.T) {
 	var recs []wal.Record
 	add := func(tag, other, id string) {
 		want = append(want, id)
-		r := rec(tag, id, at, 40)
-		r.Body = fmt.Appendf(r.Body[:len(r.Body)-1], `,"other":%q}`, other)
-		recs = append(recs, r)
+		recs = append(recs, recOther(tag, other, id, at))
 	}
 	add("slow", "open", "slow-0") // its open object holds the cursor at 0
 	for i := range 200 {
@@ -158,4 +152,12 @@ func TestMatchWidenedAfterAnUndrainedStop(t *testing.T) {
 	if got := testutil.ToFloat64(opts.Metrics.Skipped.WithLabelValues("archive")); got != first {
 		t.Errorf("skipped %v records delivered before the restart, want %v", got, first)
 	}
+}
+
+// recOther is rec (a body of 40 bytes) with an "other" field, for key
+// templates that render it.
+func recOther(tag, other, id string, at time.Time) wal.Record {
+	r := rec(tag, id, at, 40)
+	r.Body = fmt.Appendf(r.Body[:len(r.Body)-1], `,"other":%q}`, other)
+	return r
 }
