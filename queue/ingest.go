@@ -337,8 +337,9 @@ func (l *loop) recount(p *partition) {
 }
 
 // repairDamaged handles err from a read of the WAL: a damaged entry (a
-// wal.CorruptionError) is replaced by placeholders (wal.ReplaceDamaged,
-// which logs and counts the records lost), and the read is to be made
+// wal.CorruptionError) is replaced by placeholders, or written again from
+// memory (wal.ReplaceDamaged, which logs it and counts the records lost),
+// and the read is to be made
 // again (true), rather than the sink failing at it at every start. The
 // same entry is replaced once per reader (*repaired): damage a read still
 // meets after that is returned as it is.

@@ -384,7 +384,8 @@ type Stats struct {
 	MemoryReads uint64 `json:"memory_reads"`
 	FileReads   uint64 `json:"file_reads"`
 	// DamagedRecords counts the records of damaged entries replaced by
-	// placeholders since Open (ReplaceDamaged): records lost.
+	// placeholders since Open (ReplaceDamaged): records lost (not those
+	// of an entry written again from memory).
 	DamagedRecords uint64 `json:"damaged_records"`
 }
 

@@ -762,7 +762,7 @@ func (w *WAL) DropCursor(ctx context.Context, name string) error {
 }
 
 // DamagedTag is the tag of the records ReplaceDamaged puts in place of
-// those of a damaged entry: no input takes it (it holds a control
+// those of a damaged entry it cannot write again from memory: no input takes it (it holds a control
 // character), and the drainer and sinks pass such records without
 // delivering them.
 const DamagedTag = "\x00damaged"
