@@ -117,7 +117,7 @@ func TestRunWarnsAboutARenamedSink(t *testing.T) {
 	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML, sinkYAML)
 	// The first run stops once its sink runs: it has stored its partitioning.
 	s := startService(t, path)
-	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+	s.waitFor(`msg="admin listening"`, filepath.Join(dataDir, wal.FileName))
 	admin := regexp.MustCompile(`msg="admin listening" address=(\S+)`).FindStringSubmatch(s.stderr.String())
 	if admin == nil {
 		t.Fatalf("no admin address:\n%s", s.stderr.String())
