@@ -80,7 +80,7 @@ func TestGroupStopsInReverseOrder(t *testing.T) {
 }
 
 // TestGroupStopsATeamTogether: actors of a team (the sinks, the inputs) are stopped at
-// once, each with the time the stop has left: two that take 300 ms each fit a 500 ms
+// once, each with the time the stop has left: two that take 400 ms each fit a 700 ms
 // timeout; stopped one after the other they would not. What comes before the team stops
 // once the whole team has.
 func TestGroupStopsATeamTogether(t *testing.T) {
@@ -90,7 +90,7 @@ func TestGroupStopsATeamTogether(t *testing.T) {
 		return actor{name: name, team: "sinks", run: func(ctx context.Context) error {
 			<-ctx.Done()
 			ev.add("%s cancelled", name)
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(400 * time.Millisecond)
 			ev.add("%s returned", name)
 			return nil
 		}}
@@ -102,7 +102,7 @@ func TestGroupStopsATeamTogether(t *testing.T) {
 	g.add(waiter("last", &ev))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if failed := g.run(ctx, 500*time.Millisecond); failed {
+	if failed := g.run(ctx, 700*time.Millisecond); failed {
 		t.Errorf("run reported a failure; log:\n%s", logs)
 	}
 	got := ev.get()
