@@ -333,6 +333,10 @@ func (d *Drainer) loadOldMarks(ctx context.Context, next uint64) (*oldMarks, err
 	rp, _ := d.sink.(sinks.Repartitioner)
 	o := &oldMarks{}
 	var b wal.Batch
+	// The bound's decisions for the records earlier partitionings routed,
+	// as they were (the loop admits partitions of the new one): one copy,
+	// read only, for every generation.
+	var gd *guard
 	for _, g := range gens {
 		og := &oldGen{generation: *g, marks: newMarkSet()}
 		for i, k := range g.keys {
@@ -351,11 +355,10 @@ func (d *Drainer) loadOldMarks(ctx context.Context, next uint64) (*oldMarks, err
 		case og.marks.len() == 0:
 			err = fmt.Errorf("no mark holds a sequence number")
 		default:
-			// The bound's decisions for the records the earlier
-			// partitioning routed, as they were: the loop admits
-			// partitions of the new one.
-			var gd *guard
-			if gd, err = loadGuard(d.w, d.name, max(d.lim.MaxPartitions, 0), next, true, time.Now()); err == nil {
+			if gd == nil {
+				gd, err = loadGuard(d.w, d.name, max(d.lim.MaxPartitions, 0), next, true, time.Now())
+			}
+			if err == nil {
 				st := &sinkState{w: d.w, name: d.name, match: d.st.match, guard: gd, partitioning: desc}
 				og.route, err = rp.Router(desc, st)
 			}
