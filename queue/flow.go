@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sort"
 	"time"
@@ -236,6 +237,13 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 	}
 	e := sinks.Classify(r.err)
 	l.lastErr, l.lastErrAt = e.Error(), now
+	if p.carry != nil && e.Class == sinks.Retryable && errors.Is(r.err, sinks.ErrCarryLost) {
+		d.log.Warn("the sink gave up what it carried for a partition; reading the records the WAL still holds again",
+			"partition_records", p.carryRecs+len(p.batch)+len(p.queue), "first_seq", p.carryFirst, "error", e.Err)
+		l.sendCarried(p)
+		l.release(p, p.carryFirst, now)
+		return
+	}
 	if e.Class != sinks.RecordPermanent {
 		l.lastRetried = e.Error() // what the retry summary quotes
 	}

@@ -42,6 +42,14 @@ func (c Class) String() string {
 	return fmt.Sprintf("class(%d)", int(c))
 }
 
+// ErrCarryLost, wrapped in a Retryable error from Send, says the sink can
+// no longer deliver what it carries for the partition (the S3 sink's
+// staged object is damaged and the WAL no longer holds all of its
+// records to build it again): the drainer gives the carry up (Discarder)
+// and reads its records, those the WAL still holds, again from the WAL,
+// as after a drop. Without a carry it is an ordinary retryable failure.
+var ErrCarryLost = errors.New("the carried records cannot be delivered as they were taken in")
+
 // Error is a classified send failure.
 type Error struct {
 	Class  Class

@@ -531,6 +531,18 @@ func (s *Sink) uploadObject(ctx context.Context, st sinks.State, ik []byte, in *
 		s.m.stagingRebuilt.Inc()
 		s.log.Warn("a staged object's file is missing or damaged; rebuilding the object from the WAL", "key", in.Key, "error", err)
 		rebuilt, err := s.rebuild(st, in)
+		if errors.Is(err, sinks.ErrCarryLost) {
+			// Some of its records were lost to a damaged WAL entry too:
+			// the object can be built neither from its file nor from the
+			// WAL. It is given up (nothing of it reached S3 but what an
+			// earlier attempt's upload may have left, as in Recover), and
+			// the drainer reads the records left again.
+			s.log.Warn("giving up a staged object: its file is damaged and the WAL lost some of its records to a damaged entry; the records left are sent again",
+				"key", in.Key, "records", in.Records, "error", err)
+			s.forget(in.Partition)
+			s.abandonQuietly(ctx, st, in)
+			return false, sinks.NewRetryable("staging", err)
+		}
 		if err != nil {
 			return false, sinks.NewRetryable("staging", err)
 		}
@@ -559,6 +571,9 @@ func (s *Sink) rebuild(st sinks.State, in *intent) (*object, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read records %d to %d of %q: %w", in.First, in.Last, in.Key, err)
+	}
+	if len(kept) < in.Records {
+		return nil, fmt.Errorf("rebuild %q: the WAL holds %d of its %d records: %w", in.Key, len(kept), in.Records, sinks.ErrCarryLost)
 	}
 	if len(kept) != in.Records {
 		return nil, fmt.Errorf("rebuild %q: the WAL holds %d of its %d records", in.Key, len(kept), in.Records)
@@ -627,6 +642,11 @@ func (s *Sink) intentFor(ctx context.Context, st sinks.State, partition string, 
 func (s *Sink) abandon(ctx context.Context, st sinks.State, in *intent) {
 	s.log.Warn("abandoning an upload begun for other records of the partition (the WAL dropped some before delivery, with wal.when_full: drop_oldest, or they were read again and cut otherwise); the object may exist in S3 with records also sent again",
 		"key", in.Key, "first_seq", in.First, "last_seq", in.Last)
+	s.abandonQuietly(ctx, st, in)
+}
+
+// abandonQuietly is abandon without its log line.
+func (s *Sink) abandonQuietly(ctx context.Context, st sinks.State, in *intent) {
 	if in.UploadID != "" {
 		_ = s.abort(ctx, in.Key, in.UploadID)
 	}

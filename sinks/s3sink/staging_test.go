@@ -3,6 +3,7 @@ package s3sink
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/internal/racedetect"
@@ -564,5 +566,156 @@ func TestStagingFullRetryFinishesTheSameObject(t *testing.T) {
 	body, _ := e.Get(bucket, objs[0].Key)
 	if n := bytes.Count(body, []byte("\n")); n != 130 {
 		t.Errorf("object %s holds %d records, want 130", objs[0].Key, n)
+	}
+}
+
+// gateSink holds the first final send, once it is called, until the test
+// opens the gate.
+type gateSink struct {
+	*Sink
+	final chan struct{} // closed when the first final send is called
+	open  chan struct{}
+	held  atomic.Bool
+}
+
+func (g *gateSink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {
+	if b.Final && g.held.CompareAndSwap(false, true) {
+		close(g.final)
+		<-g.open
+	}
+	return g.Sink.Send(ctx, b)
+}
+
+// TestStagedFileAndWALEntryLost: a staged object whose file is damaged
+// when the WAL lost some of its records too (a damaged entry, replaced by
+// placeholders) can be built from neither. The sink gives it up and the
+// drainer reads the records the WAL still holds again: they are delivered
+// once, and the sink goes on (before, the rebuild failed at every retry and
+// the partition stood still for good).
+func TestStagedFileAndWALEntryLost(t *testing.T) {
+	_, url := startEmu(t)
+	dir := t.TempDir()
+	w, err := wal.Open(dir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.RegisterCursor(context.Background(), "archive"); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	var want []string
+	var last uint64
+	for e := range 3 { // entries of records 1-100, 101-200, 201-300
+		var recs []wal.Record
+		for i := range 100 {
+			id := fmt.Sprintf("r%d-%d", e, i)
+			recs = append(recs, rec("app", id, at, 60))
+			if e != 1 {
+				want = append(want, id)
+			}
+		}
+		last = appendRecs(t, w, recs).Last
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Where the middle entry's stored bytes are in the file: they are
+	// damaged there while the WAL is open, once the sink has staged them.
+	walPath := filepath.Join(dir, wal.FileName)
+	value := entryValue(t, walPath, 101)
+	w = openWAL(t, dir)
+
+	cfg := testConfig(url)
+	cfg.Key = "both/${tag}/${seq}"
+	cfg.MaxObjectBytes = 64 * config.KiB // members of 8 KiB: the 300 records are carried in several
+	cfg.MaxObjectAge = config.Duration(500 * time.Millisecond)
+	s, _ := newStagedSink(t, cfg)
+	g := &gateSink{Sink: s, final: make(chan struct{}), open: make(chan struct{})}
+	opts := drainerOptions()
+	opts.Logger = testLogger(t)
+	opts.Metrics = queue.NewMetrics(prometheus.NewRegistry())
+	runDrainer(t, w, "archive", g, opts)
+	select {
+	case <-g.final:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no final send")
+	}
+	staged, err := filepath.Glob(filepath.Join(s.staging.dir, "*"))
+	if err != nil || len(staged) != 1 {
+		t.Fatalf("staged files %q, %v", staged, err)
+	}
+	flipAll(t, staged[0], nil)
+	flipAll(t, walPath, value)
+	close(g.open)
+
+	waitCursor(t, w, "archive", last, 20*time.Second)
+	checkOnce(t, readObjects(t, newReader(t, url), "both/"), want)
+	if n := w.Stats().DamagedRecords; n != 100 {
+		t.Errorf("%d records counted damaged, want 100", n)
+	}
+	if n := testutil.ToFloat64(s.m.stagingRebuilt); n < 1 {
+		t.Errorf("%v rebuilds tried, want at least 1", n)
+	}
+	if st := s.staging.bytes(); st != 0 {
+		t.Errorf("staging holds %d bytes after the drain", st)
+	}
+}
+
+// entryValue returns the stored value of the WAL entry whose key is seq,
+// read from the closed WAL's file.
+func entryValue(t *testing.T, path string, seq uint64) []byte {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var value []byte
+	key := binary.BigEndian.AppendUint64(nil, seq)
+	db.View(func(tx *bolt.Tx) error {
+		value = bytes.Clone(tx.Bucket([]byte("entries")).Get(key)) // the WAL's bucket of entries (wal/doc.go)
+		return nil
+	})
+	if value == nil {
+		t.Fatalf("no entry at %d", seq)
+	}
+	return value
+}
+
+// flipAll flips a byte in the middle of every copy of value in the file at
+// path (nil: the middle byte of the file), writing in place, as a disk
+// that damages data under a running process would.
+func flipAll(t *testing.T, path string, value []byte) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	flip := func(off int) {
+		if _, err := f.WriteAt([]byte{data[off] ^ 0xff}, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if value == nil {
+		flip(len(data) / 2)
+		return
+	}
+	n := 0
+	for i := 0; ; {
+		j := bytes.Index(data[i:], value)
+		if j < 0 {
+			break
+		}
+		flip(i + j + len(value)/2)
+		n++
+		i += j + 1
+	}
+	if n == 0 {
+		t.Fatal("the value is not in the file")
 	}
 }
