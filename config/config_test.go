@@ -348,7 +348,7 @@ func TestExpandEnvString(t *testing.T) {
 func TestEmptySecretFromEnv(t *testing.T) {
 	t.Setenv("EMPTY", "")
 	text := "inputs:\n  forward:\n    listen: 127.0.0.1:0\n    shared_key: ${env.EMPTY}\n  http:\n    listen: 127.0.0.1:0\n    token: \"${env.EMPTY}\"\n" +
-		"sinks:\n  - name: a\n    type: s3\n    bucket: bucket${env.EMPTY}\n    region: r\n"
+		"sinks:\n  - name: a\n    type: s3\n    bucket: bucket${env.EMPTY}\n    region: us-east-1\n"
 	_, err := Parse([]byte(text), "f.yaml")
 	want := "f.yaml:4: inputs.forward.shared_key: ${env.EMPTY} gives an empty value (the environment variable is set but empty): set it, or remove shared_key to go without\n" +
 		"f.yaml:7: inputs.http.token: ${env.EMPTY} gives an empty value (the environment variable is set but empty): set it, or remove token to go without"
@@ -360,7 +360,7 @@ func TestEmptySecretFromEnv(t *testing.T) {
 		t.Errorf("an empty shared_key written as such, beside another key's empty variable: %v", err)
 	}
 	// ${NAME} in a template is the template's to report, with its placeholders.
-	_, err = Parse([]byte("sinks:\n  - name: a\n    type: s3\n    bucket: bucket\n    region: r\n    key: \"x/${ENVIRONMENT}/${seq}\"\n"), "f.yaml")
+	_, err = Parse([]byte("sinks:\n  - name: a\n    type: s3\n    bucket: bucket\n    region: us-east-1\n    key: \"x/${ENVIRONMENT}/${seq}\"\n"), "f.yaml")
 	if err == nil || !strings.Contains(err.Error(), "placeholders are tag") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("template with ${ENVIRONMENT}: %v", err)
 	}
@@ -577,6 +577,12 @@ var badConfigs = []struct {
 	// The ARN is named as one, whatever its length.
 	{"bucket_names.yaml", []string{
 		`5: sink "arn": bucket: "arn:aws:s3:::my-logs-with-a-name-long-enough-to-pass-sixty-three-characters" is an ARN: give the bucket's name (what follows arn:aws:s3:::)`,
+	}},
+	// A region's name is checked where the sink has no endpoint of its own.
+	{"regions.yaml", []string{
+		`5: sink "typo": region: "us-east1" is not an AWS region's name (such as us-east-1 or eu-west-3)`,
+		`10: sink "zone": region: "eu-west-3b" is an availability zone: its region is eu-west-3`,
+		`15: sink "upper": region: "US-EAST-1" is not an AWS region's name (such as us-east-1 or eu-west-3)`,
 	}},
 	{"drop_cursors.yaml", []string{
 		`5: wal.drop_cursors[1]: is empty: name the cursor of a removed sink (forwarder wal stats lists the cursors)`,

@@ -24,12 +24,12 @@ import (
 func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems config.Problems, ws []warning, notes []string) {
 	problems = tlsProblems(cfg, path)
 	for _, s := range cfg.Sinks {
-		region := ""
+		region, endpoint := "", ""
 		switch {
 		case s.S3 != nil:
-			region = s.S3.Region
+			region, endpoint = s.S3.Region, s.S3.Endpoint
 		case s.CloudWatch != nil:
-			region = s.CloudWatch.Region
+			region, endpoint = s.CloudWatch.Region, s.CloudWatch.Endpoint
 		default:
 			continue
 		}
@@ -42,8 +42,14 @@ func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems co
 			problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: load the AWS configuration (environment and shared config files): %v", s.Name, err)})
 			continue
 		}
-		if ac.Region == "" {
+		switch {
+		case ac.Region == "":
 			problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: no AWS region: set region in the sink, or AWS_REGION in the service's environment, or region in the shared config's profile", s.Name)})
+		case region == "" && endpoint == "":
+			// The sink's own region was checked with the configuration.
+			if msg := config.RegionProblem(ac.Region); msg != "" {
+				problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: the region from the service's environment (AWS_REGION, AWS_DEFAULT_REGION) or the shared config's profile: %s", s.Name, msg)})
+			}
 		}
 		if msg := credentialsNote(ac); msg != "" {
 			ws = append(ws, warning{msg: msg, about: "sink", name: s.Name})

@@ -144,6 +144,20 @@ func TestCheckAndRunAgree(t *testing.T) {
 			`7: sink "archive": no AWS region: set region in the sink, or AWS_REGION in the service's environment, or region in the shared config's profile`,
 			`10: sink "pods": no AWS region: set region in the sink, or AWS_REGION in the service's environment, or region in the shared config's profile`,
 		}},
+		// A region from the environment is checked as one in the file is,
+		// for sinks without an endpoint of their own.
+		{"region from the environment", `sinks:
+  - name: archive
+    type: s3
+    bucket: my-logs
+  - name: local
+    type: s3
+    bucket: my-logs
+    key: "local/${seq}"
+    endpoint: "http://127.0.0.1:1"
+`, append(slices.Clone(awsEnv), "AWS_REGION=us-east-1a"), []string{
+			`7: sink "archive": the region from the service's environment (AWS_REGION, AWS_DEFAULT_REGION) or the shared config's profile: "us-east-1a" is an availability zone: its region is us-east-1`,
+		}},
 	} {
 		path, _ := writeConfig(t, inputsYAML, adminYAML, c.yaml)
 		var want strings.Builder
@@ -329,8 +343,8 @@ func TestCheckWarnsAboutSharedDestinations(t *testing.T) {
 		name, sinks string
 		want        []string
 	}{
-		{"stream without hostname", "  - {name: pods, type: cloudwatch, region: r, log_group: g, log_stream: \"${tag}\"}\n", []string{noHost}},
-		{"stream with hostname", "  - {name: pods, type: cloudwatch, region: r, log_group: g, log_stream: \"${tag}-${hostname}\"}\n", nil},
+		{"stream without hostname", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${tag}\"}\n", []string{noHost}},
+		{"stream with hostname", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${tag}-${hostname}\"}\n", nil},
 		{"two sinks, one key", "  - {name: archive2, type: s3, region: r, bucket: test-bucket, endpoint: \"http://127.0.0.1:1\"}\n", []string{twice}},
 		{"two sinks, two keys", "  - {name: archive2, type: s3, region: r, bucket: test-bucket, endpoint: \"http://127.0.0.1:1\", key: \"other/${hostname}-${seq}.json.gz\"}\n", nil},
 	} {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -85,11 +86,18 @@ func forwarderCmd(t *testing.T, args ...string) result {
 // forwarderCmdEnv runs the binary with args and env added to the test's environment.
 func forwarderCmdEnv(t *testing.T, env []string, args ...string) result {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	// A command expected to end that runs on (a run that should have
+	// refused its configuration) fails the test, not the package's timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("forwarder %s: still running after 2m (killed); stderr:\n%s", strings.Join(args, " "), stderr.String())
+	}
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
 		t.Fatalf("forwarder %s: %v", strings.Join(args, " "), err)
