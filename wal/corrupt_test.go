@@ -368,6 +368,50 @@ func TestReplaceDamaged(t *testing.T) {
 	}
 }
 
+// TestDropOldestPassesPlaceholders: drop_oldest does not count the
+// placeholders of a damaged entry as dropped records: they were lost, and
+// counted, as damaged; the records around them count, for a sink of every
+// tag and for one of some tags alike.
+func TestDropOldestPassesPlaceholders(t *testing.T) {
+	dir := t.TempDir()
+	path, mid := buildCorruptionFixture(t, dir)
+	for _, off := range findIn(t, path, mid) {
+		flipAt(t, path, off+int64(len(mid)/2))
+	}
+	ctx := context.Background()
+	w := openT(t, dir, Options{})
+	for _, n := range []string{"all", "some", "within"} {
+		if _, err := w.RegisterCursor(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if last, err := w.ReplaceDamaged(ctx, 101); err != nil || last != 200 {
+		t.Fatalf("ReplaceDamaged(101) = %d, %v", last, err)
+	}
+	var b Batch
+	b.SetCursor("within", 150) // a cursor within the placeholders
+	commitT(t, w, &b)
+	w.Close()
+
+	every := func(string) bool { return true } // takes DamagedTag too
+	w = openT(t, dir, Options{MaxBytes: 64 << 10, WhenFull: DropOldest, CursorTags: map[string]func(string) bool{"some": every}})
+	defer w.Close()
+	r := rand.New(rand.NewSource(3))
+	for w.Stats().FirstSeq <= 300 {
+		appendT(t, w, makeRecords(r, "new", 100, 300), "")
+	}
+	st := w.Stats()
+	want := st.FirstSeq - 1 - 100 // all before the first live record, but the placeholders
+	for _, n := range []string{"all", "some"} {
+		if st.Dropped[n] != want {
+			t.Errorf("%s: %d records counted dropped, want %d (the first live record is %d; 100 were placeholders)", n, st.Dropped[n], want, st.FirstSeq)
+		}
+	}
+	if n := st.Dropped["within"]; n != want-100 {
+		t.Errorf("within: %d records counted dropped, want %d", n, want-100)
+	}
+}
+
 // TestReplaceDamagedChecksTheKey: the checksum covers the key, which may be
 // what is damaged (here 101 read as 154): the entry is not replaced then,
 // since where its records begin is not known, and the read still fails.

@@ -868,6 +868,9 @@ func (wr *writer) dropOldest(tx *bolt.Tx, need int64) error {
 	// What each cursor whose sink takes some tags only loses: the records
 	// of the dropped entries past it that it would have taken.
 	var taken map[string]uint64
+	// Entries of ReplaceDamaged's placeholders: their records were lost
+	// and counted as damaged, not dropped.
+	var holes [][2]uint64
 	for k, v := c.First(); k != nil && freed < need; k, v = c.Next() {
 		count, _ := entryCount(v)
 		if count == 0 {
@@ -877,6 +880,10 @@ func (wr *writer) dropOldest(tx *bolt.Tx, need int64) error {
 		last = first + uint64(count) - 1
 		keys = append(keys, append([]byte(nil), k...))
 		freed += int64(len(v))
+		if placeholders(first, v) {
+			holes = append(holes, [2]uint64{first, last})
+			continue
+		}
 		taken = wr.countTaken(taken, first, last, v)
 	}
 	if len(keys) == 0 {
@@ -896,6 +903,11 @@ func (wr *writer) dropOldest(tx *bolt.Tx, need int64) error {
 			continue
 		}
 		lost := last - max(pos, first-1)
+		for _, h := range holes {
+			if h[1] > pos {
+				lost -= h[1] - max(h[0]-1, pos)
+			}
+		}
 		if n, ok := taken[name]; ok {
 			lost = n
 		}
@@ -912,6 +924,23 @@ func (wr *writer) dropOldest(tx *bolt.Tx, need int64) error {
 		}
 	}
 	return nil
+}
+
+// placeholderRaw bounds the bytes of one of ReplaceDamaged's placeholder
+// records in an entry's payload: a time (at most 10 bytes), DamagedTag with
+// its length, and an empty body's length.
+const placeholderRaw = binary.MaxVarintLen64 + 1 + len(DamagedTag) + 1
+
+// placeholders reports whether the entry of records from first, stored as
+// v, holds ReplaceDamaged's placeholders (it holds nothing else). Only an
+// entry whose records are as small as placeholders is decoded.
+func placeholders(first uint64, v []byte) bool {
+	count, ok := entryCount(v)
+	if !ok || len(v) < entryHeaderLen || uint64(binary.BigEndian.Uint32(v[6:10])) > uint64(count)*uint64(placeholderRaw) {
+		return false
+	}
+	recs, err := decodeEntry(first, v, nil, nil)
+	return err == nil && len(recs) > 0 && recs[0].Tag == DamagedTag
 }
 
 // countTaken adds to taken, for each cursor with a tag filter
