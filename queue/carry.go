@@ -67,8 +67,11 @@ func (l *loop) uncarry(p *partition, now time.Time) {
 }
 
 // release forgets what p carries, its batch and its queue, and reads its
-// records from `from` on again from the WAL. p is not busy.
+// records from `from` on again from the WAL, but none the cursor passed
+// (the WAL dropped them, with drop_oldest, while a send of p was in
+// flight). p is not busy.
 func (l *loop) release(p *partition, from uint64, now time.Time) {
+	from = max(from, l.cursor+1)
 	if d, ok := p.carry.(sinks.Discarder); ok {
 		d.Discard() // given up: not sent, its records read again
 	}

@@ -277,3 +277,73 @@ func drainedAfter(t *testing.T, w *wal.WAL, r *running, s *testSink, last uint64
 		t.Fatalf("%d bytes still counted as held once everything is delivered", st.Buffered)
 	}
 }
+
+// A carry given up after a send that failed while drop_oldest dropped its
+// first records (the sink refused the carried batch, or could no longer
+// deliver the carry: sinks.ErrCarryLost) is read again from past the
+// cursor, not from its first record, which the WAL no longer holds: the
+// loop's invariants hold (checked at every step) and every record after
+// the drop is delivered once.
+func TestCarryGivenUpAfterADrop(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"carry lost", sinks.NewRetryable("staging", fmt.Errorf("rebuild: %w", sinks.ErrCarryLost))},
+		{"refused", sinks.NewRecordPermanent("too_large", fmt.Errorf("refused"))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := openWAL(t, wal.Options{MaxBytes: 256 << 10, WhenFull: wal.DropOldest})
+				defer w.Close()
+				s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: 10 * time.Second, Concurrency: 2})
+				s.carryBytes = 1 << 30
+				gate := make(chan struct{})
+				held := false
+				s.setFail(func(b *sinks.Batch) error {
+					if b.Carry != nil && b.Final && !held {
+						held = true
+						<-gate
+						return c.err
+					}
+					return nil
+				})
+				// A sink that keeps up, so that drop_oldest drops for "s" alone.
+				fast := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+				rf := start(w, "fast", fast, Options{})
+				r := start(w, "s", s, Options{RetryMin: time.Second})
+				appendN(t, w, 100, func(int) string { return "a" }, 200)
+				time.Sleep(15 * time.Second) // MaxAge: the final send is sent, and held
+				synctest.Wait()
+				if !held {
+					t.Fatal("no final send of the carry")
+				}
+				var last uint64
+				for i := 0; i < 40 && w.Stats().Dropped["s"] == 0; i++ {
+					last = appendN(t, w, 200, func(int) string { return "b" }, 200)
+					time.Sleep(time.Second)
+				}
+				dropped := w.Stats().Dropped["s"]
+				cursor, _ := w.Cursor("s")
+				if dropped == 0 || cursor < 1 {
+					t.Fatalf("nothing dropped for s (cursor %d): the test needs the carry's first records dropped", cursor)
+				}
+				close(gate)
+				time.Sleep(2 * time.Minute)
+				synctest.Wait()
+				if pos, _ := w.Cursor("s"); pos != last {
+					t.Errorf("cursor of s at %d, want %d", pos, last)
+				}
+				rf.stop(t)
+				r.stop(t)
+				s.check(t)
+				got, _, _ := s.snapshot()
+				for seq := cursor + 1; seq <= last; seq++ {
+					if got[seq] != 1 {
+						t.Fatalf("record %d delivered %d times, want once", seq, got[seq])
+					}
+				}
+			})
+		})
+	}
+}

@@ -82,6 +82,16 @@ func keyTaken(err error) bool {
 	return errors.As(err, &ae) && ae.code == codeKeyTaken
 }
 
+// landed reports whether in.Key holds exactly in's object, false when
+// the key holds nothing (or another object).
+func (s *Sink) landed(ctx context.Context, in *intent) (bool, error) {
+	same, err := s.holdsObject(ctx, in)
+	if err != nil && sinks.Classify(err).Reason == "NoSuchKey" {
+		return false, nil
+	}
+	return same, err
+}
+
 // holdsObject reports whether in.Key holds exactly in's object (or the
 // one in.was names): its size, then the SHA-256 in its metadata (every
 // object this sink writes has it), or else, for an object written without

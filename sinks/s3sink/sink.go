@@ -528,15 +528,29 @@ func (s *Sink) uploadObject(ctx context.Context, st sinks.State, ik []byte, in *
 		// Staging lost or damaged the file (it is not fsynced, and anyone
 		// can delete it): the records are in the WAL, and the object's
 		// bytes a function of them.
-		s.m.stagingRebuilt.Inc()
 		s.log.Warn("a staged object's file is missing or damaged; rebuilding the object from the WAL", "key", in.Key, "error", err)
 		rebuilt, err := s.rebuild(st, in)
+		if err == nil {
+			s.m.stagingRebuilt.Inc()
+		}
 		if errors.Is(err, sinks.ErrCarryLost) {
 			// Some of its records were lost to a damaged WAL entry too:
 			// the object can be built neither from its file nor from the
-			// WAL. It is given up (nothing of it reached S3 but what an
-			// earlier attempt's upload may have left, as in Recover), and
-			// the drainer reads the records left again.
+			// WAL. An earlier attempt's upload may have landed with its
+			// answer lost: then S3 holds it, every record with it.
+			landed, herr := s.landed(ctx, in)
+			if herr != nil {
+				return false, herr
+			}
+			if landed {
+				s.log.Warn("a staged object's file is damaged and the WAL lost some of its records, but an earlier attempt's upload of it landed: delivered",
+					"key", in.Key, "records", in.Records)
+				return true, nil
+			}
+			// It is given up, and the drainer reads the records left
+			// again (their new object may have the same key: the first
+			// record's).
+			s.m.stagingGivenUp.Inc()
 			s.log.Warn("giving up a staged object: its file is damaged and the WAL lost some of its records to a damaged entry; the records left are sent again",
 				"key", in.Key, "records", in.Records, "error", err)
 			s.forget(in.Partition)

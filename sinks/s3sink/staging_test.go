@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -653,11 +654,64 @@ func TestStagedFileAndWALEntryLost(t *testing.T) {
 	if n := w.Stats().DamagedRecords; n != 100 {
 		t.Errorf("%d records counted damaged, want 100", n)
 	}
-	if n := testutil.ToFloat64(s.m.stagingRebuilt); n < 1 {
-		t.Errorf("%v rebuilds tried, want at least 1", n)
+	if n := testutil.ToFloat64(s.m.stagingGivenUp); n != 1 {
+		t.Errorf("%v staged objects given up, want 1", n)
+	}
+	if n := testutil.ToFloat64(s.m.stagingRebuilt); n != 0 {
+		t.Errorf("%v staged objects counted rebuilt, want 0", n)
 	}
 	if st := s.staging.bytes(); st != 0 {
 		t.Errorf("staging holds %d bytes after the drain", st)
+	}
+}
+
+// TestStagedFileAndWALEntryLostAfterALandedUpload: an earlier attempt's
+// upload of a staged object landed with its answer lost; then its file is
+// damaged and the WAL loses some of its records. The retry finds the
+// object in S3, whole, and delivers the batch: it does not give it up (the
+// records left, sent again, would have made an object of the same key, the
+// first record's, which the conditional write would have found taken by
+// "another writer", pausing the sink for good).
+func TestStagedFileAndWALEntryLostAfterALandedUpload(t *testing.T) {
+	_, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.Key = "landed/${tag}/${seq}"
+	cfg.MaxObjectBytes = config.MiB
+	s, _ := newStagedSink(t, cfg)
+	s.api = &loseOneAnswer{s3API: s.api}
+	ctx := context.Background()
+	recs := batchRecs("a", 300)
+	st := newMemState(recs)
+	p := s.Partition(&recs[0])
+	var carry sinks.Carry
+	for i := 0; i < 200; i += 100 {
+		out, err := s.Send(ctx, &sinks.Batch{Partition: p, Records: recs[i : i+100], State: st, Carry: carry})
+		if err != nil || out.Carry == nil {
+			t.Fatalf("outcome %+v, %v", out, err)
+		}
+		carry = out.Carry
+	}
+	final := &sinks.Batch{Partition: p, Records: recs[200:], State: st, Carry: carry, Final: true}
+	if _, err := s.Send(ctx, final); err == nil {
+		t.Fatal("the first attempt succeeded: its answer was to be lost")
+	}
+	flipAll(t, carry.(*openObject).path, nil)
+	st.recs = append(slices.Clone(recs[:100]), recs[200:]...) // 101-200 lost to a damaged entry
+
+	out, err := s.Send(ctx, final)
+	if err != nil {
+		t.Fatalf("the retry: %v; want the landed object found and the batch delivered", err)
+	}
+	if len(out.DeleteState) != 1 {
+		t.Errorf("the retry's outcome %+v: want the intent deleted with the delivery", out)
+	}
+	var want []string
+	for i := range recs {
+		want = append(want, fmt.Sprintf("a%d", i)) // batchRecs' ids
+	}
+	checkOnce(t, readObjects(t, newReader(t, url), "landed/"), want)
+	if n := testutil.ToFloat64(s.m.stagingGivenUp); n != 0 {
+		t.Errorf("%v staged objects given up, want 0", n)
 	}
 }
 
