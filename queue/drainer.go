@@ -217,6 +217,14 @@ func (d *Drainer) Run(ctx context.Context) error {
 	// wait long for the destination).
 	d.opts.Metrics.DeadStored.WithLabelValues(d.name).Set(float64(d.countDeadLetters()))
 	if r, ok := d.sink.(sinks.Recoverer); ok {
+		// Interrupted work's batches were cut without the records that
+		// partitions of earlier configurations had delivered: the sink's
+		// reads of them leave those out too (sinkState.readRange). The
+		// generations stored now are those in force when they were cut:
+		// storePartitioning adds this start's after Recover.
+		if d.st.old, err = d.loadOldMarks(ctx, next, false); err != nil {
+			return err
+		}
 		if err := d.finishInterrupted(ctx, r, cursor); err != nil {
 			return err
 		}
@@ -231,13 +239,14 @@ func (d *Drainer) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	old, err := d.loadOldMarks(ctx, next)
+	old, err := d.loadOldMarks(ctx, next, true)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return nil
 		}
 		return err
 	}
+	d.st.old = old // the loop's, for a sink's reads while it runs (an S3 object rebuilt)
 	l, err := newLoop(d, cursor, g, old)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/logfwd/forwarder/config"
@@ -293,6 +294,10 @@ func (d *Drainer) scanGenerations() ([]*generation, error) {
 
 // oldMarks are the delivered marks of earlier configurations.
 type oldMarks struct {
+	// mu guards gens against the loop's changes (passMarks) for readers
+	// other than the loop: a sink's State.ReadRange. The loop reads
+	// without it.
+	mu   sync.RWMutex
 	gens []*oldGen
 }
 
@@ -320,12 +325,20 @@ func (o *oldMarks) delivered(r *sinks.Record) bool {
 	return false
 }
 
+// deliveredLocked is delivered for a reader other than the loop.
+func (o *oldMarks) deliveredLocked(r *sinks.Record) bool {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return o.delivered(r)
+}
+
 // loadOldMarks reads the marks of earlier configurations, and the router
 // of each, its bound's decisions as they were before this start (next: the
-// first record no earlier run routed). Marks it cannot read through their
-// partitioning are dropped, with a warning: their records may be sent
-// again.
-func (d *Drainer) loadOldMarks(ctx context.Context, next uint64) (*oldMarks, error) {
+// first record no earlier run routed). With forget, marks it cannot read
+// through their partitioning are dropped, with a warning: their records
+// may be sent again; without, they are only left out (a read for Recover,
+// before the loop's own).
+func (d *Drainer) loadOldMarks(ctx context.Context, next uint64, forget bool) (*oldMarks, error) {
 	gens, err := d.scanGenerations()
 	if err != nil || len(gens) == 0 {
 		return nil, err
@@ -373,8 +386,10 @@ func (d *Drainer) loadOldMarks(ctx context.Context, next uint64) (*oldMarks, err
 			}
 		}
 		if err != nil {
-			d.log.Warn("cannot read what partitions delivered before the sink's partitioning changed: forgetting it; those records may be sent again", "marks", len(g.keys), "error", err)
-			g.forget(&b, d.name)
+			if forget {
+				d.log.Warn("cannot read what partitions delivered before the sink's partitioning changed: forgetting it; those records may be sent again", "marks", len(g.keys), "error", err)
+				g.forget(&b, d.name)
+			}
 			continue
 		}
 		o.gens = append(o.gens, og)
@@ -398,6 +413,8 @@ func (l *loop) passMarks(low uint64, ops *wal.Batch) {
 	if l.old == nil {
 		return
 	}
+	l.old.mu.Lock()
+	defer l.old.mu.Unlock()
 	kept := l.old.gens[:0]
 	for _, g := range l.old.gens {
 		g.marks.takeUpTo(low, func(k string) { ops.Delete(name, g.markKey(k)) })

@@ -52,6 +52,9 @@ type sinkState struct {
 	// start were routed (Partitioning), until the drainer stores the
 	// sink's own after Recover.
 	partitioning []byte
+	// old are the marks of earlier configurations: ReadRange leaves out
+	// the records they delivered, as the loop's batches did. Nil: none.
+	old *oldMarks
 }
 
 var _ sinks.State = (*sinkState)(nil)
@@ -139,6 +142,9 @@ func (s *sinkState) readRange(first, last uint64, match func(string) bool, keep 
 				continue
 			}
 			rec := sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
+			if s.old != nil && s.old.deliveredLocked(&rec) {
+				continue // delivered before the configuration changed
+			}
 			if keep == nil || keep(&rec) {
 				kept = append(kept, i)
 				need += len(r.Body)

@@ -160,9 +160,11 @@ type State interface {
 	Put(ctx context.Context, key, value []byte) error
 	Delete(ctx context.Context, key []byte) error
 	// ReadRange returns the records from first to last inclusive that are
-	// still in the WAL, that this sink takes (its match globs) and that
-	// keep accepts (nil: all): a sink rebuilding a batch after a restart
-	// keeps those its Partition puts in the batch's partition. The range is
+	// still in the WAL, that this sink takes (its match globs), that no
+	// partition of an earlier configuration delivered (the drainer's
+	// batches leave those out, see Repartitioner) and that keep accepts
+	// (nil: all): a sink rebuilding a batch after a restart keeps those
+	// its Partition puts in the batch's partition. The range is
 	// read a piece at a time, so that only the records kept are held: a
 	// batch of a quiet partition can span much of the WAL. The record keep
 	// sees is valid only during the call.

@@ -161,3 +161,70 @@ func recOther(tag, other, id string, at time.Time) wal.Record {
 	r.Body = fmt.Appendf(r.Body[:len(r.Body)-1], `,"other":%q}`, other)
 	return r
 }
+
+// TestInterruptedUploadAfterAChange: in the first run after a change of
+// match or key, a partition's batch leaves out the records partitions of
+// the earlier configuration delivered (a batch with gaps); its upload is
+// interrupted (S3 refusing it when the run stops). At the next start,
+// Recover reads the batch back leaving out the same records, and finishes
+// it: before, it read them too, found more records than the intent held,
+// and failed the start, at every start.
+func TestInterruptedUploadAfterAChange(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		key1   string
+		match1 []string
+	}{
+		{name: "match widened", key1: "${record.other}/${seq}", match1: []string{"slow", "taken"}},
+		{name: "key changed", key1: "${tag}/${seq}", match1: []string{"**"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key2, match2 := "${record.other}/${seq}", []string{"**"}
+			srv, url := startEmu(t)
+			w := openWAL(t, t.TempDir())
+			at := time.Now()
+			var want []string
+			var recs []wal.Record
+			add := func(tag, other, id string) {
+				want = append(want, id)
+				recs = append(recs, recOther(tag, other, id, at))
+			}
+			add("slow", "open", "slow-0") // its open object holds the cursor at 0
+			for i := range 200 {
+				add("taken", "shared", fmt.Sprintf("taken-%d", i))
+				add("later", "shared", fmt.Sprintf("later-%d", i))
+			}
+			last := appendRecs(t, w, recs).Last
+
+			run := func(key string, match []string, age time.Duration) (queue.Options, func()) {
+				cfg := testConfig(url)
+				cfg.Key, cfg.MaxObjectBytes, cfg.MaxObjectAge = key, 2*config.KiB, config.Duration(age)
+				opts := drainerOptions()
+				opts.Logger = testLogger(t)
+				opts.Metrics = queue.NewMetrics(prometheus.NewRegistry())
+				opts.MatchGlobs = match
+				s := newTestSink(t, cfg)
+				opts.Fingerprint = s.Fingerprint()
+				return opts, runDrainer(t, w, "archive", s, opts)
+			}
+			// Run 1: objects of taken delivered ahead of the cursor.
+			opts, stop := run(c.key1, c.match1, time.Hour)
+			delivered := opts.Metrics.Delivered.WithLabelValues("archive")
+			waitFor(t, "objects of taken delivered", func() bool { return testutil.ToFloat64(delivered) >= 150 })
+			stop()
+			// Run 2, changed: S3 refuses the uploads, which are left to
+			// the next start.
+			srv.SetFailures(1)
+			opts, stop = run(key2, match2, 50*time.Millisecond)
+			waitFor(t, "a refused upload", func() bool {
+				return testutil.ToFloat64(opts.Metrics.Retries.WithLabelValues("archive", "throttled", "SlowDown")) > 0
+			})
+			stop()
+			srv.SetFailures(0)
+			// Run 3, as run 2.
+			run(key2, match2, 50*time.Millisecond)
+			waitCursor(t, w, "archive", last, 20*time.Second)
+			checkOnce(t, readObjects(t, newReader(t, url), ""), want)
+		})
+	}
+}
