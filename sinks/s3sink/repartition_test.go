@@ -114,19 +114,7 @@ func TestMatchWidenedAfterAnUndrainedStop(t *testing.T) {
 	w := openWAL(t, t.TempDir())
 	cfg := testConfig(url)
 	cfg.Key, cfg.MaxObjectBytes, cfg.MaxObjectAge = "${record.other}/${seq}", 2*config.KiB, config.Duration(time.Hour)
-	at := time.Now()
-	var want []string
-	var recs []wal.Record
-	add := func(tag, other, id string) {
-		want = append(want, id)
-		recs = append(recs, recOther(tag, other, id, at))
-	}
-	add("slow", "open", "slow-0") // its open object holds the cursor at 0
-	for i := range 200 {
-		add("taken", "shared", fmt.Sprintf("taken-%d", i))
-		add("later", "shared", fmt.Sprintf("later-%d", i))
-	}
-	last := appendRecs(t, w, recs).Last
+	want, last := appendShared(t, w)
 
 	opts := drainerOptions()
 	opts.Logger = testLogger(t)
@@ -152,6 +140,27 @@ func TestMatchWidenedAfterAnUndrainedStop(t *testing.T) {
 	if got := testutil.ToFloat64(opts.Metrics.Skipped.WithLabelValues("archive")); got != first {
 		t.Errorf("skipped %v records delivered before the restart, want %v", got, first)
 	}
+}
+
+// appendShared appends a record of tag slow (other "open": with a key of
+// ${record.other} its open object holds the cursor at 0), then 200 each of
+// tags taken and later, interleaved, whose other is "shared". It returns
+// their ids and the last sequence number.
+func appendShared(t *testing.T, w *wal.WAL) ([]string, uint64) {
+	t.Helper()
+	at := time.Now()
+	var want []string
+	var recs []wal.Record
+	add := func(tag, other, id string) {
+		want = append(want, id)
+		recs = append(recs, recOther(tag, other, id, at))
+	}
+	add("slow", "open", "slow-0")
+	for i := range 200 {
+		add("taken", "shared", fmt.Sprintf("taken-%d", i))
+		add("later", "shared", fmt.Sprintf("later-%d", i))
+	}
+	return want, appendRecs(t, w, recs).Last
 }
 
 // recOther is rec (a body of 40 bytes) with an "other" field, for key
@@ -182,19 +191,7 @@ func TestInterruptedUploadAfterAChange(t *testing.T) {
 			key2, match2 := "${record.other}/${seq}", []string{"**"}
 			srv, url := startEmu(t)
 			w := openWAL(t, t.TempDir())
-			at := time.Now()
-			var want []string
-			var recs []wal.Record
-			add := func(tag, other, id string) {
-				want = append(want, id)
-				recs = append(recs, recOther(tag, other, id, at))
-			}
-			add("slow", "open", "slow-0") // its open object holds the cursor at 0
-			for i := range 200 {
-				add("taken", "shared", fmt.Sprintf("taken-%d", i))
-				add("later", "shared", fmt.Sprintf("later-%d", i))
-			}
-			last := appendRecs(t, w, recs).Last
+			want, last := appendShared(t, w)
 
 			run := func(key string, match []string, age time.Duration) (queue.Options, func()) {
 				cfg := testConfig(url)
