@@ -578,12 +578,6 @@ var badConfigs = []struct {
 	{"bucket_names.yaml", []string{
 		`5: sink "arn": bucket: "arn:aws:s3:::my-logs-with-a-name-long-enough-to-pass-sixty-three-characters" is an ARN: give the bucket's name (what follows arn:aws:s3:::)`,
 	}},
-	// A region's name is checked where the sink has no endpoint of its own.
-	{"regions.yaml", []string{
-		`5: sink "typo": region: "us-east1" is not an AWS region's name (such as us-east-1 or eu-west-3)`,
-		`10: sink "zone": region: "eu-west-3b" is an availability zone: its region is eu-west-3`,
-		`15: sink "upper": region: "US-EAST-1" is not an AWS region's name (such as us-east-1 or eu-west-3)`,
-	}},
 	{"drop_cursors.yaml", []string{
 		`5: wal.drop_cursors[1]: is empty: name the cursor of a removed sink (forwarder wal stats lists the cursors)`,
 		`6: wal.drop_cursors[2]: "archive" is a configured sink: dropping its cursor at every start would deliver again what it has delivered; list only sinks removed from sinks`,

@@ -121,8 +121,9 @@ var availabilityZone = regexp.MustCompile(`^([a-z]+(-[a-z]+)+-[0-9]+)[a-z]$`)
 // RegionProblem says why region is not an AWS region's name, or "". The SDK
 // would take such a name and build an endpoint host that does not resolve,
 // so the sink would retry, unreachable, for ever. With an endpoint of its
-// own (an S3-compatible service, an emulator) a sink's region may be any
-// name: callers check only sinks without one.
+// own (an S3-compatible service, an emulator), in the sink or in the AWS
+// environment or shared config, a sink's region may be any name: the
+// service checks it where it resolves the sink's AWS configuration.
 func RegionProblem(region string) string {
 	if awsRegion.MatchString(region) {
 		return ""
@@ -131,16 +132,6 @@ func RegionProblem(region string) string {
 		return fmt.Sprintf("%q is an availability zone: its region is %s", region, m[1])
 	}
 	return fmt.Sprintf("%q is not an AWS region's name (such as us-east-1 or eu-west-3)", region)
-}
-
-// region checks a sink's region, unless it has an endpoint of its own.
-func (s section) region(region, endpoint string) {
-	if region == "" || endpoint != "" {
-		return
-	}
-	if msg := RegionProblem(region); msg != "" {
-		s.invalid("region", "%s", msg)
-	}
 }
 
 func (s3 *S3) validate(s section) {
@@ -162,7 +153,6 @@ func (s3 *S3) validate(s section) {
 		s.invalid("key", "%q: %s", s3.Key, msg)
 	}
 	s.endpoint("endpoint", s3.Endpoint)
-	s.region(s3.Region, s3.Endpoint)
 	s.oneOf("acl", s3.ACL, cannedACLs...)
 	s.oneOf("compression", s3.Compression, CompressionGzip, CompressionZstd, CompressionNone)
 	switch s3.Compression {
@@ -235,7 +225,6 @@ func nameText(key, src, lit string) string {
 
 func (cw *CloudWatch) validate(s section) {
 	s.endpoint("endpoint", cw.Endpoint)
-	s.region(cw.Region, cw.Endpoint)
 	s.required("log_group", cw.LogGroup)
 	s.required("log_stream", cw.LogStream)
 	for key, v := range map[string]string{"log_group": cw.LogGroup, "log_stream": cw.LogStream} {

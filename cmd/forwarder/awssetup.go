@@ -10,6 +10,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/logfwd/forwarder/config"
 )
@@ -24,12 +26,12 @@ import (
 func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems config.Problems, ws []warning, notes []string) {
 	problems = tlsProblems(cfg, path)
 	for _, s := range cfg.Sinks {
-		region, endpoint := "", ""
+		region, endpoint, service := "", "", ""
 		switch {
 		case s.S3 != nil:
-			region, endpoint = s.S3.Region, s.S3.Endpoint
+			region, endpoint, service = s.S3.Region, s.S3.Endpoint, s3.ServiceID
 		case s.CloudWatch != nil:
-			region, endpoint = s.CloudWatch.Region, s.CloudWatch.Endpoint
+			region, endpoint, service = s.CloudWatch.Region, s.CloudWatch.Endpoint, cloudwatchlogs.ServiceID
 		default:
 			continue
 		}
@@ -45,10 +47,14 @@ func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems co
 		switch {
 		case ac.Region == "":
 			problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: no AWS region: set region in the sink, or AWS_REGION in the service's environment, or region in the shared config's profile", s.Name)})
-		case region == "" && endpoint == "":
-			// The sink's own region was checked with the configuration.
+		case endpoint == "" && !endpointConfigured(ctx, ac, service):
+			// Bound for AWS itself: the region must be one of its names.
 			if msg := config.RegionProblem(ac.Region); msg != "" {
-				problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: the region from the service's environment (AWS_REGION, AWS_DEFAULT_REGION) or the shared config's profile: %s", s.Name, msg)})
+				from := "region"
+				if region == "" {
+					from = "the region from the service's environment (AWS_REGION, AWS_DEFAULT_REGION) or the shared config's profile"
+				}
+				problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: %s: %s; for a service other than AWS, set endpoint", s.Name, from, msg)})
 			}
 		}
 		if msg := credentialsNote(ac); msg != "" {
@@ -57,6 +63,27 @@ func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems co
 		notes = append(notes, fmt.Sprintf("sink %s: region %s, credentials from %s", s.Name, cmp.Or(ac.Region, "(none)"), credentialSources(ac)))
 	}
 	return problems, ws, notes
+}
+
+// endpointConfigured reports whether ac points the clients of service (an
+// SDK service id: s3.ServiceID) at an endpoint of their own, as the SDK
+// resolves one: AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_<SERVICE>, or the
+// shared config's endpoint_url, global or in a services section.
+func endpointConfigured(ctx context.Context, ac aws.Config, service string) bool {
+	if ac.BaseEndpoint != nil {
+		return true
+	}
+	type serviceEndpoint interface {
+		GetServiceBaseEndpoint(ctx context.Context, sdkID string) (string, bool, error)
+	}
+	for _, src := range ac.ConfigSources {
+		if p, ok := src.(serviceEndpoint); ok {
+			if v, found, err := p.GetServiceBaseEndpoint(ctx, service); err == nil && found && v != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // credentialsNote says what is wrong with where ac's credentials would come

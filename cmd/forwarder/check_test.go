@@ -144,8 +144,25 @@ func TestCheckAndRunAgree(t *testing.T) {
 			`7: sink "archive": no AWS region: set region in the sink, or AWS_REGION in the service's environment, or region in the shared config's profile`,
 			`10: sink "pods": no AWS region: set region in the sink, or AWS_REGION in the service's environment, or region in the shared config's profile`,
 		}},
-		// A region from the environment is checked as one in the file is,
-		// for sinks without an endpoint of their own.
+		// A region's name is checked for sinks bound for AWS: not with an
+		// endpoint of their own, in the sink or in the environment
+		// (AWS_ENDPOINT_URL_S3 here points every S3 sink elsewhere).
+		{"regions", `sinks:
+  - {name: typo, type: cloudwatch, log_group: g, log_stream: s, region: us-east1}
+  - {name: zone, type: cloudwatch, log_group: g, log_stream: s, region: eu-west-3b}
+  - {name: upper, type: cloudwatch, log_group: g, log_stream: s, region: US-EAST-1}
+  - {name: gov, type: cloudwatch, log_group: g, log_stream: s, region: us-gov-west-1}
+  - {name: eusc, type: cloudwatch, log_group: g, log_stream: s, region: eusc-de-east-1}
+  - {name: iso, type: cloudwatch, log_group: g, log_stream: s, region: us-isob-east-1}
+  - {name: fips, type: cloudwatch, log_group: g, log_stream: s, region: fips-us-east-1}
+  - {name: global, type: cloudwatch, log_group: g, log_stream: s, region: aws-global}
+  - {name: local, type: cloudwatch, log_group: g, log_stream: s, region: local, endpoint: "http://127.0.0.1:1"}
+  - {name: garage, type: s3, bucket: my-logs, key: "garage/${hostname}/${seq}", region: garage}
+`, append(slices.Clone(awsEnv), "AWS_ENDPOINT_URL_S3=http://127.0.0.1:1"), []string{
+			`7: sink "typo": region: "us-east1" is not an AWS region's name (such as us-east-1 or eu-west-3); for a service other than AWS, set endpoint`,
+			`8: sink "zone": region: "eu-west-3b" is an availability zone: its region is eu-west-3; for a service other than AWS, set endpoint`,
+			`9: sink "upper": region: "US-EAST-1" is not an AWS region's name (such as us-east-1 or eu-west-3); for a service other than AWS, set endpoint`,
+		}},
 		{"region from the environment", `sinks:
   - name: archive
     type: s3
@@ -156,7 +173,7 @@ func TestCheckAndRunAgree(t *testing.T) {
     key: "local/${seq}"
     endpoint: "http://127.0.0.1:1"
 `, append(slices.Clone(awsEnv), "AWS_REGION=us-east-1a"), []string{
-			`7: sink "archive": the region from the service's environment (AWS_REGION, AWS_DEFAULT_REGION) or the shared config's profile: "us-east-1a" is an availability zone: its region is us-east-1`,
+			`7: sink "archive": the region from the service's environment (AWS_REGION, AWS_DEFAULT_REGION) or the shared config's profile: "us-east-1a" is an availability zone: its region is us-east-1; for a service other than AWS, set endpoint`,
 		}},
 	} {
 		path, _ := writeConfig(t, inputsYAML, adminYAML, c.yaml)

@@ -534,7 +534,8 @@ func (s *Sink) uploadObject(ctx context.Context, st sinks.State, ik []byte, in *
 			s.m.stagingRebuilt.Inc()
 		}
 		if errors.Is(err, sinks.ErrCarryLost) {
-			// Some of its records were lost to a damaged WAL entry too:
+			// Some of its records are gone from the WAL too (a damaged
+			// entry, or drop_oldest while it was sent):
 			// the object can be built neither from its file nor from the
 			// WAL. An earlier attempt's upload may have landed with its
 			// answer lost: then S3 holds it, every record with it.
@@ -543,7 +544,7 @@ func (s *Sink) uploadObject(ctx context.Context, st sinks.State, ik []byte, in *
 				return false, herr
 			}
 			if landed {
-				s.log.Warn("a staged object's file is damaged and the WAL lost some of its records, but an earlier attempt's upload of it landed: delivered",
+				s.log.Warn("a staged object's file is damaged and the WAL no longer holds all of its records, but an earlier attempt's upload of it landed: delivered",
 					"key", in.Key, "records", in.Records)
 				return true, nil
 			}
@@ -551,7 +552,7 @@ func (s *Sink) uploadObject(ctx context.Context, st sinks.State, ik []byte, in *
 			// again (their new object may have the same key: the first
 			// record's).
 			s.m.stagingGivenUp.Inc()
-			s.log.Warn("giving up a staged object: its file is damaged and the WAL lost some of its records to a damaged entry; the records left are sent again",
+			s.log.Warn("giving up a staged object: its file is damaged and the WAL no longer holds all of its records (a damaged entry, or wal.when_full: drop_oldest); the records left are sent again",
 				"key", in.Key, "records", in.Records, "error", err)
 			s.forget(in.Partition)
 			s.abandonQuietly(ctx, st, in)
