@@ -55,6 +55,11 @@ func TestBadInput(t *testing.T) {
 		{"tag with a NUL", packedMode("a\x00b", entry(eventTime(time.Now()), record("a", 1)), false, options("c")), "bad_tag", false},
 		{"tag not UTF-8", messageMode("t.\xff\xfe_x", eventTime(time.Now()), record("a", 1), options("c")), "bad_tag", false},
 		{"trailing garbage in packed entries", packedMode("t", append(entry(eventTime(time.Now()), record("a", 1)), 0x91), false, nil), "malformed", false},
+		// Fluent Bit's metrics and traces (a cmetrics or ctraces payload).
+		{"metrics", packedMode("t", record("meta", map[string]any{"cmetrics": map[string]any{}}, "metrics", []any{}), false, options("c", "fluent_signal", 1)), "unsupported_signal", false},
+		{"traces, gzip", packedMode("t", gz(record("resourceSpans", []any{})), false, options("c", "compressed", "gzip", "fluent_signal", 2)), "unsupported_signal", false},
+		{"traces as records", forwardMode("t", [][]byte{entry(eventTime(time.Now()), record("span", "x"))}, options("c", "fluent_signal", "2")), "unsupported_signal", false},
+		{"JSON", []byte(`["t",1700000000,{"k":"v"}]`), "malformed", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -347,5 +352,36 @@ func TestBadInputLoggedOncePerMinute(t *testing.T) {
 	}
 	if n := strings.Count(f.logs.String(), "closing connection: bad input"); n != 1 {
 		t.Fatalf("%d log lines for 5 bad connections within a minute:\n%s", n, f.logs.String())
+	}
+}
+
+// TestBadInputSaysWhat: the log line of a refusal says what was wrong in
+// terms the client's operator can act on.
+func TestBadInputSaysWhat(t *testing.T) {
+	for _, tt := range []struct {
+		msg  []byte
+		want string
+	}{
+		{packedMode("fluentbit.metrics", record("meta", map[string]any{}), false, options("c", "fluent_signal", 1)),
+			`fluent_signal 1 (metrics) for tag \"fluentbit.metrics\": this forwarder takes logs only`},
+		{forwardMode("envoy", [][]byte{entry(eventTime(time.Now()), record("span", "x"))}, options("", "fluent_signal", "2")),
+			`fluent_signal 2 (traces) for tag \"envoy\"`},
+		{[]byte(`{"tag":"t"}`), "the message is JSON, not msgpack"},
+	} {
+		f := start(t, defaultCfg(), wal.Options{})
+		c := f.dial()
+		c.Write(tt.msg)
+		expectClosed(t, c)
+		if !strings.Contains(f.logs.String(), tt.want) {
+			t.Errorf("the log does not say %s:\n%s", tt.want, f.logs.String())
+		}
+	}
+	// A signal of logs, said or not, is taken.
+	for _, opt := range [][]byte{options("c", "fluent_signal", 0), options("c", "fluent_signal", "0"), options("c")} {
+		f := start(t, defaultCfg(), wal.Options{})
+		c := f.dial()
+		c.Write(packedMode("t", entry(eventTime(time.Now()), record("a", 1)), false, opt))
+		readAck(t, c)
+		f.waitRecords(1)
 	}
 }

@@ -86,6 +86,14 @@ const shutdownLinger = 250 * time.Millisecond
 // stopReading is the server stopping: an idle connection reads only what
 // arrives within shutdownLinger, one in the middle of a message finishes
 // it (within the server's drain time).
+// fluentBitEmptyChunk is the chunk id Fluent Bit's forward output sends
+// with every message in Message mode (a Tag built from the records, with
+// Require_ack_response): the first 16 bytes, in hex, of the SHA-512 of no
+// bytes, where it means to hash each record. An id every message shares
+// names none of them: those messages are acknowledged and stored without
+// deduplication (README, the forward input).
+const fluentBitEmptyChunk = "cf83e1357eefb8bdf1542850d66d8007"
+
 func (c *conn) stopReading() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -109,11 +117,16 @@ func (c *conn) endReads() {
 }
 
 // readUntil sets the deadline of the next read, unless reading has ended.
+// Once the server stops, a connection between messages reads for
+// shutdownLinger at most, whenever stopReading came.
 func (c *conn) readUntil(t time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ended {
 		return false
+	}
+	if linger := time.Now().Add(shutdownLinger); c.gone && !c.busy && t.After(linger) {
+		t = linger
 	}
 	c.nc.SetReadDeadline(t)
 	return true
@@ -205,7 +218,7 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 		// The records are decoded: the message's bytes are no longer needed.
 		c.drop()
 		var id wal.AppendOptions
-		if m.chunk != "" {
+		if m.chunk != "" && m.chunk != fluentBitEmptyChunk {
 			id.ChunkID, id.ChunkDigest = inputs.ForwardChunkID(m.chunk), m.digest()
 		}
 		res, err := c.s.p.Store(storeCtx, "forward", m.records, id)
@@ -351,7 +364,7 @@ func (c *conn) handshakeFailed(err error) {
 			c.s.log.Warn("closed a connection still in its handshake to make room for a new one: max_connections is reached; raise it if these are real clients",
 				"remote", c.remote, "max_connections", c.s.cfg.MaxConnections, "same_reason_not_logged_in_last_minute", n)
 		}
-	case c.closing() && errors.Is(err, net.ErrClosed):
+	case c.closing() && (errors.Is(err, net.ErrClosed) || errors.Is(err, errClosing)):
 		c.s.log.Debug("connection closed in its handshake: the server is stopping", "remote", c.remote)
 	case errors.Is(err, io.EOF) && c.read == 0:
 		c.s.log.Debug("connection closed before its handshake began", "remote", c.remote)

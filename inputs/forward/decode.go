@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
@@ -128,6 +129,12 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 		d.tc.grow = d.growJSON
 	}
 	b := full
+	if len(b) > 0 && (b[0] == '[' || b[0] == '{') {
+		// A positive fixint, never a message: the start of one in JSON,
+		// which Fluentd's in_forward also takes (fluent-logger's
+		// MarshalAsJSON). The framer took this one byte for a message.
+		return nil, bad("malformed", full, nil, "the message is JSON, not msgpack: this input takes msgpack only (a client's JSON mode, as fluent-logger's MarshalAsJSON, is not supported)")
+	}
 	n, b, err := msgp.ReadArrayHeaderBytes(b)
 	if err != nil {
 		return nil, bad("malformed", full, b, "message is not an array: %v", err)
@@ -184,9 +191,12 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 		if err != nil {
 			return nil, bad("malformed", full, b, "read packed entries: %v", err)
 		}
-		opt, err := d.peekCompressed(b, n)
+		opt, signal, err := d.peekOptions(b, n)
 		if err != nil {
 			return nil, bad("malformed", full, b, "%v", err)
+		}
+		if signal != 0 {
+			return nil, unsupportedSignal(full, b, m.tag, signal)
 		}
 		switch opt {
 		case "gzip":
@@ -216,8 +226,12 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 		n-- // the record took the slot an option would otherwise be counted in
 	}
 	if n >= 3 {
-		if m.chunk, m.acked, b, err = d.options(b); err != nil {
+		var signal int64
+		if m.chunk, m.acked, signal, b, err = d.options(b); err != nil {
 			return nil, bad("malformed", full, b, "option: %v", err)
+		}
+		if signal != 0 {
+			return nil, unsupportedSignal(full, nil, m.tag, signal)
 		}
 		if len(m.chunk) > inputs.MaxClientChunkID {
 			return nil, bad("malformed", full, nil, "chunk id of %d bytes, at most %d", len(m.chunk), inputs.MaxClientChunkID)
@@ -377,11 +391,56 @@ func (d *decoder) entry(b []byte) ([]byte, error) {
 	if n != 2 {
 		return b, fmt.Errorf("an array of %d elements, want [time, record]", n)
 	}
+	if groupMarker(b) {
+		return skipMarker(b)
+	}
 	t, b, err := d.time(b)
 	if err != nil {
 		return b, err
 	}
 	return d.body(b, t)
+}
+
+// groupMarker reports whether the time at b is that of one of Fluent Bit's
+// group markers: [[time, metadata], attributes] with the time's seconds -1
+// (a group starts) or -2 (it ends), which Fluent Bit writes as the
+// unsigned seconds of an EventTime (or as an integer). They frame the
+// records of a group (the OpenTelemetry input's resource and scope); they
+// are not records, and are left out (README, the forward input).
+func groupMarker(b []byte) bool {
+	if msgp.NextType(b) != msgp.ArrayType {
+		return false
+	}
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil || n != 2 {
+		return false
+	}
+	switch msgp.NextType(b) {
+	case msgp.ExtensionType:
+		typ, data, _, err := readExt(b)
+		if err != nil || typ != 0 || len(data) != 8 {
+			return false
+		}
+		s := binary.BigEndian.Uint32(data)
+		return s == 1<<32-1 || s == 1<<32-2
+	case msgp.IntType:
+		s, _, err := msgp.ReadInt64Bytes(b)
+		return err == nil && (s == -1 || s == -2)
+	}
+	return false
+}
+
+// skipMarker skips a group marker's [time, metadata] and attributes, which
+// must be well formed.
+func skipMarker(b []byte) ([]byte, error) {
+	rest, err := msgp.Skip(b)
+	if err != nil {
+		return b, fmt.Errorf("group marker: %w", err)
+	}
+	if rest, err = msgp.Skip(rest); err != nil {
+		return b, fmt.Errorf("group marker's attributes: %w", err)
+	}
+	return rest, nil
 }
 
 // body transcodes the record at b and adds it, at time t.
@@ -463,14 +522,23 @@ func (d *decoder) time(b []byte) (int64, []byte, error) {
 	return t, b, nil
 }
 
-// peekCompressed returns option.compressed without consuming the option.
-func (d *decoder) peekCompressed(b []byte, n uint32) (string, error) {
+// peekOptions returns option.compressed and option.fluent_signal without
+// consuming the option.
+func (d *decoder) peekOptions(b []byte, n uint32) (string, int64, error) {
 	if n < 3 || msgp.NextType(b) == msgp.NilType {
-		return "", nil
+		return "", 0, nil
 	}
 	var compressed string
+	var signal int64
 	err := eachOption(b, func(k string, v []byte) ([]byte, error) {
-		if k != "compressed" {
+		switch k {
+		case "fluent_signal":
+			var rest []byte
+			var err error
+			signal, rest, err = readSignal(v)
+			return rest, err
+		case "compressed":
+		default:
 			return msgp.Skip(v)
 		}
 		if msgp.NextType(v) == msgp.NilType {
@@ -483,21 +551,62 @@ func (d *decoder) peekCompressed(b []byte, n uint32) (string, error) {
 		compressed = s
 		return rest, nil
 	})
-	return compressed, err
+	return compressed, signal, err
 }
 
-// options reads the option map and returns its chunk id, and whether it
-// had one.
-func (d *decoder) options(b []byte) (string, bool, []byte, error) {
+// readSignal reads option.fluent_signal: 0 logs, 1 metrics, 2 traces
+// (Fluent Bit sends an integer, Envoy a string of one). A value of another
+// kind reads as 0, as the option was read before it was looked at.
+func readSignal(v []byte) (int64, []byte, error) {
+	rest, err := msgp.Skip(v)
+	if err != nil {
+		return 0, v, fmt.Errorf("option fluent_signal: %w", err)
+	}
+	switch msgp.NextType(v) {
+	case msgp.IntType, msgp.UintType:
+		if s, _, err := msgp.ReadInt64Bytes(v); err == nil {
+			return s, rest, nil
+		}
+		return -1, rest, nil
+	case msgp.StrType:
+		if s, _, err := msgp.ReadStringBytes(v); err == nil {
+			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+				return n, rest, nil
+			}
+		}
+	}
+	return 0, rest, nil
+}
+
+// unsupportedSignal refuses a message of metrics or traces.
+func unsupportedSignal(full, rest []byte, tag string, signal int64) *badMessage {
+	what := map[int64]string{1: "metrics", 2: "traces"}[signal]
+	if what == "" {
+		what = "not logs"
+	}
+	return bad("unsupported_signal", full, rest, "fluent_signal %d (%s) for tag %q: this forwarder takes logs only; "+
+		"leave the metrics and traces inputs out of the client's forward output (its Match)", signal, what, tag)
+}
+
+// options reads the option map and returns its chunk id, whether it had
+// one, and its fluent_signal (0, logs, when absent).
+func (d *decoder) options(b []byte) (string, bool, int64, []byte, error) {
 	if msgp.NextType(b) == msgp.NilType {
 		rest, err := msgp.ReadNilBytes(b)
-		return "", false, rest, err
+		return "", false, 0, rest, err
 	}
 	var chunk string
+	var signal int64
 	present := false
 	err := eachOption(b, func(k string, v []byte) ([]byte, error) {
+		if k == "fluent_signal" {
+			var rest []byte
+			var err error
+			signal, rest, err = readSignal(v)
+			return rest, err
+		}
 		if k != "chunk" {
-			return msgp.Skip(v) // size, compressed, fluent_signal: nothing to do
+			return msgp.Skip(v) // size, compressed: nothing to do
 		}
 		present = true
 		var c, rest []byte
@@ -514,10 +623,10 @@ func (d *decoder) options(b []byte) (string, bool, []byte, error) {
 		return rest, err
 	})
 	if err != nil {
-		return "", false, b, err
+		return "", false, 0, b, err
 	}
 	end, err := msgp.Skip(b)
-	return chunk, present, end, err
+	return chunk, present, signal, end, err
 }
 
 // eachOption calls fn with each key of the option map at b and the bytes

@@ -8,8 +8,10 @@
 // "gzip", one or several gzip members; "text", Fluentd's word for none,
 // and a nil option are plain PackedForward) — with the time as EventTime
 // (ext 0), integer or float seconds (0 means "now"), or Fluent Bit's
-// [time, metadata] pair, whose metadata is not kept. Each record becomes a
-// compact JSON object once, here (see transcoder for the rules).
+// [time, metadata] pair, whose metadata is not kept (entries whose pair
+// has the time -1 or -2 seconds are Fluent Bit's group markers, not
+// records: left out). Each record becomes a compact JSON object once, here
+// (see transcoder for the rules).
 //
 // A connection reads one message, stores it in the WAL and, when the
 // message carries option.chunk, answers {"ack": chunk} only after the
@@ -48,7 +50,8 @@
 // UTF-8, control characters; reason bad_tag), a message over
 // max_message_bytes or a compressed payload over four times that once
 // decompressed, more records than max_records_per_message (reason
-// too_many_records), a map key that is not a string and takes more than
+// too_many_records), a message of metrics or traces (option fluent_signal 1
+// or 2; reason unsupported_signal), a map key that is not a string and takes more than
 // 64 KiB as JSON, bad gzip, a failed handshake, a message that does not
 // arrive whole within a minute of its first byte — closes that connection
 // with one log line (remote address, what was wrong, where) and a count

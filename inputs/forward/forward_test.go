@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha512"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -218,6 +220,38 @@ func TestChunkIDReused(t *testing.T) {
 	f.waitRecords(5)
 	if n := testutil.ToFloat64(f.metrics.ChunkReused.WithLabelValues("forward")); n != 1 {
 		t.Fatalf("chunk ids reused: %v after a message of time 0 sent again, want 1", n)
+	}
+}
+
+// TestFluentBitMessageModeChunk: Fluent Bit's Message mode (a Tag built
+// from the records) sends every message with one chunk id, the SHA-512 of
+// no bytes. Each message is stored and acknowledged, two alike as well,
+// and no chunk id is counted as reused.
+func TestFluentBitMessageModeChunk(t *testing.T) {
+	f := start(t, defaultCfg(), wal.Options{})
+	sum := sha512.Sum512(nil)
+	id := hex.EncodeToString(sum[:16])
+	at := eventTime(time.Now())
+	c := f.dial()
+	for _, msg := range [][]byte{
+		messageMode("app.a", at, record("log", "same"), options(id)),
+		messageMode("app.a", at, record("log", "same"), options(id)),
+		messageMode("app.b", at, record("log", "other"), options(id)),
+	} {
+		c.Write(msg)
+		if got := readAck(t, c); got != id {
+			t.Fatalf("ack %q, want %q", got, id)
+		}
+	}
+	recs := f.waitRecords(3)
+	if string(recs[1].Body) != `{"log":"same"}` || recs[2].Tag != "app.b" {
+		t.Fatalf("stored %+v", recs)
+	}
+	if n := testutil.ToFloat64(f.metrics.ChunkReused.WithLabelValues("forward")); n != 0 {
+		t.Errorf("chunk ids reused: %v, want 0", n)
+	}
+	if n := testutil.ToFloat64(f.metrics.Deduplicated.WithLabelValues("forward")); n != 0 {
+		t.Errorf("deduplicated records %v, want 0", n)
 	}
 }
 
@@ -646,4 +680,74 @@ func TestStopLeavesAStalledCommit(t *testing.T) {
 		t.Errorf("log lacks %q:\n%s", want, logs.String())
 	}
 	t.Logf("the stop took %v (read %v, store %v)", took.Round(time.Millisecond), readFor, storeFor)
+}
+
+// TestFluentBitGroupMarkers: Fluent Bit frames the records of a group (its
+// OpenTelemetry input's resource and scope) with markers, entries with
+// metadata whose time is -1 (start) or -2 (end) seconds, written as an
+// EventTime's unsigned seconds. They are not records: left out in every
+// mode that has entries, the records between them stored, the message acknowledged.
+func TestFluentBitGroupMarkers(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 8, 0, 1, 123456789, time.UTC)
+	withMeta := func(tm []byte) []byte {
+		b := msgp.AppendArrayHeader(nil, 2)
+		b = append(b, tm...)
+		return append(b, record("otlp", map[string]any{"severity_number": 9})...)
+	}
+	marker := func(sec int32) []byte {
+		tm := []byte{0xd7, 0x00, 0, 0, 0, 0, 0, 0, 0, 0}
+		binary.BigEndian.PutUint32(tm[2:], uint32(sec))
+		return entry(withMeta(tm), record("resource", map[string]any{"attributes": map[string]any{"host.name": "h"}}))
+	}
+	intMarker := entry(withMeta(msgp.AppendInt64(nil, -1)), record("resource", map[string]any{}))
+	entries := [][]byte{marker(-1), entry(withMeta(eventTime(t0)), record("log", "a")), intMarker,
+		entry(withMeta(eventTime(t0)), record("log", "b")), marker(-2)}
+	packed := bytes.Join(entries, nil)
+	for _, tt := range []struct {
+		name string
+		msg  []byte
+		n    int
+	}{
+		{"forward", forwardMode("app.x", entries, options("g-1")), 2},
+		{"packed", packedMode("app.x", packed, false, options("g-2")), 2},
+		{"compressed", packedMode("app.x", gz(packed), false, options("g-3", "compressed", "gzip")), 2},
+		{"only markers", packedMode("app.x", bytes.Join([][]byte{marker(-1), marker(-2)}, nil), false, options("g-4")), 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := start(t, defaultCfg(), wal.Options{})
+			c := f.dial()
+			if _, err := c.Write(tt.msg); err != nil {
+				t.Fatal(err)
+			}
+			readAck(t, c)
+			recs := f.records()
+			if len(recs) != tt.n {
+				t.Fatalf("%d records stored, want %d: %v", len(recs), tt.n, recs)
+			}
+			for i, want := range []string{`{"log":"a"}`, `{"log":"b"}`}[:tt.n] {
+				if r := recs[i]; r.Time != t0.UnixNano() || string(r.Body) != want {
+					t.Errorf("record %d: %d %s, want %d %s", i, r.Time, r.Body, t0.UnixNano(), want)
+				}
+			}
+		})
+	}
+	// A record of 2106 (seconds 0xFFFFFFFD) is a record; a marker whose
+	// attributes are cut short is refused.
+	d := decoder{maxUnpacked: 1 << 20, now: time.Now}
+	m, err := d.decode(forwardMode("app.x", [][]byte{entry(withMeta(eventTimeRaw(1<<32-3, 0)), record("log", "late"))}, nil))
+	if err != nil || len(m.records) != 1 {
+		t.Fatalf("a record at seconds 0xFFFFFFFD: %v, %v", m, err)
+	}
+	cut := marker(-1)
+	if _, err := d.decode(forwardMode("app.x", [][]byte{cut[:len(cut)-3]}, nil)); err == nil {
+		t.Error("a marker cut short: accepted")
+	}
+}
+
+// eventTimeRaw is an EventTime of these seconds and nanoseconds.
+func eventTimeRaw(sec, nsec uint32) []byte {
+	b := []byte{0xd7, 0x00, 0, 0, 0, 0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(b[2:], sec)
+	binary.BigEndian.PutUint32(b[6:], nsec)
+	return b
 }

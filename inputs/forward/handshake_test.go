@@ -261,3 +261,23 @@ func waitOpen(t *testing.T, f *fixture, n int) {
 		t.Fatalf("%d connections open, want %d", got, n)
 	}
 }
+
+// A server that stops while a client is in its handshake closes the
+// connection quietly: not a bad handshake, not counted as one.
+func TestStopInAHandshake(t *testing.T) {
+	cfg := defaultCfg()
+	cfg.SharedKey = "k"
+	f := start(t, cfg, wal.Options{})
+	c := f.dial()
+	readHELO(t, c) // and no PING
+	f.stop()
+	expectClosed(t, c)
+	for _, reason := range []string{"handshake", "handshake_timeout"} {
+		if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", reason)); n != 0 {
+			t.Errorf("rejected{%s} = %v, want 0; log:\n%s", reason, n, f.logs.String())
+		}
+	}
+	if !strings.Contains(f.logs.String(), "connection closed in its handshake: the server is stopping") {
+		t.Errorf("no debug line for the stop:\n%s", f.logs.String())
+	}
+}
