@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,7 +83,7 @@ func (s *Sink) create(ctx context.Context, group, stream string) error {
 	var groupDenied error // CreateLogGroup refused for want of the permission
 	if s.cfg.CreateGroup {
 		if err := s.ensureGroup(ctx, group, groupKey); err != nil {
-			if !accessDenied(err) {
+			if !accessDenied(err) || kmsRefused(err) {
 				return s.classifyCreate(err, "CreateLogGroup", group, stream)
 			}
 			// A role may write to groups made elsewhere (by Terraform, say)
@@ -131,16 +132,30 @@ func accessDenied(err error) bool {
 	return errors.As(err, &ae) && (ae.ErrorCode() == "AccessDeniedException" || ae.ErrorCode() == "AccessDenied")
 }
 
+// kmsRefused reports whether err is the service's refusal of the group's
+// KMS key: AccessDeniedException "The specified KMS key does not exist or
+// is not allowed to be used with Arn ..." (the key's policy does not let
+// CloudWatch Logs use it), which is the sink's kms_key_id, not the
+// credentials' permissions.
+func kmsRefused(err error) bool {
+	var ae smithy.APIError
+	return accessDenied(err) && errors.As(err, &ae) && strings.Contains(ae.ErrorMessage(), "KMS key")
+}
+
 // classifyCreate is classify for a creation call. What the service refuses
 // in one (InvalidParameterException: a KMS key disabled or not found, tags
-// or a class it does not take, a name) is the sink's settings, never a
-// record's content: the records that need the group or stream wait in the
-// WAL instead of being dead-lettered, their partition retrying (with its
-// backoff, up to 30 s) until it is fixed, while the streams of other groups
-// go on.
+// or a class it does not take, a name; AccessDeniedException for a KMS key
+// CloudWatch Logs may not use) is the sink's settings, never a record's
+// content: the records that need the group or stream wait in the WAL
+// instead of being dead-lettered, their partition retrying (with its
+// backoff, up to 30 s) until it is fixed, while the streams of other
+// groups go on.
 func (s *Sink) classifyCreate(err error, op, group, stream string) error {
 	var ae smithy.APIError
 	switch {
+	case kmsRefused(err):
+		return sinks.NewRetryable("AccessDeniedException", fmt.Errorf("%s of log group %q was refused its KMS key: check that kms_key_id of sink %q names an enabled key whose key policy allows the service principal logs.<region>.amazonaws.com (kms:Encrypt*, kms:Decrypt*, kms:ReEncrypt*, kms:GenerateDataKey*, kms:Describe*): %w",
+			op, group, s.name, awserr.Clean(err)))
 	case errors.As(err, &ae) && ae.ErrorCode() == "InvalidParameterException":
 		check := "kms_key_id (the key must be enabled and allow CloudWatch Logs), tags and log_group_class"
 		if op == "CreateLogStream" {

@@ -56,6 +56,7 @@ type proxy struct {
 	rule     func(op string, n int) string
 	hung     int
 	answer   map[string]string // op -> an error code to answer every request of it with
+	says     map[string]string // op -> the message of answer
 	byStream map[string]string // stream -> what to do with its PutLogEvents, before rule
 }
 
@@ -66,7 +67,7 @@ func newProxy(t testing.TB, target string, rule func(op string, n int) string) *
 		t.Fatal(err)
 	}
 	p := &proxy{t: t, rp: httputil.NewSingleHostReverseProxy(u), stop: make(chan struct{}), n: map[string]int{}, rule: rule,
-		answer: map[string]string{}, byStream: map[string]string{}}
+		answer: map[string]string{}, says: map[string]string{}, byStream: map[string]string{}}
 	p.rp.ErrorLog = log.New(io.Discard, "", 0)
 	srv := httptest.NewServer(p)
 	t.Cleanup(func() {
@@ -96,7 +97,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if w, ok := p.byStream[in.LogStreamName]; ok && op == "PutLogEvents" {
 		what = w
 	}
-	code := p.answer[op]
+	code, says := p.answer[op], p.says[op]
 	if what == hang || what == land {
 		p.hung++
 	}
@@ -105,7 +106,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
 		w.Header().Set("X-Amzn-ErrorType", code)
 		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprintf(w, `{"__type":%q,"message":"answered by the test's proxy"}`, code)
+		fmt.Fprintf(w, `{"__type":%q,"message":%q}`, code, says)
 		return
 	}
 	switch what {
@@ -163,8 +164,15 @@ func (p *proxy) setStream(stream, what string) {
 }
 
 func (p *proxy) setAnswer(op, code string) {
+	p.setAnswerSaying(op, code, "answered by the test's proxy")
+}
+
+// setAnswerSaying answers every request of op with the error code and
+// message.
+func (p *proxy) setAnswerSaying(op, code, msg string) {
 	p.mu.Lock()
 	p.answer[op] = code
+	p.says[op] = msg
 	p.mu.Unlock()
 }
 
@@ -1223,6 +1231,40 @@ func testGroupRefusedRetries(t *testing.T, code, says string) {
 	p.setAnswer("CreateLogGroup", "")
 	e.rerun(cfg)
 	e.expectOnce(5, "m")
+}
+
+// A new group's CreateLogGroup refused its KMS key (AccessDeniedException
+// "The specified KMS key does not exist or is not allowed to be used with
+// Arn ...", what the service answers when the key's policy does not let
+// CloudWatch Logs use it) holds back that group's records alone, retried,
+// with an error naming kms_key_id: the sink is not paused, the streams of
+// other groups go on, and once the key is fixed the records go out.
+func TestGroupKMSKeyRefused(t *testing.T) {
+	e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) {
+		c.LogGroup, c.LogStream, c.KMSKeyID = "${tag}", "s", "arn:aws:kms:us-east-1:111122223333:key/k"
+	}})
+	e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "good", Body: []byte(`{"log":"first"}`)})
+	e.rerun(cfg) // group good exists
+	p.setAnswerSaying("CreateLogGroup", "AccessDeniedException",
+		"The specified KMS key does not exist or is not allowed to be used with Arn 'arn:aws:logs:us-east-1:111122223333:log-group:newgroup'")
+	e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "newgroup", Body: []byte(`{"log":"x"}`)})
+	for i := range 5 {
+		e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "good", Body: fmt.Appendf(nil, `{"log":"later%d"}`, i)})
+	}
+	d := e.runUntil(func(d *queue.Drainer) bool {
+		return len(e.copies("good", "s")) == 6 && testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "retryable", "AccessDeniedException")) >= 3
+	})
+	if st := d.Status(); !strings.Contains(st.LastError, "kms_key_id") || st.State == queue.StatePaused || st.DeadLettered != 0 {
+		t.Errorf("status %+v: want an error naming kms_key_id, not paused, no dead letters", st)
+	}
+	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "sink_permanent", "AccessDeniedException")); n != 0 {
+		t.Errorf("%v pauses", n)
+	}
+	p.setAnswer("CreateLogGroup", "")
+	e.rerun(cfg)
+	if got := e.copies("newgroup", "s"); got[`{"log":"x"}`] != 1 {
+		t.Errorf("newgroup holds %v", got)
+	}
 }
 
 // runUntil runs a drainer of the sink until cond holds of it (or 10 s have
