@@ -109,6 +109,11 @@
 //     call's events as they were (wal.when_full: drop_oldest dropped some,
 //     the names changed, or message_key renders them otherwise now).
 //
+// Streams are read with unmask, so that data a log group's data protection
+// policy masks does not hide events that landed; a read refused for it
+// (AccessDenied: no logs:Unmask) is made again as stored, and so are the
+// reads after it (one info line): masked events are then not found.
+//
 // Other GetLogEvents errors fail Recover with their class; the drainer
 // calls it again (what was resolved stays resolved). At the end Recover
 // logs one line, "resolved PutLogEvents calls an earlier run left in doubt

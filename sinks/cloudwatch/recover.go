@@ -337,11 +337,18 @@ func unmatched(call []event, found map[eventKey]int) [][2]uint64 {
 // stream or group that does not exist holds none. ThrottlingException
 // waits and reads the page again. Once every event needed is found, the
 // rest of the window is not read.
+//
+// The events are read unmasked: in a log group with a data protection
+// policy, an event as stored has the sensitive data of its message masked
+// and would not match the event sent. Without logs:Unmask the read is
+// refused; the streams are then read as stored (masked events are not
+// found, and sent again).
 func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int) (found, earlier map[eventKey]int, err error) {
 	found, earlier = map[eventKey]int{}, map[eventKey]int{}
 	input := &cloudwatchlogs.GetLogEventsInput{
 		LogGroupName: aws.String(in.Group), LogStreamName: aws.String(in.Stream),
 		StartTime: aws.Int64(in.MinTime), EndTime: aws.Int64(in.MaxTime + 1), StartFromHead: aws.Bool(true),
+		Unmask: !s.noUnmask.Load(),
 	}
 	left := 0 // events needed and not found yet
 	for _, n := range need {
@@ -362,6 +369,14 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 			switch {
 			case errors.As(err, &missing):
 				return found, earlier, nil
+			case accessDenied(err) && input.Unmask:
+				if s.noUnmask.CompareAndSwap(false, true) {
+					s.log.Info("GetLogEvents with unmask is refused (logs:Unmask is not granted): calls a crash left in doubt are resolved by reading their events as stored; "+
+						"in a log group with a data protection policy, events whose messages are masked are not recognised and are sent again, which may duplicate them: grant logs:Unmask on the sink's log groups to resolve those exactly once",
+						"sink", s.name, "group", in.Group, "error", awserr.Clean(err))
+				}
+				input.Unmask = false
+				continue
 			case errors.As(err, &ae) && (ae.ErrorCode() == "AccessDeniedException" || ae.ErrorCode() == "AccessDenied"):
 				if s.noRead.CompareAndSwap(false, true) {
 					s.log.Warn("GetLogEvents is refused: PutLogEvents calls a crash leaves in doubt are sent again, which may duplicate their events; grant logs:GetLogEvents on the sink's log groups to resolve them",

@@ -55,9 +55,14 @@ type proxy struct {
 	n        map[string]int
 	rule     func(op string, n int) string
 	hung     int
+	unmasks  int               // GetLogEvents asking unmask, while mask
 	answer   map[string]string // op -> an error code to answer every request of it with
 	says     map[string]string // op -> the message of answer
 	byStream map[string]string // stream -> what to do with its PutLogEvents, before rule
+	// mask, when set, is a group's data protection policy: GetLogEvents
+	// answers messages with every "secret" masked, unless the request asks
+	// unmask (then refused when denyUnmask: no logs:Unmask).
+	mask, denyUnmask bool
 }
 
 func newProxy(t testing.TB, target string, rule func(op string, n int) string) *proxy {
@@ -86,8 +91,36 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	var in struct{ LogStreamName string }
+	var in struct {
+		LogStreamName string
+		Unmask        bool
+	}
 	_ = json.Unmarshal(body, &in)
+	p.mu.Lock()
+	mask, denyUnmask := p.mask, p.denyUnmask
+	p.mu.Unlock()
+	if op == "GetLogEvents" && mask {
+		p.mu.Lock()
+		p.n[op]++
+		p.unmasks += map[bool]int{true: 1}[in.Unmask]
+		p.mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		if in.Unmask && denyUnmask {
+			w.Header().Set("X-Amzn-ErrorType", "AccessDeniedException")
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"__type":"AccessDeniedException","message":"User is not authorized to perform: logs:Unmask"}`)
+			return
+		}
+		rec := httptest.NewRecorder()
+		p.rp.ServeHTTP(rec, r)
+		out := rec.Body.Bytes()
+		if !in.Unmask {
+			out = bytes.ReplaceAll(out, []byte("secret"), []byte("******"))
+		}
+		w.WriteHeader(rec.Code)
+		w.Write(out)
+		return
+	}
 	p.mu.Lock()
 	p.n[op]++
 	what := pass
@@ -160,6 +193,14 @@ func landPuts(op string, n int) string {
 func (p *proxy) setStream(stream, what string) {
 	p.mu.Lock()
 	p.byStream[stream] = what
+	p.mu.Unlock()
+}
+
+// setMask gives the groups a data protection policy that masks "secret"
+// (and, with deny, no logs:Unmask to the sink).
+func (p *proxy) setMask(deny bool) {
+	p.mu.Lock()
+	p.mask, p.denyUnmask = true, deny
 	p.mu.Unlock()
 }
 
@@ -581,8 +622,50 @@ func TestRecoverAccessDeniedSendsAgain(t *testing.T) {
 	}
 	// Streams are resolved a few at once: those already reading when the
 	// first was refused are refused too; none reads after.
-	if e.indoubt(resultUnresolved) != 3 || p.count("GetLogEvents") > 3 {
-		t.Errorf("unresolved %v, GetLogEvents calls %d; want 3 and at most 3", e.indoubt(resultUnresolved), p.count("GetLogEvents"))
+	// Each is refused unmasked (logs:Unmask), then as stored.
+	if e.indoubt(resultUnresolved) != 3 || p.count("GetLogEvents") > 6 {
+		t.Errorf("unresolved %v, GetLogEvents calls %d; want 3 and at most 6", e.indoubt(resultUnresolved), p.count("GetLogEvents"))
+	}
+}
+
+// TestRecoverMaskedEvents: in a log group with a data protection policy,
+// the events of a call in doubt are read back unmasked, found, and not sent
+// again. Without logs:Unmask the read is made again as stored: the masked
+// events are not found and are sent again (said once, at info), the others
+// are found.
+func TestRecoverMaskedEvents(t *testing.T) {
+	for _, deny := range []bool{false, true} {
+		t.Run(fmt.Sprint("deny unmask ", deny), func(t *testing.T) {
+			e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) { c.LogStream = "${tag}" }})
+			e.prime("masked", "plain")
+			p.setRule(landPuts)
+			now := time.Now()
+			e.append(wal.Record{Time: now.UnixNano(), Tag: "masked", Body: []byte(`{"log":"the secret is 42"}`)},
+				wal.Record{Time: now.UnixNano(), Tag: "plain", Body: []byte(`{"log":"nothing to hide"}`)})
+			e.runUntilHung(p, 2)
+			p.setMask(deny)
+			logs := e.rerun(cfg)
+			masked, plain := 1, 1
+			if deny {
+				masked = 2 // landed, then sent again: not recognised
+			}
+			if got := e.copiesOf("masked"); got[`{"log":"the secret is 42"}`] != masked {
+				t.Errorf("stream masked: %v, want the event %d times\n%s", got, masked, logs)
+			}
+			if got := e.copiesOf("plain"); got[`{"log":"nothing to hide"}`] != plain {
+				t.Errorf("stream plain: %v, want the event once\n%s", got, logs)
+			}
+			said := strings.Contains(logs.String(), "grant logs:Unmask")
+			if said != deny || strings.Count(logs.String(), "grant logs:Unmask") > 1 {
+				t.Errorf("logs:Unmask said %v times, want %v:\n%s", strings.Count(logs.String(), "grant logs:Unmask"), deny, logs)
+			}
+			p.mu.Lock()
+			unmasks := p.unmasks
+			p.mu.Unlock()
+			if unmasks == 0 {
+				t.Error("no read asked unmask")
+			}
+		})
 	}
 }
 

@@ -72,7 +72,10 @@ type Sink struct {
 	// noRead is set once GetLogEvents was refused (AccessDenied): calls in
 	// doubt are then sent again, for the rest of the run.
 	noRead atomic.Bool
-	skewed atomic.Bool // the clock warning was given
+	// noUnmask is set once GetLogEvents with unmask was refused (no
+	// logs:Unmask): the streams are then read as stored, masked.
+	noUnmask atomic.Bool
+	skewed   atomic.Bool // the clock warning was given
 
 	// scratch is where partition renders names, reused record after record;
 	// keys holds the keys it made, so that a record of a stream seen
