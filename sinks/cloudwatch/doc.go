@@ -54,7 +54,9 @@
 //     version 1 intents, which are still read, of the events in order,
 //     each its timestamp and its message's length as 8-byte big-endian
 //     integers, then the message), started (Unix milliseconds, just before
-//     the commit)}, and delivered, missing and rejected once known;
+//     the commit; a retry of the call, after an answer was lost, keeps the
+//     first try's, whose events are the call's too)}, and delivered,
+//     missing and rejected once known;
 //  2. calls PutLogEvents; a call refused whole for an event it does not
 //     name (InvalidParameterException) is replaced by its two halves, the
 //     first under the same intent key, down to single events, which alone

@@ -1200,6 +1200,37 @@ func TestHungCallsTimeOut(t *testing.T) {
 	}
 }
 
+// TestRetryOfALandedCallInDoubt: a call lands and its answer is lost
+// (the call times out); its retry is in flight when the process stops. At
+// the next start the events the first try stored are the call's: found,
+// not sent again, and no warning of a clock ahead.
+func TestRetryOfALandedCallInDoubt(t *testing.T) {
+	old := callTimeout
+	callTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { callTimeout = old })
+	e, p, cfg := newProxied(t, setup{})
+	e.prime()
+	puts := 0
+	p.setRule(func(op string, n int) string {
+		if op != "PutLogEvents" {
+			return pass
+		}
+		if puts++; puts == 1 {
+			return land
+		}
+		return hang
+	})
+	e.appendLines(20, time.Now(), "m")
+	e.runUntilHung(p, 2)
+	// The retry starts a moment after the first try: ingestion times are
+	// in milliseconds.
+	logs := e.rerun(cfg)
+	e.expectOnce(20, "m")
+	if e.indoubt(resultDelivered) != 1 || strings.Contains(logs.String(), "check NTP") {
+		t.Errorf("in doubt: delivered %v, want 1, and no clock warning\n%s", e.indoubt(resultDelivered), logs)
+	}
+}
+
 // A signature the service refuses for a clock an hour off its own
 // (InvalidSignatureException "Signature expired", the answer's Date an hour
 // ahead) is retried, not taken for bad credentials: the SDK learnt the

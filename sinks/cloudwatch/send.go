@@ -51,6 +51,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		body := newPutBody(group, stream, tok, call)
 		in := newIntent(b.Partition, b.First(), call, body, time.Now().UnixMilli())
 		in.after(known)
+		in.startedWith(known)
 		if err := putIntent(ctx, b.State, in); err != nil {
 			releaseBody(body.b)
 			return sinks.Outcome{}, sinks.NewRetryable("state", err)
