@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 
@@ -84,6 +85,10 @@ func classify(err error, raw *errReader, tooLarge *bodyError) error {
 		return err
 	case errors.Is(err, errTooLarge), errors.As(err, &maxErr), errors.As(raw.err, &maxErr):
 		return tooLarge
+	case raw.err != nil && isTimeout(raw.err):
+		// A body slower than the request's time (a slow link): not bad
+		// input; 408 is what clients send again.
+		return &bodyError{http.StatusRequestTimeout, reasonReadTimeout, fmt.Errorf("read body: it did not arrive whole within the request's time: %w", raw.err)}
 	case raw.err != nil && raw.err != io.EOF:
 		return &bodyError{http.StatusBadRequest, reasonReadError, fmt.Errorf("read body: %w", raw.err)}
 	default:
@@ -166,4 +171,9 @@ func (e *errReader) Read(p []byte) (int, error) {
 		e.err = err
 	}
 	return n, err
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

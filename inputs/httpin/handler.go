@@ -28,7 +28,8 @@ const (
 	reasonWALFull        = "wal_full"             // no room in the WAL in time, or no space on disk
 	reasonWALError       = "wal_error"            // the WAL failed or is closed
 	reasonStoreTimeout   = "store_timeout"        // the WAL, not full, did not take the records in time (a slow disk)
-	reasonReadError      = "read_error"           // the body could not be read (the connection broke or timed out)
+	reasonReadError      = "read_error"           // the body could not be read (the connection broke, bad chunked encoding)
+	reasonReadTimeout    = "read_timeout"         // the body did not arrive within the request's time (408: sent again)
 	reasonShutdown       = "shutting_down"        // the server is stopping
 	reasonCanceled       = "canceled"             // the client went away before its records were stored
 	reasonBadMethod      = "bad_method"           // not POST

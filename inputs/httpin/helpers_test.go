@@ -69,6 +69,7 @@ type setup struct {
 	memoryWait   time.Duration
 	budget       int64          // the inputs' budget; 0: the default
 	stopTimeout  time.Duration  // Serve's grace for requests in flight
+	readTimeout  time.Duration  // the server's ReadTimeout (0: its own)
 	certPool     *x509.CertPool // the client trusts it; set with TLS
 	log          *slog.Logger
 	listen       func(net.Listener) net.Listener // wraps the bound listener; nil: none
@@ -83,6 +84,7 @@ func withStoreTimeout(d time.Duration) option    { return func(s *setup) { s.sto
 func withMemoryWait(d time.Duration) option      { return func(s *setup) { s.memoryWait = d } }
 func withBudget(n int64) option                  { return func(s *setup) { s.budget = n } }
 func withShutdownTimeout(d time.Duration) option { return func(s *setup) { s.stopTimeout = d } }
+func withReadTimeout(d time.Duration) option     { return func(s *setup) { s.readTimeout = d } }
 func withCertPool(p *x509.CertPool) option       { return func(s *setup) { s.certPool = p } }
 func withLogger(l *slog.Logger) option           { return func(s *setup) { s.log = l } }
 func withListener(f func(net.Listener) net.Listener) option {
@@ -120,6 +122,9 @@ func newEnv(t testing.TB, opts ...option) *env {
 	}
 	if st.stopTimeout > 0 {
 		s.shutdownTimeout = st.stopTimeout
+	}
+	if st.readTimeout > 0 {
+		s.srv.ReadTimeout = st.readTimeout
 	}
 	if st.listen != nil {
 		s.listen = func(network, address string) (net.Listener, error) {

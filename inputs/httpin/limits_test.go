@@ -172,3 +172,29 @@ func TestReadHeaderTimeout(t *testing.T) {
 		t.Fatalf("status %d %s", r.status, r.body)
 	}
 }
+
+// TestSlowBodyIsATimeout: a body that does not arrive whole within the
+// request's time (a slow link; here a second) is answered 408, which
+// clients send again, not 400, which they drop.
+func TestSlowBodyIsATimeout(t *testing.T) {
+	e := newEnv(t, withReadTimeout(time.Second))
+	c := dialRaw(t, e)
+	body := []byte(`{"a":1}` + "\n" + `{"b":2}` + "\n")
+	fmt.Fprintf(c, "POST /v1/logs/slow HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", len(body))
+	c.Write(body[:5])
+	time.Sleep(1500 * time.Millisecond)
+	c.Write(body[5:])
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("read response: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout || e.rejected("read_timeout") != 1 || !strings.Contains(string(b), "did not arrive whole") {
+		t.Errorf("answer %d %s, read_timeout counted %v; want 408 once", resp.StatusCode, b, e.rejected("read_timeout"))
+	}
+	if n := len(e.records()); n != 0 {
+		t.Errorf("%d records stored", n)
+	}
+}

@@ -120,9 +120,18 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 		// The server's own complaints (TLS handshakes, bad request lines)
 		// are about clients: debug, never a flood at warn.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		// Over TLS clients may speak HTTP/2, whose server buffers what a
+		// connection sends ahead of the handler's reads, up to its flow
+		// control window, outside the memory budget: the smallest windows
+		// keep that about what HTTP/1.1 leaves in the socket's buffer.
+		HTTP2: &http.HTTP2Config{MaxReceiveBufferPerConnection: h2Window, MaxReceiveBufferPerStream: h2Window},
 	}
 	return s
 }
+
+// h2Window is an HTTP/2 connection's and stream's flow control window:
+// the least HTTP/2 allows a connection.
+const h2Window = 64 << 10
 
 // StopWithin tells the server the whole service's time to stop
 // (shutdown_timeout): requests in progress get at most a sixth of it (5 s

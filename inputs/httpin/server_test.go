@@ -3,13 +3,16 @@ package httpin
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -386,5 +389,78 @@ func TestGarbageNeverCrashes(t *testing.T) {
 	}
 	if c := testutil.ToFloat64(e.m.Connections.WithLabelValues(input)); c < 1 {
 		t.Errorf("connections gauge %v with a connection open", c)
+	}
+}
+
+// countingReader counts the bytes read from it.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// TestHTTP2BuffersLittle: over HTTP/2 (TLS), a request whose handler waits
+// for room in the memory budget is sent no further than the small flow
+// control window: what net/http buffers for it outside the budget is tens
+// of KiB, not the default window's megabyte.
+func TestHTTP2BuffersLittle(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	e := newEnv(t, withCertPool(pool), withBudget(1<<20), withMemoryWait(30*time.Second), withConfig(func(c *config.HTTP) {
+		c.TLS = config.HTTPTLS{CertFile: certFile, KeyFile: keyFile}
+		c.MaxBodyBytes = 16 * config.MiB
+	}))
+	client := func() *http.Client {
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+	}
+	// Bodies that never end take the budget.
+	var stalls []*io.PipeWriter
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer func() {
+		for _, w := range stalls {
+			w.CloseWithError(errors.New("done"))
+		}
+	}()
+	send := func(c *http.Client, body io.Reader) {
+		req, _ := http.NewRequest(http.MethodPost, e.url+"/v1/logs/h2", body)
+		wg.Go(func() {
+			if resp, err := c.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		})
+	}
+	for range 12 {
+		pr, pw := io.Pipe()
+		stalls = append(stalls, pw)
+		send(client(), pr)
+		go pw.Write(bytes.Repeat([]byte("{}\n"), 40_000))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(e.m.MemoryWaits.WithLabelValues(input)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if testutil.ToFloat64(e.m.MemoryWaits.WithLabelValues(input)) == 0 {
+		t.Fatalf("the budget is not full: %v held", testutil.ToFloat64(e.m.MemoryHeld.WithLabelValues(input)))
+	}
+	// A request that waits for room: how much of its body the client could send.
+	pr, pw := io.Pipe()
+	stalls = append(stalls, pw)
+	go pw.Write(bytes.Repeat([]byte("{}\n"), 1<<20))
+	cr := &countingReader{r: pr}
+	c := client()
+	send(c, cr)
+	time.Sleep(2 * time.Second)
+	resp, err := c.Get(e.url + "/") // the same connection: HTTP/2?
+	if err != nil || resp.ProtoMajor != 2 {
+		t.Fatalf("not HTTP/2: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if n := cr.n.Load(); n > 256<<10 {
+		t.Errorf("the client sent %d KiB of a body the handler does not read: buffered outside the budget", n>>10)
 	}
 }
