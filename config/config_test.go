@@ -536,6 +536,7 @@ var badConfigs = []struct {
 		`7: sink "archive": multipart_threshold: must be at least 5MiB, not 1MiB`,
 		`8: sink "archive": max_open_objects: must be at least 1, not 0`,
 		`9: sink "archive": kms_key_id: needs sse: aws:kms`,
+		`13: sink "huge": multipart_threshold: must be at most 5GiB (the largest object one PutObject takes), not 6GiB`,
 	}},
 	{"sink_text.yaml", []string{
 		`5: sink "slash": key: "/logs/${tag}/${seq}.json.gz": must not begin with /: S3 would keep an empty first segment`,

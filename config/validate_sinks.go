@@ -166,11 +166,18 @@ func (s3 *S3) validate(s section) {
 	atLeast(s, "max_open_objects", s3.MaxOpenObjects, 1)
 	s.between("max_partitions", s3.MaxPartitions, 1, MaxPartitionsLimit)
 	atLeast(s, "multipart_threshold", s3.MultipartThreshold, 5*MiB)
+	if s3.MultipartThreshold > MaxPutObject {
+		// An object below the threshold goes out in one PutObject.
+		s.invalid("multipart_threshold", "must be at most %v (the largest object one PutObject takes), not %v", MaxPutObject, s3.MultipartThreshold)
+	}
 	s.oneOf("sse", s3.SSE, "", SSEAES256, SSEKMS)
 	if s3.KMSKeyID != "" && s3.SSE != SSEKMS {
 		s.invalid("kms_key_id", "needs sse: %s", SSEKMS)
 	}
 }
+
+// MaxPutObject is the largest object S3 takes in one PutObject.
+const MaxPutObject = 5 * GiB
 
 // cannedACLs are the values S3 takes for an object's canned ACL ("": none).
 var cannedACLs = []string{"", "private", "public-read", "public-read-write", "authenticated-read",
