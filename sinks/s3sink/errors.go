@@ -28,7 +28,15 @@ type actionError struct {
 	err  error
 }
 
-func (e *actionError) Error() string { return e.msg }
+// Error is the advice, then S3's own message (which may name what it
+// refused: a permission, a header), when it has one the advice lacks.
+func (e *actionError) Error() string {
+	var ae smithy.APIError
+	if errors.As(e.err, &ae) && ae.ErrorMessage() != "" && !strings.Contains(e.msg, ae.ErrorMessage()) {
+		return e.msg + "; S3 said: " + ae.ErrorMessage()
+	}
+	return e.msg
+}
 func (e *actionError) Unwrap() error { return e.err }
 
 // classify turns an error of an S3 call into the drainer's classes (see the
@@ -147,7 +155,7 @@ func (s *Sink) advice(code string) string {
 	case code == "NoSuchBucket":
 		return fmt.Sprintf("bucket %s does not exist (NoSuchBucket): create it or fix sinks[%s].bucket", b, n)
 	case code == "AccessDenied" || code == "AllAccessDisabled":
-		return fmt.Sprintf("access denied to bucket %s (%s): allow s3:PutObject, s3:GetObject and s3:AbortMultipartUpload on arn:aws:s3:::%s/* and s3:ListBucketMultipartUploads on arn:aws:s3:::%s to the forwarder's credentials (and kms:GenerateDataKey with sse: aws:kms)", b, code, b, b)
+		return fmt.Sprintf("access denied to bucket %s (%s): allow s3:PutObject, s3:GetObject and s3:AbortMultipartUpload on arn:aws:s3:::%s/* and s3:ListBucketMultipartUploads on arn:aws:s3:::%s to the forwarder's credentials (and kms:GenerateDataKey and kms:Decrypt on the key with sse: aws:kms, or when the bucket encrypts with a KMS key by default)", b, code, b, b)
 	case code == "InvalidAccessKeyId":
 		return fmt.Sprintf("AWS does not know the access key (InvalidAccessKeyId): fix the forwarder's credentials for sinks[%s]", n)
 	case code == "SignatureDoesNotMatch":
@@ -167,7 +175,7 @@ func (s *Sink) advice(code string) string {
 	case code == "InvalidBucketName":
 		return fmt.Sprintf("%q is not a valid bucket name (InvalidBucketName): fix sinks[%s].bucket", b, n)
 	case code == "NotImplemented":
-		return fmt.Sprintf("the service behind sinks[%s] does not implement a header the sink sends (NotImplemented): an S3-compatible store that refuses conditional writes (If-None-Match: *) cannot take this sink's uploads; use one that implements or ignores the header", n)
+		return fmt.Sprintf("the service behind sinks[%s] does not implement a header the sink sends (NotImplemented): an S3-compatible store that refuses conditional writes (If-None-Match: *) cannot take this sink's uploads, nor one that refuses the x-amz-checksum-sha256 header; use one that implements or ignores both headers", n)
 	case code == "AccountProblem" || code == "NotSignedUp":
 		return fmt.Sprintf("the AWS account cannot use S3 (%s): see the account's status in the AWS console", code)
 	}

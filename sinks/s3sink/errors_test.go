@@ -65,6 +65,9 @@ func TestClassify(t *testing.T) {
 		{apiError(501, "NotImplemented", nil), sinks.SinkPermanent, "NotImplemented", "refuses conditional writes (If-None-Match: *)", 0},
 		{apiError(404, "NoSuchBucket", nil), sinks.SinkPermanent, "NoSuchBucket", "bucket logs does not exist (NoSuchBucket): create it or fix sinks[archive].bucket", 0},
 		{apiError(403, "AccessDenied", nil), sinks.SinkPermanent, "AccessDenied", "access denied to bucket logs (AccessDenied): allow s3:PutObject, s3:GetObject", 0},
+		// S3's own message follows the advice: it may name what was refused.
+		{apiError(403, "AccessDenied", nil), sinks.SinkPermanent, "AccessDenied", "kms:Decrypt on the key with sse: aws:kms, or when the bucket encrypts with a KMS key by default); S3 said: message of AccessDenied", 0},
+		{apiError(400, "InvalidArgument", nil), sinks.SinkPermanent, "InvalidArgument", "check sinks[archive] against the bucket's configuration; S3 said: message of InvalidArgument", 0},
 		{apiError(403, "InvalidAccessKeyId", nil), sinks.SinkPermanent, "InvalidAccessKeyId", "fix the forwarder's credentials for sinks[archive]", 0},
 		{apiError(403, "SignatureDoesNotMatch", nil), sinks.SinkPermanent, "SignatureDoesNotMatch", "the secret key does not match", 0},
 		// Static credentials: fetched again, the same (TestExpiredTokenRenewed has a role's).
@@ -152,6 +155,7 @@ func TestSendErrorsThroughTheSDK(t *testing.T) {
 	s := newTestSink(t, testConfig(url))
 	srv.SetDenyAll(true)
 	check("denied", s, sinks.SinkPermanent, "AccessDenied", "access denied to bucket logs (AccessDenied)")
+	check("denied, S3's words", s, sinks.SinkPermanent, "AccessDenied", "; S3 said: Access Denied")
 	srv.SetDenyAll(false)
 	srv.SetFailures(1)
 	check("failing", s, sinks.Throttled, "SlowDown", "SlowDown")
