@@ -92,6 +92,22 @@ func (s *Sink) landed(ctx context.Context, in *intent) (bool, error) {
 	return same, err
 }
 
+// head is a HeadObject of key, asking S3's checksum with mode ENABLED.
+func (s *Sink) head(ctx context.Context, key string, mode types.ChecksumMode) (*s3.HeadObjectOutput, error) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout(0))
+	defer cancel()
+	return s.api.HeadObject(cctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key), ChecksumMode: mode})
+}
+
+func hasMetaSHA256(head *s3.HeadObjectOutput) bool {
+	for k := range head.Metadata {
+		if strings.EqualFold(k, metaSHA256) {
+			return true
+		}
+	}
+	return false
+}
+
 // holdsObject reports whether in.Key holds exactly in's object (or the
 // one in.was names): its size, then the SHA-256 in its metadata (every
 // object this sink writes has it), or else, for an object written without
@@ -104,10 +120,14 @@ func (s *Sink) holdsObject(ctx context.Context, in *intent) (bool, error) {
 			sums = append(sums, *o)
 		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, callTimeout(0))
-	head, err := s.api.HeadObject(cctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(in.Key),
-		ChecksumMode: types.ChecksumModeEnabled})
-	cancel()
+	// The sink's own objects carry their SHA-256 in metadata, which a plain
+	// HEAD returns; asking for S3's checksum as well would need
+	// kms:Decrypt on an object encrypted with KMS, so it is asked only for
+	// an object without the metadata.
+	head, err := s.head(ctx, in.Key, "")
+	if err == nil && !hasMetaSHA256(head) {
+		head, err = s.head(ctx, in.Key, types.ChecksumModeEnabled)
+	}
 	if err != nil {
 		if httpStatus(err) == http.StatusBadRequest {
 			// An answer to HEAD has no body, so a 400 does not say why
@@ -191,7 +211,7 @@ func (s *Sink) readError(verb, key string, err error) error {
 	case httpStatus(err) == http.StatusForbidden:
 		return sinks.NewSinkPermanent("AccessDenied", &actionError{
 			msg: fmt.Sprintf("key %q in bucket %s is taken (PreconditionFailed), and the sink may not read it to tell its own object from another writer's (%s object: HTTP 403): "+
-				"allow s3:GetObject on arn:aws:s3:::%s/* to the forwarder's credentials", key, s.bucket, verb, s.bucket),
+				"allow s3:GetObject on arn:aws:s3:::%s/* to the forwarder's credentials (and kms:Decrypt on the key of an object encrypted with KMS)", key, s.bucket, verb, s.bucket),
 			code: "AccessDenied", err: err,
 		})
 	}

@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,5 +316,36 @@ func TestIntentFormat(t *testing.T) {
 	}
 	if m["first"] != 1.0 || m["last"] != 3.0 || m["records"] != 3.0 || !strings.Contains(key, m["uuid"].(string)) || !strings.Contains(m["partition"].(string), "\x00seq\x00") {
 		t.Errorf("intent %s", raw)
+	}
+}
+
+// TestRecoverWithoutKMSDecrypt: S3 returns an object's checksum on HEAD
+// only to credentials that may decrypt it (kms:Decrypt, for an object
+// encrypted with KMS); the sink's own object, whose SHA-256 is in its
+// metadata, is recognised by a plain HEAD: an upload whose delivery a
+// crash lost is finished without that permission.
+func TestRecoverWithoutKMSDecrypt(t *testing.T) {
+	emu, _ := startEmu(t)
+	var checksumHeads atomic.Int32
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead && strings.EqualFold(r.Header.Get("X-Amz-Checksum-Mode"), "ENABLED") {
+			checksumHeads.Add(1)
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		emu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	cfg := testConfig(front.URL)
+	recs := batchRecs("app", 40)
+	st, _, _ := sentBatch(t, cfg, func(string) []byte { return nil }, recs) // landed; its delivery lost
+	if err := newTestSink(t, cfg).Recover(context.Background(), st); err != nil {
+		t.Fatalf("Recover of the sink's own landed object: %v (%s)", err, sinks.Classify(err).Class)
+	}
+	if n := checksumHeads.Load(); n != 0 {
+		t.Errorf("%d HEADs asked S3's checksum", n)
+	}
+	if len(st.intents()) != 0 {
+		t.Errorf("intents left: %v", st.intents())
 	}
 }
