@@ -109,13 +109,13 @@ func hasMetaSHA256(head *s3.HeadObjectOutput) bool {
 }
 
 // holdsObject reports whether in.Key holds exactly in's object (or the
-// one in.was names): its size, then the SHA-256 in its metadata (every
+// one in.was() names): its size, then the SHA-256 in its metadata (every
 // object this sink writes has it), or else, for an object written without
 // it, its SHA-256 checksum when S3 kept one for the whole object (a
 // PutObject's), or else its bytes, read and hashed.
 func (s *Sink) holdsObject(ctx context.Context, in *intent) (bool, error) {
 	var sums []objectSum
-	for _, o := range []*objectSum{{bytes: in.Bytes, sha256: in.SHA256}, in.was} {
+	for _, o := range []*objectSum{{bytes: in.Bytes, sha256: in.SHA256}, in.was()} {
 		if o != nil {
 			sums = append(sums, *o)
 		}

@@ -634,6 +634,12 @@ func TestTakenKeyNotReadable(t *testing.T) {
 // the key's object is still this sink's (counted as delivered), not
 // another writer's.
 func TestRecoverAfterTheCompressorChanged(t *testing.T) {
+	for _, failFirst := range []bool{false, true} {
+		t.Run(fmt.Sprint("first upload fails ", failFirst), func(t *testing.T) { testRecoverAfterTheCompressorChanged(t, failFirst) })
+	}
+}
+
+func testRecoverAfterTheCompressorChanged(t *testing.T, failFirst bool) {
 	srv, url := startEmu(t)
 	cfg := testConfig(url)
 	recs := batchRecs("app", 300)
@@ -661,12 +667,29 @@ func TestRecoverAfterTheCompressorChanged(t *testing.T) {
 	if err := putIntent(context.Background(), st, intentKey(key), &in); err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds}, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
+	newSink := func() *Sink {
+		s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds}, Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
 	}
-	defer s.Close()
+	s := newSink()
+	if failFirst {
+		// The first try's upload of the rebuilt object fails (S3 busy)
+		// after the intent was rewritten with it; the next start tries
+		// again, knowing the object first uploaded all the same.
+		srv.SetFailures(1)
+		err := s.Recover(context.Background(), st)
+		srv.SetFailures(0)
+		var again intent
+		raw, _ := st.Get(intentKey(key))
+		if err == nil || json.Unmarshal(raw, &again) != nil || again.SHA256 == obj.sha256 {
+			t.Fatalf("the first Recover: %v; intent %s: want a failed upload of the rebuilt object", err, raw)
+		}
+		s = newSink()
+	}
 	if err := s.Recover(context.Background(), st); err != nil {
 		t.Fatalf("Recover: %v", err)
 	}

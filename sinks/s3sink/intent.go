@@ -48,11 +48,21 @@ type intent struct {
 	// (Options.Match; absent in intents written before they were kept).
 	Match []string `json:"match,omitempty"`
 
-	// was is the object the intent described before Recover rebuilt it
-	// into other compressed bytes (the compressor changed between the
-	// crash and the restart): found under the key, it holds these records
-	// too. Not stored.
-	was *objectSum
+	// WasBytes and WasSHA256 are the object the intent described before
+	// Recover rebuilt it into other compressed bytes (the compressor
+	// changed between the crash and the restart): found under the key, it
+	// holds these records too. Stored with the rebuilt object's sum, so
+	// that a Recover tried again (the upload failed) still knows it.
+	WasBytes  int64  `json:"was_bytes,omitempty"`
+	WasSHA256 string `json:"was_sha256,omitempty"`
+}
+
+// was is the object the intent described before a rebuild, or nil.
+func (in *intent) was() *objectSum {
+	if in.WasSHA256 == "" {
+		return nil
+	}
+	return &objectSum{bytes: in.WasBytes, sha256: in.WasSHA256}
 }
 
 // objectSum is what tells one object from another: its length and SHA-256.
