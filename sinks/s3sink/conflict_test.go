@@ -493,10 +493,19 @@ func TestRecoverMeetsAnotherWritersObject(t *testing.T) {
 	if _, err := newReader(t, url).PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader(foreign)}); err != nil {
 		t.Fatal(err)
 	}
-	err := newTestSink(t, cfg).Recover(context.Background(), st)
-	if e := sinks.Classify(err); e.Class != sinks.SinkPermanent || e.Reason != "PreconditionFailed" ||
-		!strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "put ${hostname} or another per-replica field in sinks[archive].key") {
-		t.Fatalf("Recover: %v (%s %s), want a sink-permanent error naming the key and the fix", err, e.Class, e.Reason)
+	paused := newTestSink(t, cfg)
+	for probe := range 3 { // the drainer calls Recover again every pause_retry
+		before := srv.Calls()
+		err := paused.Recover(context.Background(), st)
+		if e := sinks.Classify(err); e.Class != sinks.SinkPermanent || e.Reason != "PreconditionFailed" ||
+			!strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "put ${hostname} or another per-replica field in sinks[archive].key") {
+			t.Fatalf("Recover %d: %v (%s %s), want a sink-permanent error naming the key and the fix", probe, err, e.Class, e.Reason)
+		}
+		// The first meets the object; the probes after it do not send
+		// the object again to meet the same refusal.
+		if n := srv.Calls()["PutObject"] - before["PutObject"]; probe > 0 && n != 0 {
+			t.Errorf("Recover %d uploaded the object again (%d PutObject)", probe, n)
+		}
 	}
 	if len(st.intents()) != 1 || len(st.delivered) != 0 {
 		t.Errorf("intents %v, delivered %v: the intent must wait", st.intents(), st.delivered)

@@ -177,7 +177,9 @@
 //     restart, Recover finds the intent whose key is taken: if the key
 //     template or host name changed, it gives the intent up (nothing of it
 //     is in S3) and its records, still after the cursor, are sent again
-//     under the new keys; if not, the sink pauses again.
+//     under the new keys; if not, the sink pauses again, and the probes of
+//     the pause call Recover again, which returns the same error at once
+//     (the object is not uploaded again at each).
 //
 // "The same object" is decided, in this order, by the object's size (it
 // must be the intent's bytes), then by the metadata

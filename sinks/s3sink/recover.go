@@ -22,6 +22,15 @@ import (
 // ctx ends. It returns an error only when it cannot go on: the WAL failed,
 // an intent is damaged, or the WAL and an intent disagree.
 func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
+	s.mu.Lock()
+	taken := s.taken
+	s.mu.Unlock()
+	if taken != nil {
+		// A key held another writer's object: the sink stays paused until
+		// it restarts (as Send does), without uploading the object again
+		// at every probe to meet the same refusal.
+		return taken
+	}
 	if s.staging != nil {
 		// No object is open yet: whatever is staged, a previous run left.
 		if err := s.staging.clean(); err != nil {
@@ -171,6 +180,11 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 				return fatal("delete intent %q: %w", ik, err)
 			}
 			return nil
+		}
+		if keyTaken(err) {
+			s.mu.Lock()
+			s.taken = err
+			s.mu.Unlock()
 		}
 		return err
 	}
