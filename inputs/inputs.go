@@ -168,6 +168,7 @@ type Metrics struct {
 	ChunkReused  *prometheus.CounterVec // forward chunk ids reused for another message: stored without deduplication
 	Unrouted     *prometheus.CounterVec // records no sink matches: acknowledged, not stored
 	InvalidUTF8  *prometheus.CounterVec // records whose invalid UTF-8 was replaced
+	BadTime      *prometheus.CounterVec // records whose time field was no time: stored with the time of arrival
 	Connections  *prometheus.GaugeVec   // open connections
 	AcceptErrors *prometheus.CounterVec // accepts that failed and were retried (see RetryAccept)
 	MemoryHeld   *prometheus.GaugeVec   // bytes held of the Budget
@@ -193,6 +194,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Records whose tag matches no sink: acknowledged and not stored."}, in),
 		InvalidUTF8: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_invalid_utf8_records_total",
 			Help: "Records with invalid UTF-8, stored with U+FFFD in its place."}, in),
+		BadTime: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_bad_time_records_total",
+			Help: "Records whose time field is not a time the input reads, stored with the time of arrival (the field kept as sent)."}, in),
 		Connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_input_connections",
 			Help: "Open client connections."}, in),
 		AcceptErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_accept_errors_total",
@@ -205,7 +208,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Times a connection or request waited for room in the inputs' memory budget (the forward input reads no further meanwhile)."}, in),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Records, m.Bytes, m.Rejected, m.Deduplicated, m.ChunkReused, m.Unrouted, m.InvalidUTF8, m.Connections, m.AcceptErrors,
+		reg.MustRegister(m.Records, m.Bytes, m.Rejected, m.Deduplicated, m.ChunkReused, m.Unrouted, m.InvalidUTF8, m.BadTime, m.Connections, m.AcceptErrors,
 			m.MemoryHeld, m.MemoryLimit, m.MemoryWaits)
 	}
 	return m

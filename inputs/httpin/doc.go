@@ -19,10 +19,14 @@
 // encoding is. Each object becomes one record whose body is the object
 // compacted, its keys in the sender's order. Invalid UTF-8 is replaced with
 // U+FFFD and counted, not refused. The record's time is the top-level field
-// named by time_field (kept in the body): an RFC 3339 string, or a number
-// of seconds since the epoch (fractional allowed), or of milliseconds when
-// above 1e11; without the field (or with null), the time the request was
-// received.
+// named by time_field (kept in the body): an RFC 3339 string (also with a
+// space for the T, in lower case, with an offset without its colon, or with
+// none: UTC), or a number of seconds since the epoch (fractional allowed),
+// or of milliseconds above 1e11, microseconds above 1e14, nanoseconds above
+// 1e17; without the field (or with null), the time the request was
+// received. A field that is no such time is not refused either: the
+// record takes the time of arrival, counted (and warned about once a
+// minute).
 //
 // Answers, each with a JSON body:
 //

@@ -6,19 +6,45 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 )
 
 // msThreshold: an epoch number above it is in milliseconds, not seconds
-// (1e11 seconds is the year 5138; 1e11 milliseconds is March 1973).
-const msThreshold = 1e11
+// (1e11 seconds is the year 5138; 1e11 milliseconds is March 1973); above
+// usThreshold in microseconds, above nsThreshold in nanoseconds, by the
+// same steps.
+const (
+	msThreshold = 1e11
+	usThreshold = 1e14
+	nsThreshold = 1e17
+)
+
+// unitOf is the nanoseconds of the unit a non-negative epoch number of
+// whole units is in, told by its magnitude, and the digits of a fraction
+// that count below it.
+func unitOf(whole int64, fracNonZero bool) (unit int64, fracDigits int) {
+	above := func(th int64) bool { return whole > th || whole == th && fracNonZero }
+	switch {
+	case above(nsThreshold):
+		return 1, 0
+	case above(usThreshold):
+		return 1e3, 3
+	case above(msThreshold):
+		return 1e6, 6
+	}
+	return 1e9, 9
+}
 
 var errTimeRange = errors.New("out of range")
 
 // eventTime reads the time field's value, compact JSON as scanned, as Unix
-// nanoseconds: an RFC 3339 string (fractional seconds optional), or a number
-// of seconds since the epoch (fractional allowed), or of milliseconds when
-// it is above 1e11. A null value counts as no time field (ok false).
+// nanoseconds: an RFC 3339 string (fractional seconds optional; also with
+// a space for the T, in lower case, with an offset without its colon, or
+// without an offset: UTC), or a number of seconds since the epoch
+// (fractional allowed), or of milliseconds when it is above 1e11,
+// microseconds above 1e14, nanoseconds above 1e17. A null value counts as
+// no time field (ok false).
 func eventTime(v []byte) (ns int64, ok bool, err error) {
 	switch v[0] {
 	case 'n':
@@ -28,7 +54,7 @@ func eventTime(v []byte) (ns int64, ok bool, err error) {
 		if err != nil {
 			return 0, false, err
 		}
-		t, err := time.Parse(time.RFC3339Nano, s)
+		t, err := parseTime(s)
 		if err != nil {
 			return 0, false, fmt.Errorf("%s is not an RFC 3339 time", clip(v))
 		}
@@ -47,6 +73,32 @@ func eventTime(v []byte) (ns int64, ok bool, err error) {
 	return 0, false, fmt.Errorf("%s is neither an RFC 3339 string nor a number of epoch seconds or milliseconds", clip(v))
 }
 
+// timeLayouts are the forms of RFC 3339 that clients write besides the
+// strict one, once upper-cased and with a T in place of a space: an offset
+// without its colon (strftime's %z), and none (a naive time, taken as UTC).
+// Fractional seconds are read in every one.
+var timeLayouts = []string{"2006-01-02T15:04:05Z0700", "2006-01-02T15:04:05"}
+
+func parseTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err == nil {
+		return t, nil
+	}
+	u := strings.ToUpper(s) // RFC 3339 allows t and z
+	if len(u) > 10 && u[10] == ' ' {
+		u = u[:10] + "T" + u[11:]
+	}
+	if t, err2 := time.Parse(time.RFC3339Nano, u); err2 == nil {
+		return t, nil
+	}
+	for _, l := range timeLayouts {
+		if t, err2 := time.Parse(l, u); err2 == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, err
+}
+
 func unquote(v []byte) (string, error) {
 	inner := v[1 : len(v)-1]
 	for _, c := range inner {
@@ -60,7 +112,8 @@ func unquote(v []byte) (string, error) {
 }
 
 // epochNanos converts a JSON number (as scanned: valid) of epoch seconds,
-// or milliseconds above msThreshold, to nanoseconds. Plain decimals are
+// or milliseconds, microseconds or nanoseconds above msThreshold, usThreshold,
+// nsThreshold, to nanoseconds. Plain decimals are
 // converted exactly (digits past the nanosecond are dropped); numbers with
 // an exponent go through float64.
 func epochNanos(v []byte) (int64, error) {
@@ -82,15 +135,18 @@ func epochNanos(v []byte) (int64, error) {
 		}
 		return floatNanos(f)
 	}
-	// JSON has no leading zeros, so more than 13 digits is more than
-	// 9223372036854 milliseconds, past the year 2262.
-	if len(intPart) > 13 {
+	// JSON has no leading zeros, so more than 19 digits is more than an
+	// int64 of nanoseconds, past the year 2262.
+	if len(intPart) > 19 {
 		return 0, errTimeRange
 	}
-	whole, _ := strconv.ParseInt(string(intPart), 10, 64)
+	whole, err := strconv.ParseInt(string(intPart), 10, 64)
+	if err != nil {
+		return 0, errTimeRange
+	}
 	unit, fracDigits := int64(1e9), 9
-	if !neg && (whole > msThreshold || whole == msThreshold && nonZero(frac)) {
-		unit, fracDigits = 1e6, 6
+	if !neg {
+		unit, fracDigits = unitOf(whole, nonZero(frac))
 	}
 	if whole > math.MaxInt64/unit {
 		return 0, errTimeRange
@@ -115,7 +171,12 @@ func epochNanos(v []byte) (int64, error) {
 
 func floatNanos(f float64) (int64, error) {
 	ns := f * 1e9
-	if f > msThreshold {
+	switch {
+	case f > nsThreshold:
+		ns = f
+	case f > usThreshold:
+		ns = f * 1e3
+	case f > msThreshold:
 		ns = f * 1e6
 	}
 	if math.IsNaN(ns) || ns >= 0x1p63 || ns < -0x1p63 {

@@ -20,7 +20,6 @@ import (
 const (
 	reasonMalformed      = "malformed"            // not JSON, not objects, broken gzip, an Idempotency-Key too long
 	reasonKeyReused      = "idempotency_conflict" // an Idempotency-Key already used for another request
-	reasonBadTime        = "bad_time"             // a time field that is no time
 	reasonBadTag         = "bad_tag"              // missing, too long, or with control characters
 	reasonTooLarge       = "too_large"            // over max_body_bytes, raw or decompressed, or over wal.max_bytes
 	reasonUnauth         = "unauthorized"         // missing or wrong bearer token
@@ -179,6 +178,10 @@ func (s *Server) store(w http.ResponseWriter, r *http.Request, routed bool, id w
 	if stats.invalidUTF8 > 0 && unrouted == 0 && !res.Duplicate {
 		s.p.Metrics.InvalidUTF8.WithLabelValues(input).Add(float64(stats.invalidUTF8))
 	}
+	if stats.badTime > 0 && unrouted == 0 && !res.Duplicate {
+		s.p.Metrics.BadTime.WithLabelValues(input).Add(float64(stats.badTime))
+		s.noteBadTime(r, stats)
+	}
 	if res.Duplicate {
 		w.Header().Set("X-Duplicate", "true")
 	}
@@ -190,6 +193,23 @@ func (s *Server) store(w http.ResponseWriter, r *http.Request, routed bool, id w
 	}
 	b = append(b, "}\n"...)
 	writeJSON(w, http.StatusOK, b)
+}
+
+// noteBadTime warns, at most once a minute, of records stored with the
+// time of arrival because their time field was no time.
+func (s *Server) noteBadTime(r *http.Request, stats parseStats) {
+	now := time.Now()
+	s.badTimeMu.Lock()
+	s.badTimeRecords += stats.badTime
+	if now.Before(s.badTimeNext) {
+		s.badTimeMu.Unlock()
+		return
+	}
+	n := s.badTimeRecords
+	s.badTimeRecords, s.badTimeNext = 0, now.Add(time.Minute)
+	s.badTimeMu.Unlock()
+	s.log.Warn("records whose time field is not a time the input reads were stored with the time of arrival (the field is kept in the record as sent); counted in forwarder_input_bad_time_records_total",
+		"field", s.cfg.TimeField, "records", n, "interval", time.Minute, "example", stats.badTimeWhy, "remote", r.RemoteAddr, "path", r.URL.Path)
 }
 
 // storeFailed answers a failed append; nothing of the request was

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/inputs"
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -113,16 +115,6 @@ func TestResponses(t *testing.T) {
 			status: 400, respHas: `invalid gzip data`, reason: "malformed"},
 		{name: "not gzip", headers: []string{"Content-Encoding", "gzip"}, body: []byte(`{"a":1}`),
 			status: 400, respHas: `invalid gzip data`, reason: "malformed"},
-		{name: "bad time string", body: []byte("{\"time\":\"2024-05-01T12:00:00Z\"}\n{\"time\":\"yesterday\"}\n"),
-			status: 400, resp: `{"error":"line 2: field \"time\": \"yesterday\" is not an RFC 3339 time"}`, reason: "bad_time"},
-		{name: "bad time type", body: []byte(`[{"time":1}, {"time":true}]`),
-			status: 400, respHas: `element 2: field \"time\": true is neither`, reason: "bad_time"},
-		{name: "time out of range", body: []byte(`{"time":1e300}`),
-			status: 400, resp: `{"error":"line 1: field \"time\": 1e300 is out of range"}`, reason: "bad_time"},
-		{name: "time past 2262", body: []byte(`{"time":"9999-01-01T00:00:00Z"}`),
-			status: 400, respHas: `is out of range`, reason: "bad_time"},
-		{name: "time empty string", body: []byte(`{"time":""}`),
-			status: 400, respHas: `line 1: field \"time\": \"\" is not an RFC 3339 time`, reason: "bad_time"},
 		{name: "no tag", path: "/v1/logs", body: []byte(`{"a":1}`),
 			status: 400, respHas: "missing tag", reason: "bad_tag"},
 		{name: "no tag trailing slash", path: "/v1/logs/", body: []byte(`{"a":1}`),
@@ -272,6 +264,7 @@ func TestEventTime(t *testing.T) {
 		return tm.UnixNano()
 	}
 	const received = -1 // the receive time
+	const badTime = -3  // the receive time, for a field that is no time (counted)
 	tests := []struct {
 		name      string
 		timeField string
@@ -288,7 +281,24 @@ func TestEventTime(t *testing.T) {
 		{"epoch seconds exponent", "time", `{"time":1.7145648e9}`, 1714564800 * 1e9},
 		{"epoch milliseconds", "time", `{"time":1714564800123}`, 1714564800123 * 1e6},
 		{"epoch milliseconds fractional", "time", `{"time":1714564800123.5}`, 1714564800123500000},
-		{"epoch 1e11 is seconds", "time", `{"time":100000000000}`, -2}, // out of range as seconds: checked below
+		{"epoch microseconds", "time", `{"time":1714564800123456}`, 1714564800123456 * 1e3},
+		{"epoch microseconds fractional", "time", `{"time":1714564800123456.7}`, 1714564800123456700},
+		{"epoch nanoseconds", "time", `{"time":1714564800123456789}`, 1714564800123456789},
+		{"epoch microseconds exponent", "time", `{"time":1.714564800123456e15}`, 1714564800123456 * 1e3},
+		{"epoch 1e11 is seconds", "time", `{"time":100000000000}`, badTime}, // out of range as seconds
+		// What clients write besides strict RFC 3339.
+		{"space for the T", "time", `{"time":"2024-05-01 12:00:00+00:00"}`, ts("2024-05-01T12:00:00Z")},
+		{"lower case", "time", `{"time":"2024-05-01t12:00:00.5z"}`, ts("2024-05-01T12:00:00.5Z")},
+		{"offset without a colon", "time", `{"time":"2024-05-01T14:00:00+0200"}`, ts("2024-05-01T12:00:00Z")},
+		{"no offset is UTC", "time", `{"time":"2024-05-01T12:00:00.123456"}`, ts("2024-05-01T12:00:00.123456Z")},
+		{"space and no offset", "time", `{"time":"2024-05-01 12:00:00"}`, ts("2024-05-01T12:00:00Z")},
+		// No time the input reads: the time of arrival (counted, below).
+		{"not a time", "time", `{"time":"yesterday"}`, badTime},
+		{"empty string", "time", `{"time":""}`, badTime},
+		{"a boolean", "time", `{"time":true}`, badTime},
+		{"float out of range", "time", `{"time":1e300}`, badTime},
+		{"past 2262", "time", `{"time":"9999-01-01T00:00:00Z"}`, badTime},
+		{"more digits than nanoseconds hold", "time", `{"time":12345678901234567890}`, badTime},
 		{"negative epoch", "time", `{"time":-1.5}`, -1500000000},
 		{"zero", "time", `{"time":0}`, 0},
 		{"null is no time", "time", `{"time":null}`, received},
@@ -305,12 +315,6 @@ func TestEventTime(t *testing.T) {
 			before := time.Now().UnixNano()
 			got := e.post("/v1/logs/app", []byte(tc.body))
 			after := time.Now().UnixNano()
-			if tc.want == -2 {
-				if got.status != 400 || !strings.Contains(got.body, "out of range") {
-					t.Fatalf("answer %d %s, want 400 out of range", got.status, got.body)
-				}
-				return
-			}
 			if got.status != 200 {
 				t.Fatalf("answer %d %s", got.status, got.body)
 			}
@@ -321,15 +325,47 @@ func TestEventTime(t *testing.T) {
 			if string(recs[0].Body) != tc.body {
 				t.Errorf("body %s, want %s (the time field kept)", recs[0].Body, tc.body)
 			}
+			bad := testutil.ToFloat64(e.m.BadTime.WithLabelValues(input))
 			switch {
-			case tc.want == received:
+			case tc.want == received || tc.want == badTime:
 				if recs[0].Time < before || recs[0].Time > after {
 					t.Errorf("time %d, want the receive time in [%d, %d]", recs[0].Time, before, after)
 				}
+				if wantBad := map[bool]float64{true: 1}[tc.want == badTime]; bad != wantBad {
+					t.Errorf("bad times counted %v, want %v", bad, wantBad)
+				}
+			case bad != 0:
+				t.Errorf("bad times counted %v, want 0", bad)
 			case recs[0].Time != tc.want:
 				t.Errorf("time %d (%s), want %d (%s)", recs[0].Time, time.Unix(0, recs[0].Time).UTC(), tc.want, time.Unix(0, tc.want).UTC())
 			}
 		})
+	}
+}
+
+// TestBadTimeKeepsTheBatch: a record whose time field is no time the input
+// reads (an application's own "time" in another form) does not cost the
+// other records of the request, which clients drop when refused with a
+// 4xx: every record is stored, that one with the time of arrival and its
+// field as sent, counted, and one warning a minute names the field and
+// an example.
+func TestBadTimeKeepsTheBatch(t *testing.T) {
+	var logs syncbuf.Buffer
+	e := newEnv(t, withLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	body := []byte(`[{"log":"a"},{"time":"10 May 2024","log":"b"},{"log":"c","time":"2024-05-01T12:00:00Z"}]`)
+	for range 2 {
+		if r := e.post("/v1/logs/app", body); r.status != 200 || r.body != `{"stored":3}` {
+			t.Fatalf("answer %d %s, want 200 and 3 stored", r.status, r.body)
+		}
+	}
+	if n := len(e.records()); n != 6 {
+		t.Fatalf("%d records stored, want 6", n)
+	}
+	if n := testutil.ToFloat64(e.m.BadTime.WithLabelValues(input)); n != 2 {
+		t.Errorf("bad times counted %v, want 2", n)
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), `example="record 2: field \"time\": \"10 May 2024\" is not an RFC 3339 time"`) {
+		t.Errorf("%d warnings, want one naming the field and an example:\n%s", n, logs.String())
 	}
 }
 

@@ -15,12 +15,14 @@ import (
 
 // parseStats is what parsing a body counted besides its records.
 type parseStats struct {
-	invalidUTF8 int // records whose invalid UTF-8 was replaced with U+FFFD
+	invalidUTF8 int    // records whose invalid UTF-8 was replaced with U+FFFD
+	badTime     int    // records whose time field is no time: stored with the time of arrival
+	badTimeWhy  string // the first of them: where, and what
 }
 
 // badRequest is a body refused as a whole: nothing of it is stored.
 type badRequest struct {
-	reason string // the metric's reason: reasonMalformed, reasonBadTime or reasonTooManyRecords
+	reason string // the metric's reason: reasonMalformed or reasonTooManyRecords
 	msg    string // for the client: where, and what
 	status int    // 0: 400
 }
@@ -247,10 +249,14 @@ func (p *parser) record() error {
 	t := p.now
 	if s.timeStart >= 0 {
 		ns, ok, err := eventTime(s.out[s.timeStart:s.timeEnd])
-		if err != nil {
-			return &timeError{field: s.timeField, err: err}
-		}
-		if ok {
+		switch {
+		case err != nil:
+			// Not bad input: the record is kept (its field as sent, in
+			// the body), with the time of arrival, and counted.
+			if p.stats.badTime++; p.stats.badTimeWhy == "" {
+				p.stats.badTimeWhy = fmt.Sprintf("record %d: field %q: %v", len(p.spans)+1, s.timeField, err)
+			}
+		case ok:
 			t = ns
 		}
 	}
@@ -284,25 +290,15 @@ var (
 	errTooManyRecords = errors.New("too many records")
 )
 
-type timeError struct {
-	field string
-	err   error
-}
-
-func (e *timeError) Error() string { return fmt.Sprintf("field %q: %v", e.field, e.err) }
-
 // at names where in the body err happened, for the client. No room in the
 // budget passes as it is: it is not the body's fault.
 func (p *parser) at(where string, err error) error {
-	var te *timeError
 	switch {
 	case errors.Is(err, inputs.ErrOverBudget), errors.Is(err, inputs.ErrNoRoom):
 		return err
 	case errors.Is(err, errTooManyRecords):
 		return &badRequest{reason: reasonTooManyRecords, status: http.StatusRequestEntityTooLarge,
 			msg: fmt.Sprintf("more than %d records in one request (max_records_per_request): nothing was stored; send them in several requests", p.lim.maxRecords)}
-	case errors.As(err, &te):
-		return &badRequest{reason: reasonBadTime, msg: where + ": " + te.Error()}
 	case errors.Is(err, errNotObject):
 		return &badRequest{reason: reasonMalformed, msg: where + ": " + err.Error()}
 	}

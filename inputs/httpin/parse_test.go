@@ -70,7 +70,7 @@ func TestBodiesDoNotAlias(t *testing.T) {
 // records, whatever came before it.
 func TestParseErrorsReturnNothing(t *testing.T) {
 	good := strings.Repeat("{\"a\":1}\n", 100)
-	for _, body := range []string{good + "{", good + `{"time":"x"}`, "[" + strings.Repeat(`{"a":1},`, 100) + "1]", good + "\"s\""} {
+	for _, body := range []string{good + "{", good + `{"time":"x"`, "[" + strings.Repeat(`{"a":1},`, 100) + "1]", good + "\"s\""} {
 		recs, stats, err := parseBody([]byte(body), "t", "time", time.Now())
 		if err == nil || recs != nil || stats != (parseStats{}) {
 			t.Errorf("body ending %q: %d records, %v; want an error and nothing", body[len(body)-10:], len(recs), err)

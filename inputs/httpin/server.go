@@ -65,6 +65,10 @@ type Server struct {
 	tls      *tls.Config
 	stopped  bool           // Serve is returning: no new request may start
 	inflight sync.WaitGroup // requests being handled; Add under mu, before stopped
+
+	badTimeMu      sync.Mutex
+	badTimeNext    time.Time // when the next warning of bad times may be logged
+	badTimeRecords int       // records with a bad time since the last warning
 }
 
 // New returns the HTTP input for cfg, storing records through p. p.Metrics
@@ -122,9 +126,10 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		// Over TLS clients may speak HTTP/2, whose server buffers what a
 		// connection sends ahead of the handler's reads, up to its flow
-		// control window, outside the memory budget: the smallest windows
-		// keep that about what HTTP/1.1 leaves in the socket's buffer.
-		HTTP2: &http.HTTP2Config{MaxReceiveBufferPerConnection: h2Window, MaxReceiveBufferPerStream: h2Window},
+		// control window, and reads each frame whole, outside the memory
+		// budget: the smallest windows and frames keep that about what
+		// HTTP/1.1 leaves in the socket's buffer.
+		HTTP2: &http.HTTP2Config{MaxReceiveBufferPerConnection: h2Window, MaxReceiveBufferPerStream: h2Window, MaxReadFrameSize: 16 << 10},
 	}
 	return s
 }
