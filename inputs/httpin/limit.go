@@ -81,9 +81,12 @@ func withSlot(ctx context.Context, c net.Conn) context.Context {
 }
 
 // authenticated marks r's connection as past its handshake: its slot is
-// its own until it closes.
-func authenticated(r *http.Request) {
+// its own until it closes. It reports false when a new connection took
+// the slot first (the connection is closed: no answer would reach the
+// client, which sends the request again).
+func authenticated(r *http.Request) bool {
 	if slot, ok := r.Context().Value(slotKey{}).(*inputs.Slot); ok {
-		slot.Ready()
+		return slot.Ready()
 	}
+	return true
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -196,5 +197,40 @@ func TestSlowBodyIsATimeout(t *testing.T) {
 	}
 	if n := len(e.records()); n != 0 {
 		t.Errorf("%d records stored", n)
+	}
+}
+
+// TestEvictedBeforeItsHandlerStoresNothing: a connection evicted between
+// its request's arrival and its handler marking it authenticated has no
+// answer to give (it is closed): its records are not stored either, or the
+// client, sending them again, would have them stored twice.
+func TestEvictedBeforeItsHandlerStoresNothing(t *testing.T) {
+	arrived, evicted := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	first.Store(true)
+	authHook = func() {
+		if first.CompareAndSwap(true, false) {
+			close(arrived)
+			<-evicted
+		}
+	}
+	t.Cleanup(func() { authHook = nil }) // after the server's end: cleanups run last first
+	e := newEnv(t, withConfig(func(c *config.HTTP) { c.MaxConnections = 1 }))
+	c := dialRaw(t, e)
+	body := `{"a":1}`
+	fmt.Fprintf(c, "POST /v1/logs/app HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	<-arrived
+	newer := dialRaw(t, e) // takes the slot of the one not yet authenticated
+	deadline := time.Now().Add(5 * time.Second)
+	for e.rejected("evicted") != 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(evicted)
+	expectClosedAtOnce(t, c)
+	if status := keepAlive(t, newer, ""); status != 200 {
+		t.Fatalf("the newer connection: status %d", status)
+	}
+	if n := len(e.records()); n != 1 {
+		t.Errorf("%d records stored, want the newer connection's alone", n)
 	}
 }
