@@ -303,7 +303,7 @@ func TestEnvExpandsOnce(t *testing.T) {
 }
 
 func TestExpandEnvString(t *testing.T) {
-	env := map[string]string{"A": "1", "EMPTY": ""}
+	env := map[string]string{"A": "1", "EMPTY": "", "ODD": "a$b%Y${tag}"}
 	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
 	for _, c := range []struct {
 		in, want string
@@ -335,6 +335,11 @@ func TestExpandEnvString(t *testing.T) {
 		{"$${SHARED_KEY}", "$${SHARED_KEY}", nil, false},
 		{"${_}${lower_case}${9}", "${_}${lower_case}${9}", nil, true},
 		{`#{ENV['KEY']}`, `#{ENV['KEY']}`, []string{`#{ENV['KEY']}: Fluentd's syntax; for an environment variable write ${env.NAME}`}, false},
+		// In a template too: taken as text, it would be every key's prefix.
+		{`#{ENV['PREFIX']}/${tag}`, `#{ENV['PREFIX']}/${tag}`, []string{`#{ENV['PREFIX']}/${tag}: Fluentd's syntax; for an environment variable write ${env.NAME}`}, true},
+		// A value in a template is text: its $ and % are no placeholders.
+		{"${env.ODD}/${tag}", "a$$b%%Y$${tag}/${tag}", nil, true},
+		{"${env.ODD}", "a$b%Y${tag}", nil, false},
 	} {
 		got, problems := expandEnvString(c.in, lookup, !c.template)
 		if got != c.want || !reflect.DeepEqual(problems, c.problems) {

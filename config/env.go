@@ -55,6 +55,9 @@ func expandEnv(c *checker, n *yaml.Node) (unexpanded map[*yaml.Node]bool) {
 	return unexpanded
 }
 
+// templateText escapes a value for a template, where it is taken as text.
+var templateText = strings.NewReplacer("$", "$$", "%", "%%")
+
 // templateKeys are the keys whose values are templates (package template).
 var templateKeys = map[string]bool{"key": true, "log_group": true, "log_stream": true}
 
@@ -88,7 +91,7 @@ func expandEnvString(s string, lookup func(string) (string, bool), other bool) (
 			problems = append(problems, ref+": not a reference this file knows; for an environment variable write ${env.NAME} (only key, log_group and log_stream are templates; a value that holds ${ as it is can come from a variable, whose value is not expanded again)")
 			b.WriteString(s[i:])
 			i = len(s)
-		case other && strings.HasPrefix(s[i:], `#{ENV[`):
+		case strings.HasPrefix(s[i:], `#{ENV[`):
 			problems = append(problems, s[i:]+": Fluentd's syntax; for an environment variable write ${env.NAME}")
 			b.WriteString(s[i:])
 			i = len(s)
@@ -109,6 +112,11 @@ func expandEnvString(s string, lookup func(string) (string, bool), other bool) (
 			value, ok := lookup(name)
 			if !ok {
 				problems = append(problems, "environment variable "+name+" is not set")
+			}
+			if !other {
+				// In a template the value is text, as everywhere: its $
+				// and % are not read as placeholders.
+				value = templateText.Replace(value)
 			}
 			b.WriteString(value)
 		default:

@@ -167,12 +167,34 @@ func Parse(s string, opts Options) (*Template, error) {
 			}
 			t.static = false
 			i++
+		case c == '{' && (i == 0 || s[i-1] != '$') && missingDollar(s[i+1:]) != "": // $${tag} is the text ${tag}
+			// {tag} meant ${tag}: taken as text, it would name every
+			// object or stream the same.
+			name := missingDollar(s[i+1:])
+			return nil, fmt.Errorf("{%s at column %d: a placeholder is written ${%s", name, i+1, name)
 		default:
 			lit.WriteByte(c)
 		}
 	}
 	flush()
 	return t, nil
+}
+
+// missingDollar returns the placeholder s begins with (up to and with its
+// closing brace), as after a { that has no $ before it, or "".
+func missingDollar(s string) string {
+	end := strings.IndexByte(s, '}')
+	if end < 0 {
+		return ""
+	}
+	expr := s[:end]
+	switch {
+	case expr == "tag", expr == "hostname", expr == "seq", expr == "uuid",
+		strings.HasPrefix(expr, "tag[") && strings.HasSuffix(expr, "]"),
+		strings.HasPrefix(expr, "record.") && len(expr) > len("record."):
+		return s[:end+1]
+	}
+	return ""
 }
 
 var strftimeUnits = map[byte]time.Duration{

@@ -109,6 +109,11 @@ func TestParseErrors(t *testing.T) {
 		"%Y-%j":          "%j at column 4",
 		"${env.HOME}":    "expanded when the configuration is loaded",
 		"x/${record.a.}": "empty field name",
+		// A placeholder without its $ would be text: every key the same.
+		"logs/{tag}/${seq}":   "{tag} at column 6: a placeholder is written ${tag}",
+		"{hostname}-x":        "{hostname} at column 1",
+		"a/{record.k8s.ns}/b": "{record.k8s.ns} at column 3",
+		"a/{tag[1]}/${seq}":   "{tag[1]} at column 3",
 	}
 	for tmpl, want := range tests {
 		_, err := Parse(tmpl, Options{})
