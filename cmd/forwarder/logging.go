@@ -31,6 +31,39 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	return slog.New(handler(w))
 }
 
+// journalErrors is w for what run writes before its logger exists (a
+// configuration's problems): under the journal each line begins with <3>,
+// an error's priority, so that `journalctl -p warning` shows why a start
+// failed; elsewhere w itself.
+func journalErrors(w io.Writer) io.Writer {
+	if f, ok := w.(*os.File); ok && onJournal(f) {
+		return &prefixLines{w: w, prefix: []byte("<3>"), start: true}
+	}
+	return w
+}
+
+// prefixLines writes prefix at the start of each line.
+type prefixLines struct {
+	w      io.Writer
+	prefix []byte
+	start  bool // the next byte begins a line
+}
+
+func (p *prefixLines) Write(b []byte) (int, error) {
+	var out []byte
+	for _, c := range b {
+		if p.start {
+			out = append(out, p.prefix...)
+		}
+		out = append(out, c)
+		p.start = c == '\n'
+	}
+	if _, err := p.w.Write(out); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
 // priorityHandler writes each record as inner formats it, after its syslog
 // priority. inner writes into buf, which mu guards with the handlers
 // WithAttrs and WithGroup derive.

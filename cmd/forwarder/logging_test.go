@@ -60,3 +60,40 @@ func TestJournalPriorities(t *testing.T) {
 		}
 	}
 }
+
+// A start that fails on its configuration says why at an error's priority
+// under the journal, before any logger exists: `journalctl -p warning`
+// shows the cause, not only the exit status.
+func TestRunConfigProblemsUnderTheJournal(t *testing.T) {
+	dir := t.TempDir()
+	journal, err := os.Create(filepath.Join(dir, "journal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer journal.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(journal.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("JOURNAL_STREAM", fmt.Sprintf("%d:%d", st.Dev, st.Ino))
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("wal:\n  sync: sometimes\nlog: {level: loud}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := cmdRun([]string{"-c", bad}, os.Stdout, journal); code != exitFail {
+		t.Fatalf("exit %d, want %d", code, exitFail)
+	}
+	b, err := os.ReadFile(journal.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if len(lines) < 3 || !strings.Contains(string(b), `wal.sync: "sometimes"`) {
+		t.Fatalf("want both problems and the count:\n%s", b)
+	}
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "<3>") {
+			t.Errorf("line %q lacks the error priority", l)
+		}
+	}
+}

@@ -44,13 +44,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if code, done := f.noArgs(pos, stderr); done {
 		return code
 	}
-	cfg, ok := loadConfig("forwarder run", *configPath, stderr)
+	cfg, ok := loadConfig("forwarder run", *configPath, journalErrors(stderr))
 	if !ok {
 		return exitFail
 	}
 	problems, awsWarnings, _ := awsSetup(context.Background(), cfg, *configPath)
 	if len(problems) > 0 {
-		printProblems(stderr, *configPath, problems)
+		printProblems(journalErrors(stderr), *configPath, problems)
 		return exitFail
 	}
 	log := newLogger(cfg.Log, stderr)
