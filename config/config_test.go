@@ -553,6 +553,7 @@ var badConfigs = []struct {
 		`23: sink "cwnames": log_group: "my group:${record.ns}": has ' ', ':', which log group names cannot hold (letters, digits and . - _ / #)`,
 		`24: sink "cwnames": log_stream: "${record.pod}*${tag}": has '*', which log stream names cannot hold (no : or *)`,
 		`27: sink "cwaws": log_group: "aws/${tag}": begins with aws/, which AWS keeps for its own log groups`,
+		`31: sink "cwlong": log_group: "/` + strings.Repeat("g", 520) + `/${tag}": has 522 bytes of text, over the 512 a name may hold: every name would be cut there, and what the placeholders after the cut render lost`,
 	}},
 	{"cloudwatch_limits.yaml", []string{
 		`2: sink "cloudwatch": log_group is required`,

@@ -226,9 +226,14 @@ func nameText(key, src, lit string) string {
 		return fmt.Sprintf("has %s, which log stream names cannot hold (no : or *)", strings.Join(bad, ", "))
 	case key == "log_group" && strings.HasPrefix(src, "aws/"):
 		return "begins with aws/, which AWS keeps for its own log groups"
+	case len(lit) > maxNameBytes:
+		return fmt.Sprintf("has %d bytes of text, over the %d a name may hold: every name would be cut there, and what the placeholders after the cut render lost", len(lit), maxNameBytes)
 	}
 	return ""
 }
+
+// maxNameBytes is the longest log group or stream name CloudWatch Logs takes.
+const maxNameBytes = 512
 
 func (cw *CloudWatch) validate(s section) {
 	s.endpoint("endpoint", cw.Endpoint)

@@ -364,6 +364,10 @@ func TestCheckWarnsAboutSharedDestinations(t *testing.T) {
 		{"stream with hostname", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${tag}-${hostname}\"}\n", nil},
 		{"two sinks, one key", "  - {name: archive2, type: s3, region: r, bucket: test-bucket, endpoint: \"http://127.0.0.1:1\"}\n", []string{twice}},
 		{"two sinks, two keys", "  - {name: archive2, type: s3, region: r, bucket: test-bucket, endpoint: \"http://127.0.0.1:1\", key: \"other/${hostname}-${seq}.json.gz\"}\n", nil},
+		// A name per minute or second of event time: a creation call each.
+		{"stream per second", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${hostname}-%Y%m%d%H%M%S\"}\n",
+			[]string{"warning: sinks[pods].log_stream has %M or %S: every minute (second) of event time names a new log stream"}},
+		{"stream per hour", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${hostname}-%Y%m%d%H\"}\n", nil},
 	} {
 		path, _ := writeConfig(t, inputsYAML, adminYAML, sinkYAML, c.sinks)
 		r := forwarderCmd(t, "check", "-c", path)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/template"
@@ -107,6 +108,12 @@ func configWarnings(cfg *config.Config) []warning {
 			d = fmt.Sprintf("s3 %s %s %s", s.S3.Endpoint, s.S3.Bucket, s.S3.Key)
 		case s.CloudWatch != nil:
 			d = fmt.Sprintf("cloudwatch %s %s %s %s", s.CloudWatch.Endpoint, s.CloudWatch.Region, s.CloudWatch.LogGroup, s.CloudWatch.LogStream)
+			for _, kv := range [][2]string{{"log_group", s.CloudWatch.LogGroup}, {"log_stream", s.CloudWatch.LogStream}} {
+				key, v := kv[0], kv[1]
+				if t, err := template.Parse(v, template.Options{}); err == nil && t.Finest() > 0 && t.Finest() < time.Hour {
+					ws = append(ws, warning{fmt.Sprintf("sinks[%s].%s has %%M or %%S: every minute (second) of event time names a new %s, each made with a creation call paced at create_rate a second; use %%Y, %%m, %%d or %%H at most", s.Name, key, strings.ReplaceAll(key, "_", " ")), "sink", s.Name})
+				}
+			}
 			if !usesHostname(s.CloudWatch.LogStream) {
 				ws = append(ws, warning{fmt.Sprintf("sinks[%s].log_stream has no ${hostname}: replicas sharing the log group would write the same streams, and a stream with two writers loses the exactly-once guarantee after a crash (README: Guarantees); put ${hostname} in the stream", s.Name), "sink", s.Name})
 			}
