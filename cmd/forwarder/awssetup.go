@@ -5,13 +5,16 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/logfwd/forwarder/config"
 )
@@ -56,6 +59,11 @@ func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems co
 				}
 				problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: %s: %s; for a service other than AWS, set endpoint", s.Name, from, msg)})
 			}
+			if s.S3 != nil {
+				for _, msg := range s3Problems(s.S3) {
+					problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: %s; for a service other than AWS, set endpoint", s.Name, msg)})
+				}
+			}
 		}
 		if msg := credentialsNote(ac); msg != "" {
 			ws = append(ws, warning{msg: msg, about: "sink", name: s.Name})
@@ -63,6 +71,35 @@ func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems co
 		notes = append(notes, fmt.Sprintf("sink %s: region %s, credentials from %s", s.Name, cmp.Or(ac.Region, "(none)"), credentialSources(ac)))
 	}
 	return problems, ws, notes
+}
+
+// s3Problems are the settings of an S3 sink bound for AWS that Amazon S3
+// refuses, which would pause the sink at its first upload: a storage class
+// it does not know, tags beyond its limits (10 a object, keys of 1 to 128
+// characters and values of at most 256, none beginning aws:).
+func s3Problems(c *config.S3) []string {
+	var out []string
+	if sc := c.StorageClass; sc != "" && !slices.Contains(types.StorageClass("").Values(), types.StorageClass(sc)) {
+		var known []string
+		for _, v := range types.StorageClass("").Values() {
+			known = append(known, string(v))
+		}
+		out = append(out, fmt.Sprintf("storage_class: %q is not one of Amazon S3's: %s", sc, strings.Join(known, ", ")))
+	}
+	if len(c.Tags) > 10 {
+		out = append(out, fmt.Sprintf("tags: %d, Amazon S3 takes at most 10 on an object", len(c.Tags)))
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Tags)) {
+		switch v := c.Tags[k]; {
+		case utf8.RuneCountInString(k) < 1 || utf8.RuneCountInString(k) > 128:
+			out = append(out, fmt.Sprintf("tags: key %q has %d characters, Amazon S3 takes 1 to 128", k, utf8.RuneCountInString(k)))
+		case strings.HasPrefix(strings.ToLower(k), "aws:"):
+			out = append(out, fmt.Sprintf("tags: key %q begins with aws:, which AWS keeps for its own", k))
+		case utf8.RuneCountInString(v) > 256:
+			out = append(out, fmt.Sprintf("tags: the value of %q has %d characters, Amazon S3 takes at most 256", k, utf8.RuneCountInString(v)))
+		}
+	}
+	return out
 }
 
 // endpointConfigured reports whether ac points the clients of service (an

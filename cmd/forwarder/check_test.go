@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
 	"github.com/logfwd/forwarder/config"
 )
 
@@ -174,6 +176,16 @@ func TestCheckAndRunAgree(t *testing.T) {
     endpoint: "http://127.0.0.1:1"
 `, append(slices.Clone(awsEnv), "AWS_REGION=us-east-1a"), []string{
 			`7: sink "archive": the region from the service's environment (AWS_REGION, AWS_DEFAULT_REGION) or the shared config's profile: "us-east-1a" is an availability zone: its region is us-east-1; for a service other than AWS, set endpoint`,
+		}},
+		// What Amazon S3 refuses at the first upload, pausing the sink; an
+		// S3-compatible service may take other values.
+		{"s3 settings", `sinks:
+  - {name: typo, type: s3, bucket: my-logs, region: us-east-1, storage_class: GLACIERR}
+  - {name: tagged, type: s3, bucket: my-logs, key: "t/${hostname}/${seq}", region: us-east-1, storage_class: GLACIER_IR, tags: {aws:team: x, ok: "y"}}
+  - {name: minio, type: s3, bucket: my-logs, key: "m/${hostname}/${seq}", region: us-east-1, storage_class: GLACIERR, endpoint: "http://127.0.0.1:1"}
+`, awsEnv, []string{
+			`7: sink "typo": storage_class: "GLACIERR" is not one of Amazon S3's: ` + strings.Join(storageClasses(), ", ") + `; for a service other than AWS, set endpoint`,
+			`8: sink "tagged": tags: key "aws:team" begins with aws:, which AWS keeps for its own; for a service other than AWS, set endpoint`,
 		}},
 	} {
 		path, _ := writeConfig(t, inputsYAML, adminYAML, c.yaml)
@@ -440,4 +452,12 @@ func TestShellVariableWarning(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("warnings %q, want %q", got, want)
 	}
+}
+
+func storageClasses() []string {
+	var out []string
+	for _, v := range types.StorageClass("").Values() {
+		out = append(out, string(v))
+	}
+	return out
 }
