@@ -52,7 +52,11 @@
 //     append each commit in the same transaction as what they describe.
 //   - Retention deletes only entries that every registered cursor has
 //     passed. The one exception is DropOldest, which counts, per cursor,
-//     every record it deletes before that cursor passed it.
+//     every record it deletes before that cursor passed it. Both, and
+//     reads, take an entry's records to run to the next entry's key (or to
+//     next_seq), which keys being dense says, not from the count in its
+//     header: a damaged count cannot move a cursor past records, nor hide
+//     a damaged entry from a read.
 //
 // # On-disk format (format version 1)
 //

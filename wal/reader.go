@@ -133,7 +133,7 @@ func (w *WAL) readFile(from uint64, maxRecords, maxBytes int, buf *ReadBuffer, d
 	var out []Record
 	err := w.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketEntries).Cursor()
-		k, v := seekEntry(c, from)
+		k, v := seekEntry(tx, c, from)
 		if k != nil && maxRecords > 0 {
 			n, raw := readCap(tx.Bucket(bucketEntries).Cursor(), k, from, maxRecords, maxBytes)
 			out = sizeRead(buf, d, n, raw, maxBytes)
@@ -209,7 +209,7 @@ func (w *WAL) ReadRange(first, last uint64) ([]Record, error) {
 	var out []Record
 	err := w.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketEntries).Cursor()
-		for k, v := seekEntry(c, first); k != nil && binary.BigEndian.Uint64(k) <= last; k, v = c.Next() {
+		for k, v := seekEntry(tx, c, first); k != nil && binary.BigEndian.Uint64(k) <= last; k, v = c.Next() {
 			key := binary.BigEndian.Uint64(k)
 			recs, err := decodeEntry(key, v, nil, nil)
 			if err != nil {
@@ -228,9 +228,10 @@ func (w *WAL) ReadRange(first, last uint64) ([]Record, error) {
 
 // seekEntry positions c on the entry holding seq, or on the first entry
 // after it. Keys are dense: with an entry after seq, the one before holds
-// it, whatever its header says (a damaged count must not make a read skip
-// its records: decoding it reports the damage).
-func seekEntry(c *bolt.Cursor, seq uint64) ([]byte, []byte) {
+// it, and the last entry holds every record before next_seq, whatever its
+// header says (a damaged count must not make a read skip its records:
+// decoding it reports the damage).
+func seekEntry(tx *bolt.Tx, c *bolt.Cursor, seq uint64) ([]byte, []byte) {
 	k, v := c.Seek(seqKey(seq))
 	if k != nil && binary.BigEndian.Uint64(k) == seq {
 		return k, v
@@ -242,7 +243,8 @@ func seekEntry(c *bolt.Cursor, seq uint64) ([]byte, []byte) {
 		pk, pv = c.Prev()
 	}
 	if pk != nil {
-		if n, ok := entryCount(pv); k != nil || ok && binary.BigEndian.Uint64(pk)+uint64(n) > seq {
+		next := tx.Bucket(bucketMeta).Get(keyNextSeq)
+		if k != nil || len(next) == 8 && seq < binary.BigEndian.Uint64(next) {
 			return pk, pv
 		}
 	}

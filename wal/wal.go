@@ -751,6 +751,14 @@ func (w *WAL) Commit(ctx context.Context, b *Batch) error {
 // oldest live record, and returns its position. Registered cursors pin
 // retention until they pass records or are dropped.
 func (w *WAL) RegisterCursor(ctx context.Context, name string) (uint64, error) {
+	if err := w.Err(); err != nil {
+		return 0, err
+	}
+	if pos, ok := w.Cursor(name); ok {
+		// Registered and committed: nothing to write, which a full disk
+		// would refuse (a sink's start must not fail on it).
+		return pos, nil
+	}
 	return w.commit(ctx, []op{{kind: opRegister, name: name}})
 }
 

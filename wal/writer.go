@@ -830,10 +830,9 @@ func (wr *writer) retain(tx *bolt.Tx) error {
 	var keys [][]byte
 	var freed int64
 	for k, v := c.First(); k != nil; k, v = c.Next() {
-		count, ok := entryCount(v)
-		last := binary.BigEndian.Uint64(k) + uint64(count) - 1
-		if !ok || last > min {
-			break // a damaged header is kept for Verify to report
+		last := wr.spanLast(c, k)
+		if last > min {
+			break
 		}
 		if len(keys) == wr.deleteLimit {
 			wr.moreWork = true
@@ -856,6 +855,21 @@ func (wr *writer) retain(tx *bolt.Tx) error {
 	return nil
 }
 
+// spanLast is the last sequence number of the entry at key k, which c is
+// on: keys are dense, so one before the next entry's key, or before
+// next_seq for the last entry. Unlike the count in the entry's header,
+// which its checksum covers but which is read here unchecked, it cannot be
+// damaged. c is left on k.
+func (wr *writer) spanLast(c *bolt.Cursor, k []byte) uint64 {
+	last := wr.st.nextSeq - 1
+	key := append([]byte(nil), k...) // k may not outlive the cursor's move
+	if nk, _ := c.Next(); nk != nil {
+		last = binary.BigEndian.Uint64(nk) - 1
+	}
+	c.Seek(key)
+	return last
+}
+
 // dropOldest deletes the oldest entries until at least need bytes are free
 // and moves every cursor that had not passed them to their end, counting
 // the records each cursor lost.
@@ -872,12 +886,8 @@ func (wr *writer) dropOldest(tx *bolt.Tx, need int64) error {
 	// and counted as damaged, not dropped.
 	var holes [][2]uint64
 	for k, v := c.First(); k != nil && freed < need; k, v = c.Next() {
-		count, _ := entryCount(v)
-		if count == 0 {
-			count = 1
-		}
 		first := binary.BigEndian.Uint64(k)
-		last = first + uint64(count) - 1
+		last = wr.spanLast(c, k)
 		keys = append(keys, append([]byte(nil), k...))
 		freed += int64(len(v))
 		if placeholders(first, v) {
