@@ -110,6 +110,7 @@ type decoder struct {
 	invalid int          // records of the current message with invalid UTF-8 replaced
 	window  []byte       // decompressed entries not yet decoded
 	times   uint64       // a hash of the message's times as sent (0 not yet replaced by now)
+	marker  bool         // the time just read was a group marker's (see markerTime)
 }
 
 // decode decodes one message: Message, Forward, PackedForward or
@@ -155,7 +156,7 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 	}
 	// Record JSON is usually a little smaller than its msgpack (the times
 	// and the entries' arrays are not in it); the buffer grows if it is not.
-	d.invalid, d.times = 0, 0
+	d.invalid, d.times, d.marker = 0, 0, false
 	if err := d.reserveJSON(inputs.BufClass(len(full) + 64)); err != nil {
 		return nil, d.budgetErr(err)
 	}
@@ -391,30 +392,30 @@ func (d *decoder) entry(b []byte) ([]byte, error) {
 	if n != 2 {
 		return b, fmt.Errorf("an array of %d elements, want [time, record]", n)
 	}
-	if groupMarker(b) {
-		return skipMarker(b)
-	}
 	t, b, err := d.time(b)
 	if err != nil {
 		return b, err
 	}
+	if d.marker {
+		// A group marker: its attributes are skipped, as its time was.
+		d.marker = false
+		rest, err := msgp.Skip(b)
+		if err != nil {
+			return b, fmt.Errorf("group marker's attributes: %w", err)
+		}
+		return rest, nil
+	}
 	return d.body(b, t)
 }
 
-// groupMarker reports whether the time at b is that of one of Fluent Bit's
-// group markers: [[time, metadata], attributes] with the time's seconds -1
-// (a group starts) or -2 (it ends), which Fluent Bit writes as the
-// unsigned seconds of an EventTime (or as an integer). They frame the
-// records of a group (the OpenTelemetry input's resource and scope); they
-// are not records, and are left out (README, the forward input).
-func groupMarker(b []byte) bool {
-	if msgp.NextType(b) != msgp.ArrayType {
-		return false
-	}
-	n, b, err := msgp.ReadArrayHeaderBytes(b)
-	if err != nil || n != 2 {
-		return false
-	}
+// markerTime reports whether the time at b, the first of a [time,
+// metadata] pair, is that of one of Fluent Bit's group markers
+// ([[time, metadata], attributes]): -1 seconds (a group starts) or -2 (it
+// ends), which Fluent Bit writes as the unsigned seconds of an EventTime
+// (or as an integer). They frame the records of a group (the OpenTelemetry
+// input's resource and scope); they are not records, and are left out
+// (README, the forward input).
+func markerTime(b []byte) bool {
 	switch msgp.NextType(b) {
 	case msgp.ExtensionType:
 		typ, data, _, err := readExt(b)
@@ -430,18 +431,6 @@ func groupMarker(b []byte) bool {
 	return false
 }
 
-// skipMarker skips a group marker's [time, metadata] and attributes, which
-// must be well formed.
-func skipMarker(b []byte) ([]byte, error) {
-	rest, err := msgp.Skip(b)
-	if err != nil {
-		return b, fmt.Errorf("group marker: %w", err)
-	}
-	if rest, err = msgp.Skip(rest); err != nil {
-		return b, fmt.Errorf("group marker's attributes: %w", err)
-	}
-	return rest, nil
-}
 
 // body transcodes the record at b and adds it, at time t.
 func (d *decoder) body(b []byte, t int64) ([]byte, error) {
@@ -491,6 +480,16 @@ func (d *decoder) time(b []byte) (int64, []byte, error) {
 		n, rest, err := msgp.ReadArrayHeaderBytes(b)
 		if err != nil || n != 2 || msgp.NextType(rest) == msgp.ArrayType {
 			return 0, b, fmt.Errorf("time is an array of %d elements, want [time, metadata]", n)
+		}
+		if markerTime(rest) {
+			if rest, err = msgp.Skip(rest); err == nil {
+				rest, err = msgp.Skip(rest)
+			}
+			if err != nil {
+				return 0, b, fmt.Errorf("group marker: %w", err)
+			}
+			d.marker = true // not hashed: not a record
+			return 0, rest, nil
 		}
 		if t, rest, err = d.time(rest); err != nil {
 			return 0, b, err
