@@ -431,7 +431,6 @@ func markerTime(b []byte) bool {
 	return false
 }
 
-
 // body transcodes the record at b and adds it, at time t.
 func (d *decoder) body(b []byte, t int64) ([]byte, error) {
 	start := len(d.buf)
