@@ -594,6 +594,7 @@ var badConfigs = []struct {
 	{"bad_syntax_tab.yaml", []string{`3: invalid yaml: found a tab character that violates indentation`}},
 	{"bad_syntax_flow.yaml", []string{`6: invalid yaml: did not find expected ',' or ']'`}},
 	{"two_documents.yaml", []string{`2: invalid yaml: more than one document; the file must hold one`}},
+	{"two_documents_after_empty.yaml", []string{`5: invalid yaml: more than one document; the file must hold one`}},
 }
 
 func TestBadConfigs(t *testing.T) {

@@ -62,16 +62,38 @@ func parseYAML(data []byte) (*yaml.Node, error) {
 	} else if err != nil {
 		return nil, err
 	}
-	var next yaml.Node
-	if err := dec.Decode(&next); err == nil {
-		return nil, &secondDocumentError{line: next.Line}
-	} else if !errors.Is(err, io.EOF) {
-		return nil, err
+	for {
+		// Empty documents after the first (a --- that ends the file) hold
+		// nothing to take or lose.
+		var next yaml.Node
+		err := dec.Decode(&next)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		if !emptyDocument(&next) {
+			return nil, &secondDocumentError{line: next.Line}
+		}
 	}
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
 		return doc.Content[0], nil
 	}
 	return &doc, nil
+}
+
+// emptyDocument reports whether n is a document with nothing in it.
+func emptyDocument(n *yaml.Node) bool {
+	if n.Kind != yaml.DocumentNode {
+		return false
+	}
+	for _, c := range n.Content {
+		if c.Kind != yaml.ScalarNode || c.Tag != "!!null" || c.Value != "" {
+			return false
+		}
+	}
+	return true
 }
 
 type secondDocumentError struct{ line int }
