@@ -595,6 +595,10 @@ var badConfigs = []struct {
 	{"bad_syntax_flow.yaml", []string{`6: invalid yaml: did not find expected ',' or ']'`}},
 	{"two_documents.yaml", []string{`2: invalid yaml: more than one document; the file must hold one`}},
 	{"two_documents_after_empty.yaml", []string{`5: invalid yaml: more than one document; the file must hold one`}},
+	{"merge_key.yaml", []string{
+		`7: merge keys (<<) are not supported in sink "b": write the keys out, or alias the whole mapping (*name)`,
+		`7: sink "b": type is required (s3 or cloudwatch)`,
+	}},
 }
 
 func TestBadConfigs(t *testing.T) {

@@ -54,6 +54,10 @@ func (d *decoder) eachKey(n *yaml.Node, s scope, f func(key, value *yaml.Node) b
 			d.add(position{key.Line, key.Column}, "expected a key%s, got %s", s.in(), describe(key))
 			continue
 		}
+		if key.Tag == "!!merge" {
+			d.add(position{key.Line, key.Column}, "merge keys (<<) are not supported%s: write the keys out, or alias the whole mapping (*name)", s.in())
+			continue
+		}
 		if line, ok := seen[key.Value]; ok {
 			d.add(position{key.Line, key.Column}, "%s%s is repeated (first at line %d)", s.label, key.Value, line)
 			continue
