@@ -83,9 +83,6 @@ func (s *Server) newConn(nc net.Conn, slot *inputs.Slot) *conn {
 // dropped; then the connection closes.
 const shutdownLinger = 250 * time.Millisecond
 
-// stopReading is the server stopping: an idle connection reads only what
-// arrives within shutdownLinger, one in the middle of a message finishes
-// it (within the server's drain time).
 // fluentBitEmptyChunk is the chunk id Fluent Bit's forward output sends
 // with every message in Message mode (a Tag built from the records, with
 // Require_ack_response): the first 16 bytes, in hex, of the SHA-512 of no
@@ -94,6 +91,9 @@ const shutdownLinger = 250 * time.Millisecond
 // deduplication (README, the forward input).
 const fluentBitEmptyChunk = "cf83e1357eefb8bdf1542850d66d8007"
 
+// stopReading is the server stopping: an idle connection reads only what
+// arrives within shutdownLinger, one in the middle of a message finishes
+// it (within the server's drain time).
 func (c *conn) stopReading() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

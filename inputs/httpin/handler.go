@@ -62,8 +62,10 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	if !authenticated(r) {
 		// Evicted (counted then): storing the records would only store
-		// them twice, the client sending them again after no answer.
-		return
+		// them twice, the client sending them again after no answer. The
+		// connection is dropped without one: a handler that returned
+		// would be answered 200, which the client takes for stored.
+		panic(http.ErrAbortHandler)
 	}
 	tag := r.PathValue("tag")
 	if tag == "" {

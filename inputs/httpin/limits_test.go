@@ -2,8 +2,10 @@ package httpin
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -200,10 +202,33 @@ func TestSlowBodyIsATimeout(t *testing.T) {
 	}
 }
 
+// slowHandler takes pause to log a message that begins with prefix.
+type slowHandler struct {
+	slog.Handler
+	prefix string
+	pause  time.Duration
+}
+
+func (h slowHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return slowHandler{h.Handler.WithAttrs(as), h.prefix, h.pause}
+}
+
+func (h slowHandler) WithGroup(g string) slog.Handler {
+	return slowHandler{h.Handler.WithGroup(g), h.prefix, h.pause}
+}
+
+func (h slowHandler) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, h.prefix) {
+		time.Sleep(h.pause)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
 // TestEvictedBeforeItsHandlerStoresNothing: a connection evicted between
-// its request's arrival and its handler marking it authenticated has no
-// answer to give (it is closed): its records are not stored either, or the
-// client, sending them again, would have them stored twice.
+// its request's arrival and its handler marking it authenticated is
+// dropped without an answer (a 200 would say stored), and its records are
+// not stored either, or the client, sending them again, would have them
+// stored twice.
 func TestEvictedBeforeItsHandlerStoresNothing(t *testing.T) {
 	arrived, evicted := make(chan struct{}), make(chan struct{})
 	var first atomic.Bool
@@ -215,7 +240,10 @@ func TestEvictedBeforeItsHandlerStoresNothing(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { authHook = nil }) // after the server's end: cleanups run last first
-	e := newEnv(t, withConfig(func(c *config.HTTP) { c.MaxConnections = 1 }))
+	// The eviction's log line takes a while: the evicted connection is
+	// closed only after it, and its handler goes on meanwhile.
+	slow := slog.New(slowHandler{slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}), "closed a connection", 300 * time.Millisecond})
+	e := newEnv(t, withLogger(slow), withConfig(func(c *config.HTTP) { c.MaxConnections = 1 }))
 	c := dialRaw(t, e)
 	body := `{"a":1}`
 	fmt.Fprintf(c, "POST /v1/logs/app HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)

@@ -129,13 +129,14 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 		// control window, and reads each frame whole, outside the memory
 		// budget: the smallest windows and frames keep that about what
 		// HTTP/1.1 leaves in the socket's buffer.
-		HTTP2: &http.HTTP2Config{MaxReceiveBufferPerConnection: h2Window, MaxReceiveBufferPerStream: h2Window, MaxReadFrameSize: 16 << 10},
+		HTTP2: &http.HTTP2Config{MaxReceiveBufferPerConnection: 4 * h2Window, MaxReceiveBufferPerStream: h2Window, MaxReadFrameSize: 16 << 10},
 	}
 	return s
 }
 
-// h2Window is an HTTP/2 connection's and stream's flow control window:
-// the least HTTP/2 allows a connection.
+// h2Window is an HTTP/2 stream's flow control window (the least HTTP/2
+// allows), and a quarter of its connection's: a request that waits for
+// the budget holds a quarter of what its connection may send ahead.
 const h2Window = 64 << 10
 
 // StopWithin tells the server the whole service's time to stop
