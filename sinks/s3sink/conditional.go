@@ -109,16 +109,15 @@ func hasMetaSHA256(head *s3.HeadObjectOutput) bool {
 }
 
 // holdsObject reports whether in.Key holds exactly in's object (or the
-// one in.was() names): its size, then the SHA-256 in its metadata (every
+// ones in.Was names): its size, then the SHA-256 in its metadata (every
 // object this sink writes has it), or else, for an object written without
 // it, its SHA-256 checksum when S3 kept one for the whole object (a
 // PutObject's), or else its bytes, read and hashed.
 func (s *Sink) holdsObject(ctx context.Context, in *intent) (bool, error) {
 	var sums []objectSum
-	for _, o := range []*objectSum{{bytes: in.Bytes, sha256: in.SHA256}, in.was()} {
-		if o != nil {
-			sums = append(sums, *o)
-		}
+	sums = append(sums, objectSum{bytes: in.Bytes, sha256: in.SHA256})
+	for _, o := range in.Was {
+		sums = append(sums, objectSum{bytes: o.Bytes, sha256: o.SHA256})
 	}
 	// The sink's own objects carry their SHA-256 in metadata, which a plain
 	// HEAD returns; asking for S3's checksum as well would need

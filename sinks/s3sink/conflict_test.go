@@ -766,3 +766,54 @@ func TestTakenKeyHeadBadRequest(t *testing.T) {
 		t.Errorf("Recover of the sink's own object behind HEAD 400: %v", err)
 	}
 }
+
+// TestRecoverAfterTheCompressorChangedTwice: an object first uploaded with
+// one compressor (gzip level 9 stands for it), rebuilt at a restart by a
+// second (level 5), whose upload landed but whose delivery a crash lost,
+// and rebuilt again at the next restart by a third (this build's): the
+// object the second put under the key is recognised as the sink's own.
+func TestRecoverAfterTheCompressorChangedTwice(t *testing.T) {
+	srv, url := startEmu(t)
+	cfg := testConfig(url)
+	recs := batchRecs("app", 300)
+	st, key, _ := sentBatch(t, cfg, func(string) []byte { return nil }, recs)
+	build := func(level int) *object {
+		enc, err := newEncoder(encoding{Compression: config.CompressionGzip, Level: level, TimeKey: cfg.TimeKey})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := enc.build(recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	first, second := build(9), build(5)
+	deleteObject(t, url, key) // see TestTakenKeyComparison
+	if _, err := newReader(t, url).PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key),
+		Body: bytes.NewReader(second.body), Metadata: map[string]string{metaSHA256: second.sha256}}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := st.Get(intentKey(key))
+	var in intent
+	if err := json.Unmarshal(raw, &in); err != nil {
+		t.Fatal(err)
+	}
+	// As the second restart left it: the first object in was, the
+	// second's in place.
+	in.Was = []wasObject{{Bytes: int64(len(first.body)), SHA256: first.sha256}}
+	in.Bytes, in.SHA256 = int64(len(second.body)), second.sha256
+	if err := putIntent(context.Background(), st, intentKey(key), &in); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestSink(t, cfg)
+	if err := s.Recover(context.Background(), st); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	if st.delivered[in.Partition] != in.Last || len(st.intents()) != 0 {
+		t.Errorf("delivered %v, intents %v", st.delivered, st.intents())
+	}
+	if got, _ := srv.Get(bucket, key); !bytes.Equal(got, second.body) {
+		t.Error("the object was rewritten")
+	}
+}

@@ -139,8 +139,8 @@
 // the intent: the WAL and the intent disagree, and nothing is uploaded;
 // the same lines compressed to other bytes, a compressor changed by an
 // upgrade, rewrite the intent with the new object's bytes and sha256 and
-// keep the first in was_bytes and was_sha256, either found under the key
-// being this object),
+// keep the earlier ones in was (up to four: the first and the latest),
+// any of them found under the key being this object),
 // aborts the recorded multipart upload and any other in progress for that
 // key, uploads again under the same key (an upload that had landed before
 // the crash is found there, and nothing is written), and records the

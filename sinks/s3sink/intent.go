@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/logfwd/forwarder/sinks"
 )
@@ -48,21 +49,33 @@ type intent struct {
 	// (Options.Match; absent in intents written before they were kept).
 	Match []string `json:"match,omitempty"`
 
-	// WasBytes and WasSHA256 are the object the intent described before
-	// Recover rebuilt it into other compressed bytes (the compressor
-	// changed between the crash and the restart): found under the key, it
-	// holds these records too. Stored with the rebuilt object's sum, so
-	// that a Recover tried again (the upload failed) still knows it.
-	WasBytes  int64  `json:"was_bytes,omitempty"`
-	WasSHA256 string `json:"was_sha256,omitempty"`
+	// Was are the objects the intent described before Recover rebuilt it
+	// into other compressed bytes (the compressor changed between a crash
+	// and the restart, maybe more than once): found under the key, one of
+	// them holds these records too. Stored with the rebuilt object's sum,
+	// so that a Recover tried again (the upload failed, or the process
+	// stopped once more) still knows them. At most maxWas, the first kept.
+	Was []wasObject `json:"was,omitempty"`
 }
 
-// was is the object the intent described before a rebuild, or nil.
-func (in *intent) was() *objectSum {
-	if in.WasSHA256 == "" {
-		return nil
+// wasObject is an object an intent described before a rebuild.
+type wasObject struct {
+	Bytes  int64  `json:"bytes"`
+	SHA256 string `json:"sha256"`
+}
+
+const maxWas = 4
+
+// rebuilt notes that in's object, as it described it, is replaced by o.
+func (in *intent) rebuilt(o *object) {
+	old := wasObject{Bytes: in.Bytes, SHA256: in.SHA256}
+	if !slices.Contains(in.Was, old) {
+		if len(in.Was) == maxWas {
+			in.Was = slices.Delete(in.Was, 1, 2) // the first uploaded, and the latest ones
+		}
+		in.Was = append(in.Was, old)
 	}
-	return &objectSum{bytes: in.WasBytes, sha256: in.WasSHA256}
+	in.setObject(o)
 }
 
 // objectSum is what tells one object from another: its length and SHA-256.

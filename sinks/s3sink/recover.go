@@ -158,10 +158,7 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 		// Same lines, other compressed bytes: the compressor changed.
 		s.log.Warn("re-uploading an interrupted object with the same records but other compressed bytes (the compression library changed since it was first sent)",
 			"key", in.Key, "sha256_was", in.SHA256, "sha256", obj.sha256)
-		if in.WasSHA256 == "" { // the object first uploaded, kept through every rebuild
-			in.WasBytes, in.WasSHA256 = in.Bytes, in.SHA256
-		}
-		in.setObject(obj)
+		in.rebuilt(obj)
 		if err := putIntent(ctx, st, ik, in); err != nil {
 			return fatal("%w", err)
 		}
