@@ -654,28 +654,8 @@ func testRecoverAfterTheCompressorChanged(t *testing.T, failFirst bool) {
 	recs := batchRecs("app", 300)
 	st, key, _ := sentBatch(t, cfg, func(string) []byte { return nil }, recs)
 	// What the old compressor made of the records: here, gzip level 9.
-	old, err := newEncoder(encoding{Compression: config.CompressionGzip, Level: 9, TimeKey: cfg.TimeKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj, err := old.build(recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deleteObject(t, url, key) // see TestTakenKeyComparison
-	if _, err := newReader(t, url).PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key),
-		Body: bytes.NewReader(obj.body), Metadata: map[string]string{metaSHA256: obj.sha256}}); err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := st.Get(intentKey(key))
-	var in intent
-	if err := json.Unmarshal(raw, &in); err != nil {
-		t.Fatal(err)
-	}
-	in.Bytes, in.SHA256 = int64(len(obj.body)), obj.sha256
-	if err := putIntent(context.Background(), st, intentKey(key), &in); err != nil {
-		t.Fatal(err)
-	}
+	obj := gzipAt(t, cfg, recs, 9)
+	in := landedAs(t, url, st, key, obj, nil)
 	newSink := func() *Sink {
 		s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds}, Registerer: prometheus.NewRegistry()})
 		if err != nil {
@@ -777,35 +757,10 @@ func TestRecoverAfterTheCompressorChangedTwice(t *testing.T) {
 	cfg := testConfig(url)
 	recs := batchRecs("app", 300)
 	st, key, _ := sentBatch(t, cfg, func(string) []byte { return nil }, recs)
-	build := func(level int) *object {
-		enc, err := newEncoder(encoding{Compression: config.CompressionGzip, Level: level, TimeKey: cfg.TimeKey})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o, err := enc.build(recs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return o
-	}
-	first, second := build(9), build(5)
-	deleteObject(t, url, key) // see TestTakenKeyComparison
-	if _, err := newReader(t, url).PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key),
-		Body: bytes.NewReader(second.body), Metadata: map[string]string{metaSHA256: second.sha256}}); err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := st.Get(intentKey(key))
-	var in intent
-	if err := json.Unmarshal(raw, &in); err != nil {
-		t.Fatal(err)
-	}
+	first, second := gzipAt(t, cfg, recs, 9), gzipAt(t, cfg, recs, 5)
 	// As the second restart left it: the first object in was, the
 	// second's in place.
-	in.Was = []wasObject{{Bytes: int64(len(first.body)), SHA256: first.sha256}}
-	in.Bytes, in.SHA256 = int64(len(second.body)), second.sha256
-	if err := putIntent(context.Background(), st, intentKey(key), &in); err != nil {
-		t.Fatal(err)
-	}
+	in := landedAs(t, url, st, key, second, []wasObject{{Bytes: int64(len(first.body)), SHA256: first.sha256}})
 	s := newTestSink(t, cfg)
 	if err := s.Recover(context.Background(), st); err != nil {
 		t.Fatalf("Recover: %v", err)
@@ -816,4 +771,40 @@ func TestRecoverAfterTheCompressorChangedTwice(t *testing.T) {
 	if got, _ := srv.Get(bucket, key); !bytes.Equal(got, second.body) {
 		t.Error("the object was rewritten")
 	}
+}
+
+// gzipAt is the object of recs compressed with gzip at level: what another
+// compressor than this build's made of them.
+func gzipAt(t *testing.T, cfg config.S3, recs []sinks.Record, level int) *object {
+	t.Helper()
+	enc, err := newEncoder(encoding{Compression: config.CompressionGzip, Level: level, TimeKey: cfg.TimeKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := enc.build(recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// landedAs puts obj under key, as an upload that landed did, and makes the
+// intent of key in st describe it, with was: it returns the intent.
+func landedAs(t *testing.T, url string, st *memState, key string, obj *object, was []wasObject) intent {
+	t.Helper()
+	deleteObject(t, url, key) // see TestTakenKeyComparison
+	if _, err := newReader(t, url).PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key),
+		Body: bytes.NewReader(obj.body), Metadata: map[string]string{metaSHA256: obj.sha256}}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := st.Get(intentKey(key))
+	var in intent
+	if err := json.Unmarshal(raw, &in); err != nil {
+		t.Fatal(err)
+	}
+	in.Was, in.Bytes, in.SHA256 = was, int64(len(obj.body)), obj.sha256
+	if err := putIntent(context.Background(), st, intentKey(key), &in); err != nil {
+		t.Fatal(err)
+	}
+	return in
 }
