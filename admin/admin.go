@@ -8,6 +8,8 @@ package admin
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/url"
+	"os"
 	"sort"
 	"time"
 
@@ -37,6 +40,11 @@ type Sources struct {
 	Version   string
 	// Pprof serves Go's runtime profiles under /debug/pprof/.
 	Pprof bool
+	// TokenFile is where Start writes the token /dead-letters asks for
+	// (Authorization: Bearer): a new random one at each start, readable
+	// by the service's user alone, so that only who can read its data_dir
+	// reads records' content. "": no token is asked.
+	TokenFile string
 }
 
 // Server serves /metrics, /healthz, /readyz, /status, /wal and /dead-letters, and with
@@ -48,7 +56,12 @@ type Server struct {
 	ln     net.Listener
 	srv    *http.Server
 	start  time.Time
+	token  string // what /dead-letters asks for; "": nothing
 }
+
+// idleTimeout closes a connection idle between requests: scrapers and
+// probes open new ones as they need, and idle ones must not pile up.
+var idleTimeout = 2 * time.Minute
 
 // New returns an admin server for listen ("127.0.0.1:9880").
 func New(listen string, src Sources, log *slog.Logger) *Server {
@@ -67,18 +80,43 @@ func New(listen string, src Sources, log *slog.Logger) *Server {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout}
 	return s
 }
 
 // Start binds the listener.
 func (s *Server) Start() error {
+	if s.src.TokenFile != "" {
+		token, err := writeToken(s.src.TokenFile)
+		if err != nil {
+			return fmt.Errorf("admin: %w", err)
+		}
+		s.token = token
+	}
 	ln, err := net.Listen("tcp", s.listen)
 	if err != nil {
 		return fmt.Errorf("admin: listen on %s: %w", s.listen, err)
 	}
 	s.ln = ln
 	return nil
+}
+
+// writeToken writes a new random token to path, mode 0600, whole or not
+// at all, and returns it.
+func writeToken(path string) (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	token := hex.EncodeToString(b[:])
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(token+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write the admin token: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("write the admin token: %w", err)
+	}
+	return token, nil
 }
 
 // Addr is the listener's address, once started.

@@ -1,10 +1,13 @@
 package admin
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -225,5 +228,47 @@ func TestDiskFullEndpoints(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A connection idle after its request is closed after idleTimeout (here
+// 200 ms): idle connections do not pile up.
+func TestIdleConnectionsClosed(t *testing.T) {
+	old := idleTimeout
+	idleTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { idleTimeout = old })
+	w, err := wal.Open(t.TempDir(), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	s := New("127.0.0.1:0", Sources{WAL: w, Gatherer: prometheus.NewRegistry()}, slog.New(slog.DiscardHandler))
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	defer func() { cancel(); <-done }()
+	c, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	began := time.Now()
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("the idle connection: %v, want it closed", err)
+	}
+	if d := time.Since(began); d > 3*time.Second {
+		t.Errorf("closed after %v", d)
 	}
 }

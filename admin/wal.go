@@ -2,6 +2,7 @@ package admin
 
 import (
 	"bufio"
+	"crypto/subtle"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/logfwd/forwarder/queue"
 )
@@ -33,8 +35,8 @@ const (
 // that the byte bound left out. They are copied out of the WAL before the
 // answer is written: a slow client must not hold a read transaction open.
 func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
-	if !fromThisMachine(r) {
-		writeJSON(w, http.StatusForbidden, map[string]string{"error": "dead letters hold the records' content: they are served to this machine's own addresses only (run forwarder wal dead-letters where the service runs, in its pod with kubectl exec)"})
+	if !fromThisMachine(r) || !s.hasToken(r) {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "dead letters hold the records' content: they are served to this machine's own addresses only, with the token the service writes to data_dir/" + TokenFileName + " (run forwarder wal dead-letters where the service runs, in its pod with kubectl exec, as a user who can read its data_dir)"})
 		return
 	}
 	names := slices.Sorted(maps.Keys(s.src.WAL.Stats().Cursors))
@@ -97,6 +99,21 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 		out.WriteByte('\n')
 	}
 	out.Flush()
+}
+
+// TokenFileName is the file in data_dir that holds the admin token
+// (Sources.TokenFile).
+const TokenFileName = "admin.token"
+
+// hasToken reports whether r carries the server's token, when it has one:
+// a proxy on the machine (a mesh's sidecar) may pass other pods' requests
+// from an address that looks local; it cannot pass the token.
+func (s *Server) hasToken(r *http.Request) bool {
+	if s.token == "" {
+		return true
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1
 }
 
 // fromThisMachine reports whether r comes from the machine the server runs

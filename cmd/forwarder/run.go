@@ -115,7 +115,8 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 		w.log(log)
 	}
 	adm := admin.New(cfg.Admin.Listen, admin.Sources{WAL: w, MaxBytes: int64(cfg.WAL.MaxBytes), Drainers: drainers,
-		Listening: listening.Load, Gatherer: reg, Version: currentVersion(), Pprof: cfg.Admin.Pprof}, log)
+		Listening: listening.Load, Gatherer: reg, Version: currentVersion(), Pprof: cfg.Admin.Pprof,
+		TokenFile: filepath.Join(cfg.DataDir, admin.TokenFileName)}, log)
 	if err := adm.Start(); err != nil {
 		log.Error("cannot start the admin server", "error", err)
 		w.Close()

@@ -281,6 +281,25 @@ func TestWALCommandsWhileRunning(t *testing.T) {
 	if r.code != exitOK || r.stdout != "" || r.stderr != "0 dead letters (from the running service)\n" {
 		t.Errorf("wal dead-letters on a running service: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
 	}
+	// From this machine but without the token in data_dir (a mesh's
+	// sidecar passing another pod's request looks local): refused.
+	if fi, err := os.Stat(filepath.Join(dataDir, "admin.token")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the admin token file: %v, %v; want mode 0600", fi, err)
+	}
+	for _, auth := range []string{"", "Bearer wrong"} {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+admin+"/dead-letters", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("/dead-letters with Authorization %q: %s, want 403", auth, resp.Status)
+		}
+	}
 	r = forwarderCmd(t, "wal", "dead-letters", "--sink", "nope", "-c", path)
 	if r.code != exitFail || !strings.Contains(r.stderr, `the WAL has no sink \"nope\"`) {
 		t.Errorf("wal dead-letters of an unknown sink on a running service: exit %d, stderr %q", r.code, r.stderr)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/logfwd/forwarder/admin"
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -84,7 +85,16 @@ func adminGet(cfg *config.Config, path string) (*http.Response, error) {
 		return nil, fmt.Errorf("admin.listen %s names no fixed port to reach the running service at", cfg.Admin.Listen)
 	}
 	c := &http.Client{Timeout: 30 * time.Second}
-	resp, err := c.Get(base + path)
+	req, err := http.NewRequest(http.MethodGet, base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	// The token the service wrote to its data_dir (admin.TokenFileName),
+	// which /dead-letters asks for: readable by who may read the records.
+	if token, err := os.ReadFile(filepath.Join(cfg.DataDir, admin.TokenFileName)); err == nil {
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("read the running service's admin server: %w", err)
 	}
