@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -147,6 +148,26 @@ func (l *loop) onCommitted(c *commitReq, now time.Time) {
 		return
 	}
 	l.scheduleQueue(p, now)
+}
+
+// registerWaiting registers the cursor name with register
+// (wal.RegisterCursor), waiting out a full disk (wal.ErrNoSpace: a new
+// cursor is a commit) with a warning and a growing wait from first, until
+// ctx ends: then it returns ctx's error.
+func registerWaiting(ctx context.Context, register func(context.Context, string) (uint64, error), name string, log *slog.Logger, first time.Duration) (uint64, error) {
+	cursor, err := register(ctx, name)
+	for wait := first; errors.Is(err, wal.ErrNoSpace); wait = min(2*wait, 30*time.Second) {
+		log.Warn("cannot register the sink's cursor: the WAL's disk is full; retrying", "retry_in", wait, "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return 0, ctx.Err()
+		}
+		cursor, err = register(ctx, name)
+	}
+	return cursor, err
 }
 
 // commitWaiting commits b, waiting out a full disk (wal.ErrNoSpace) with

@@ -185,7 +185,7 @@ func (d *Drainer) Status() Status {
 // damaged entry.
 func (d *Drainer) Run(ctx context.Context) error {
 	defer close(d.drain.exit)
-	cursor, err := d.w.RegisterCursor(ctx, d.name)
+	cursor, err := registerWaiting(ctx, d.w.RegisterCursor, d.name, d.log, time.Second)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return nil // stopped before it started: nothing to finish

@@ -115,7 +115,7 @@ func (l *loop) read(ctx context.Context, from uint64, out chan<- read, gen uint6
 		head := gen == 0
 		buf := l.bufs.get(head)
 		recs, err := rd.ReadInto(l.d.opts.ReadBatch, readBytes, buf)
-		if err != nil && repairDamaged(ctx, l.d.w, err, &repaired) {
+		if err != nil && repairWith(ctx, l.d.w.ReplaceDamaged, err, &repaired, noSpaceRepairWait) {
 			l.bufs.put(buf)
 			continue
 		}
@@ -344,11 +344,34 @@ func (l *loop) recount(p *partition) {
 // same entry is replaced once per reader (*repaired): damage a read still
 // meets after that is returned as it is.
 func repairDamaged(ctx context.Context, w *wal.WAL, err error, repaired *uint64) bool {
+	return repairWith(ctx, w.ReplaceDamaged, err, repaired, 0)
+}
+
+// repairWith is repairDamaged with replace for wal.ReplaceDamaged. With
+// noSpaceWait above 0, a replacement a full disk refuses (wal.ErrNoSpace)
+// is tried again: the read is to be made again after that pause (it meets
+// the damage again) until the replacement fits or ctx ends, rather than
+// the sink failing, and the service stopping, on a full disk.
+func repairWith(ctx context.Context, replace func(context.Context, uint64) (uint64, error), err error, repaired *uint64, noSpaceWait time.Duration) bool {
 	var ce *wal.CorruptionError
 	if !errors.As(err, &ce) || ce.FirstSeq == 0 || ce.FirstSeq == *repaired {
 		return false
 	}
+	_, err = replace(ctx, ce.FirstSeq)
+	if noSpaceWait > 0 && errors.Is(err, wal.ErrNoSpace) {
+		t := time.NewTimer(noSpaceWait)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	*repaired = ce.FirstSeq
-	_, err = w.ReplaceDamaged(ctx, ce.FirstSeq)
 	return err == nil
 }
+
+// noSpaceRepairWait is how long the head and catch-up readers wait before
+// they try again a damaged entry's replacement a full disk refused.
+var noSpaceRepairWait = 5 * time.Second
