@@ -113,8 +113,9 @@
 //
 // Streams are read with unmask, so that data a log group's data protection
 // policy masks does not hide events that landed; a read refused for it
-// (AccessDenied: no logs:Unmask) is made again as stored, and so are the
-// reads after it (one info line): masked events are then not found.
+// (AccessDenied: no logs:Unmask; another refusal: a log group that does
+// not take it) is made again as stored, and so are the reads after it (one
+// info line): masked events are then not found.
 //
 // Other GetLogEvents errors fail Recover with their class; the drainer
 // calls it again (what was resolved stays resolved). At the end Recover

@@ -369,9 +369,12 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 			switch {
 			case errors.As(err, &missing):
 				return found, earlier, nil
-			case accessDenied(err) && input.Unmask:
+			case input.Unmask && errors.As(err, &ae) && ae.ErrorCode() != "ThrottlingException" && ctx.Err() == nil:
+				// Refused with unmask: for want of logs:Unmask (AccessDenied),
+				// or a log group that does not take it (its class): read as
+				// stored, and so are the reads after.
 				if s.noUnmask.CompareAndSwap(false, true) {
-					s.log.Info("GetLogEvents with unmask is refused (logs:Unmask is not granted): calls a crash left in doubt are resolved by reading their events as stored; "+
+					s.log.Info("GetLogEvents with unmask is refused (logs:Unmask is not granted, or the log group does not take it): calls a crash left in doubt are resolved by reading their events as stored; "+
 						"in a log group with a data protection policy, events whose messages are masked are not recognised and are sent again, which may duplicate them: grant logs:Unmask on the sink's log groups to resolve those exactly once",
 						"sink", s.name, "group", in.Group, "error", awserr.Clean(err))
 				}

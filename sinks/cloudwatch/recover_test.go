@@ -61,8 +61,10 @@ type proxy struct {
 	byStream map[string]string // stream -> what to do with its PutLogEvents, before rule
 	// mask, when set, is a group's data protection policy: GetLogEvents
 	// answers messages with every "secret" masked, unless the request asks
-	// unmask (then refused when denyUnmask: no logs:Unmask).
-	mask, denyUnmask bool
+	// unmask (then refused with the error code denyUnmask, when set: no
+	// logs:Unmask, or a group that does not take it).
+	mask       bool
+	denyUnmask string
 }
 
 func newProxy(t testing.TB, target string, rule func(op string, n int) string) *proxy {
@@ -105,10 +107,10 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.unmasks += map[bool]int{true: 1}[in.Unmask]
 		p.mu.Unlock()
 		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-		if in.Unmask && denyUnmask {
-			w.Header().Set("X-Amzn-ErrorType", "AccessDeniedException")
+		if in.Unmask && denyUnmask != "" {
+			w.Header().Set("X-Amzn-ErrorType", denyUnmask)
 			w.WriteHeader(http.StatusBadRequest)
-			io.WriteString(w, `{"__type":"AccessDeniedException","message":"User is not authorized to perform: logs:Unmask"}`)
+			fmt.Fprintf(w, `{"__type":%q,"message":"unmask refused by the test's proxy"}`, denyUnmask)
 			return
 		}
 		rec := httptest.NewRecorder()
@@ -197,8 +199,8 @@ func (p *proxy) setStream(stream, what string) {
 }
 
 // setMask gives the groups a data protection policy that masks "secret"
-// (and, with deny, no logs:Unmask to the sink).
-func (p *proxy) setMask(deny bool) {
+// (and, with deny, refuses unmask with that error code).
+func (p *proxy) setMask(deny string) {
 	p.mu.Lock()
 	p.mask, p.denyUnmask = true, deny
 	p.mu.Unlock()
@@ -634,8 +636,8 @@ func TestRecoverAccessDeniedSendsAgain(t *testing.T) {
 // events are not found and are sent again (said once, at info), the others
 // are found.
 func TestRecoverMaskedEvents(t *testing.T) {
-	for _, deny := range []bool{false, true} {
-		t.Run(fmt.Sprint("deny unmask ", deny), func(t *testing.T) {
+	for _, deny := range []string{"", "AccessDeniedException", "InvalidParameterException"} {
+		t.Run("unmask refused "+deny, func(t *testing.T) {
 			e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) { c.LogStream = "${tag}" }})
 			e.prime("masked", "plain")
 			p.setRule(landPuts)
@@ -646,7 +648,7 @@ func TestRecoverMaskedEvents(t *testing.T) {
 			p.setMask(deny)
 			logs := e.rerun(cfg)
 			masked, plain := 1, 1
-			if deny {
+			if deny != "" {
 				masked = 2 // landed, then sent again: not recognised
 			}
 			if got := e.copiesOf("masked"); got[`{"log":"the secret is 42"}`] != masked {
@@ -656,7 +658,7 @@ func TestRecoverMaskedEvents(t *testing.T) {
 				t.Errorf("stream plain: %v, want the event once\n%s", got, logs)
 			}
 			said := strings.Contains(logs.String(), "grant logs:Unmask")
-			if said != deny || strings.Count(logs.String(), "grant logs:Unmask") > 1 {
+			if said != (deny != "") || strings.Count(logs.String(), "grant logs:Unmask") > 1 {
 				t.Errorf("logs:Unmask said %v times, want %v:\n%s", strings.Count(logs.String(), "grant logs:Unmask"), deny, logs)
 			}
 			p.mu.Lock()
