@@ -3,10 +3,14 @@ package wal
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand"
+	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/logfwd/forwarder/internal/syncbuf"
 )
 
 // damageEntryCount flips bits of the record count in the header of the
@@ -104,5 +108,38 @@ func TestRegisterAnExistingCursorOnAFullDisk(t *testing.T) {
 	}
 	if _, err := w.RegisterCursor(ctx, "new"); !errors.Is(err, ErrNoSpace) || calls.Load() == 0 {
 		t.Fatalf("a new cursor on a full disk: %v after %d commits, want ErrNoSpace", err, calls.Load())
+	}
+}
+
+// TestRefusedDropsAreNotLogged: a commit that drop_oldest's deletes shared,
+// refused by a full disk, dropped nothing: the warning of what was dropped
+// names only what committed drops lost.
+func TestRefusedDropsAreNotLogged(t *testing.T) {
+	var logs syncbuf.Buffer
+	w := openT(t, t.TempDir(), Options{MaxBytes: 64 << 10, WhenFull: DropOldest, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx := context.Background()
+	if _, err := w.RegisterCursor(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewSource(5))
+	for w.Stats().Bytes < 48<<10 {
+		appendT(t, w, makeRecords(r, "a", 20, 300), "")
+	}
+	if d := w.Stats().Dropped["s"]; d != 0 {
+		t.Fatalf("dropped %d before the full disk", d)
+	}
+	_, stop := noSpaceCommits(t)
+	if _, err := w.Append(ctx, makeRecords(r, "b", 100, 300), AppendOptions{}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("an append that drops, on a full disk: %v", err)
+	}
+	stop()
+	if d := w.Stats().Dropped["s"]; d != 0 {
+		t.Fatalf("dropped %d by a refused commit", d)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "dropped the oldest") {
+		t.Errorf("drops logged that did not happen:\n%s", logs.String())
 	}
 }

@@ -124,6 +124,7 @@ type writer struct {
 	noStatfs      bool // the file system cannot tell its free space (logged once)
 
 	droppedSince map[string]uint64 // DropOldest losses not yet logged
+	txDropped    map[string]uint64 // DropOldest losses of the open transaction: logged once it commits
 	lastDropLog  time.Time
 	lastExpire   time.Time
 	noSpaceRetry <-chan time.Time // set after a commit refused for lack of space
@@ -924,7 +925,10 @@ func (wr *writer) dropOldest(tx *bolt.Tx, need int64) error {
 		wr.st.cursors[name] = last
 		wr.st.dropped[name] += lost
 		if lost > 0 {
-			wr.droppedSince[name] += lost
+			if wr.txDropped == nil {
+				wr.txDropped = map[string]uint64{}
+			}
+			wr.txDropped[name] += lost
 		}
 		if err := tx.Bucket(bucketCursors).Put([]byte(name), u64(last)); err != nil {
 			return err
@@ -1017,6 +1021,8 @@ func (wr *writer) flush() {
 	wr.tx, wr.replies, wr.commits, wr.txAppends, wr.txDeleted, wr.txProbe = nil, nil, nil, 0, 0, false
 	kept, fresh := wr.txRecent, wr.txFresh
 	wr.txRecent, wr.txFresh = nil, false
+	dropped := wr.txDropped // what drop_oldest lost, if the commit holds
+	wr.txDropped = nil
 	answer := func(err error) {
 		for _, reply := range replies {
 			reply(err)
@@ -1039,6 +1045,9 @@ func (wr *writer) flush() {
 	err := wr.commitTx(tx)
 	if err == nil {
 		wr.w.commits.Add(1)
+		for name, n := range dropped {
+			wr.droppedSince[name] += n
+		}
 		if appended > 0 {
 			wr.w.appended.note(wr.st.nextSeq-1, time.Now()) // before publish: no reader sees a record Age does not know
 		}
