@@ -221,7 +221,9 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 		if t, b, err = d.time(b); err != nil {
 			return nil, bad("malformed", full, b, "%v", err)
 		}
-		if b, err = d.body(b, t); err != nil {
+		if len(b) > 0 && b[0] == 0xc0 {
+			b = b[1:] // a nil record: nothing to store
+		} else if b, err = d.body(b, t); err != nil {
 			return nil, d.entryErr(full, b, "record", -1, err)
 		}
 		n-- // the record took the slot an option would otherwise be counted in
@@ -405,6 +407,10 @@ func (d *decoder) entry(b []byte) ([]byte, error) {
 		}
 		return rest, nil
 	}
+	if len(b) > 0 && b[0] == 0xc0 {
+		// A nil record: nothing to store (Fluentd's in_forward skips it).
+		return b[1:], nil
+	}
 	return d.body(b, t)
 }
 
@@ -510,6 +516,9 @@ func (d *decoder) time(b []byte) (int64, []byte, error) {
 			return 0, b, fmt.Errorf("time: extension type %d of %d bytes is not an EventTime", typ, len(data))
 		}
 		t, b = ts.UnixNano(), rest
+	case msgp.NilType:
+		// No time: the time of arrival, as 0 (Fluentd reads it so).
+		b = b[1:]
 	default:
 		return 0, b, fmt.Errorf("time is a %s, want an EventTime or a number", msgp.NextType(b))
 	}

@@ -751,3 +751,25 @@ func eventTimeRaw(sec, nsec uint32) []byte {
 	binary.BigEndian.PutUint32(b[6:], nsec)
 	return b
 }
+
+// TestNilTimeAndRecord: as Fluentd's in_forward reads them, a nil time is
+// the time of arrival (as 0 is) and a nil record is skipped: the others of
+// the message are stored and the message acknowledged.
+func TestNilTimeAndRecord(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 8, 0, 1, 0, time.UTC)
+	f := start(t, defaultCfg(), wal.Options{})
+	c := f.dial()
+	before := time.Now().UnixNano()
+	c.Write(forwardMode("app.x", [][]byte{
+		entry(eventTime(t0), msgp.AppendNil(nil)),
+		entry(msgp.AppendNil(nil), record("log", "no time")),
+		entry(eventTime(t0), record("log", "b")),
+	}, options("n-1")))
+	readAck(t, c)
+	c.Write(messageMode("app.y", eventTime(t0), msgp.AppendNil(nil), options("n-2")))
+	readAck(t, c)
+	recs := f.records()
+	if len(recs) != 2 || string(recs[0].Body) != `{"log":"no time"}` || recs[0].Time < before || string(recs[1].Body) != `{"log":"b"}` || recs[1].Time != t0.UnixNano() {
+		t.Fatalf("stored %+v", recs)
+	}
+}
