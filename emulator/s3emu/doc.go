@@ -30,7 +30,8 @@
 // headers they were written with (Content-Type, Content-Encoding and every
 // x-amz-* header: storage class, server-side encryption, KMS key id, ACL,
 // tagging, checksums, x-amz-meta-*), and GetObject and HeadObject answer
-// them back. Nothing is encrypted and no KMS key is checked. One difference
+// them back (the checksums only with x-amz-checksum-mode: ENABLED, as S3
+// does). Nothing is encrypted and no KMS key is checked. One difference
 // from S3 is gofakes3's: in memory, an object written over another keeps
 // the x-amz-meta-* keys of the one it replaced that it does not set itself
 // (S3 and the bbolt store replace the metadata whole); tests that overwrite

@@ -299,7 +299,47 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !strings.EqualFold(r.Header.Get("X-Amz-Checksum-Mode"), "ENABLED") {
+		// S3 answers an object's checksums only to x-amz-checksum-mode:
+		// ENABLED.
+		nc := &noChecksums{ResponseWriter: w}
+		s.s3.ServeHTTP(nc, r)
+		if !nc.wrote { // a HEAD's answer, written once the handler returns
+			nc.strip()
+		}
+		return
+	}
 	s.s3.ServeHTTP(w, r)
+}
+
+// noChecksums leaves the x-amz-checksum-* headers out of an answer.
+type noChecksums struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (n *noChecksums) WriteHeader(status int) {
+	if !n.wrote {
+		n.wrote = true
+		n.strip()
+	}
+	n.ResponseWriter.WriteHeader(status)
+}
+
+func (n *noChecksums) strip() {
+	h := n.Header()
+	for k := range h {
+		if strings.HasPrefix(strings.ToLower(k), "x-amz-checksum-") {
+			delete(h, k)
+		}
+	}
+}
+
+func (n *noChecksums) Write(b []byte) (int, error) {
+	if !n.wrote {
+		n.WriteHeader(http.StatusOK)
+	}
+	return n.ResponseWriter.Write(b)
 }
 
 func (s *Server) fail() bool {

@@ -85,6 +85,40 @@ func TestPutObjectKeepsHeaders(t *testing.T) {
 	}
 }
 
+// An object's checksum is answered, by HEAD as by GET, only to
+// x-amz-checksum-mode: ENABLED, as S3 does.
+func TestChecksumsOnlyInChecksumMode(t *testing.T) {
+	srv, cl := start(t, Options{})
+	mustBucket(t, srv, "logs")
+	body := []byte("hello\n")
+	if _, err := cl.PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String("logs"), Key: aws.String("k"),
+		Body: bytes.NewReader(body), ChecksumSHA256: aws.String(sha256b64(body))}); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []types.ChecksumMode{"", types.ChecksumModeEnabled} {
+		head, err := cl.HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: aws.String("logs"), Key: aws.String("k"), ChecksumMode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		get, err := cl.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String("logs"), Key: aws.String("k"), ChecksumMode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, get.Body)
+		get.Body.Close()
+		want := ""
+		if mode == types.ChecksumModeEnabled {
+			want = sha256b64(body)
+		}
+		if got := aws.ToString(head.ChecksumSHA256); got != want {
+			t.Errorf("HEAD, checksum mode %q: checksum %q, want %q", mode, got, want)
+		}
+		if got := aws.ToString(get.ChecksumSHA256); got != want {
+			t.Errorf("GET, checksum mode %q: checksum %q, want %q", mode, got, want)
+		}
+	}
+}
+
 func TestChecksumMismatchIsBadDigest(t *testing.T) {
 	srv, cl := start(t, Options{})
 	mustBucket(t, srv, "logs")
