@@ -87,11 +87,14 @@ func New(listen string, src Sources, log *slog.Logger) *Server {
 // Start binds the listener.
 func (s *Server) Start() error {
 	if s.src.TokenFile != "" {
-		token, err := writeToken(s.src.TokenFile)
-		if err != nil {
-			return fmt.Errorf("admin: %w", err)
+		// The token is this run's whether or not its file could be written:
+		// a start on a full disk (whose sinks must run to make room) is
+		// not failed for it; /dead-letters is then refused for the run.
+		s.token = newToken()
+		if err := writeToken(s.src.TokenFile, s.token); err != nil {
+			s.log.Warn("could not write the admin token: /dead-letters (forwarder wal dead-letters on the running service) is refused until the service starts again with room in its data_dir; the rest of the admin server is served",
+				"path", s.src.TokenFile, "error", err)
 		}
-		s.token = token
 	}
 	ln, err := net.Listen("tcp", s.listen)
 	if err != nil {
@@ -101,22 +104,34 @@ func (s *Server) Start() error {
 	return nil
 }
 
-// writeToken writes a new random token to path, mode 0600, whole or not
-// at all, and returns it.
-func writeToken(path string) (string, error) {
+// newToken is a random token: 64 hex digits.
+func newToken() string {
 	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	token := hex.EncodeToString(b[:])
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(b[:])
+}
+
+// writeToken writes token to path, mode 0600, whole or not at all: a new
+// file (any left over by a failed try removed first, so that its mode is
+// not kept) renamed over path.
+func writeToken(path, token string) error {
 	tmp := path + ".new"
-	if err := os.WriteFile(tmp, []byte(token+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("write the admin token: %w", err)
+	_ = os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		_, err = f.WriteString(token + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp, path)
+		}
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", fmt.Errorf("write the admin token: %w", err)
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
 	}
-	return token, nil
+	return nil
 }
 
 // Addr is the listener's address, once started.

@@ -112,8 +112,8 @@ func (s *Server) hasToken(r *http.Request) bool {
 	if s.token == "" {
 		return true
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1
 }
 
 // fromThisMachine reports whether r comes from the machine the server runs

@@ -9,12 +9,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
@@ -148,6 +151,73 @@ func TestDeadLettersOnlyFromThisMachine(t *testing.T) {
 		s.srv.Handler.ServeHTTP(rec, r)
 		if rec.Code != c.want {
 			t.Errorf("from %s to %s: %d %s, want %d", c.remote, c.local, rec.Code, rec.Body, c.want)
+		}
+	}
+}
+
+// A token that cannot be written (a full disk, here a directory that is
+// not there) does not fail the start: the admin server runs, and
+// /dead-letters is refused for the run, whatever token a request says.
+func TestTokenNotWritten(t *testing.T) {
+	w, err := wal.Open(t.TempDir(), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var logs syncbuf.Buffer
+	s := New("127.0.0.1:0", Sources{WAL: w, Gatherer: prometheus.NewRegistry(), TokenFile: filepath.Join(t.TempDir(), "gone", "admin.token")},
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	if err := s.Start(); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer s.ln.Close()
+	if !strings.Contains(logs.String(), "could not write the admin token") {
+		t.Errorf("no warning:\n%s", logs.String())
+	}
+	local, _ := net.ResolveTCPAddr("tcp", "127.0.0.1:9880")
+	for _, auth := range []string{"", "Bearer ", "bearer x"} {
+		r := httptest.NewRequestWithContext(context.WithValue(context.Background(), http.LocalAddrContextKey, local), "GET", "/dead-letters", nil)
+		r.RemoteAddr = "127.0.0.1:40000"
+		r.Header.Set("Authorization", auth)
+		rec := httptest.NewRecorder()
+		s.srv.Handler.ServeHTTP(rec, r)
+		if rec.Code != http.StatusForbidden {
+			t.Errorf("Authorization %q: %d, want 403", auth, rec.Code)
+		}
+	}
+}
+
+// The token is written anew at each start, mode 0600, and is asked for
+// with any case of Bearer.
+func TestTokenWritten(t *testing.T) {
+	w, err := wal.Open(t.TempDir(), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	path := filepath.Join(t.TempDir(), "admin.token")
+	if err := os.WriteFile(path+".new", []byte("left over"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := New("127.0.0.1:0", Sources{WAL: w, Gatherer: prometheus.NewRegistry(), TokenFile: path}, slog.New(slog.DiscardHandler))
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.ln.Close()
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v, %v", fi, err)
+	}
+	token, _ := os.ReadFile(path)
+	local, _ := net.ResolveTCPAddr("tcp", "127.0.0.1:9880")
+	for auth, want := range map[string]int{"Bearer " + strings.TrimSpace(string(token)): 200, "bearer " + strings.TrimSpace(string(token)): 200, "Bearer wrong": 403} {
+		r := httptest.NewRequestWithContext(context.WithValue(context.Background(), http.LocalAddrContextKey, local), "GET", "/dead-letters", nil)
+		r.RemoteAddr = "127.0.0.1:40000"
+		r.Header.Set("Authorization", auth)
+		rec := httptest.NewRecorder()
+		s.srv.Handler.ServeHTTP(rec, r)
+		if rec.Code != want {
+			t.Errorf("Authorization %q: %d, want %d", auth, rec.Code, want)
 		}
 	}
 }

@@ -369,10 +369,11 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 			switch {
 			case errors.As(err, &missing):
 				return found, earlier, nil
-			case input.Unmask && errors.As(err, &ae) && ae.ErrorCode() != "ThrottlingException" && ctx.Err() == nil:
+			case input.Unmask && unmaskRefused(err):
 				// Refused with unmask: for want of logs:Unmask (AccessDenied),
 				// or a log group that does not take it (its class): read as
-				// stored, and so are the reads after.
+				// stored, and so are the reads after. Other errors (a 5xx,
+				// credentials) are not about unmask: as without it.
 				if s.noUnmask.CompareAndSwap(false, true) {
 					s.log.Info("GetLogEvents with unmask is refused (logs:Unmask is not granted, or the log group does not take it): calls a crash left in doubt are resolved by reading their events as stored; "+
 						"in a log group with a data protection policy, events whose messages are masked are not recognised and are sent again, which may duplicate them: grant logs:Unmask on the sink's log groups to resolve those exactly once",
@@ -419,6 +420,20 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 		}
 		input.NextToken = aws.String(next)
 	}
+}
+
+// unmaskRefused reports whether err is GetLogEvents refusing its unmask:
+// AccessDenied (no logs:Unmask), or a refusal of the request's parameters.
+func unmaskRefused(err error) bool {
+	var ae smithy.APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.ErrorCode() {
+	case "AccessDeniedException", "AccessDenied", "InvalidParameterException", "ValidationException":
+		return true
+	}
+	return false
 }
 
 // limiter spaces calls evenly at a rate a second, without bursts.
