@@ -151,38 +151,38 @@ func (l *loop) onCommitted(c *commitReq, now time.Time) {
 }
 
 // registerWaiting registers the cursor name with register
-// (wal.RegisterCursor), waiting out a full disk (wal.ErrNoSpace: a new
-// cursor is a commit) with a warning and a growing wait from first, until
-// ctx ends: then it returns ctx's error.
+// (wal.RegisterCursor), waiting out a full disk as waitFullDisk does (a new
+// cursor is a commit), the first wait first long.
 func registerWaiting(ctx context.Context, register func(context.Context, string) (uint64, error), name string, log *slog.Logger, first time.Duration) (uint64, error) {
-	cursor, err := register(ctx, name)
+	var cursor uint64
+	err := waitFullDisk(ctx, log, "cannot register the sink's cursor", first, func() (err error) {
+		cursor, err = register(ctx, name)
+		return err
+	})
+	return cursor, err
+}
+
+// commitWaiting commits b, waiting out a full disk as waitFullDisk does.
+func (d *Drainer) commitWaiting(ctx context.Context, b *wal.Batch, what string) error {
+	return waitFullDisk(ctx, d.log, what, time.Second, func() error { return d.w.Commit(context.Background(), b) })
+}
+
+// waitFullDisk runs op until it does not fail for a full disk
+// (wal.ErrNoSpace), with a warning (what, then why) and a wait from first,
+// doubling to 30 s, between tries, until ctx ends: then it returns ctx's
+// error.
+func waitFullDisk(ctx context.Context, log *slog.Logger, what string, first time.Duration, op func() error) error {
+	err := op()
 	for wait := first; errors.Is(err, wal.ErrNoSpace); wait = min(2*wait, 30*time.Second) {
-		log.Warn("cannot register the sink's cursor: the WAL's disk is full; retrying", "retry_in", wait, "error", err)
+		log.Warn(what+": the WAL's disk is full; retrying", "retry_in", wait, "error", err)
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return 0, ctx.Err()
-		}
-		cursor, err = register(ctx, name)
-	}
-	return cursor, err
-}
-
-// commitWaiting commits b, waiting out a full disk (wal.ErrNoSpace) with
-// a warning (what, then why) and a growing wait, until ctx ends: then it
-// returns ctx's error.
-func (d *Drainer) commitWaiting(ctx context.Context, b *wal.Batch, what string) error {
-	err := d.w.Commit(context.Background(), b)
-	for wait := time.Second; errors.Is(err, wal.ErrNoSpace); wait = min(2*wait, 30*time.Second) {
-		d.log.Warn(what+": the WAL's disk is full; retrying", "retry_in", wait, "error", err)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
 			return ctx.Err()
 		}
-		err = d.w.Commit(context.Background(), b)
+		err = op()
 	}
 	return err
 }
