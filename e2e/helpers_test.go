@@ -42,16 +42,32 @@ const (
 	cwSettle = 200 * time.Millisecond
 )
 
-// freeAddr returns a loopback address with a port nobody listens on now.
+// freeAddr returns a loopback address with a port nobody listens on now,
+// and none it returned before: a port closed again may be handed out
+// twice, and one configuration's listeners must differ.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		givenMu.Lock()
+		seen := given[addr]
+		given[addr] = true
+		givenMu.Unlock()
+		if !seen {
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
+
+var (
+	givenMu sync.Mutex
+	given   = map[string]bool{} // addresses freeAddr returned
+)
 
 // fwdConfig is one forwarder configuration; yaml renders it.
 type fwdConfig struct {

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -333,16 +334,32 @@ func TestWALCommandsNeedOnlyTheirKeys(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address with a port that was free a moment ago.
+// freeAddr returns a loopback address with a port that was free a moment
+// ago, and none it returned before: a port closed again may be handed out
+// twice, and one configuration's listeners must differ.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		givenMu.Lock()
+		seen := given[addr]
+		given[addr] = true
+		givenMu.Unlock()
+		if !seen {
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
+
+var (
+	givenMu sync.Mutex
+	given   = map[string]bool{} // addresses freeAddr returned
+)
 
 // fillWAL creates the WAL in dataDir with three records, one of them not JSON, each in its
 // own entry, and the given cursors; the first cursor is moved past record 1.
