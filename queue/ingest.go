@@ -175,7 +175,7 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 			l.readPos = max(l.readPos, r.Seq+1)
 		}
 		if r.Seq <= l.cursor || r.Tag == wal.DamagedTag {
-			continue // a damaged entry's placeholder (repairDamaged): passed as a tag no sink takes
+			continue // a damaged entry's placeholder (repairWith): passed as a tag no sink takes
 		}
 		if d.opts.Match != nil && !d.opts.Match(r.Tag) {
 			if !back {
@@ -336,18 +336,13 @@ func (l *loop) recount(p *partition) {
 	p.counted = open
 }
 
-// repairDamaged handles err from a read of the WAL: a damaged entry (a
+// repairWith handles err from a read of the WAL: a damaged entry (a
 // wal.CorruptionError) is replaced by placeholders, or written again from
-// memory (wal.ReplaceDamaged, which logs it and counts the records lost),
-// and the read is to be made
-// again (true), rather than the sink failing at it at every start. The
-// same entry is replaced once per reader (*repaired): damage a read still
-// meets after that is returned as it is.
-func repairDamaged(ctx context.Context, w *wal.WAL, err error, repaired *uint64) bool {
-	return repairWith(ctx, w.ReplaceDamaged, err, repaired, 0)
-}
-
-// repairWith is repairDamaged with replace for wal.ReplaceDamaged. With
+// memory (replace: wal.ReplaceDamaged, which logs it and counts the
+// records lost), and the read is to be made again (true), rather than the
+// sink failing at it at every start. The same entry is replaced once per
+// reader (*repaired): damage a read still meets after that is returned as
+// it is. With
 // noSpaceWait above 0, a replacement a full disk refuses (wal.ErrNoSpace)
 // is tried again: the read is to be made again after that pause (it meets
 // the damage again) until the replacement fits or ctx ends, rather than

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +80,48 @@ func TestRegisterWaitsOutAFullDisk(t *testing.T) {
 	calls = 0
 	if _, err := registerWaiting(ctx, register, "s3", log, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Errorf("stopped while waiting: %v", err)
+	}
+}
+
+// A sink's ReadRange (Recover's reads of calls in doubt and interrupted
+// uploads) that meets a damaged entry whose replacement a full disk
+// refuses returns the full disk, which the drainer waits out (Recover is
+// tried again), not the damage alone, which stopped the sink; once
+// there is room the entry is replaced and the read passes it.
+func TestReadRangeDamageOnAFullDisk(t *testing.T) {
+	dir := t.TempDir()
+	w, err := wal.Open(dir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for range 3 { // entries 1-100, 101-200, 201-300
+		last = appendN(t, w, 100, tagsOf(3), 200)
+	}
+	w.Close()
+	flipEntry(t, filepath.Join(dir, wal.FileName), 101)
+	if w, err = wal.Open(dir, wal.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	full := true
+	st := &sinkState{w: w, name: "s", replaceDamaged: func(ctx context.Context, first uint64) (uint64, error) {
+		if full {
+			return 0, fmt.Errorf("commit: %w", wal.ErrNoSpace)
+		}
+		return w.ReplaceDamaged(ctx, first)
+	}}
+	_, err = st.ReadRange(1, last, nil)
+	var ce *wal.CorruptionError
+	if !errors.Is(err, wal.ErrNoSpace) || !errors.As(err, &ce) || ce.FirstSeq != 101 {
+		t.Fatalf("read with the disk full: %v; want the damage of entry 101 and wal.ErrNoSpace", err)
+	}
+	full = false
+	got, err := st.ReadRange(1, last, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 200 || got[99].Seq != 100 || got[100].Seq != 201 {
+		t.Fatalf("%d records after room was found, want 200 (1-100, 201-300)", len(got))
 	}
 }

@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
@@ -55,6 +57,16 @@ type sinkState struct {
 	// old are the marks of earlier configurations: ReadRange leaves out
 	// the records they delivered, as the loop's batches did. Nil: none.
 	old *oldMarks
+	// replaceDamaged stands in for wal.ReplaceDamaged in tests; nil: the
+	// WAL's.
+	replaceDamaged func(ctx context.Context, first uint64) (uint64, error)
+}
+
+func (s *sinkState) replace(ctx context.Context, first uint64) (uint64, error) {
+	if s.replaceDamaged != nil {
+		return s.replaceDamaged(ctx, first)
+	}
+	return s.w.ReplaceDamaged(ctx, first)
 }
 
 var _ sinks.State = (*sinkState)(nil)
@@ -117,11 +129,27 @@ func (s *sinkState) readRange(first, last uint64, match func(string) bool, keep 
 	)
 	buf := rangeBuffers.Get().(*wal.ReadBuffer)
 	defer rangeBuffers.Put(buf)
-	var repaired uint64
+	var (
+		repaired uint64
+		noSpace  error // the replacement of a damaged entry found the disk full
+	)
+	replace := func(ctx context.Context, seq uint64) (uint64, error) {
+		last, err := s.replace(ctx, seq)
+		if errors.Is(err, wal.ErrNoSpace) {
+			noSpace = err
+		}
+		return last, err
+	}
 	for next := first; next <= last; {
 		recs, err := s.w.ReadInto(next, rangeReadRecords, rangeReadBytes, buf)
-		if err != nil && repairDamaged(context.Background(), s.w, err, &repaired) {
+		if err != nil && repairWith(context.Background(), replace, err, &repaired, 0) {
 			continue
+		}
+		if err != nil && noSpace != nil {
+			// Returned as a full disk, which the drainer waits out (the
+			// sink tries again, and the replacement with it), rather than
+			// as damage, which stops the sink.
+			return nil, fmt.Errorf("%w; replacing the damaged entry: %w", err, noSpace)
 		}
 		if err != nil {
 			return nil, err
