@@ -67,6 +67,12 @@ func (s *Server) exists(bucket, key string) bool {
 	return true
 }
 
+// bucketExists reports whether the bucket exists (false on an error).
+func (s *Server) bucketExists(bucket string) bool {
+	ok, err := s.backend.BucketExists(bucket)
+	return err == nil && ok
+}
+
 // uploadExists reports whether the multipart upload a
 // CompleteMultipartUpload names is in progress, by asking gofakes3 for its
 // parts (ListParts), which holds the uploads.

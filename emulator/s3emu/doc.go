@@ -58,7 +58,10 @@
 // order, before anything else happens:
 //  1. SetDenyAll(true): every request fails with 403 AccessDenied;
 //  2. SetFailures(rate): that fraction of requests, drawn at random
-//     (Options.Seed), fails with 503 SlowDown.
+//     (Options.Seed), fails with 503 SlowDown;
+//  3. SetNoListBucket(true): a GetObject or HeadObject of a key that does
+//     not exist, in a bucket that does, fails with 403 AccessDenied, as S3
+//     answers credentials without s3:ListBucket.
 //
 // A refused request's body is read and discarded first, so that the client
 // sees the answer rather than a reset connection.

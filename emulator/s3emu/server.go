@@ -66,6 +66,7 @@ type Server struct {
 
 	failBits atomic.Uint64 // math.Float64bits of the failure rate
 	deny     atomic.Bool
+	noList   atomic.Bool // SetNoListBucket
 	rngMu    sync.Mutex
 	rng      *rand.Rand
 
@@ -154,6 +155,11 @@ func (s *Server) SetFailures(rate float64) {
 
 // SetDenyAll makes every request fail with 403 AccessDenied while on.
 func (s *Server) SetDenyAll(on bool) { s.deny.Store(on) }
+
+// SetNoListBucket answers as S3 answers credentials without
+// s3:ListBucket on the bucket while on: a GetObject or HeadObject of a key
+// that does not exist fails with 403 AccessDenied, not 404 NoSuchKey.
+func (s *Server) SetNoListBucket(on bool) { s.noList.Store(on) }
 
 // CreateBucket creates a bucket; one that exists already is left as it is.
 func (s *Server) CreateBucket(name string) error {
@@ -288,6 +294,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		discardBody(r)
 		writeError(w, r, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
 		return
+	}
+	if (op == "GetObject" || op == "HeadObject") && s.noList.Load() {
+		if bucket, key := bucketKey(r); s.bucketExists(bucket) && !s.exists(bucket, key) {
+			discardBody(r)
+			writeError(w, r, http.StatusForbidden, "AccessDenied", "Access Denied")
+			return
+		}
 	}
 	switch op {
 	case "PutObject", "CompleteMultipartUpload", "CopyObject":

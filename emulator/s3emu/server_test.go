@@ -214,6 +214,29 @@ func TestSwitches(t *testing.T) {
 	}
 	srv.SetDenyAll(false)
 
+	// Without s3:ListBucket, a missing key is 403, an existing one read
+	// as ever; a missing bucket is still NoSuchBucket.
+	srv.SetNoListBucket(true)
+	if _, err := cl.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("logs"), Key: aws.String("missing")}); status(err) != http.StatusForbidden {
+		t.Errorf("no ListBucket, HEAD of a missing key: %v, want 403", err)
+	}
+	if _, err := cl.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("logs"), Key: aws.String("missing")}); code(err) != "AccessDenied" || status(err) != http.StatusForbidden {
+		t.Errorf("no ListBucket, GET of a missing key: %v, want 403 AccessDenied", err)
+	}
+	if err := put(); err != nil {
+		t.Fatalf("no ListBucket, put: %v", err)
+	}
+	if _, err := cl.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("logs"), Key: aws.String("k")}); err != nil {
+		t.Errorf("no ListBucket, HEAD of a key that exists: %v", err)
+	}
+	if _, err := cl.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("nobucket"), Key: aws.String("k")}); code(err) != "NoSuchBucket" {
+		t.Errorf("no ListBucket, GET in a missing bucket: %v, want NoSuchBucket", err)
+	}
+	srv.SetNoListBucket(false)
+	if _, err := cl.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("logs"), Key: aws.String("missing")}); status(err) != http.StatusNotFound {
+		t.Errorf("HEAD of a missing key: %v, want 404", err)
+	}
+
 	srv.SetFailures(1)
 	if err := put(); code(err) != "SlowDown" || status(err) != http.StatusServiceUnavailable {
 		t.Errorf("failing: %v, want 503 SlowDown", err)

@@ -84,10 +84,20 @@ func keyTaken(err error) bool {
 
 // landed reports whether in.Key holds exactly in's object, false when
 // the key holds nothing (or another object).
+// S3 answers 403, not 404, for a key that does not exist to credentials
+// without s3:ListBucket on the bucket: the sink cannot tell the object
+// missing from not allowed, and waits (paused) until it may.
 func (s *Sink) landed(ctx context.Context, in *intent) (bool, error) {
 	same, err := s.holdsObject(ctx, in)
-	if err != nil && sinks.Classify(err).Reason == "NoSuchKey" {
+	switch {
+	case err != nil && sinks.Classify(err).Reason == "NoSuchKey":
 		return false, nil
+	case err != nil && httpStatus(err) == http.StatusForbidden:
+		return false, sinks.NewSinkPermanent("AccessDenied", &actionError{
+			msg: fmt.Sprintf("the sink cannot tell whether key %q in bucket %s holds an earlier attempt's upload (HTTP 403; S3 answers 403 for a key that does not exist when the credentials lack s3:ListBucket): "+
+				"allow s3:ListBucket on arn:aws:s3:::%s and s3:GetObject on arn:aws:s3:::%s/* to the forwarder's credentials", in.Key, s.bucket, s.bucket, s.bucket),
+			code: "AccessDenied", err: err,
+		})
 	}
 	return same, err
 }
@@ -210,7 +220,7 @@ func (s *Sink) readError(verb, key string, err error) error {
 	case httpStatus(err) == http.StatusForbidden:
 		return sinks.NewSinkPermanent("AccessDenied", &actionError{
 			msg: fmt.Sprintf("key %q in bucket %s is taken (PreconditionFailed), and the sink may not read it to tell its own object from another writer's (%s object: HTTP 403): "+
-				"allow s3:GetObject on arn:aws:s3:::%s/* to the forwarder's credentials (and kms:Decrypt on the key of an object encrypted with KMS)", key, s.bucket, verb, s.bucket),
+				"allow s3:GetObject on arn:aws:s3:::%s/* to the forwarder's credentials (and kms:Decrypt on the key of an object encrypted with KMS; and s3:ListBucket on arn:aws:s3:::%s, without which S3 answers 403 for a key deleted since)", key, s.bucket, verb, s.bucket, s.bucket),
 			code: "AccessDenied", err: err,
 		})
 	}

@@ -155,7 +155,7 @@ func (s *Sink) advice(code string) string {
 	case code == "NoSuchBucket":
 		return fmt.Sprintf("bucket %s does not exist (NoSuchBucket): create it or fix sinks[%s].bucket", b, n)
 	case code == "AccessDenied" || code == "AllAccessDisabled":
-		return fmt.Sprintf("access denied to bucket %s (%s): allow s3:PutObject, s3:GetObject and s3:AbortMultipartUpload on arn:aws:s3:::%s/* and s3:ListBucketMultipartUploads on arn:aws:s3:::%s to the forwarder's credentials (and kms:GenerateDataKey and kms:Decrypt on the key with sse: aws:kms, or when the bucket encrypts with a KMS key by default)", b, code, b, b)
+		return fmt.Sprintf("access denied to bucket %s (%s): allow s3:PutObject, s3:GetObject and s3:AbortMultipartUpload on arn:aws:s3:::%s/* and s3:ListBucketMultipartUploads and s3:ListBucket on arn:aws:s3:::%s to the forwarder's credentials (and kms:GenerateDataKey and kms:Decrypt on the key with sse: aws:kms, or when the bucket encrypts with a KMS key by default)", b, code, b, b)
 	case code == "InvalidAccessKeyId":
 		return fmt.Sprintf("AWS does not know the access key (InvalidAccessKeyId): fix the forwarder's credentials for sinks[%s]", n)
 	case code == "SignatureDoesNotMatch":

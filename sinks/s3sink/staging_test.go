@@ -773,3 +773,53 @@ func flipAll(t *testing.T, path string, value []byte) {
 		t.Fatal("the value is not in the file")
 	}
 }
+
+// TestStagedFileAndWALEntryLostWithoutListBucket: a staged object's file
+// is damaged and the WAL lost some of its records; whether an earlier
+// upload landed is asked of S3, which answers 403 for the missing key to
+// credentials without s3:ListBucket. The sink pauses saying to allow
+// s3:ListBucket (not that the key is taken), gives nothing up meanwhile,
+// and once allowed gives the object up and sends the records left again.
+func TestStagedFileAndWALEntryLostWithoutListBucket(t *testing.T) {
+	emu, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.Key = "nolist/${tag}/${seq}"
+	cfg.MaxObjectBytes = config.MiB
+	s, _ := newStagedSink(t, cfg)
+	ctx := context.Background()
+	recs := batchRecs("a", 300)
+	st := newMemState(recs)
+	p := s.Partition(&recs[0])
+	var carry sinks.Carry
+	for i := 0; i < 200; i += 100 {
+		out, err := s.Send(ctx, &sinks.Batch{Partition: p, Records: recs[i : i+100], State: st, Carry: carry})
+		if err != nil || out.Carry == nil {
+			t.Fatalf("outcome %+v, %v", out, err)
+		}
+		carry = out.Carry
+	}
+	final := &sinks.Batch{Partition: p, Records: recs[200:], State: st, Carry: carry, Final: true}
+	emu.SetDenyAll(true)
+	if _, err := s.Send(ctx, final); err == nil {
+		t.Fatal("the first attempt succeeded: it was to be refused")
+	}
+	emu.SetDenyAll(false)
+	flipAll(t, carry.(*openObject).path, nil)
+	st.recs = append(slices.Clone(recs[:100]), recs[200:]...) // 101-200 lost to a damaged entry
+
+	emu.SetNoListBucket(true)
+	_, err := s.Send(ctx, final)
+	if e := sinks.Classify(err); e.Class != sinks.SinkPermanent || !strings.Contains(err.Error(), "s3:ListBucket") || strings.Contains(err.Error(), "is taken") {
+		t.Fatalf("without s3:ListBucket: %v (%v); want the sink paused, saying to allow s3:ListBucket", err, e.Class)
+	}
+	if n := testutil.ToFloat64(s.m.stagingGivenUp); n != 0 {
+		t.Errorf("%v staged objects given up without knowing, want 0", n)
+	}
+	emu.SetNoListBucket(false)
+	if _, err := s.Send(ctx, final); !errors.Is(err, sinks.ErrCarryLost) {
+		t.Fatalf("with s3:ListBucket: %v; want the object given up (sinks.ErrCarryLost)", err)
+	}
+	if n := testutil.ToFloat64(s.m.stagingGivenUp); n != 1 {
+		t.Errorf("%v staged objects given up, want 1", n)
+	}
+}
