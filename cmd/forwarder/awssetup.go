@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"unicode/utf8"
@@ -59,10 +60,14 @@ func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems co
 				}
 				problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: %s: %s; for a service other than AWS, set endpoint", s.Name, from, msg)})
 			}
+			var msgs []string
 			if s.S3 != nil {
-				for _, msg := range s3Problems(s.S3) {
-					problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: %s; for a service other than AWS, set endpoint", s.Name, msg)})
-				}
+				msgs = s3Problems(s.S3)
+			} else {
+				msgs = cloudWatchProblems(s.CloudWatch)
+			}
+			for _, msg := range msgs {
+				problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: %s; for a service other than AWS, set endpoint", s.Name, msg)})
 			}
 		}
 		if msg := credentialsNote(ac); msg != "" {
@@ -97,6 +102,37 @@ func s3Problems(c *config.S3) []string {
 			out = append(out, fmt.Sprintf("tags: key %q begins with aws:, which AWS keeps for its own", k))
 		case utf8.RuneCountInString(v) > 256:
 			out = append(out, fmt.Sprintf("tags: the value of %q has %d characters, Amazon S3 takes at most 256", k, utf8.RuneCountInString(v)))
+		}
+	}
+	return out
+}
+
+// cloudWatchTagRE is what CloudWatch Logs takes in a tag's key (one
+// character or more) and value: letters, spaces, digits and _ . : / = + - @.
+var cloudWatchTagRE = regexp.MustCompile(`^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$`)
+
+// cloudWatchProblems are the settings of a CloudWatch sink bound for AWS
+// that CloudWatch Logs refuses, which would hold every stream of a group
+// the sink must create: tags beyond its limits (50 a log group, keys of
+// 1 to 128 characters and values of at most 256, of letters, spaces,
+// digits and _ . : / = + - @, no key beginning aws:).
+func cloudWatchProblems(c *config.CloudWatch) []string {
+	var out []string
+	if len(c.Tags) > 50 {
+		out = append(out, fmt.Sprintf("tags: %d, CloudWatch Logs takes at most 50 on a log group", len(c.Tags)))
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.Tags)) {
+		switch v := c.Tags[k]; {
+		case utf8.RuneCountInString(k) < 1 || utf8.RuneCountInString(k) > 128:
+			out = append(out, fmt.Sprintf("tags: key %q has %d characters, CloudWatch Logs takes 1 to 128", k, utf8.RuneCountInString(k)))
+		case strings.HasPrefix(strings.ToLower(k), "aws:"):
+			out = append(out, fmt.Sprintf("tags: key %q begins with aws:, which AWS keeps for its own", k))
+		case !cloudWatchTagRE.MatchString(k):
+			out = append(out, fmt.Sprintf("tags: key %q: CloudWatch Logs takes only letters, spaces, digits and _ . : / = + - @ in tags", k))
+		case utf8.RuneCountInString(v) > 256:
+			out = append(out, fmt.Sprintf("tags: the value of %q has %d characters, CloudWatch Logs takes at most 256", k, utf8.RuneCountInString(v)))
+		case !cloudWatchTagRE.MatchString(v):
+			out = append(out, fmt.Sprintf("tags: the value of %q, %q: CloudWatch Logs takes only letters, spaces, digits and _ . : / = + - @ in tags", k, v))
 		}
 	}
 	return out

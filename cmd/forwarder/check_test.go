@@ -187,6 +187,15 @@ func TestCheckAndRunAgree(t *testing.T) {
 			`7: sink "typo": storage_class: "GLACIERR" is not one of Amazon S3's: ` + strings.Join(storageClasses(), ", ") + `; for a service other than AWS, set endpoint`,
 			`8: sink "tagged": tags: key "aws:team" begins with aws:, which AWS keeps for its own; for a service other than AWS, set endpoint`,
 		}},
+		// What CloudWatch Logs refuses at CreateLogGroup, holding the
+		// group's streams.
+		{"cloudwatch settings", `sinks:
+  - {name: cw, type: cloudwatch, region: us-east-1, log_group: "/k8s/${record.ns}", log_stream: "${hostname}", tags: {owner: "My App (prod)", "a,b": x, "Équipe 1": "a_b.c:d/e=f+g-h@i"}}
+  - {name: local, type: cloudwatch, region: us-east-1, log_group: "/k8s/${record.ns}", log_stream: "${hostname}", endpoint: "http://127.0.0.1:1", tags: {owner: "My App (prod)"}}
+`, awsEnv, []string{
+			`7: sink "cw": tags: key "a,b": CloudWatch Logs takes only letters, spaces, digits and _ . : / = + - @ in tags; for a service other than AWS, set endpoint`,
+			`7: sink "cw": tags: the value of "owner", "My App (prod)": CloudWatch Logs takes only letters, spaces, digits and _ . : / = + - @ in tags; for a service other than AWS, set endpoint`,
+		}},
 	} {
 		path, _ := writeConfig(t, inputsYAML, adminYAML, c.yaml)
 		var want strings.Builder

@@ -12,6 +12,9 @@ import (
 var (
 	groupNameRE  = regexp.MustCompile(`^[.\-_/#A-Za-z0-9]+$`)
 	identifierRE = regexp.MustCompile(`^[\w#+=/:,.@-]*$`)
+	// tagRE is the pattern of a tag's key (one character or more) and
+	// value (none or more).
+	tagRE = regexp.MustCompile(`^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$`)
 )
 
 const groupNamePattern = `[\.\-_/#A-Za-z0-9]+`
@@ -150,6 +153,12 @@ func (s *Server) createLogGroup(body []byte) (any, *apiError) {
 					}
 					if e := checkLength(v, "tags."+k, 0, 256); e != nil {
 						return "", "", e
+					}
+					if !tagRE.MatchString(k) {
+						return "", "", validation(k, "tags", `Member must satisfy regular expression pattern: ^([\p{L}\p{Z}\p{N}_.:/=+\-@]+)$`)
+					}
+					if !tagRE.MatchString(v) {
+						return "", "", validation(v, "tags."+k, `Member must satisfy regular expression pattern: ^([\p{L}\p{Z}\p{N}_.:/=+\-@]*)$`)
 					}
 				}
 			}

@@ -57,6 +57,10 @@ func TestCreateLogGroupAttributes(t *testing.T) {
 	wantIPE(t, err, "enum value set: [STANDARD, INFREQUENT_ACCESS]")
 	_, err = e.cl.CreateLogGroup(ctx, &cwl.CreateLogGroupInput{LogGroupName: aws.String("x"), Tags: map[string]string{"": "v"}})
 	wantIPE(t, err, "length greater than or equal to 1")
+	_, err = e.cl.CreateLogGroup(ctx, &cwl.CreateLogGroupInput{LogGroupName: aws.String("x"), Tags: map[string]string{"owner": "My App (prod)"}})
+	wantIPE(t, err, "Value 'My App (prod)' at 'tags.owner' failed to satisfy constraint: Member must satisfy regular expression pattern")
+	_, err = e.cl.CreateLogGroup(ctx, &cwl.CreateLogGroupInput{LogGroupName: aws.String("x"), Tags: map[string]string{"a,b": "v"}})
+	wantIPE(t, err, "Value 'a,b' at 'tags' failed to satisfy constraint: Member must satisfy regular expression pattern")
 
 	groups := e.srv.Groups()
 	want := []GroupInfo{
@@ -75,6 +79,9 @@ func TestCreateLogGroupAttributes(t *testing.T) {
 		aws.ToString(g.Arn) != "arn:aws:logs:us-east-1:123456789012:log-group:ia:*" || aws.ToString(g.LogGroupArn) != "arn:aws:logs:us-east-1:123456789012:log-group:ia" ||
 		aws.ToInt64(g.CreationTime) != fixedNow || g.RetentionInDays != nil {
 		t.Errorf("DescribeLogGroups()[0] = %+v", g)
+	}
+	if _, err = e.cl.CreateLogGroup(ctx, &cwl.CreateLogGroupInput{LogGroupName: aws.String("tagged"), Tags: map[string]string{"Équipe 1": "a_b.c:d/e=f+g-h@i", "empty": ""}}); err != nil {
+		t.Errorf("tags of letters, spaces, digits and _.:/=+-@: %v", err)
 	}
 }
 

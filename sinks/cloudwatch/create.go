@@ -114,7 +114,7 @@ func (s *Sink) create(ctx context.Context, group, stream string) error {
 	case errors.As(err, &exists):
 		return nil
 	case errors.As(err, &missing) && groupDenied != nil:
-		return classify(groupDenied, group, stream)
+		return s.classifyCreate(groupDenied, "CreateLogGroup", group, stream)
 	case errors.As(err, &missing) && s.cfg.CreateGroup:
 		s.known.delete(groupKey) // deleted behind our back: create it on the next try
 		return sinks.NewRetryable("ResourceNotFoundException", fmt.Errorf("log group %q vanished: %w", group, err))
@@ -156,6 +156,10 @@ func (s *Sink) classifyCreate(err error, op, group, stream string) error {
 	case kmsRefused(err):
 		return sinks.NewRetryable("AccessDeniedException", fmt.Errorf("%s of log group %q was refused its KMS key: check that kms_key_id of sink %q names an enabled key whose key policy allows the service principal logs.<region>.amazonaws.com (kms:Encrypt*, kms:Decrypt*, kms:ReEncrypt*, kms:GenerateDataKey*, kms:Describe*): %w",
 			op, group, s.name, awserr.Clean(err)))
+	case op == "CreateLogGroup" && len(s.cfg.Tags) > 0 && accessDenied(err) && errors.As(err, &ae):
+		// Tags on a new group need logs:TagResource as well.
+		return sinks.NewSinkPermanent(ae.ErrorCode(), fmt.Errorf("the credentials may not create log group %q: grant logs:CreateLogGroup and, as sink %q sets tags, logs:TagResource on it: %w",
+			group, s.name, awserr.Clean(err)))
 	case errors.As(err, &ae) && ae.ErrorCode() == "InvalidParameterException":
 		check := "kms_key_id (the key must be enabled and allow CloudWatch Logs), tags and log_group_class"
 		if op == "CreateLogStream" {

@@ -1383,6 +1383,27 @@ func TestGroupKMSKeyRefused(t *testing.T) {
 	}
 }
 
+// TestGroupTagsRefused: CreateLogGroup refused for want of
+// logs:TagResource (a sink that sets tags) pauses the sink with an error
+// naming logs:TagResource, not only logs:CreateLogGroup.
+func TestGroupTagsRefused(t *testing.T) {
+	e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) {
+		c.LogGroup, c.LogStream, c.Tags = "${tag}", "s", map[string]string{"team": "logs"}
+	}})
+	p.setAnswerSaying("CreateLogGroup", "AccessDeniedException",
+		"User: arn:aws:sts::111122223333:assumed-role/forwarder/i-0 is not authorized to perform: logs:TagResource on resource: arn:aws:logs:us-east-1:111122223333:log-group:newgroup")
+	e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "newgroup", Body: []byte(`{"log":"x"}`)})
+	d := e.runUntil(func(d *queue.Drainer) bool { return d.Status().State == queue.StatePaused })
+	if st := d.Status(); !strings.Contains(st.LastError, "logs:TagResource") || !strings.Contains(st.LastError, `sink "cw" sets tags`) || st.DeadLettered != 0 {
+		t.Errorf("status %+v: want paused, naming logs:TagResource, no dead letters", st)
+	}
+	p.setAnswer("CreateLogGroup", "")
+	e.rerun(cfg)
+	if got := e.copies("newgroup", "s"); got[`{"log":"x"}`] != 1 {
+		t.Errorf("newgroup holds %v", got)
+	}
+}
+
 // runUntil runs a drainer of the sink until cond holds of it (or 10 s have
 // passed, which fails the test), then stops it, cancelling its sends at
 // once, and returns it.
