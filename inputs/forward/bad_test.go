@@ -385,3 +385,35 @@ func TestBadInputSaysWhat(t *testing.T) {
 		f.waitRecords(1)
 	}
 }
+
+// A message the WAL can never hold (larger than wal.max_bytes stored) is
+// not acknowledged, counted as too_large, and the warning says what to
+// change; a message that fits is still taken.
+func TestMessageLargerThanTheWAL(t *testing.T) {
+	dir := t.TempDir()
+	w, err := wal.Open(dir, wal.Options{MaxBytes: 8 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startOn(t, w, defaultCfg())
+	rng := rand.New(rand.NewSource(1))
+	pad := make([]byte, 16<<10) // random: it must not compress away
+	for j := range pad {
+		pad[j] = byte('a' + rng.Intn(26))
+	}
+	c := f.dial()
+	c.Write(messageMode("t", eventTime(time.Now()), record("pad", string(pad)), options("big")))
+	expectClosed(t, c)
+	if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "too_large")); n != 1 {
+		t.Errorf("rejected{too_large} = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "wal_error")); n != 0 {
+		t.Errorf("rejected{wal_error} = %v, want 0", n)
+	}
+	if !strings.Contains(f.logs.String(), "message larger than the WAL can ever hold (wal.max_bytes)") {
+		t.Errorf("no warning naming wal.max_bytes:\n%s", f.logs.String())
+	}
+	c = f.dial()
+	c.Write(messageMode("t", eventTime(time.Now()), record("small", 1), options("small")))
+	readAck(t, c)
+}

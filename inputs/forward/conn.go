@@ -245,6 +245,15 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 			switch {
 			case errors.Is(err, wal.ErrNoSpace):
 				reason = "no_space"
+			case errors.Is(err, wal.ErrTooLarge):
+				// Sent again, it is refused again: the client must cut it.
+				reason = "too_large"
+				c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
+				if n, ok := c.s.rejects.allow(reason+"_wal", time.Now()); ok {
+					log.Warn("message larger than the WAL can ever hold (wal.max_bytes), not stored, not acknowledged: the client must send smaller chunks, or raise wal.max_bytes", "tag", tag, "records", records,
+						"error", err, "same_reason_not_logged_in_last_minute", n)
+				}
+				return
 			case storeCtx.Err() != nil:
 				reason = "shutting_down" // the stop's time to store ran out
 			}
