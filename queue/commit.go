@@ -56,12 +56,13 @@ func (l *loop) commitLoop(ctx context.Context) {
 			added += r.dead
 		}
 		dead += added
+		evicted := 0
 		if over := dead - d.opts.MaxDeadLetters; over > 0 {
-			n := l.evictDeadLetters(&b, over)
-			if n < over { // more new ones than the bound: the oldest of them go too
-				n += l.evictNewDeadLetters(&b, reqs, over-n)
+			evicted = l.evictDeadLetters(&b, over)
+			if evicted < over { // more new ones than the bound: the oldest of them go too
+				evicted += l.evictNewDeadLetters(&b, reqs, over-evicted)
 			}
-			dead -= n
+			dead -= evicted
 		}
 		// A full disk is waited out: these deliveries happened and must be
 		// recorded; their partitions stay busy until they are.
@@ -71,6 +72,8 @@ func (l *loop) commitLoop(ctx context.Context) {
 		}
 		if err == nil {
 			stored.Set(float64(dead))
+			d.evicted.Add(float64(evicted))
+			l.evictedUnlogged.Add(int64(evicted)) // logged by the summary
 		}
 		for _, r := range reqs {
 			r.err = err
@@ -96,7 +99,6 @@ func (l *loop) evictDeadLetters(b *wal.Batch, n int) int {
 		}
 		return nil
 	})
-	d.evicted.Add(float64(found))
 	return found
 }
 
@@ -113,7 +115,6 @@ func (l *loop) evictNewDeadLetters(b *wal.Batch, reqs []*commitReq, n int) int {
 	for _, seq := range seqs[:n] {
 		b.Delete(l.d.name, deadKey(seq))
 	}
-	l.d.evicted.Add(float64(n))
 	return n
 }
 

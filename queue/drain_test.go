@@ -260,9 +260,15 @@ func TestDeadLettersBoundInOneCommit(t *testing.T) {
 	s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: 10 * time.Millisecond, Concurrency: 1})
 	s.setFail(func(*sinks.Batch) error { return sinks.NewRecordPermanent("too_large", fmt.Errorf("refused")) })
 	m := NewMetrics(nil)
-	r := start(w, "s", s, Options{Metrics: m, MaxDeadLetters: 10})
+	var logs syncbuf.Buffer
+	r := start(w, "s", s, Options{Metrics: m, MaxDeadLetters: 10, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	waitCursor(t, w, "s", last, 10*time.Second)
 	r.stop(t)
+	// The summary at the stop says what was deleted, and the bound.
+	if out := logs.String(); !strings.Contains(out, `msg="dead letters deleted: the oldest went to keep the newest 10 per sink; their records are gone"`) ||
+		!strings.Contains(out, "deleted=40") || !strings.Contains(out, "(the newest 10 per sink)") {
+		t.Errorf("the log does not say 40 dead letters were deleted, keeping 10:\n%s", out)
+	}
 	var kept []uint64
 	w.ScanState("s", []byte(prefixDead), func(k, _ []byte) error {
 		kept = append(kept, be64(k[len(prefixDead):]))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/logfwd/forwarder/sinks"
@@ -38,6 +39,9 @@ type loop struct {
 	over     overflowReport   // what went to the overflow partition since the last report
 	// overflowTotal counts the records that went to the overflow partition.
 	overflowTotal uint64
+	// evictedUnlogged counts the dead letters the committer deleted to
+	// keep within MaxDeadLetters that no summary has told yet.
+	evictedUnlogged atomic.Int64
 	route         []routed     // ingest's scratch
 	bufs          readBuffers  // buffers ingest is done with, for the readers
 	took          []*partition // ingest's scratch: the partitions the read gives records

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sort"
@@ -116,15 +117,20 @@ func (l *loop) summarize(now time.Time) {
 
 // summarizeNow is summarize, whenever the last summary was.
 func (l *loop) summarizeNow(now time.Time) {
-	if len(l.failures)+len(l.deadReasons) == 0 {
+	evicted := l.evictedUnlogged.Swap(0)
+	if len(l.failures)+len(l.deadReasons) == 0 && evicted == 0 {
 		return
 	}
 	l.lastSummary = now
 	if len(l.deadReasons) > 0 {
 		args := []any{"interval", l.d.opts.SummaryInterval}
 		args = append(args, countArgs(l.deadReasons)...)
-		l.d.log.Warn("records dead-lettered: the destination refuses them for their content and will never take them; they are not sent again but kept as dead letters in the WAL (the newest 10,000 per sink): list them with forwarder wal dead-letters (counts by reason)", args...)
+		l.d.log.Warn(fmt.Sprintf("records dead-lettered: the destination refuses them for their content and will never take them; they are not sent again but kept as dead letters in the WAL (the newest %d per sink): list them with forwarder wal dead-letters (counts by reason)", l.d.opts.MaxDeadLetters), args...)
 		l.deadReasons = map[string]int{}
+	}
+	if evicted > 0 {
+		l.d.log.Warn(fmt.Sprintf("dead letters deleted: the oldest went to keep the newest %d per sink; their records are gone", l.d.opts.MaxDeadLetters),
+			"interval", l.d.opts.SummaryInterval, "deleted", evicted)
 	}
 	if len(l.failures) == 0 {
 		return
