@@ -328,11 +328,25 @@ func appendExample(s []string, v string) []string {
 }
 
 // check fails the test unless the tally keeps the guarantees: in S3 every
-// acknowledged record exactly once (or dead-lettered), nothing unknown; in
-// CloudWatch every acknowledged record at least once (or dead-lettered) in
-// its place, with at most cwDups copies beyond the first (0: exactly once).
+// acknowledged record exactly once, nothing unknown; in CloudWatch every
+// acknowledged record at least once in its place, with at most cwDups
+// copies beyond the first (0: exactly once); nothing dead-lettered (a
+// crash, an outage or a full disk is no reason to give a record up).
 func check(t *testing.T, tl tally, cwDups int) {
 	t.Helper()
+	checkDead(t, tl, cwDups, 0)
+}
+
+// checkDead is check with cwDead records dead-lettered by the CloudWatch
+// sink (and none by the S3 sink) as the load calls for.
+func checkDead(t *testing.T, tl tally, cwDups, cwDead int) {
+	t.Helper()
+	if tl.S3DeadLettered != 0 {
+		t.Errorf("S3: %d acknowledged records dead-lettered, want none", tl.S3DeadLettered)
+	}
+	if tl.CWDeadLettered != cwDead {
+		t.Errorf("CloudWatch: %d acknowledged records dead-lettered, want %d", tl.CWDeadLettered, cwDead)
+	}
 	if tl.Acked == 0 {
 		t.Errorf("no record was acknowledged")
 	}

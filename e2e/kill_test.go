@@ -102,6 +102,10 @@ func killLoop(t *testing.T, e *env, kills int, maxGap time.Duration, cwDups int)
 		}
 	}
 	check(t, tl, cwDups)
+	if kills >= 10 && e.f.logCount(`msg="finished an interrupted upload"`) == 0 {
+		// 3 to 10 in 10 kills: none says the S3 intents went untested.
+		t.Errorf("no interrupted S3 upload was finished at a restart in %d kills", kills)
+	}
 	if stalled > kills/2 {
 		t.Errorf("no record was acknowledged between %d of %d kills", stalled, kills)
 	}

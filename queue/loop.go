@@ -42,13 +42,13 @@ type loop struct {
 	// evictedUnlogged counts the dead letters the committer deleted to
 	// keep within MaxDeadLetters that no summary has told yet.
 	evictedUnlogged atomic.Int64
-	route         []routed     // ingest's scratch
-	bufs          readBuffers  // buffers ingest is done with, for the readers
-	took          []*partition // ingest's scratch: the partitions the read gives records
-	arrays        queueArrays  // queues' arrays no partition uses (arrays.go)
-	mem           memAccount   // recordMem of every record held (queued and in batches) and the sink's carries
-	open          int          // partitions with queued or carried records
-	closing       int          // of which closing: a final batch is due (finalize) or in flight
+	route           []routed     // ingest's scratch
+	bufs            readBuffers  // buffers ingest is done with, for the readers
+	took            []*partition // ingest's scratch: the partitions the read gives records
+	arrays          queueArrays  // queues' arrays no partition uses (arrays.go)
+	mem             memAccount   // recordMem of every record held (queued and in batches) and the sink's carries
+	open            int          // partitions with queued or carried records
+	closing         int          // of which closing: a final batch is due (finalize) or in flight
 	// Partitions by what cutLargest, cutOldest and spill look for (see
 	// index.go): gathering, by their queues' and their carries' memory;
 	// gathering and open, not closing, by their oldest record; waiting with

@@ -411,6 +411,9 @@ func testCrashExactlyOnce(t *testing.T, staged bool) {
 	if multi == 0 {
 		t.Error("no object was built of several members: the crashes never met a carried object")
 	}
+	if recovered == 0 {
+		t.Error("no interrupted upload was finished by a restart: the crashes never met an intent, or Recover finished none")
+	}
 	if staged && killsStaged == 0 {
 		t.Error("no kill left a staged object: the crashes never met one")
 	}
