@@ -241,6 +241,10 @@ func parseExpr(expr string, opts Options) (part, error) {
 	if envName.MatchString(expr) {
 		return part{}, fmt.Errorf("unknown placeholder: for the environment variable %s write ${env.%s}; placeholders are tag, tag[N], record.FIELD, hostname, seq, uuid", expr, expr)
 	}
+	if name, ok := strings.CutPrefix(expr, "env:"); ok && envName.MatchString(name) {
+		// Vector's and Fluent Bit's way to write it.
+		return part{}, fmt.Errorf("unknown placeholder: for the environment variable %s write ${env.%s}; placeholders are tag, tag[N], record.FIELD, hostname, seq, uuid", name, name)
+	}
 	return part{}, fmt.Errorf("unknown placeholder: use tag, tag[N], record.FIELD, hostname, seq, uuid")
 }
 

@@ -108,6 +108,7 @@ func TestParseErrors(t *testing.T) {
 		"a$b":            "a lone $ at column 2",
 		"%Y-%j":          "%j at column 4",
 		"${env.HOME}":    "expanded when the configuration is loaded",
+		"${env:CLUSTER}": "for the environment variable CLUSTER write ${env.CLUSTER}",
 		"x/${record.a.}": "empty field name",
 		// A placeholder without its $ would be text: every key the same.
 		"logs/{tag}/${seq}":   "{tag} at column 6: a placeholder is written ${tag}",

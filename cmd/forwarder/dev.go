@@ -48,6 +48,18 @@ func newDevPorts(offset int) (devPorts, error) {
 	return devPorts{s3: at(4566), cw: at(4567), http: at(8080), forward: at(24224), admin: at(9880)}, nil
 }
 
+// free reports the first of the ports something listens on.
+func (p devPorts) free() error {
+	for _, addr := range []string{p.s3, p.cw, p.http, p.forward, p.admin} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("%s is in use", addr)
+		}
+		ln.Close()
+	}
+	return nil
+}
+
 // devConfig is the dev pipeline: config.yaml's, with the emulators' endpoints.
 func devConfig(dir string, ports devPorts, s3URL, cwURL string) (*config.Config, error) {
 	return config.Parse([]byte(fmt.Sprintf(`data_dir: %q
@@ -70,7 +82,7 @@ sinks:
     max_object_age: 10s
   - name: cloudwatch
     type: cloudwatch
-    match: "pod.**"
+    match: ["kube.**", "pod.**"]
     region: us-east-1
     endpoint: %q
     log_group: "/eks/${record.kubernetes.namespace_name|default}"
@@ -105,6 +117,12 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	if *reset {
+		// Not before the ports are known free: a reset that then cannot
+		// start would only have deleted the data.
+		if err := ports.free(); err != nil {
+			fmt.Fprintf(stderr, "forwarder dev: %v; nothing was deleted (stop what listens there, or use --port-offset)\n", err)
+			return exitFail
+		}
 		if err := os.RemoveAll(devDir); err != nil {
 			fmt.Fprintf(stderr, "forwarder dev: %v\n", err)
 			return exitFail

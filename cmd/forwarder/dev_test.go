@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -162,4 +163,56 @@ func freeDevOffset(t *testing.T) int {
 	}
 	t.Fatal("no port offset with every dev port free")
 	return 0
+}
+
+// A --reset while a dev port is taken deletes nothing: the start would
+// fail, and only the data would be gone.
+func TestDevResetWithAPortTaken(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "dev-data", "kept")
+	if err := os.MkdirAll(filepath.Dir(marker), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(marker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	offset := freeDevOffset(t)
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 4567+offset))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd := exec.Command(bin, "dev", "--reset", "--port-offset", strconv.Itoa(offset))
+	cmd.Dir = dir
+	b, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(b), fmt.Sprintf("127.0.0.1:%d is in use; nothing was deleted", 4567+offset)) {
+		t.Errorf("dev --reset with a port taken: %v %s", err, b)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("the data: %v", err)
+	}
+}
+
+// The dev pipeline is config.yaml's: its CloudWatch sink takes Fluent
+// Bit's Kubernetes tags as well as pod.NAMESPACE.
+func TestDevConfigMatchesKubernetesTags(t *testing.T) {
+	ports, err := newDevPorts(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := devConfig(t.TempDir(), ports, "http://127.0.0.1:4566", "http://127.0.0.1:4567")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range cfg.Sinks {
+		if s.CloudWatch == nil {
+			continue
+		}
+		m := config.NewTagMatcher(s.Match)
+		for _, tag := range []string{"kube.var.log.containers.shop_web-1_app-0123.log", "pod.shop"} {
+			if !m.Match(tag) {
+				t.Errorf("the dev CloudWatch sink (match %v) does not take %s", s.Match, tag)
+			}
+		}
+	}
 }

@@ -29,7 +29,7 @@ var commands = []command{
 	{"run", "run the service", cmdRun},
 	{"dev", "run locally with S3 and CloudWatch Logs emulators (what make run runs)", cmdDev},
 	{"check", "validate a configuration file and print every problem with its line", cmdCheck},
-	{"wal", "inspect the write-ahead log of a stopped service", cmdWAL},
+	{"wal", "inspect the write-ahead log (stats and dead-letters of a running service too)", cmdWAL},
 	{"version", "print the version", cmdVersion},
 }
 
