@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/awserr"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/template"
 )
@@ -135,7 +136,7 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 	if opts.AWS != nil {
 		awsCfg = opts.AWS.Copy()
 	} else {
-		var lo []func(*awsconfig.LoadOptions) error
+		lo := []func(*awsconfig.LoadOptions) error{awsconfig.WithLogger(awserr.Logger(s.log.With("sink", name)))}
 		if cfg.Region != "" {
 			lo = append(lo, awsconfig.WithRegion(cfg.Region))
 		}

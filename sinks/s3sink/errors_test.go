@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/internal/nettest"
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -268,5 +271,39 @@ func TestUnreachableClassified(t *testing.T) {
 				t.Errorf("%v: class %v, unreachable %v, want retryable and %v", e, e.Class, e.Unreachable(), c.unreachable)
 			}
 		})
+	}
+}
+
+// The SDK's own lines (its warning that the instance metadata service
+// refused a token, say) go to the sink's logger, in the service's format,
+// not to stderr in the SDK's.
+func TestSDKLogsThroughTheLogger(t *testing.T) {
+	imds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut { // IMDSv2's token: refused
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+		w.WriteHeader(http.StatusNotFound) // no role
+	}))
+	defer imds.Close()
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SESSION_TOKEN": "", "AWS_PROFILE": "",
+		"AWS_CONFIG_FILE": os.DevNull, "AWS_SHARED_CREDENTIALS_FILE": os.DevNull, "AWS_WEB_IDENTITY_TOKEN_FILE": "",
+		"AWS_CONTAINER_CREDENTIALS_FULL_URI": "", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "", "AWS_EC2_METADATA_DISABLED": "false",
+		"AWS_EC2_METADATA_SERVICE_ENDPOINT": imds.URL} {
+		t.Setenv(k, v)
+	}
+	_, url := startEmu(t)
+	var logs syncbuf.Buffer
+	s, err := New(context.Background(), "archive", testConfig(url), Options{Hostname: "host1", Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	recs := sinkRecs(rec("app", "1", time.Now(), 3))
+	if _, err = send(t, s, newMemState(recs), recs); err == nil {
+		t.Fatal("a send without credentials succeeded")
+	}
+	if out := logs.String(); !strings.Contains(out, `"level":"WARN","msg":"AWS SDK: falling back to IMDSv1`) || !strings.Contains(out, `"sink":"archive"`) {
+		t.Errorf("the SDK's warning is not in the sink's log:\n%s", out)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/awserr"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/template"
 )
@@ -189,7 +190,7 @@ func New(ctx context.Context, name string, cfg config.S3, opts Options) (*Sink, 
 		s.api = opts.Client
 		return s, nil
 	}
-	s.api, s.tr, err = newClient(ctx, cfg, opts.AWS)
+	s.api, s.tr, err = newClient(ctx, cfg, opts.AWS, opts.Logger.With("sink", name))
 	if err != nil {
 		return nil, err
 	}
@@ -200,12 +201,12 @@ func New(ctx context.Context, name string, cfg config.S3, opts Options) (*Sink, 
 // standard chain (or base), the sink's region, endpoint and addressing,
 // and no retries of its own: the drainer retries, with backoff, across
 // partitions.
-func newClient(ctx context.Context, cfg config.S3, base *aws.Config) (*s3.Client, *http.Transport, error) {
+func newClient(ctx context.Context, cfg config.S3, base *aws.Config, log *slog.Logger) (*s3.Client, *http.Transport, error) {
 	var ac aws.Config
 	if base != nil {
 		ac = base.Copy()
 	} else {
-		var opts []func(*awsconfig.LoadOptions) error
+		opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithLogger(awserr.Logger(log))}
 		if cfg.Region != "" {
 			opts = append(opts, awsconfig.WithRegion(cfg.Region))
 		}
