@@ -226,7 +226,7 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 			// The client reused a chunk id for another message: stored
 			// without deduplication rather than acknowledged and dropped.
 			c.s.p.Metrics.ChunkReused.WithLabelValues("forward").Inc()
-			if n, ok := c.s.rejects.allow("chunk_reused", time.Now()); ok {
+			if n, ok := c.s.rejects.Allow("chunk_reused", time.Now()); ok {
 				log.Warn("a chunk id stored within dedup_window for another message came again: the client reuses chunk ids; stored without deduplication (a re-sent message with a reused id may be stored twice)",
 					"tag", m.tag, "chunk", m.chunk, "records", len(m.records), "same_reason_not_logged_in_last_minute", n)
 			}
@@ -249,7 +249,7 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 				// Sent again, it is refused again: the client must cut it.
 				reason = "too_large"
 				c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
-				if n, ok := c.s.rejects.allow(reason+"_wal", time.Now()); ok {
+				if n, ok := c.s.rejects.Allow(reason+"_wal", time.Now()); ok {
 					log.Warn("message larger than the WAL can ever hold (wal.max_bytes), not stored, not acknowledged: the client must send smaller chunks, or raise wal.max_bytes", "tag", tag, "records", records,
 						"error", err, "same_reason_not_logged_in_last_minute", n)
 				}
@@ -258,7 +258,7 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 				reason = "shutting_down" // the stop's time to store ran out
 			}
 			c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
-			if n, ok := c.s.rejects.allow(reason, time.Now()); ok {
+			if n, ok := c.s.rejects.Allow(reason, time.Now()); ok {
 				log.Warn("message not stored, not acknowledged; the client will send it again", "tag", tag, "records", records,
 					"error", err, "same_reason_not_logged_in_last_minute", n)
 			}
@@ -278,7 +278,7 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 // once a minute per reason, a log line (which says how many more it stood for).
 func (c *conn) reject(reason string, err error) {
 	c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
-	if n, ok := c.s.rejects.allow(reason, time.Now()); ok {
+	if n, ok := c.s.rejects.Allow(reason, time.Now()); ok {
 		msg := "closing connection: bad input; nothing of the message was stored"
 		switch reason {
 		case reasonNoRoom:
@@ -369,7 +369,7 @@ func (c *conn) handshakeFailed(err error) {
 	switch {
 	case c.slot.Evicted():
 		c.s.p.Metrics.Rejected.WithLabelValues("forward", "evicted").Inc()
-		if n, ok := c.s.rejects.allow("evicted", time.Now()); ok {
+		if n, ok := c.s.rejects.Allow("evicted", time.Now()); ok {
 			c.s.log.Warn("closed a connection still in its handshake to make room for a new one: max_connections is reached; raise it if these are real clients",
 				"remote", c.remote, "max_connections", c.s.cfg.MaxConnections, "same_reason_not_logged_in_last_minute", n)
 		}

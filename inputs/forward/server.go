@@ -49,7 +49,7 @@ type Server struct {
 	// under the listener).
 	listen func(network, address string) (net.Listener, error)
 
-	rejects rateLog
+	rejects inputs.RateLog
 
 	// stopWithin, when set, is the whole service's time to stop
 	// (shutdown_timeout): the stop's reading and storing each get at most
@@ -241,25 +241,3 @@ func messageMemory(n, records int64) int64 {
 	return n + bufSlack + n + min(records, n/3)*inputs.RecordSize
 }
 
-// rateLog lets one log line through per reason per minute and counts the rest.
-type rateLog struct {
-	mu     sync.Mutex
-	last   map[string]time.Time
-	hidden map[string]int
-}
-
-// allow reports whether to log now, and how many were not logged before.
-func (r *rateLog) allow(reason string, now time.Time) (int, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.last == nil {
-		r.last, r.hidden = map[string]time.Time{}, map[string]int{}
-	}
-	if t, ok := r.last[reason]; ok && now.Sub(t) < time.Minute {
-		r.hidden[reason]++
-		return 0, false
-	}
-	n := r.hidden[reason]
-	r.last[reason], r.hidden[reason] = now, 0
-	return n, true
-}

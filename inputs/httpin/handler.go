@@ -284,18 +284,23 @@ func checkTag(tag string) string {
 }
 
 // reject answers a refused request with status and msg, and counts it.
-// A client's bad input is logged at debug level only: it is the client's
-// to fix, and must not flood the log.
+// Each refusal is logged at debug level; one a minute of each reason is a
+// warning (as the forward input's), so that what clients are refused, and
+// why, shows without flooding the log.
 func (s *Server) reject(w http.ResponseWriter, r *http.Request, status int, reason, msg string) {
 	s.rejectErr(w, r, status, reason, msg, nil)
 }
 
 func (s *Server) rejectErr(w http.ResponseWriter, r *http.Request, status int, reason, msg string, err error) {
 	s.p.Metrics.Rejected.WithLabelValues(input, reason).Inc()
-	if err == nil {
-		s.log.Debug("http request refused", "remote", r.RemoteAddr, "reason", reason, "status", status, "detail", msg)
+	args := []any{"remote", r.RemoteAddr, "path", r.URL.Path, "reason", reason, "status", status, "detail", msg}
+	if err != nil {
+		args = append(args, "error", err)
+	}
+	if n, ok := s.rejects.Allow(reason, time.Now()); ok {
+		s.log.Warn("http request refused", append(args, "same_reason_not_logged_in_last_minute", n)...)
 	} else {
-		s.log.Debug("http request refused", "remote", r.RemoteAddr, "reason", reason, "status", status, "detail", msg, "error", err)
+		s.log.Debug("http request refused", args...)
 	}
 	b, _ := json.Marshal(struct {
 		Error string `json:"error"`

@@ -66,6 +66,8 @@ type Server struct {
 	stopped  bool           // Serve is returning: no new request may start
 	inflight sync.WaitGroup // requests being handled; Add under mu, before stopped
 
+	rejects inputs.RateLog // the warnings of refused requests
+
 	badTimeMu      sync.Mutex
 	badTimeNext    time.Time // when the next warning of bad times may be logged
 	badTimeRecords int       // records with a bad time since the last warning

@@ -310,14 +310,16 @@ func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
 
-// TestBadInputQuiet: a client's bad requests are logged at debug level
-// only, with its address and the reason, and the server keeps serving.
+// TestBadInputQuiet: a client's bad requests are logged with its address
+// and the reason, the first of each reason in a minute as a warning and
+// the others at debug level only, and the server keeps serving.
 func TestBadInputQuiet(t *testing.T) {
 	rec := &logRecorder{}
 	e := newEnv(t, withLogger(slog.New(rec)), withConfig(func(c *config.HTTP) { c.Token = "t"; c.MaxBodyBytes = 4096 }))
 	auth := []string{"Authorization", "Bearer t"}
 	e.post("/v1/logs/app", []byte(`{"a":1}`))
 	e.post("/v1/logs/app", []byte(`{"a":`), auth...)
+	e.post("/v1/logs/app", []byte(`{"b":`), auth...) // the same reason again
 	e.post("/v1/logs/app", bytes.Repeat([]byte("x"), 5000), auth...)
 	e.post("/v1/logs/app", []byte(`{"a":1}`), append(auth, "Content-Encoding", "zstd")...)
 	e.do(http.MethodDelete, "/v1/logs/app", nil)
@@ -328,11 +330,12 @@ func TestBadInputQuiet(t *testing.T) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	reasons := map[string]bool{}
+	warned := map[string]int{}
 	for _, r := range rec.recs {
 		if r.Message == "listening" && r.Level == slog.LevelInfo {
 			continue // the start's one line
 		}
-		if r.Level > slog.LevelDebug {
+		if r.Level > slog.LevelDebug && (r.Level != slog.LevelWarn || r.Message != "http request refused") {
 			t.Errorf("logged at %s: %s", r.Level, r.Message)
 		}
 		var remote, reason string
@@ -349,10 +352,13 @@ func TestBadInputQuiet(t *testing.T) {
 			t.Errorf("log %q without remote address or reason", r.Message)
 		}
 		reasons[reason] = true
+		if r.Level == slog.LevelWarn {
+			warned[reason]++
+		}
 	}
 	for _, want := range []string{"unauthorized", "malformed", "too_large", "unsupported_encoding", "bad_method"} {
-		if !reasons[want] {
-			t.Errorf("no debug line for %s; have %v", want, reasons)
+		if !reasons[want] || warned[want] != 1 {
+			t.Errorf("%s: logged %v, %d warnings; want one warning (have %v)", want, reasons[want], warned[want], warned)
 		}
 	}
 }
