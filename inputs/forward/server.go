@@ -240,4 +240,3 @@ var errClosing = errors.New("server closing")
 func messageMemory(n, records int64) int64 {
 	return n + bufSlack + n + min(records, n/3)*inputs.RecordSize
 }
-
