@@ -165,8 +165,12 @@ func registerWaiting(ctx context.Context, register func(context.Context, string)
 
 // commitWaiting commits b, waiting out a full disk as waitFullDisk does.
 func (d *Drainer) commitWaiting(ctx context.Context, b *wal.Batch, what string) error {
-	return waitFullDisk(ctx, d.log, what, time.Second, func() error { return d.w.Commit(context.Background(), b) })
+	return waitFullDisk(ctx, d.log, what, time.Second, func() error { return walCommit(d.w, b) })
 }
+
+// walCommit is commitWaiting's commit (a variable so that tests can make
+// the disk full).
+var walCommit = func(w *wal.WAL, b *wal.Batch) error { return w.Commit(context.Background(), b) }
 
 // waitFullDisk runs op until it does not fail for a full disk
 // (wal.ErrNoSpace), with a warning (what, then why) and a wait from first,

@@ -209,6 +209,9 @@ func (d *Drainer) Run(ctx context.Context) error {
 			return err
 		}
 		if err := d.commitGuard(ctx, g); err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return nil // stopped while the disk was full: nothing to finish
+			}
 			return err
 		}
 		d.st.guard = g // read only, by Recover, until the loop starts
@@ -252,6 +255,14 @@ func (d *Drainer) Run(ctx context.Context) error {
 		return err
 	}
 	err = l.run(ctx)
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		// The stop ended a wait for room on a full disk (the admitted
+		// partitions' commit, max_partitions): a stop, not a failure.
+		// The loop returned at once: what was sent and not recorded is
+		// sent again at the next start.
+		d.log.Warn("stopped while waiting for room on the WAL's disk; deliveries not recorded yet are sent again at the next start", "error", err)
+		err = nil
+	}
 	d.setState(func(s *Status) {
 		s.State = StateStopped
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -311,5 +312,45 @@ func TestMaxPartitionsOverflows(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.Overflowed.WithLabelValues("s")); got != 1800+180 {
 		t.Fatalf("forwarder_sink_overflow_records_total %v, want %d", got, 1800+180)
+	}
+}
+
+// A stop while the admitted partitions' commit waits for room on a full
+// disk is a stop: Run returns nil and the status says stopped, not
+// failed (which exited the service with status 1 on a plain SIGTERM);
+// nothing read and not routed is passed by the cursor.
+func TestStopWhileTheGuardWaitsForRoom(t *testing.T) {
+	w := openWAL(t, wal.Options{})
+	defer w.Close()
+	ts := newTestSink(sinks.Limits{MaxRecords: 50, MaxBytes: 1 << 20, MaxAge: 10 * time.Millisecond, Concurrency: 4, MaxPartitions: 10})
+	ts.overflows = true
+	s := &overflowSink{testSink: ts}
+	var logs syncbuf.Buffer
+	opts := Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Fingerprint: "tags"}
+	var full atomic.Bool
+	commit := walCommit
+	walCommit = func(w *wal.WAL, b *wal.Batch) error {
+		if full.Load() {
+			return fmt.Errorf("commit: %w", wal.ErrNoSpace)
+		}
+		return commit(w, b)
+	}
+	defer func() { walCommit = commit }()
+	first := appendN(t, w, 20, tagsOf(2), 40)
+	r := start(w, "s", s, opts)
+	waitCursor(t, w, "s", first, 10*time.Second)
+	full.Store(true)
+	appendN(t, w, 20, func(i int) string { return fmt.Sprintf("new%d", i%3) }, 40) // new partitions: a guard commit
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "cannot store the admitted partitions (max_partitions): the WAL's disk is full; retrying"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no wait for room:\n%s", logs.String())
+		}
+	}
+	r.stop(t) // fails the test if Run returns an error
+	if st := r.d.Status(); st.State != StateStopped {
+		t.Errorf("state %s after the stop, want stopped (%s)", st.State, st.LastError)
+	}
+	if pos, _ := w.Cursor("s"); pos != first {
+		t.Errorf("cursor %d after the stop, want %d: the records read while the disk was full are not delivered", pos, first)
 	}
 }
