@@ -29,7 +29,14 @@ import (
 // notes say, per sink, the region and the credentials' source, for check to print.
 func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems config.Problems, ws []warning, notes []string) {
 	problems = tlsProblems(cfg, path)
-	for _, s := range cfg.Sinks {
+	for i, s := range cfg.Sinks {
+		// line is that of the sink's key, or the sink's when it has none.
+		line := func(key string) int {
+			if l := cfg.Line(fmt.Sprintf("sinks[%d].%s", i, key)); l != 0 {
+				return l
+			}
+			return s.Line
+		}
 		region, endpoint, service := "", "", ""
 		switch {
 		case s.S3 != nil:
@@ -54,20 +61,20 @@ func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems co
 		case endpoint == "" && !endpointConfigured(ctx, ac, service):
 			// Bound for AWS itself: the region must be one of its names.
 			if msg := config.RegionProblem(ac.Region); msg != "" {
-				from := "region"
+				from, at := "region", line("region")
 				if region == "" {
-					from = "the region from the service's environment (AWS_REGION, AWS_DEFAULT_REGION) or the shared config's profile"
+					from, at = "the region from the service's environment (AWS_REGION, AWS_DEFAULT_REGION) or the shared config's profile", s.Line
 				}
-				problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: %s: %s; for a service other than AWS, set endpoint", s.Name, from, msg)})
+				problems = append(problems, config.Problem{File: path, Line: at, Msg: fmt.Sprintf("sink %q: %s: %s; for a service other than AWS, set endpoint", s.Name, from, msg)})
 			}
-			var msgs []string
+			var msgs []keyProblem
 			if s.S3 != nil {
 				msgs = s3Problems(s.S3)
 			} else {
 				msgs = cloudWatchProblems(s.CloudWatch)
 			}
-			for _, msg := range msgs {
-				problems = append(problems, config.Problem{File: path, Line: s.Line, Msg: fmt.Sprintf("sink %q: %s; for a service other than AWS, set endpoint", s.Name, msg)})
+			for _, p := range msgs {
+				problems = append(problems, config.Problem{File: path, Line: line(p.key), Msg: fmt.Sprintf("sink %q: %s; for a service other than AWS, set endpoint", s.Name, p.msg)})
 			}
 		}
 		if msg := credentialsNote(ac); msg != "" {
@@ -82,26 +89,30 @@ func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems co
 // refuses, which would pause the sink at its first upload: a storage class
 // it does not know, tags beyond its limits (10 a object, keys of 1 to 128
 // characters and values of at most 256, none beginning aws:).
-func s3Problems(c *config.S3) []string {
-	var out []string
+// keyProblem is a problem with the value of a sink's key.
+type keyProblem struct{ key, msg string }
+
+func s3Problems(c *config.S3) []keyProblem {
+	var out []keyProblem
+	add := func(key, format string, args ...any) { out = append(out, keyProblem{key, fmt.Sprintf(format, args...)}) }
 	if sc := c.StorageClass; sc != "" && !slices.Contains(types.StorageClass("").Values(), types.StorageClass(sc)) {
 		var known []string
 		for _, v := range types.StorageClass("").Values() {
 			known = append(known, string(v))
 		}
-		out = append(out, fmt.Sprintf("storage_class: %q is not one of Amazon S3's: %s", sc, strings.Join(known, ", ")))
+		add("storage_class", "storage_class: %q is not one of Amazon S3's: %s", sc, strings.Join(known, ", "))
 	}
 	if len(c.Tags) > 10 {
-		out = append(out, fmt.Sprintf("tags: %d, Amazon S3 takes at most 10 on an object", len(c.Tags)))
+		add("tags", "tags: %d, Amazon S3 takes at most 10 on an object", len(c.Tags))
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.Tags)) {
 		switch v := c.Tags[k]; {
 		case utf8.RuneCountInString(k) < 1 || utf8.RuneCountInString(k) > 128:
-			out = append(out, fmt.Sprintf("tags: key %q has %d characters, Amazon S3 takes 1 to 128", k, utf8.RuneCountInString(k)))
+			add("tags."+k, "tags: key %q has %d characters, Amazon S3 takes 1 to 128", k, utf8.RuneCountInString(k))
 		case strings.HasPrefix(strings.ToLower(k), "aws:"):
-			out = append(out, fmt.Sprintf("tags: key %q begins with aws:, which AWS keeps for its own", k))
+			add("tags."+k, "tags: key %q begins with aws:, which AWS keeps for its own", k)
 		case utf8.RuneCountInString(v) > 256:
-			out = append(out, fmt.Sprintf("tags: the value of %q has %d characters, Amazon S3 takes at most 256", k, utf8.RuneCountInString(v)))
+			add("tags."+k, "tags: the value of %q has %d characters, Amazon S3 takes at most 256", k, utf8.RuneCountInString(v))
 		}
 	}
 	return out
@@ -116,23 +127,24 @@ var cloudWatchTagRE = regexp.MustCompile(`^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$`)
 // the sink must create: tags beyond its limits (50 a log group, keys of
 // 1 to 128 characters and values of at most 256, of letters, spaces,
 // digits and _ . : / = + - @, no key beginning aws:).
-func cloudWatchProblems(c *config.CloudWatch) []string {
-	var out []string
+func cloudWatchProblems(c *config.CloudWatch) []keyProblem {
+	var out []keyProblem
+	add := func(key, format string, args ...any) { out = append(out, keyProblem{key, fmt.Sprintf(format, args...)}) }
 	if len(c.Tags) > 50 {
-		out = append(out, fmt.Sprintf("tags: %d, CloudWatch Logs takes at most 50 on a log group", len(c.Tags)))
+		add("tags", "tags: %d, CloudWatch Logs takes at most 50 on a log group", len(c.Tags))
 	}
 	for _, k := range slices.Sorted(maps.Keys(c.Tags)) {
 		switch v := c.Tags[k]; {
 		case utf8.RuneCountInString(k) < 1 || utf8.RuneCountInString(k) > 128:
-			out = append(out, fmt.Sprintf("tags: key %q has %d characters, CloudWatch Logs takes 1 to 128", k, utf8.RuneCountInString(k)))
+			add("tags."+k, "tags: key %q has %d characters, CloudWatch Logs takes 1 to 128", k, utf8.RuneCountInString(k))
 		case strings.HasPrefix(strings.ToLower(k), "aws:"):
-			out = append(out, fmt.Sprintf("tags: key %q begins with aws:, which AWS keeps for its own", k))
+			add("tags."+k, "tags: key %q begins with aws:, which AWS keeps for its own", k)
 		case !cloudWatchTagRE.MatchString(k):
-			out = append(out, fmt.Sprintf("tags: key %q: CloudWatch Logs takes only letters, spaces, digits and _ . : / = + - @ in tags", k))
+			add("tags."+k, "tags: key %q: CloudWatch Logs takes only letters, spaces, digits and _ . : / = + - @ in tags", k)
 		case utf8.RuneCountInString(v) > 256:
-			out = append(out, fmt.Sprintf("tags: the value of %q has %d characters, CloudWatch Logs takes at most 256", k, utf8.RuneCountInString(v)))
+			add("tags."+k, "tags: the value of %q has %d characters, CloudWatch Logs takes at most 256", k, utf8.RuneCountInString(v))
 		case !cloudWatchTagRE.MatchString(v):
-			out = append(out, fmt.Sprintf("tags: the value of %q, %q: CloudWatch Logs takes only letters, spaces, digits and _ . : / = + - @ in tags", k, v))
+			add("tags."+k, "tags: the value of %q, %q: CloudWatch Logs takes only letters, spaces, digits and _ . : / = + - @ in tags", k, v)
 		}
 	}
 	return out

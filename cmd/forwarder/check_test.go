@@ -165,6 +165,22 @@ func TestCheckAndRunAgree(t *testing.T) {
 			`8: sink "zone": region: "eu-west-3b" is an availability zone: its region is eu-west-3; for a service other than AWS, set endpoint`,
 			`9: sink "upper": region: "US-EAST-1" is not an AWS region's name (such as us-east-1 or eu-west-3); for a service other than AWS, set endpoint`,
 		}},
+		// A problem with a key's value is told at the key's line.
+		{"lines of keys", `sinks:
+  - name: typo
+    type: s3
+    bucket: my-logs
+    key: "t/${hostname}/${seq}"
+    region: us-east1
+    storage_class: GLACIERR
+    tags:
+      ok: "y"
+      aws:team: x
+`, awsEnv, []string{
+			`11: sink "typo": region: "us-east1" is not an AWS region's name (such as us-east-1 or eu-west-3); for a service other than AWS, set endpoint`,
+			`12: sink "typo": storage_class: "GLACIERR" is not one of Amazon S3's: ` + strings.Join(storageClasses(), ", ") + `; for a service other than AWS, set endpoint`,
+			`15: sink "typo": tags: key "aws:team" begins with aws:, which AWS keeps for its own; for a service other than AWS, set endpoint`,
+		}},
 		{"region from the environment", `sinks:
   - name: archive
     type: s3
