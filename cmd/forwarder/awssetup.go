@@ -94,7 +94,9 @@ type keyProblem struct{ key, msg string }
 
 func s3Problems(c *config.S3) []keyProblem {
 	var out []keyProblem
-	add := func(key, format string, args ...any) { out = append(out, keyProblem{key, fmt.Sprintf(format, args...)}) }
+	add := func(key, format string, args ...any) {
+		out = append(out, keyProblem{key, fmt.Sprintf(format, args...)})
+	}
 	if sc := c.StorageClass; sc != "" && !slices.Contains(types.StorageClass("").Values(), types.StorageClass(sc)) {
 		var known []string
 		for _, v := range types.StorageClass("").Values() {
@@ -129,7 +131,9 @@ var cloudWatchTagRE = regexp.MustCompile(`^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$`)
 // digits and _ . : / = + - @, no key beginning aws:).
 func cloudWatchProblems(c *config.CloudWatch) []keyProblem {
 	var out []keyProblem
-	add := func(key, format string, args ...any) { out = append(out, keyProblem{key, fmt.Sprintf(format, args...)}) }
+	add := func(key, format string, args ...any) {
+		out = append(out, keyProblem{key, fmt.Sprintf(format, args...)})
+	}
 	if len(c.Tags) > 50 {
 		add("tags", "tags: %d, CloudWatch Logs takes at most 50 on a log group", len(c.Tags))
 	}
