@@ -67,6 +67,7 @@ func cmdDevLs(args []string, stdout, stderr io.Writer) int {
 	cc := cloudwatchlogs.NewFromConfig(awsCfg, func(o *cloudwatchlogs.Options) { o.BaseEndpoint = aws.String(cwURL) })
 	fmt.Fprintf(stdout, "CloudWatch Logs %s:\n", cwURL)
 	gp := cloudwatchlogs.NewDescribeLogGroupsPaginator(cc, &cloudwatchlogs.DescribeLogGroupsInput{})
+	groups := 0
 	for gp.HasMorePages() {
 		page, err := gp.NextPage(ctx)
 		if err != nil {
@@ -74,6 +75,7 @@ func cmdDevLs(args []string, stdout, stderr io.Writer) int {
 			return exitFail
 		}
 		for _, g := range page.LogGroups {
+			groups++
 			retention := "never expires"
 			if g.RetentionInDays != nil {
 				retention = "retention " + plural(int(*g.RetentionInDays), "day", "days")
@@ -96,6 +98,9 @@ func cmdDevLs(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 		}
+	}
+	if groups == 0 {
+		fmt.Fprintln(stdout, "  no log groups yet (records of tags the sink matches, kube.** or pod.**, make them)")
 	}
 	return exitOK
 }

@@ -216,3 +216,31 @@ func TestDevConfigMatchesKubernetesTags(t *testing.T) {
 		}
 	}
 }
+
+// dev ls before any record says that there are no log groups yet, rather
+// than printing an empty heading.
+func TestDevLsWithNoGroups(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts forwarder dev and its emulators; make test runs it")
+	}
+	off := strconv.Itoa(freeDevOffset(t))
+	cmd := exec.Command(bin, "dev", "--port-offset", off)
+	cmd.Dir = t.TempDir()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var ls string
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		b, err := exec.Command(bin, "dev", "ls", "--port-offset", off).CombinedOutput()
+		if ls = string(b); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dev ls never answered: %v\n%s", err, ls)
+		}
+	}
+	if !strings.Contains(ls, "  no log groups yet (records of tags the sink matches, kube.** or pod.**, make them)\n") {
+		t.Errorf("dev ls with no groups:\n%s", ls)
+	}
+}
