@@ -66,6 +66,12 @@ type intent struct {
 	// Rejected are the call's records the service rejected in its answer,
 	// dead-lettered when the batch is delivered.
 	Rejected []sinks.Rejection `json:"rejected,omitempty"`
+	// PriorKnown: Prior says, by message (the hex of messageHash), how
+	// many events the calls this process sent to the stream before this
+	// one stored at MinTime (prior.go). Not known: resolved by ingestion
+	// time alone.
+	PriorKnown bool           `json:"prior_known,omitempty"`
+	Prior      map[string]int `json:"prior,omitempty"`
 }
 
 func (in *intent) partition() string { return in.Group + "\x00" + in.Stream }

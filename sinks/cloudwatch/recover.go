@@ -218,6 +218,13 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route fu
 	if err != nil {
 		return "", 0, err
 	}
+	for k := range need {
+		// Copies earlier calls stored that the ingestion time did not
+		// tell apart (this host's clock behind the service's) are theirs.
+		if p := in.priorCopies(k); p > earlier[k] {
+			found[k] = max(0, found[k]-(p-earlier[k]))
+		}
+	}
 	missing := unmatched(call, found)
 	if len(missing) == len(call) && len(unmatched(call, earlier)) == 0 && s.skewed.CompareAndSwap(false, true) {
 		// Every event is there, ingested before the call started: this
@@ -351,8 +358,8 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 		Unmask: !s.noUnmask.Load(),
 	}
 	left := 0 // events needed and not found yet
-	for _, n := range need {
-		left += n
+	for k, n := range need {
+		left += n + in.priorCopies(k) // with copies earlier calls stored, the whole window is read
 	}
 	throttled := 0
 	for {

@@ -1012,6 +1012,64 @@ func TestRecoverEarlierIdenticalEventIsNotTheCalls(t *testing.T) {
 	}
 }
 
+// With this host's clock behind the service's, an identical event an
+// earlier call stored looks ingested after the call in doubt started: it
+// is still not taken for the call's (the intent says how many identical
+// events the earlier calls stored at that millisecond), whether the call
+// did not land (sent again: both records stored, none lost) or landed
+// (delivered: not sent again).
+func TestRecoverIdenticalEventWithTheClockBehind(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		answer string
+		result string
+	}{
+		{"did not land", hang, resultResent},
+		{"landed", land, resultDelivered},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, p, cfg := newProxied(t, setup{now: func() time.Time { return time.Now().Add(100 * time.Millisecond) }})
+			same := wal.Record{Time: time.Now().UnixNano(), Tag: "t", Body: []byte(`{"log":"same"}`)}
+			e.append(same)
+			e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+			p.setRule(func(op string, n int) string {
+				if op == "PutLogEvents" {
+					return c.answer
+				}
+				return pass
+			})
+			time.Sleep(5 * time.Millisecond)
+			e.append(same)
+			e.runUntilHung(p, 1)
+			e.rerun(cfg)
+			if n := e.copies("g", "s")[`{"log":"same"}`]; n != 2 {
+				t.Errorf("%d copies of the two identical records, want 2", n)
+			}
+			if e.indoubt(c.result) != 1 {
+				t.Errorf("%s %v, want 1", c.result, e.indoubt(c.result))
+			}
+		})
+	}
+}
+
+// 10,001 identical lines of one millisecond make two calls; the second
+// never reaches the service, whose clock is 20 ms ahead of this host's: it
+// is sent again (the first call's copies are not taken for it).
+func TestRecoverRepeatedLineAcrossCalls(t *testing.T) {
+	e, p, cfg := newProxied(t, setup{now: func() time.Time { return time.Now().Add(20 * time.Millisecond) }, rule: putRule(3, hang)})
+	at := time.Now()
+	var recs []wal.Record
+	for range 10001 {
+		recs = append(recs, wal.Record{Time: at.UnixNano(), Tag: "t", Body: []byte(`{"log":"same"}`)})
+	}
+	e.append(recs...)
+	e.runUntilHung(p, 1)
+	e.rerun(cfg)
+	if n := e.copies("g", "s")[`{"log":"same"}`]; n != 10001 {
+		t.Errorf("%d copies, want 10001 (delivered %v, resent %v)", n, e.indoubt(resultDelivered), e.indoubt(resultResent))
+	}
+}
+
 // A host clock ahead of the service's makes a call that landed look
 // ingested before it started: it is sent again (a duplicate, not a loss),
 // with one warning that says to check the clock.

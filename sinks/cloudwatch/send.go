@@ -52,12 +52,16 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		in := newIntent(b.Partition, b.First(), call, body, time.Now().UnixMilli())
 		in.after(known)
 		in.startedWith(known)
+		s.setPrior(in, call)
 		if err := putIntent(ctx, b.State, in); err != nil {
 			releaseBody(body.b)
 			return sinks.Outcome{}, sinks.NewRetryable("state", err)
 		}
 		s.intents.add(in)
 		rj, err := s.put(ctx, group, stream, call, body)
+		if err == nil {
+			s.noteSent(b.Partition, call)
+		}
 		if err != nil {
 			var e *sinks.Error
 			if !errors.As(err, &e) || e.Class != sinks.RecordPermanent {

@@ -68,6 +68,7 @@ type Sink struct {
 	now        func() time.Time
 
 	tokens *lru // stream → last nextSequenceToken
+	last   *lru // stream → what this process's calls stored at its last millisecond (prior.go)
 	known  *lru // groups and streams that exist
 
 	intents intents // intents of calls in the sink's state
@@ -106,7 +107,7 @@ type metrics struct {
 // New builds the sink for sink configuration name/cfg.
 func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) (*Sink, error) {
 	s := &Sink{name: name, hostname: opts.Hostname, cfg: cfg, log: opts.Logger, now: opts.Now,
-		tokens: newLRU(100000), known: newLRU(100000)}
+		tokens: newLRU(100000), known: newLRU(100000), last: newLRU(100000)}
 	if cfg.ReadRate <= 0 {
 		cfg.ReadRate = 10 // config's default, for a configuration not made by package config
 	}

@@ -1,0 +1,56 @@
+package cloudwatch
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+)
+
+// What a call's intent says of the identical events earlier calls of the
+// process stored at its first millisecond.
+func TestPrior(t *testing.T) {
+	s := &Sink{last: newLRU(10)}
+	const p = "g\x00s"
+	ev := func(ts int64, msg string) event { return event{ts: ts, msg: []byte(msg)} }
+	prior := func(call ...event) *intent {
+		in := &intent{Group: "g", Stream: "s", MinTime: call[0].ts}
+		s.setPrior(in, call)
+		return in
+	}
+	if in := prior(ev(10, "a")); in.PriorKnown {
+		t.Errorf("the stream's first call: %+v, want not known", in)
+	}
+	s.noteSent(p, []event{ev(9, "x"), ev(10, "a"), ev(10, "a"), ev(10, "b")})
+	if in := prior(ev(11, "a")); !in.PriorKnown || len(in.Prior) != 0 {
+		t.Errorf("a call after the last millisecond: %+v, want known and none", in)
+	}
+	in := prior(ev(10, "a"), ev(10, "c"), ev(12, "b"))
+	if !in.PriorKnown || len(in.Prior) != 1 || in.priorCopies(eventKey{10, "a"}) != 2 || in.priorCopies(eventKey{10, "c"}) != 0 || in.priorCopies(eventKey{12, "b"}) != 0 {
+		t.Errorf("a call beginning at the last millisecond: %+v, want a: 2", in)
+	}
+	if in := prior(ev(9, "x")); in.PriorKnown {
+		t.Errorf("a call beginning before the last millisecond: %+v, want not known", in)
+	}
+	s.noteSent(p, []event{ev(5, "old")}) // all before the last millisecond: nothing changes
+	s.noteSent(p, []event{ev(10, "a"), ev(10, "b")})
+	if in := prior(ev(10, "a"), ev(10, "b")); in.priorCopies(eventKey{10, "a"}) != 3 || in.priorCopies(eventKey{10, "b"}) != 2 {
+		t.Errorf("after another call of the same millisecond: %+v, want a: 3, b: 2", in)
+	}
+	var many []event
+	for i := range maxPriorMessages + 1 {
+		many = append(many, ev(20, strconv.Itoa(i)))
+	}
+	s.noteSent(p, many)
+	if in := prior(ev(20, "0")); in.PriorKnown {
+		t.Errorf("a millisecond of %d messages: %+v, want not known", len(many), in)
+	}
+	if in := prior(ev(21, "0")); !in.PriorKnown {
+		t.Errorf("after a millisecond of too many messages: %+v, want known", in)
+	}
+	if l, ok := decodeLast(fmt.Sprint("7 0 ", strconv.FormatUint(messageHash([]byte("m")), 16), ":4")); !ok || l.ms != 7 || l.counts[messageHash([]byte("m"))] != 4 {
+		t.Errorf("decodeLast: %+v %v", l, ok)
+	}
+	if _, ok := decodeLast("7 0 zz:1"); ok {
+		t.Error("decodeLast took a damaged value")
+	}
+}
