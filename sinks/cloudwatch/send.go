@@ -148,7 +148,6 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 		err = awserr.Refetch(ctx, s.creds, err)
 		if err == nil {
 			s.m.puts.Inc()
-			s.lastPut.Store(time.Now().UnixNano())
 			s.known.put(key, "")
 			s.tokens.put(key, aws.ToString(res.NextSequenceToken))
 			rj := rejections(res.RejectedLogEventsInfo, evs)
@@ -179,41 +178,8 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 			created = true
 			continue
 		}
-		return nil, s.classifyScoped(err, group, stream)
+		return nil, classify(err, group, stream)
 	}
-}
-
-// deniedGroupWindow: an AccessDenied within it of a successful
-// PutLogEvents (to another group) is taken for the group's alone.
-const deniedGroupWindow = 5 * time.Minute
-
-// putRecently reports whether a PutLogEvents call succeeded within
-// deniedGroupWindow.
-func (s *Sink) putRecently() bool {
-	last := s.lastPut.Load()
-	return last != 0 && time.Since(time.Unix(0, last)) <= deniedGroupWindow
-}
-
-// classifyScoped is classify, but for AccessDenied while other groups
-// take events (a policy that allows some groups only: /eks/* but not the
-// group a template rendered): that group's records wait, retried with
-// their partition's backoff, while the others go on, instead of the
-// whole sink pausing. With no success within deniedGroupWindow (the
-// credentials may write nowhere), the sink pauses as before.
-func (s *Sink) classifyScoped(err error, group, stream string) error {
-	if !accessDenied(err) || kmsRefused(err) {
-		return classify(err, group, stream)
-	}
-	if !s.putRecently() {
-		return classify(err, group, stream)
-	}
-	var ae smithy.APIError
-	code := "AccessDeniedException"
-	if errors.As(err, &ae) {
-		code = ae.ErrorCode()
-	}
-	return sinks.NewRetryable(code, fmt.Errorf("the credentials may not write to log group %q, though other log groups took events in the last %s: grant logs:PutLogEvents, logs:CreateLogStream and logs:CreateLogGroup on it, or fix the log_group template of sink %q; its records wait in the WAL: %w",
-		group, deniedGroupWindow, s.name, awserr.Clean(err)))
 }
 
 // rejections maps rejectedLogEventsInfo back to records.

@@ -50,9 +50,6 @@ type Options struct {
 
 // Sink is the CloudWatch Logs sink.
 type Sink struct {
-	// lastPut is when a PutLogEvents call last succeeded (unix ns): an
-	// AccessDenied soon after is a group's (scoped), not the sink's.
-	lastPut    atomic.Int64
 	name       string
 	hostname   string
 	cfg        config.CloudWatch
