@@ -144,6 +144,14 @@
 //   - a host clock ahead of CloudWatch Logs' by more than a call's latency:
 //     calls that landed look ingested before they started and are sent
 //     again (duplicates; one warning says to check the clock);
+//   - a host clock behind CloudWatch Logs': an identical event an earlier
+//     call stored just before the call started looks ingested after it,
+//     and would be taken for the call's. Copies the process's earlier calls
+//     stored at the call's first millisecond are not (the intent counts
+//     them: prior.go); others, of the first call to a stream after a start
+//     or of a call beginning before the stream's last millisecond, stored
+//     less than the clocks' difference before the call started, are (a
+//     call that did not land taken for delivered: keep the clock in sync);
 //   - another writer that stores in the stream, after the call started,
 //     events identical (millisecond and message) to some of the call's:
 //     those are taken as delivered;
