@@ -173,6 +173,8 @@ func TestFatalAnswersHeldAppends(t *testing.T) {
 // done since: a caller must not read the state of the WAL afterwards to
 // tell a full WAL from a slow one (it may no longer be full by then).
 func TestHeldAppendTimesOutAsFull(t *testing.T) {
+	defer func(d time.Duration) { heldFor = d }(heldFor)
+	heldFor = 200 * time.Millisecond // Full for that long after the hold (TestFullHoldsUntilTheHeldSizeFits)
 	w := openT(t, t.TempDir(), Options{MaxBytes: 4 << 10, WhenFull: Block})
 	defer w.Close()
 	if _, err := w.RegisterCursor(context.Background(), "s"); err != nil {

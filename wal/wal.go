@@ -95,6 +95,12 @@ type Options struct {
 	// the file. Default DefaultMinFreeBytes.
 	MinFreeBytes int64
 
+	// HoldFor is how long after an append waited for room (under MaxBytes,
+	// or on the disk) Full stays true while an append of its size would
+	// not fit, its client gone: its retry would wait again, and /readyz
+	// would flap with every retry. Default 10s.
+	HoldFor time.Duration
+
 	// CursorTags says, by cursor name, which records a cursor's sink
 	// takes (its match globs); a cursor not in it takes every record. It
 	// only counts what DropOldest drops: a cursor loses the records of the
@@ -123,6 +129,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.MinFreeBytes <= 0 {
 		o.MinFreeBytes = DefaultMinFreeBytes
+	}
+	if o.HoldFor <= 0 {
+		o.HoldFor = heldFor
 	}
 	if o.CompactMinFileBytes <= 0 {
 		o.CompactMinFileBytes = 64 << 20

@@ -563,6 +563,59 @@ func TestMaxBytesBlock(t *testing.T) {
 	}
 }
 
+// TestFullHoldsUntilTheHeldSizeFits: once an append waits for room under
+// max_bytes, Full stays true after its client gave up (its retry would
+// wait again: /readyz flapped with every retry) until an append of its size
+// would fit, or heldFor has passed; one warning says so, naming the sink
+// furthest behind, and one line says when room is back.
+func TestFullHoldsUntilTheHeldSizeFits(t *testing.T) {
+	defer func(d time.Duration) { heldFor = d }(heldFor)
+	heldFor = time.Second
+	var logs syncbuf.Buffer
+	w := openT(t, t.TempDir(), Options{MaxBytes: 64 << 10, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer w.Close()
+	ctx := context.Background()
+	for _, c := range []string{"archive", "slow"} {
+		if _, err := w.RegisterCursor(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := rand.New(rand.NewSource(5))
+	var last Result
+	for w.Stats().Bytes < 48<<10 {
+		last = appendT(t, w, makeRecords(r, "f", 20, 250), "")
+	}
+	b := &Batch{}
+	b.SetCursor("archive", last.Last)
+	commitT(t, w, b)
+	hold := func() {
+		t.Helper()
+		hctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		if _, err := w.Append(hctx, makeRecords(r, "big", 300, 250), AppendOptions{}); !errors.Is(err, ErrFull) {
+			t.Fatalf("an append over max_bytes: %v, want ErrFull", err)
+		}
+	}
+	for range 2 {
+		hold()
+		if !w.Full() {
+			t.Fatal("Full() false the moment the held append gave up")
+		}
+		time.Sleep(300 * time.Millisecond)
+		if !w.Full() {
+			t.Fatal("Full() false within heldFor of the hold, though an append of its size would not fit")
+		}
+		waitUntil(t, 5*time.Second, "Full() false once heldFor passed", func() bool { return !w.Full() })
+	}
+	out := logs.String()
+	if n := strings.Count(out, "wal: max_bytes reached (when_full: block)"); n != 1 || !strings.Contains(out, "furthest_behind=slow") {
+		t.Errorf("%d warnings of max_bytes (want 1 a minute, naming the sink furthest behind):\n%s", n, out)
+	}
+	if !strings.Contains(out, "wal: room under max_bytes again: appends resume") {
+		t.Errorf("no line for the end of the hold:\n%s", out)
+	}
+}
+
 // TestFullOverMaxBytesWithNothingWaiting: live bytes at or over
 // max_bytes (a restart with a backlog and a lowered max_bytes) make Full()
 // true before any append waits, since the next one would; it ends when

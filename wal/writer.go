@@ -115,10 +115,17 @@ type writer struct {
 	noHousekeeping bool
 
 	diskHeld      bool      // the waiting appends wait for room on the disk
-	heldNeed      int64     // what the last append held for room on the disk needs (storeCost)
-	heldAt        time.Time // when it was held
-	diskHeldSince time.Time // when the current hold began
-	diskLogged    bool      // the current hold was logged: log its end
+	maxHeldNeed   int64     // the size of the last append held by max_bytes (Block)
+	maxHeldAt     time.Time // when it was held
+	maxFullSince  time.Time // when the WAL last became full by max_bytes
+	maxLogged     bool      // that was logged: log its end
+	lastMaxLog    time.Time
+	maxHolds      int              // times it became full not logged since lastMaxLog
+	maxRecheck    <-chan time.Time // when the hold by the size last held ends
+	heldNeed      int64            // what the last append held for room on the disk needs (storeCost)
+	heldAt        time.Time        // when it was held
+	diskHeldSince time.Time        // when the current hold began
+	diskLogged    bool             // the current hold was logged: log its end
 	lastDiskLog   time.Time
 	diskHolds     int  // holds not logged since lastDiskLog
 	noStatfs      bool // the file system cannot tell its free space (logged once)
@@ -198,6 +205,8 @@ func (wr *writer) run() {
 			case <-wr.noSpaceRetry:
 				wr.noSpaceRetry = nil
 				wr.moreWork = true // retention, and what waits, once more
+			case <-wr.maxRecheck:
+				wr.maxRecheck = nil // the step below sets Full again
 			case <-wr.w.quit:
 				return
 			}
@@ -293,11 +302,49 @@ func (wr *writer) step(appends []*appendReq, commits []*commitReq) {
 // setFull sets what Full reports of MaxBytes: appends wait for room under
 // it, or the next one would (live bytes at or over it, as after a restart
 // with a backlog or a lowered max_bytes), so that the inputs and /readyz
-// push back before a client's append waits.
+// push back before a client's append waits. Once full, it stays full until
+// an append of the size last held would fit, not the moment no append
+// waits (its client gave up, and retries in a moment: /readyz would flap),
+// but only for Options.HoldFor after the last hold (as the disk's hold,
+// checkDisk).
 func (wr *writer) setFull() {
 	max := wr.w.opts.MaxBytes
-	over := max > 0 && wr.w.opts.WhenFull == Block && wr.st.liveBytes >= max
-	wr.w.full.Store(over || len(wr.waiting) > 0 && !wr.diskHeld)
+	block := max > 0 && wr.w.opts.WhenFull == Block
+	full := block && wr.st.liveBytes >= max || len(wr.waiting) > 0 && !wr.diskHeld
+	if left := wr.w.opts.HoldFor - time.Since(wr.maxHeldAt); !full && block && wr.w.full.Load() && left >= 0 {
+		if full = wr.st.liveBytes+wr.maxHeldNeed > max; full && wr.maxRecheck == nil {
+			wr.maxRecheck = time.After(left + time.Millisecond) // then smaller appends may come in
+		}
+	}
+	if full == wr.w.full.Load() {
+		return
+	}
+	wr.w.full.Store(full)
+	now := time.Now()
+	if !full {
+		if wr.maxLogged {
+			wr.maxLogged = false
+			wr.w.log.Info("wal: room under max_bytes again: appends resume", "path", wr.w.path,
+				"live_bytes", wr.st.liveBytes, "max_bytes", max, "full_for", now.Sub(wr.maxFullSince).Round(time.Millisecond))
+		}
+		return
+	}
+	wr.maxFullSince = now
+	if now.Sub(wr.lastMaxLog) < diskLogInterval {
+		wr.maxHolds++
+		return
+	}
+	// The cursor furthest behind holds the oldest records.
+	behind, pos := "", uint64(0)
+	for name, p := range wr.st.cursors {
+		if behind == "" || p < pos || p == pos && name < behind {
+			behind, pos = name, p
+		}
+	}
+	wr.w.log.Warn("wal: max_bytes reached (when_full: block): appends wait and the inputs push back on clients until the sinks deliver and retention frees room",
+		"path", wr.w.path, "live_bytes", wr.st.liveBytes, "max_bytes", max, "furthest_behind", behind,
+		"its_records_behind", wr.st.nextSeq-1-min(pos, wr.st.nextSeq-1), "times_not_logged", wr.maxHolds)
+	wr.lastMaxLog, wr.maxLogged, wr.maxHolds = now, true, 0
 }
 
 // applyGroup applies appends and commits to the open transaction, which it
@@ -442,6 +489,7 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 		if over && wr.w.opts.WhenFull == Block {
 			r.held.Store(true)
 			wr.waiting = append(wr.waiting, appends[i:]...)
+			wr.maxHeldNeed, wr.maxHeldAt = r.bytes, time.Now()
 			break
 		}
 		// Taken now, before anything is dropped for it.
@@ -449,6 +497,9 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 			// Given up by Append a moment ago: not stored.
 			now = append(now, func() { r.answer(appendResult{err: context.Canceled}) })
 			continue
+		}
+		if r.held.Load() {
+			wr.maxHeldNeed = 0 // a held append fits now: Full follows the appends again
 		}
 		if over {
 			if err := wr.dropOldest(tx, wr.st.liveBytes+r.bytes-max); err != nil {
@@ -549,8 +600,7 @@ func (wr *writer) floor() int64 {
 	return f
 }
 
-// heldFor is how long the size of the last append held for room on the
-// disk keeps the hold on after no append waits (checkDisk).
+// heldFor is Options.HoldFor's default (a variable for tests).
 var heldFor = 10 * time.Second // a variable for tests
 
 // checkDisk updates DiskFull after a step. room is what apply left of the
@@ -569,11 +619,11 @@ func (wr *writer) checkDisk(room *diskRoom) {
 		// No append waits (the held one may have given up): the hold ends
 		// once one of its size would fit, not the moment its client left
 		// (its retry would be held again: the hold would flap), but only
-		// for heldFor after the last hold, or a request its client gave up
+		// for HoldFor after the last hold, or a request its client gave up
 		// for good would hold smaller ones off (the inputs refuse while
 		// the WAL is full, so none would come to prove there is room).
 		need := wr.heldNeed
-		if time.Since(wr.heldAt) > heldFor {
+		if time.Since(wr.heldAt) > wr.w.opts.HoldFor {
 			need = 0
 		}
 		if room.enough(wr.floor() + need) {

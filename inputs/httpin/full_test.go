@@ -15,7 +15,9 @@ import (
 // cursor that passed nothing, filled until one more small append waits.
 func fullEnv(t *testing.T, storeTimeout time.Duration) *env {
 	t.Helper()
-	e := newEnv(t, withWAL(wal.Options{MaxBytes: 64 << 10, WhenFull: wal.Block}), withStoreTimeout(storeTimeout))
+	// HoldFor: Full ends as soon as no append waits (the fill's last one
+	// gave up), as it does in production HoldFor after it.
+	e := newEnv(t, withWAL(wal.Options{MaxBytes: 64 << 10, WhenFull: wal.Block, HoldFor: time.Millisecond}), withStoreTimeout(storeTimeout))
 	if _, err := e.w.RegisterCursor(context.Background(), "sink"); err != nil {
 		t.Fatal(err)
 	}
