@@ -298,7 +298,8 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 		}
 	}()
 	paused := false
-	full := time.Second // the next wait after a commit found the disk full
+	var lastWarn time.Time // the last warning of a failure that is retried
+	full := time.Second    // the next wait after a commit found the disk full
 	for attempt := 1; ; attempt++ {
 		err := r.Recover(ctx, d.st)
 		if err == nil || ctx.Err() != nil {
@@ -348,7 +349,16 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 				paused = false
 			}
 			d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
-			d.log.Debug("finishing interrupted work failed, will retry", "reason", e.Reason, "wait", wait, "error", e.Err)
+			if now := time.Now(); now.Sub(lastWarn) >= d.opts.SummaryInterval {
+				// The loop's once-a-minute summary of failures does not
+				// run yet: a warning at the first failure and then once
+				// an interval says why the sink delivers nothing.
+				d.log.Warn("finishing interrupted work failed; retrying (the sink delivers nothing new until it is done)",
+					"reason", e.Reason, "attempts", attempt, "retry_in", wait, "error", e.Err)
+				lastWarn = now
+			} else {
+				d.log.Debug("finishing interrupted work failed, will retry", "reason", e.Reason, "wait", wait, "error", e.Err)
+			}
 		}
 		d.setState(func(s *Status) { s.State, s.LastError, s.LastErrorAt = state, e.Error(), time.Now() })
 		var drain <-chan struct{} // a stop's Drain does not wait for a paused sink

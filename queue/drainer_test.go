@@ -761,6 +761,31 @@ func TestRecoveringKeepsItsMetrics(t *testing.T) {
 	})
 }
 
+// Failures of Recover that are retried (the destination unreachable at
+// start) are warned of at the first and then once a SummaryInterval, not
+// at debug level only: the loop's summary of failures does not run yet.
+func TestRecoverRetriesAreWarned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		appendN(t, w, 20, tagsOf(2), 10)
+		s := &recoveringSink{testSink: newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2}),
+			err: sinks.NewRetryable("network", fmt.Errorf("dial tcp: connection refused"))}
+		var logs syncbuf.Buffer
+		r := start(w, "s", s, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), RetryMin: time.Second, RetryMax: 5 * time.Second})
+		time.Sleep(150 * time.Second) // about 30 tries
+		synctest.Wait()
+		s.mu.Lock()
+		calls := s.calls
+		s.allowed = true
+		s.mu.Unlock()
+		if n := strings.Count(logs.String(), `level=WARN msg="finishing interrupted work failed; retrying (the sink delivers nothing new until it is done)"`); n != 3 || calls < 20 {
+			t.Errorf("%d warnings in 150 s of %d failures, want 3 (at the first, then once a minute):\n%s", n, calls, logs.String())
+		}
+		r.stop(t)
+	})
+}
+
 // A stop's Drain does not wait for a sink paused while finishing its
 // interrupted work: it answers ErrNotDrained at once, as for a sink paused
 // in its loop, and the drainer goes on probing.
