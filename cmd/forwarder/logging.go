@@ -20,7 +20,9 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: logLevel(c.Level)}
 	handler := func(w io.Writer) slog.Handler {
 		if c.Format == config.FormatJSON {
-			return slog.NewJSONHandler(w, opts)
+			jopts := *opts
+			jopts.ReplaceAttr = durationText
+			return slog.NewJSONHandler(w, &jopts)
 		}
 		return slog.NewTextHandler(w, opts)
 	}
@@ -29,6 +31,15 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 		return slog.New(&priorityHandler{mu: new(sync.Mutex), buf: buf, out: w, inner: handler(buf)})
 	}
 	return slog.New(handler(w))
+}
+
+// durationText writes a duration as the text handler does ("1m0s"), not
+// as the JSON handler's integer of nanoseconds, which reads as a count.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // journalErrors is w for what run writes before its logger exists (a

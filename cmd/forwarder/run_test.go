@@ -170,6 +170,10 @@ func TestRunJSONLog(t *testing.T) {
 	if !strings.Contains(s.stderr.String(), `"level":"INFO","msg":"shutting down"`) {
 		t.Errorf("no JSON shutdown line:\n%s", s.stderr.String())
 	}
+	// Durations as text, not integers of nanoseconds.
+	if !regexp.MustCompile(`"shutdown_timeout":"[0-9.]+m?s"`).MatchString(s.stderr.String()) {
+		t.Errorf("shutdown_timeout is not written as a duration:\n%s", s.stderr.String())
+	}
 }
 
 func TestRunSyncIntervalWarns(t *testing.T) {
