@@ -417,3 +417,20 @@ func TestMessageLargerThanTheWAL(t *testing.T) {
 	c.Write(messageMode("t", eventTime(time.Now()), record("small", 1), options("small")))
 	readAck(t, c)
 }
+
+// The refusals of a client's credentials have series (at 0) from the
+// start: an alert's increase() sees the first refusal after a restart.
+func TestCredentialRefusalSeriesFromTheStart(t *testing.T) {
+	f := start(t, defaultCfg(), wal.Options{})
+	if n := testutil.CollectAndCount(f.metrics.Rejected, "forwarder_input_rejected_total"); n != 3 {
+		t.Fatalf("%d series of forwarder_input_rejected_total at the start, want the 3 of the credentials", n)
+	}
+	for _, r := range []string{"handshake", "handshake_timeout", "tls_handshake"} {
+		if v := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", r)); v != 0 {
+			t.Errorf("rejected{%s} = %v at the start", r, v)
+		}
+	}
+	if n := testutil.CollectAndCount(f.metrics.Rejected, "forwarder_input_rejected_total"); n != 3 {
+		t.Fatalf("%d series: not those of the credentials", n)
+	}
+}

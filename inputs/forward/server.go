@@ -81,6 +81,13 @@ func New(cfg config.Forward, p *inputs.Pipeline, log *slog.Logger) *Server {
 		q.Budget = inputs.NewBudget(inputs.DefaultBudget, p.Metrics)
 		p = &q
 	}
+	if p.Metrics != nil {
+		// The refusals of a client's credentials have series from the
+		// start, so that an alert's increase() sees the first of them.
+		for _, r := range []string{"handshake", "handshake_timeout", "tls_handshake"} {
+			p.Metrics.Rejected.WithLabelValues("forward", r)
+		}
+	}
 	return &Server{cfg: cfg, p: p, log: log.With("input", "forward"), hostname: host,
 		slots: inputs.NewSlots(cfg.MaxConnections), conns: map[*conn]struct{}{}, listen: net.Listen}
 }

@@ -101,6 +101,9 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 		q.Budget = inputs.NewBudget(inputs.DefaultBudget, p.Metrics)
 		p = &q
 	}
+	// A refusal of a client's credentials has its series from the start,
+	// so that an alert's increase() sees the first.
+	p.Metrics.Rejected.WithLabelValues(input, reasonUnauth)
 	s := &Server{
 		cfg:             cfg,
 		p:               p,

@@ -472,3 +472,12 @@ func TestHTTP2BuffersLittle(t *testing.T) {
 		t.Errorf("the client sent %d KiB of a body beyond the %d KiB its handler read: buffered outside the budget", n>>10, read>>10)
 	}
 }
+
+// A refusal of a client's token has its series (at 0) from the start: an
+// alert's increase() sees the first refusal after a restart.
+func TestUnauthorizedSeriesFromTheStart(t *testing.T) {
+	e := newEnv(t)
+	if n := testutil.CollectAndCount(e.m.Rejected, "forwarder_input_rejected_total"); n != 1 || e.rejected(reasonUnauth) != 0 {
+		t.Fatalf("%d series of forwarder_input_rejected_total at the start, want unauthorized's", n)
+	}
+}
