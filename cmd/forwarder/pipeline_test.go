@@ -94,7 +94,8 @@ sinks:
 		if strings.Contains(metrics, `forwarder_input_records_total{input="http"} 20`) &&
 			strings.Contains(metrics, `forwarder_sink_delivered_records_total{sink="cw"} 20`) &&
 			strings.Contains(metrics, "forwarder_wal_commits_total") &&
-			strings.Contains(metrics, `forwarder_input_unrouted_records_total{input="http"} 0`) {
+			strings.Contains(metrics, `forwarder_input_unrouted_records_total{input="http"} 0`) &&
+			strings.Contains(metrics, `forwarder_build_info{goversion="go`) {
 			break
 		}
 		if time.Now().After(deadline) {

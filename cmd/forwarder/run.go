@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync/atomic"
@@ -102,7 +103,10 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	g.add(walActor(w))
 	g.add(leftoverActor(w, cfg, log))
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_build_info",
+		Help: "1, labelled with the forwarder's version and the Go version it was built with."}, []string{"version", "goversion"})
+	build.WithLabelValues(version, runtime.Version()).Set(1)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), build,
 		admin.NewWALCollector(w, int64(cfg.WAL.MaxBytes)).Configured(sinkNames(cfg)...))
 	drainerList, drainers, err := drainerActors(w, cfg, reg, log, g.deadline)
 	if err != nil {
