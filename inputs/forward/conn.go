@@ -237,6 +237,14 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 			// unrouted tag or of a re-sent chunk stored before.
 			c.s.p.Metrics.InvalidUTF8.WithLabelValues("forward").Add(float64(m.invalid))
 		}
+		if err == nil && m.nils > 0 {
+			// Skipped as Fluentd's in_forward skips them: counted, and
+			// said once a minute, since the client sent nothing to store.
+			c.s.p.Metrics.NilRecords.WithLabelValues("forward").Add(float64(m.nils))
+			if n, ok := c.s.rejects.Allow("nil_record", time.Now()); ok {
+				log.Warn("entries with a nil record skipped (nothing to store): the client sends [time, nil]", "tag", m.tag, "nil_records", m.nils, "same_reason_not_logged_in_last_minute", n)
+			}
+		}
 		tag, records := m.tag, len(m.records)
 		m.release() // stored or not, the WAL holds no reference to the records
 		if err != nil {

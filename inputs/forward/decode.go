@@ -25,6 +25,7 @@ type message struct {
 	chunk   string // option.chunk: the client wants {"ack": chunk} once stored
 	acked   bool   // option.chunk was there (Fluentd acknowledges an empty one too)
 	invalid int    // records whose invalid UTF-8 was replaced
+	nils    int    // nil records, skipped
 	buf     []byte // the records' bodies
 	times   uint64 // a hash of the records' times as the message had them (see digest)
 	hold    *inputs.Hold
@@ -108,6 +109,7 @@ type decoder struct {
 	buf     []byte       // JSON of the message's records, one body after the other
 	recs    []wal.Record // the records decoded so far, their bodies in buf
 	invalid int          // records of the current message with invalid UTF-8 replaced
+	nils    int          // nil records of the current message, skipped
 	window  []byte       // decompressed entries not yet decoded
 	times   uint64       // a hash of the message's times as sent (0 not yet replaced by now)
 	marker  bool         // the time just read was a group marker's (see markerTime)
@@ -156,7 +158,7 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 	}
 	// Record JSON is usually a little smaller than its msgpack (the times
 	// and the entries' arrays are not in it); the buffer grows if it is not.
-	d.invalid, d.times, d.marker = 0, 0, false
+	d.invalid, d.nils, d.times, d.marker = 0, 0, 0, false
 	if err := d.reserveJSON(inputs.BufClass(len(full) + 64)); err != nil {
 		return nil, d.budgetErr(err)
 	}
@@ -223,6 +225,7 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 		}
 		if len(b) > 0 && b[0] == 0xc0 {
 			b = b[1:] // a nil record: nothing to store
+			d.nils++
 		} else if b, err = d.body(b, t); err != nil {
 			return nil, d.entryErr(full, b, "record", -1, err)
 		}
@@ -249,6 +252,7 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 	m.records, m.buf, m.times = d.recs, d.buf, d.times
 	d.recs, d.buf = nil, nil // they belong to the message now
 	m.invalid, d.invalid = d.invalid, 0
+	m.nils, d.nils = d.nils, 0
 	return m, nil
 }
 
@@ -409,6 +413,7 @@ func (d *decoder) entry(b []byte) ([]byte, error) {
 	}
 	if len(b) > 0 && b[0] == 0xc0 {
 		// A nil record: nothing to store (Fluentd's in_forward skips it).
+		d.nils++
 		return b[1:], nil
 	}
 	return d.body(b, t)

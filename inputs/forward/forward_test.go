@@ -772,4 +772,11 @@ func TestNilTimeAndRecord(t *testing.T) {
 	if len(recs) != 2 || string(recs[0].Body) != `{"log":"no time"}` || recs[0].Time < before || string(recs[1].Body) != `{"log":"b"}` || recs[1].Time != t0.UnixNano() {
 		t.Fatalf("stored %+v", recs)
 	}
+	// The nil records are counted, and said once a minute.
+	if n := testutil.ToFloat64(f.metrics.NilRecords.WithLabelValues("forward")); n != 2 {
+		t.Errorf("nil records counted %v, want 2", n)
+	}
+	if n := strings.Count(f.logs.String(), "entries with a nil record skipped (nothing to store)"); n != 1 {
+		t.Errorf("%d warnings of nil records, want 1:\n%s", n, f.logs.String())
+	}
 }
