@@ -259,15 +259,19 @@ func (is *intents) done(partition string, last uint64) [][]byte {
 	return keys
 }
 
-// rejected reports whether one of the partition's intents whose records
-// are all at or before last holds events the service refused: a delivered
-// mark would skip their records, which must be dead-lettered instead.
+// rejected reports whether one of the partition's intents holds events
+// the service refused of records at or before last: a delivered mark would
+// skip those records, which must be dead-lettered instead.
 func (is *intents) rejected(partition string, last uint64) bool {
 	is.mu.Lock()
 	defer is.mu.Unlock()
 	for _, in := range is.byPart[partition] {
-		if in.Last <= last && len(in.Rejected) > 0 {
-			return true
+		for _, rj := range in.Rejected {
+			// By the rejected record, not the call's last: a call reaching
+			// past last may hold a refused record before it.
+			if rj.Seq <= last {
+				return true
+			}
 		}
 	}
 	return false

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+
+	"github.com/logfwd/forwarder/sinks"
 )
 
 // What a call's intent says of the identical events earlier calls of the
@@ -52,5 +54,20 @@ func TestPrior(t *testing.T) {
 	}
 	if _, ok := decodeLast("7 0 zz:1"); ok {
 		t.Error("decodeLast took a damaged value")
+	}
+}
+
+// A delivered call that reaches past last but holds a refused record at
+// or before it makes rejected true: a delivered mark up to last would skip
+// that record instead of dead-lettering it.
+func TestRejectedByRecord(t *testing.T) {
+	var is intents
+	const p = "g\x00s"
+	is.add(&intent{Group: "g", Stream: "s", First: 10, Last: 30, Delivered: true, Rejected: []sinks.Rejection{{Seq: 12, Reason: "too_old"}}})
+	if !is.rejected(p, 20) {
+		t.Error("a refused record at 12, a call to 30: not rejected up to 20")
+	}
+	if is.rejected(p, 11) {
+		t.Error("rejected up to 11, before the refused record")
 	}
 }
