@@ -185,6 +185,13 @@ func (d *Drainer) Status() Status {
 // damaged entry.
 func (d *Drainer) Run(ctx context.Context) error {
 	defer close(d.drain.exit)
+	defer d.setState(func(s *Status) {
+		// Stopped before the loop ran (a wait for room on a full disk, or
+		// for the destination, that the stop ended).
+		if ctx.Err() != nil && (s.State == StateStarting || s.State == StateRecovering) {
+			s.State = StateStopped
+		}
+	})
 	cursor, err := registerWaiting(ctx, d.w.RegisterCursor, d.name, d.log, time.Second)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {

@@ -354,3 +354,31 @@ func TestStopWhileTheGuardWaitsForRoom(t *testing.T) {
 		t.Errorf("cursor %d after the stop, want %d: the records read while the disk was full are not delivered", pos, first)
 	}
 }
+
+// A stop while a start-up commit waits for room on a full disk (the
+// admitted partitions', the partitioning's) ends Run with nil and the
+// status stopped, not starting.
+func TestStopWhileStartingOnAFullDisk(t *testing.T) {
+	w := openWAL(t, wal.Options{})
+	defer w.Close()
+	if _, err := w.RegisterCursor(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, w, 20, tagsOf(2), 40)
+	commit := walCommit
+	walCommit = func(*wal.WAL, *wal.Batch) error { return fmt.Errorf("commit: %w", wal.ErrNoSpace) }
+	defer func() { walCommit = commit }()
+	ts := newTestSink(sinks.Limits{MaxRecords: 50, MaxBytes: 1 << 20, MaxAge: 10 * time.Millisecond, Concurrency: 4, MaxPartitions: 10})
+	ts.overflows = true
+	var logs syncbuf.Buffer
+	r := start(w, "s", &overflowSink{testSink: ts}, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Fingerprint: "tags"})
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "the WAL's disk is full; retrying"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no wait for room at the start:\n%s", logs.String())
+		}
+	}
+	r.stop(t)
+	if st := r.d.Status(); st.State != StateStopped {
+		t.Errorf("state %s after a stop during the start, want stopped", st.State)
+	}
+}

@@ -117,8 +117,8 @@ type writer struct {
 	diskHeld      bool      // the waiting appends wait for room on the disk
 	maxHeldNeed   int64     // the size of the last append held by max_bytes (Block)
 	maxHeldAt     time.Time // when it was held
-	maxFullSince  time.Time // when the WAL last became full by max_bytes
-	maxLogged     bool      // that was logged: log its end
+	maxFullSince  time.Time // when the WAL became full by max_bytes, for the hold that was logged
+	maxLogged     bool      // a hold was logged: log the room, once there is
 	lastMaxLog    time.Time
 	maxHolds      int              // times it became full not logged since lastMaxLog
 	maxRecheck    <-chan time.Time // when the hold by the size last held ends
@@ -316,20 +316,24 @@ func (wr *writer) setFull() {
 			wr.maxRecheck = time.After(left + time.Millisecond) // then smaller appends may come in
 		}
 	}
+	now := time.Now()
+	if !full && wr.maxLogged && wr.st.liveBytes+wr.maxHeldNeed <= max {
+		// Room for what was held (a hold that merely ran out of HoldFor
+		// is not room: the line waits for it).
+		wr.maxLogged = false
+		wr.w.log.Info("wal: room under max_bytes again: appends resume", "path", wr.w.path,
+			"live_bytes", wr.st.liveBytes, "max_bytes", max, "full_for", now.Sub(wr.maxFullSince).Round(time.Millisecond))
+	}
 	if full == wr.w.full.Load() {
 		return
 	}
 	wr.w.full.Store(full)
-	now := time.Now()
 	if !full {
-		if wr.maxLogged {
-			wr.maxLogged = false
-			wr.w.log.Info("wal: room under max_bytes again: appends resume", "path", wr.w.path,
-				"live_bytes", wr.st.liveBytes, "max_bytes", max, "full_for", now.Sub(wr.maxFullSince).Round(time.Millisecond))
-		}
 		return
 	}
-	wr.maxFullSince = now
+	if !wr.maxLogged {
+		wr.maxFullSince = now
+	}
 	if now.Sub(wr.lastMaxLog) < diskLogInterval {
 		wr.maxHolds++
 		return

@@ -14,17 +14,21 @@ import (
 // and a call that did not land would be taken for delivered, its event
 // lost. So the intent of a call also says how many events with each of its
 // first millisecond's messages the calls this process sent to the stream
-// before it stored at that millisecond (Prior, PriorKnown); Recover takes
-// that many copies of each as an earlier call's, whatever their ingestion
-// time. A stream's earlier calls are known for the last millisecond they
+// before it may have stored at that millisecond (those that landed, and
+// those whose answer was lost) (Prior, PriorKnown); Recover takes that many
+// copies of each as an earlier call's, whatever their ingestion time. A stream's earlier calls are known for the last millisecond they
 // reached only, and only in this process: a call beginning before it, the
 // first call to a stream after a start, and a millisecond of more than
 // maxPriorMessages messages are not known (PriorKnown false), and resolved
 // by ingestion time alone.
 
 // maxPriorMessages bounds the messages kept for a stream's last
-// millisecond.
-const maxPriorMessages = 256
+// millisecond, and maxPriorStreams the streams (their lru): at most about
+// 7 MB in all, and a few hundred bytes in an intent.
+const (
+	maxPriorMessages = 16
+	maxPriorStreams  = 20000
+)
 
 // streamLast is what this process's calls to a stream stored at the last
 // millisecond they reached.
@@ -113,7 +117,8 @@ func (s *Sink) setPrior(in *intent, call []event) {
 	}
 }
 
-// noteSent records call, which landed, as the stream's last call.
+// noteSent records call, which landed or may have, as the stream's last
+// call.
 func (s *Sink) noteSent(partition string, call []event) {
 	maxTs := call[len(call)-1].ts // sorted
 	l := streamLast{ms: maxTs}

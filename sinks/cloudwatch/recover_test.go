@@ -1026,6 +1026,48 @@ func TestRecoverIdenticalEventWithTheClockBehind(t *testing.T) {
 	}
 }
 
+// An earlier call whose answer was lost (it landed, and its retry landed
+// again: two copies, at least once as documented) counts both of its
+// copies for the call in doubt after it: with this host's clock behind, the
+// call that did not land is not taken for delivered by one of them.
+func TestRecoverIdenticalEventAfterALostAnswer(t *testing.T) {
+	old := callTimeout
+	callTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { callTimeout = old })
+	// The service's clock 2 s ahead: both earlier copies look ingested
+	// after the call in doubt started.
+	e, p, cfg := newProxied(t, setup{now: func() time.Time { return time.Now().Add(2 * time.Second) }})
+	e.prime() // the stream exists
+	puts := 0
+	p.setRule(func(op string, n int) string {
+		if op != "PutLogEvents" {
+			return pass
+		}
+		if puts++; puts == 1 {
+			return land // its answer lost: retried
+		}
+		return pass
+	})
+	same := wal.Record{Time: time.Now().UnixNano(), Tag: "t", Body: []byte(`{"log":"same"}`)}
+	e.append(same)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	if n := e.copies("g", "s")[`{"log":"same"}`]; n != 2 {
+		t.Fatalf("%d copies after the lost answer and its retry, want 2", n)
+	}
+	p.setRule(func(op string, n int) string {
+		if op == "PutLogEvents" {
+			return hang
+		}
+		return pass
+	})
+	e.append(same)
+	e.runUntilHung(p, 2) // the first try's, then this call's
+	e.rerun(cfg)
+	if n := e.copies("g", "s")[`{"log":"same"}`]; n != 3 {
+		t.Errorf("%d copies, want 3: the call in doubt sent again (delivered %v, resent %v)", n, e.indoubt(resultDelivered), e.indoubt(resultResent))
+	}
+}
+
 // 10,001 identical lines of one millisecond make two calls; the second
 // never reaches the service, whose clock is 20 ms ahead of this host's: it
 // is sent again (the first call's copies are not taken for it).

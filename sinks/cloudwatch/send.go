@@ -59,7 +59,9 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		}
 		s.intents.add(in)
 		rj, err := s.put(ctx, group, stream, call, body)
-		if err == nil {
+		if err == nil || sinks.Classify(err).Class != sinks.RecordPermanent {
+			// Landed, or may have (an answer lost): counted as stored. A
+			// count too high only sends a later identical event again.
 			s.noteSent(b.Partition, call)
 		}
 		if err != nil {

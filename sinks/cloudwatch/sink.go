@@ -104,7 +104,7 @@ type metrics struct {
 // New builds the sink for sink configuration name/cfg.
 func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) (*Sink, error) {
 	s := &Sink{name: name, hostname: opts.Hostname, cfg: cfg, log: opts.Logger, now: opts.Now,
-		tokens: newLRU(100000), known: newLRU(100000), last: newLRU(100000)}
+		tokens: newLRU(100000), known: newLRU(100000), last: newLRU(maxPriorStreams)}
 	if cfg.ReadRate <= 0 {
 		cfg.ReadRate = 10 // config's default, for a configuration not made by package config
 	}

