@@ -154,18 +154,24 @@ func (l *loop) summarizeNow(now time.Time) {
 	l.failures = map[string]int{}
 }
 
-// countArgs are a log line's key-value pairs of counts, by sorted key.
+// countArgs is a log line's attribute "counts": "key=n key=n", by sorted
+// key. One attribute, not one per key: the keys are reasons and error
+// codes, which as JSON fields would add to a log store's mapping with
+// every new one.
 func countArgs(counts map[string]int) []any {
 	keys := make([]string, 0, len(counts))
 	for k := range counts {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	args := make([]any, 0, 2*len(keys))
-	for _, k := range keys {
-		args = append(args, k, counts[k])
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", k, counts[k])
 	}
-	return args
+	return []any{"counts", b.String()}
 }
 
 // unmatch counts a record this sink's match refused, keeping a few of
