@@ -55,8 +55,11 @@
 //     each its timestamp and its message's length as 8-byte big-endian
 //     integers, then the message), started (Unix milliseconds, just before
 //     the commit; a retry of the call, after an answer was lost, keeps the
-//     first try's, whose events are the call's too)}, and delivered,
-//     missing and rejected once known;
+//     first try's, whose events are the call's too), prior_known and
+//     prior (what earlier calls of the process stored at the call's first
+//     millisecond, by message: prior.go; an intent with prior is format
+//     version 4, which a build that would ignore it refuses)}, and
+//     delivered, missing and rejected once known;
 //  2. calls PutLogEvents; a call refused whole for an event it does not
 //     name (InvalidParameterException) is replaced by its two halves, the
 //     first under the same intent key, down to single events, which alone

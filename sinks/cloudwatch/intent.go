@@ -29,6 +29,12 @@ const intentVersion = 2
 // rather than take its key for a damaged one.
 const attemptVersion = 3
 
+// priorVersion is the version of an intent whose Prior counts copies
+// earlier calls stored (prior.go): a build that does not know Prior would
+// resolve the call by ingestion time alone, which may take such a copy for
+// the call's (a loss), so it refuses the intent instead.
+const priorVersion = 4
+
 // intent is committed to the sink's state before a PutLogEvents call and
 // deleted in the transaction that records its batch as delivered. It names
 // the call's events without holding them: they are the events of the
@@ -96,7 +102,7 @@ func (in *intent) after(known []*intent) {
 	for _, k := range known {
 		if k.Delivered && k.FromSeq == in.FromSeq && k.FromPart == in.FromPart {
 			in.Attempt = max(in.Attempt, k.Attempt+1)
-			in.Version = attemptVersion
+			in.Version = max(in.Version, attemptVersion)
 		}
 	}
 }
@@ -319,8 +325,8 @@ func loadIntents(st sinks.State) ([]*intent, error) {
 		if err := json.Unmarshal(v, in); err != nil {
 			return fmt.Errorf("intent %q is damaged: %w", strings.ToValidUTF8(string(k), "?"), err)
 		}
-		if in.Version < 1 || in.Version > attemptVersion {
-			return fmt.Errorf("intent %q has format version %d, this build reads 1 to %d", strings.ToValidUTF8(string(k), "?"), in.Version, attemptVersion)
+		if in.Version < 1 || in.Version > priorVersion {
+			return fmt.Errorf("intent %q has format version %d, this build reads 1 to %d", strings.ToValidUTF8(string(k), "?"), in.Version, priorVersion)
 		}
 		if in.Events < 1 || in.First > in.Last || string(in.key()) != string(k) {
 			return fmt.Errorf("intent %q is damaged: it does not describe a call", strings.ToValidUTF8(string(k), "?"))

@@ -113,6 +113,7 @@ func (s *Sink) setPrior(in *intent, call []event) {
 				in.Prior = map[string]int{}
 			}
 			in.Prior[strconv.FormatUint(h, 16)] = n
+			in.Version = max(in.Version, priorVersion)
 		}
 	}
 }

@@ -1,8 +1,10 @@
 package cloudwatch
 
 import (
+	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/logfwd/forwarder/sinks"
@@ -29,6 +31,12 @@ func TestPrior(t *testing.T) {
 	in := prior(ev(10, "a"), ev(10, "c"), ev(12, "b"))
 	if !in.PriorKnown || len(in.Prior) != 1 || in.priorCopies(eventKey{10, "a"}) != 2 || in.priorCopies(eventKey{10, "c"}) != 0 || in.priorCopies(eventKey{12, "b"}) != 0 {
 		t.Errorf("a call beginning at the last millisecond: %+v, want a: 2", in)
+	}
+	if in.Version != priorVersion {
+		t.Errorf("an intent with Prior in format version %d, want %d (a build that ignores Prior must refuse it)", in.Version, priorVersion)
+	}
+	if in := prior(ev(10, "c")); in.Version == priorVersion {
+		t.Errorf("an intent with no Prior in format version %d", in.Version)
 	}
 	if in := prior(ev(9, "x")); in.PriorKnown {
 		t.Errorf("a call beginning before the last millisecond: %+v, want not known", in)
@@ -69,5 +77,24 @@ func TestRejectedByRecord(t *testing.T) {
 	}
 	if is.rejected(p, 11) {
 		t.Error("rejected up to 11, before the refused record")
+	}
+}
+
+// The intents of format versions 1 to 4 are read; a newer one is refused,
+// naming the versions this build reads.
+func TestIntentVersionsRead(t *testing.T) {
+	for v, ok := range map[int]bool{1: true, 2: true, 3: true, 4: true, 5: false} {
+		in := &intent{Version: v, Group: "g", Stream: "s", First: 1, Last: 1, Events: 1, FromSeq: 1, ToSeq: 1}
+		if v == 3 {
+			in.Attempt = 1
+		}
+		st := &memState{m: map[string][]byte{}}
+		if err := putIntent(context.Background(), st, in); err != nil {
+			t.Fatal(err)
+		}
+		_, err := loadIntents(st)
+		if ok && err != nil || !ok && (err == nil || !strings.Contains(err.Error(), "has format version 5, this build reads 1 to 4")) {
+			t.Errorf("version %d: %v", v, err)
+		}
 	}
 }
