@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -1065,5 +1066,40 @@ func TestRunStoppedBeforeStart(t *testing.T) {
 		if err := New(w, "s", s, Options{checkInvariants: true}).Run(ctx); err != nil {
 			t.Fatalf("run %d: Run with its context ended: %v", i, err)
 		}
+	}
+}
+
+// A send the stop cancels (its time ran out) leaves the status's last
+// error as the destination last said it, not "context canceled".
+func TestStopKeepsTheLastError(t *testing.T) {
+	w := openWAL(t, wal.Options{})
+	defer w.Close()
+	s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Millisecond, Concurrency: 1})
+	var fails atomic.Int32
+	s.setFail(func(*sinks.Batch) error {
+		if fails.Add(1) == 1 {
+			return sinks.NewRetryable("http_503", errors.New("the destination said 503"))
+		}
+		return nil
+	})
+	r := start(w, "s", s, Options{RetryMin: time.Millisecond, RetryMax: time.Millisecond, ShutdownTimeout: 50 * time.Millisecond})
+	appendN(t, w, 1, tagsOf(1), 10)
+	for deadline := time.Now().Add(5 * time.Second); fails.Load() < 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no send")
+		}
+	}
+	s.mu.Lock()
+	s.delay = time.Hour // the next sends hang until canceled
+	s.mu.Unlock()
+	appendN(t, w, 1, tagsOf(1), 10)
+	for deadline := time.Now().Add(5 * time.Second); r.d.Status().InFlight == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no send in flight")
+		}
+	}
+	r.stop(t)
+	if st := r.d.Status(); !strings.Contains(st.LastError, "503") {
+		t.Errorf("last error %q after a stop that canceled a send, want the destination's 503", st.LastError)
 	}
 }

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"sort"
@@ -236,7 +237,11 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		return
 	}
 	e := sinks.Classify(r.err)
-	l.lastErr, l.lastErrAt = e.Error(), now
+	if !l.sendsCanceled || !errors.Is(r.err, context.Canceled) {
+		// (A send the stop canceled says nothing of the destination: the
+		// status keeps the last error it did say.)
+		l.lastErr, l.lastErrAt = e.Error(), now
+	}
 	if p.carry != nil && e.Class == sinks.Retryable && errors.Is(r.err, sinks.ErrCarryLost) {
 		d.log.Warn("the sink gave up what it carried for a partition; reading the records the WAL still holds again",
 			"partition_records", p.carryRecs+len(p.batch)+len(p.queue), "first_seq", p.carryFirst, "error", e.Err)

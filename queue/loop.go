@@ -39,6 +39,9 @@ type loop struct {
 	over     overflowReport   // what went to the overflow partition since the last report
 	// overflowTotal counts the records that went to the overflow partition.
 	overflowTotal uint64
+	// sendsCanceled: the stop's time ran out and the sends in flight were
+	// canceled; their errors are the stop's, not the destination's.
+	sendsCanceled bool
 	// evictedUnlogged counts the dead letters the committer deleted to
 	// keep within MaxDeadLetters that no summary has told yet.
 	evictedUnlogged atomic.Int64
@@ -267,6 +270,7 @@ func (l *loop) run(ctx context.Context) error {
 		case <-hardStop:
 			d.log.Warn("shutdown timeout: cancelling in-flight sends; their records stay in the WAL and are sent again at the next start", "inflight", l.inflight)
 			cancelSends()
+			l.sendsCanceled = true
 			hardStop = nil
 		}
 	}
