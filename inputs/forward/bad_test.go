@@ -434,3 +434,44 @@ func TestCredentialRefusalSeriesFromTheStart(t *testing.T) {
 		t.Fatalf("%d series: not those of the credentials", n)
 	}
 }
+
+// A message of nearly max_message_bytes whose JSON outgrows its msgpack
+// (binary values become base64) is taken within the default budget: its
+// JSON grows by chunks, not by copies of itself, which needed more than
+// the whole budget and refused it for good (over_memory_budget), the
+// client sending it again forever.
+func TestLargeMessageWhoseJSONOutgrowsIt(t *testing.T) {
+	cfg := defaultCfg()
+	cfg.MaxMessageBytes = 16 << 20
+	cfg.MaxRecordsPerMessage = 100000
+	f := start(t, cfg, wal.Options{})
+	bin := make([]byte, 300)
+	for i := range bin {
+		bin[i] = byte(i * 7)
+	}
+	rec := msgp.AppendBytes(msgp.AppendString(msgp.AppendMapHeader(nil, 1), "b"), bin)
+	var entries [][]byte
+	size := 0
+	for size < 15<<20 {
+		e := entry(eventTime(time.Now()), rec)
+		entries = append(entries, e)
+		size += len(e)
+	}
+	msg := forwardMode("big", entries, options("big-1"))
+	if len(msg) > int(cfg.MaxMessageBytes) {
+		t.Fatalf("the message is %d bytes, over max_message_bytes", len(msg))
+	}
+	c := f.dial()
+	go c.Write(msg)
+	readAck(t, c)
+	if n := len(f.records()); n != len(entries) {
+		t.Fatalf("%d records stored, want %d", n, len(entries))
+	}
+	if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "over_memory_budget")); n != 0 {
+		t.Errorf("over_memory_budget %v", n)
+	}
+	// The chunks were released with the message: the budget is empty.
+	if held := testutil.ToFloat64(f.metrics.MemoryHeld.WithLabelValues("forward")); held > 1<<20 {
+		t.Errorf("%v bytes still held of the budget after the message", held)
+	}
+}

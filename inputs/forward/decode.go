@@ -22,12 +22,13 @@ import (
 type message struct {
 	tag     string
 	records []wal.Record
-	chunk   string // option.chunk: the client wants {"ack": chunk} once stored
-	acked   bool   // option.chunk was there (Fluentd acknowledges an empty one too)
-	invalid int    // records whose invalid UTF-8 was replaced
-	nils    int    // nil records, skipped
-	buf     []byte // the records' bodies
-	times   uint64 // a hash of the records' times as the message had them (see digest)
+	chunk   string   // option.chunk: the client wants {"ack": chunk} once stored
+	acked   bool     // option.chunk was there (Fluentd acknowledges an empty one too)
+	invalid int      // records whose invalid UTF-8 was replaced
+	nils    int      // nil records, skipped
+	buf     []byte   // the records' bodies (the last of them, with chunks)
+	chunks  [][]byte // the bodies before buf's, when buf filled (decoder.growJSON)
+	times   uint64   // a hash of the records' times as the message had them (see digest)
 	hold    *inputs.Hold
 }
 
@@ -43,8 +44,15 @@ func (m *message) digest() []byte {
 	for i := range m.records {
 		body += len(m.records[i].Body)
 	}
-	if body == len(m.buf) {
-		crc = crc32.Update(crc, castagnoli, m.buf) // the bodies, one after another
+	inBufs := len(m.buf)
+	for _, c := range m.chunks {
+		inBufs += len(c)
+	}
+	if body == inBufs {
+		for _, c := range m.chunks { // the bodies, one after another
+			crc = crc32.Update(crc, castagnoli, c)
+		}
+		crc = crc32.Update(crc, castagnoli, m.buf)
 	} else {
 		for i := range m.records {
 			crc = crc32.Update(crc, castagnoli, m.records[i].Body)
@@ -64,7 +72,11 @@ func (m *message) release() {
 	m.hold.Release(int64(cap(m.buf)) + int64(cap(m.records))*inputs.RecordSize)
 	inputs.PutBuf(m.buf)
 	inputs.PutRecords(m.records)
-	m.buf, m.records = nil, nil
+	for _, c := range m.chunks {
+		m.hold.Release(int64(cap(c)))
+		inputs.PutBuf(c)
+	}
+	m.buf, m.records, m.chunks = nil, nil, nil
 }
 
 // badMessage is a message that breaks the protocol. The connection that
@@ -106,13 +118,18 @@ type decoder struct {
 	hold        *inputs.Hold    // nil: no budget
 	ctx         context.Context // bounds a wait for room in the budget; nil: none
 
-	buf     []byte       // JSON of the message's records, one body after the other
-	recs    []wal.Record // the records decoded so far, their bodies in buf
-	invalid int          // records of the current message with invalid UTF-8 replaced
-	nils    int          // nil records of the current message, skipped
-	window  []byte       // decompressed entries not yet decoded
-	times   uint64       // a hash of the message's times as sent (0 not yet replaced by now)
-	marker  bool         // the time just read was a group marker's (see markerTime)
+	buf  []byte       // JSON of the message's records, one body after the other
+	recs []wal.Record // the records decoded so far, their bodies in chunks and buf
+	// chunks are earlier buffers of the message's JSON, full: the records
+	// before chunkFirst have their bodies there (growJSON).
+	chunks     [][]byte
+	chunkFirst int    // the first record whose body is in buf
+	recStart   int    // where in buf the record being transcoded begins
+	invalid    int    // records of the current message with invalid UTF-8 replaced
+	nils       int    // nil records of the current message, skipped
+	window     []byte // decompressed entries not yet decoded
+	times      uint64 // a hash of the message's times as sent (0 not yet replaced by now)
+	marker     bool   // the time just read was a group marker's (see markerTime)
 }
 
 // decode decodes one message: Message, Forward, PackedForward or
@@ -249,8 +266,8 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 	for i := range d.recs {
 		d.recs[i].Tag = m.tag
 	}
-	m.records, m.buf, m.times = d.recs, d.buf, d.times
-	d.recs, d.buf = nil, nil // they belong to the message now
+	m.records, m.buf, m.chunks, m.times = d.recs, d.buf, d.chunks, d.times
+	d.recs, d.buf, d.chunks, d.chunkFirst = nil, nil, nil, 0 // they belong to the message now
 	m.invalid, d.invalid = d.invalid, 0
 	m.nils, d.nils = d.nils, 0
 	return m, nil
@@ -261,7 +278,11 @@ func (d *decoder) drop() {
 	d.hold.Release(int64(cap(d.buf)) + int64(cap(d.recs))*inputs.RecordSize)
 	inputs.PutBuf(d.buf)
 	inputs.PutRecords(d.recs)
-	d.buf, d.recs = nil, nil
+	for _, c := range d.chunks {
+		d.hold.Release(int64(cap(c)))
+		inputs.PutBuf(c)
+	}
+	d.buf, d.recs, d.chunks, d.chunkFirst = nil, nil, nil, 0
 	d.dropWindow()
 }
 
@@ -338,17 +359,35 @@ func (d *decoder) context() context.Context {
 var errBudget = errors.New("reserve memory")
 
 // growJSON is the transcoder's way to more room: dst (d.buf as the
-// transcoder has it) is copied into a buffer with room for n more bytes,
-// reserved first, and the bodies of the records decoded so far are moved
-// along with it.
+// transcoder has it) is full. When it holds whole records before the one
+// being transcoded, they stay where they are (dst becomes a chunk) and the
+// record goes on in a new buffer, reserved first, with room for n more
+// bytes and half of dst's size: the message's JSON never needs twice its
+// size while it is copied, which made a message of max_message_bytes whose
+// JSON outgrew its msgpack need more than the whole budget (refused for
+// good). Otherwise dst is copied into a buffer a quarter larger, and the
+// bodies in it move along.
 func (d *decoder) growJSON(dst []byte, n int) ([]byte, error) {
+	if d.recStart > 0 {
+		partial := dst[d.recStart:]
+		size := inputs.BufClass(max(len(partial)+n, cap(dst)/2))
+		if err := d.hold.Grow(d.context(), int64(size)); err != nil {
+			return dst, fmt.Errorf("%w: %w", errBudget, err)
+		}
+		grown := append(inputs.GetBuf(size), partial...)
+		d.chunks = append(d.chunks, dst[:d.recStart])
+		d.tc.moved += d.recStart
+		d.recStart, d.chunkFirst = 0, len(d.recs)
+		d.buf = grown
+		return grown, nil
+	}
 	size := inputs.BufClass(max(len(dst)+n, cap(dst)+cap(dst)/4))
 	if err := d.hold.Grow(d.context(), int64(size)); err != nil {
 		return dst, fmt.Errorf("%w: %w", errBudget, err)
 	}
 	grown := append(inputs.GetBuf(size), dst...)
 	pos := 0
-	for i := range d.recs {
+	for i := d.chunkFirst; i < len(d.recs); i++ {
 		l := len(d.recs[i].Body)
 		d.recs[i].Body = grown[pos : pos+l : pos+l]
 		pos += l
@@ -444,7 +483,7 @@ func markerTime(b []byte) bool {
 
 // body transcodes the record at b and adds it, at time t.
 func (d *decoder) body(b []byte, t int64) ([]byte, error) {
-	start := len(d.buf)
+	d.recStart = len(d.buf) // moved by growJSON should the record move to a new buffer
 	buf, b, err := d.tc.record(d.buf, b)
 	d.buf = buf
 	if err != nil {
@@ -453,7 +492,7 @@ func (d *decoder) body(b []byte, t int64) ([]byte, error) {
 	if d.tc.invalidUTF8 {
 		d.invalid++
 	}
-	return b, d.addRecord(t, d.buf[start:len(d.buf):len(d.buf)])
+	return b, d.addRecord(t, d.buf[d.recStart:len(d.buf):len(d.buf)])
 }
 
 // time reads an event time: EventTime (ext 0), integer or float seconds.

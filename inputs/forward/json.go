@@ -34,8 +34,12 @@ import (
 type transcoder struct {
 	invalidUTF8 bool // the last record had invalid UTF-8 replaced
 	// grow returns dst, or a copy of it, with room for n more bytes; nil:
-	// a copy from the runtime (decoding without a budget).
-	grow jsonstr.GrowFunc
+	// a copy from the runtime (decoding without a budget). It may leave
+	// the front of dst behind (decoder.growJSON, at a record's start):
+	// moved counts the bytes it left, so that a position in dst kept
+	// across a grow can follow.
+	grow  jsonstr.GrowFunc
+	moved int
 }
 
 // room returns dst with room for n more bytes.
@@ -217,11 +221,12 @@ func (t *transcoder) key(dst, msg []byte, depth int) ([]byte, []byte, error) {
 		return dst, rest, err
 	}
 	// Any other key: its JSON text, as a string.
-	start := len(dst)
+	start, moved := len(dst), t.moved
 	dst, rest, err := t.value(dst, msg, depth+1)
 	if err != nil {
 		return dst, rest, err
 	}
+	start -= t.moved - moved // dst's front left behind by a grow
 	if len(dst)-start > maxKeyText {
 		return dst, rest, fmt.Errorf("a map key that is not a string takes %d bytes as JSON, at most %d", len(dst)-start, maxKeyText)
 	}

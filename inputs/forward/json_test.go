@@ -2,11 +2,14 @@ package forward
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/logfwd/forwarder/inputs"
 )
 
 // Strings of every length around the eight-byte steps, with a byte that needs escaping (or
@@ -89,6 +92,61 @@ func TestTranscoderAsksForRoom(t *testing.T) {
 		g.check(out)
 		if !json.Valid(out) {
 			t.Fatalf("record %d: %q is not JSON", i, out)
+		}
+	}
+}
+
+// Records decoded into buffers that fill (the JSON outgrows the msgpack:
+// binary values, non-string keys whose text crosses a buffer's end) read
+// the same as transcoded into one growing slice: a record continued in a
+// new buffer (decoder.growJSON) keeps its bytes, and so does a key whose
+// text moved with it.
+func TestChunkedJSONMatchesOneBuffer(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var entries [][]byte
+	for range 3000 {
+		bin := make([]byte, rng.IntN(400))
+		for i := range bin {
+			bin[i] = byte(rng.IntN(256))
+		}
+		rec := msgp.AppendMapHeader(nil, 3)
+		rec = msgp.AppendString(rec, "log")
+		rec = msgp.AppendBytes(rec, bin)
+		rec = msgp.AppendInt(rec, rng.IntN(1000)) // a key that is not a string
+		rec = msgp.AppendBytes(rec, bin[:len(bin)/2])
+		rec = msgp.AppendMapHeader(rec, 1) // a map key: its JSON text as the key
+		rec = msgp.AppendString(rec, string(bin[:min(len(bin), 40)]))
+		rec = msgp.AppendInt(rec, 1)
+		rec = msgp.AppendString(rec, "v")
+		entries = append(entries, entry(eventTime(t0), rec))
+	}
+	msg := forwardMode("t", entries, nil)
+	hold := inputs.NewBudget(64<<20, nil).Hold("forward")
+	d := decoder{maxUnpacked: 1 << 20, maxRecords: 10000, now: time.Now, hold: hold}
+	m, err := d.decode(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.release()
+	if len(m.chunks) == 0 {
+		t.Fatal("the JSON never outgrew its first buffer: the test tests nothing")
+	}
+	var plain transcoder // grows by the runtime, one slice
+	for i, e := range entries {
+		_, rest, err := msgp.ReadArrayHeaderBytes(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rest, err = msgp.Skip(rest); err != nil { // the time
+			t.Fatal(err)
+		}
+		want, _, err := plain.record(nil, rest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(m.records[i].Body) != string(want) {
+			t.Fatalf("record %d (of %d, %d buffers):\n%q\nwant\n%q", i, len(entries), len(m.chunks)+1, m.records[i].Body, want)
 		}
 	}
 }
