@@ -38,8 +38,8 @@ const SmallHold = 64 << 10
 // that clients sending small messages are served while large messages,
 // finished or not, hold all the rest. A hold that would pass the limit
 // alone is ErrOverBudget at once. When every hold that holds bytes is
-// waiting for more, none can ever be served: the one holding the most
-// gives up (ErrNoRoom) and lets the others go on.
+// waiting for more, none can ever be served: the one holding the least
+// gives up (ErrNoRoom) and lets the others go on (breakDeadlock).
 type Budget struct {
 	limit int64 // all holds together, and the most one hold may take
 	total int64 // all holds together, with the reserve for small ones
@@ -235,7 +235,12 @@ func (b *Budget) wakeLocked() {
 
 // breakDeadlock picks a waiter to give up when every hold that holds bytes
 // is waiting for more and none of them fits: no byte would ever be given
-// back. The one holding the most gives up, which frees the most.
+// back. The one holding the least gives up: it loses the least work, and
+// the one holding the most, closest to whole, goes on (when what is freed
+// is not enough, the next deadlock takes the next least). Giving up the
+// one holding the most, many large messages arriving at once took turns
+// being closed just before they were whole, their clients sending them
+// again at once: almost nothing got through.
 func (b *Budget) breakDeadlock() {
 	waitingHolders := 0
 	var victim *Hold
@@ -246,7 +251,7 @@ func (b *Budget) breakDeadlock() {
 		}
 		if w.n > 0 {
 			waitingHolders++
-			if victim == nil || w.n > victim.n {
+			if victim == nil || w.n < victim.n {
 				victim = w
 			}
 		}

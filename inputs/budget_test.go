@@ -94,7 +94,8 @@ func TestBudgetWaitsForRoom(t *testing.T) {
 }
 
 // Holds that each hold part of the budget and wait for more would wait
-// forever: the one holding the most gives up at once, and the others go on.
+// forever: the one holding the least gives up at once, and the one
+// holding the most, closest to whole, goes on.
 func TestBudgetBreaksDeadlock(t *testing.T) {
 	b := NewBudget(8<<20, nil)
 	a, c := b.Hold("forward"), b.Hold("forward")
@@ -108,14 +109,15 @@ func TestBudgetBreaksDeadlock(t *testing.T) {
 		t.Fatalf("a gave up while c could still give room back: %v", err)
 	default:
 	}
+	errC := make(chan error, 1)
 	start := time.Now()
-	err := c.Grow(context.Background(), 2<<20)
-	if !errors.Is(err, ErrNoRoom) || time.Since(start) > time.Second {
-		t.Fatalf("c, holding the most: %v after %v, want ErrNoRoom at once", err, time.Since(start))
+	go func() { errC <- c.Grow(context.Background(), 2<<20) }()
+	if err := <-errA; !errors.Is(err, ErrNoRoom) || time.Since(start) > time.Second {
+		t.Fatalf("a, holding the least: %v after %v, want ErrNoRoom at once", err, time.Since(start))
 	}
-	c.ReleaseAll() // what its caller does
-	if err := <-errA; err != nil {
-		t.Fatalf("a after c gave up: %v", err)
+	a.ReleaseAll() // what its caller does
+	if err := <-errC; err != nil {
+		t.Fatalf("c, holding the most, after a gave up: %v", err)
 	}
 }
 

@@ -41,8 +41,8 @@
 // no further (the client feels TCP backpressure) until there is, or until
 // the message's minute is up (reason memory_full); a message that needs
 // more than the budget gives one is refused at once (reason
-// over_memory_budget), and so is the connection holding the most when every
-// connection holding part of the budget waits for more (memory_full).
+// over_memory_budget), and so is the connection holding the least when
+// every connection holding part of the budget waits for more (memory_full).
 // Neither is acknowledged: the client sends the message again.
 //
 // Bad input — malformed or truncated msgpack, wrong types, a tag that breaks
