@@ -48,7 +48,11 @@ type Budget struct {
 	used    int64
 	holders int             // holds holding more than 0
 	waiting map[*Hold]int64 // holds waiting in Grow, and for how much
-	wake    chan struct{}   // closed (and made anew) when waiters should look again
+	// favored is the waiter a broken deadlock was for (holding the most):
+	// until it is served or gives up, other holds take only what leaves
+	// room for it, so that what the victims free goes to it.
+	favored *Hold
+	wake    chan struct{} // closed (and made anew) when waiters should look again
 	gauges  map[string]prometheus.Gauge
 	waits   map[string]prometheus.Counter
 	m       *Metrics
@@ -145,7 +149,7 @@ func (h *Hold) Grow(ctx context.Context, n int64) error {
 		b.breakDeadlock()
 		if h.doomed {
 			h.doomed = false
-			delete(b.waiting, h)
+			b.unwait(h)
 			used := b.used
 			b.mu.Unlock()
 			return fmt.Errorf("%w: all of it is held by connections and requests that wait for more (%d bytes, %d of them by this one)", ErrNoRoom, used, h.n)
@@ -156,7 +160,7 @@ func (h *Hold) Grow(ctx context.Context, n int64) error {
 		case <-wake:
 		case <-ctx.Done():
 			b.mu.Lock()
-			delete(b.waiting, h)
+			b.unwait(h)
 			h.doomed = false
 			// Holds that waited along with h may be in a deadlock now,
 			// or fit: let them look again.
@@ -167,7 +171,7 @@ func (h *Hold) Grow(ctx context.Context, n int64) error {
 		b.mu.Lock()
 		if b.fits(h, n) {
 			h.doomed = false // room came: nothing to give up for
-			delete(b.waiting, h)
+			b.unwait(h)
 			b.take(h, n)
 			b.mu.Unlock()
 			return nil
@@ -214,7 +218,19 @@ func (b *Budget) fits(h *Hold, n int64) bool {
 	if h.n+n <= SmallHold {
 		return b.used+n <= b.total
 	}
+	if f := b.favored; f != nil && f != h {
+		return b.used+n+b.waiting[f] <= b.limit // room left for the favored
+	}
 	return b.used+n <= b.limit
+}
+
+// unwait ends h's wait, and with it its favor.
+func (b *Budget) unwait(h *Hold) {
+	delete(b.waiting, h)
+	if b.favored == h {
+		b.favored = nil
+		b.wakeLocked() // the others may fit now
+	}
 }
 
 func (b *Budget) take(h *Hold, n int64) {
@@ -236,14 +252,16 @@ func (b *Budget) wakeLocked() {
 // breakDeadlock picks a waiter to give up when every hold that holds bytes
 // is waiting for more and none of them fits: no byte would ever be given
 // back. The one holding the least gives up: it loses the least work, and
-// the one holding the most, closest to whole, goes on (when what is freed
-// is not enough, the next deadlock takes the next least). Giving up the
+// the one holding the most, closest to whole, goes on: it is favored (what
+// is freed is kept for it: others, and newcomers, take only what leaves
+// it room), and when what is freed is not enough, the next deadlock takes
+// the next least. Giving up the
 // one holding the most, many large messages arriving at once took turns
 // being closed just before they were whole, their clients sending them
 // again at once: almost nothing got through.
 func (b *Budget) breakDeadlock() {
 	waitingHolders := 0
-	var victim *Hold
+	var victim, most *Hold
 	for w, n := range b.waiting {
 		if b.fits(w, n) {
 			b.wakeLocked() // it will go on
@@ -254,10 +272,16 @@ func (b *Budget) breakDeadlock() {
 			if victim == nil || w.n < victim.n {
 				victim = w
 			}
+			if most == nil || w.n > most.n {
+				most = w
+			}
 		}
 	}
 	if victim == nil || waitingHolders < b.holders {
 		return // a hold that is not waiting will give its bytes back
+	}
+	if b.favored == nil && most != victim {
+		b.favored = most // what the victims free is for it
 	}
 	victim.doomed = true
 	b.wakeLocked()

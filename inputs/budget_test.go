@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -194,5 +196,56 @@ func TestAppendValidUTF8(t *testing.T) {
 		if string(got) != "prefix"+string(want) || ValidUTF8Len(src) != len(want) {
 			t.Fatalf("%q: got %q (len %d), want %q", src, got[6:], ValidUTF8Len(src), want)
 		}
+	}
+}
+
+// A broken deadlock is for the waiter holding the most: what the victims
+// free is kept for it, not taken by others that keep growing (and, given
+// up, start over), which starved it until its wait ended.
+func TestBudgetDeadlockFavorsTheLargest(t *testing.T) {
+	b := NewBudget(48<<20, nil)
+	big := b.Hold("forward")
+	grow(t, big, 40<<20)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var kills, wholes atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() { // grows 1 MiB at a time to 10 MiB, starting over when refused
+			defer wg.Done()
+			for ctx.Err() == nil {
+				h := b.Hold("forward")
+				whole := true
+				for range 10 {
+					if err := h.Grow(ctx, 1<<20); err != nil {
+						whole = false
+						break
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+				if whole {
+					wholes.Add(1)
+				} else {
+					kills.Add(1)
+				}
+				h.ReleaseAll()
+			}
+		}()
+	}
+	time.Sleep(10 * time.Millisecond) // the growers hold the rest
+	bctx, bcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	start := time.Now()
+	err := big.Grow(bctx, 8<<20)
+	took := time.Since(start)
+	bcancel()
+	big.ReleaseAll() // its message is whole: stored, given back
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("the largest holder: %v after %v (growers refused %d times, whole %d); want its room", err, took, kills.Load(), wholes.Load())
+	}
+	if wholes.Load() == 0 {
+		t.Errorf("no grower got whole (%d refusals)", kills.Load())
 	}
 }

@@ -359,16 +359,18 @@ func (d *decoder) context() context.Context {
 var errBudget = errors.New("reserve memory")
 
 // growJSON is the transcoder's way to more room: dst (d.buf as the
-// transcoder has it) is full. When it holds whole records before the one
-// being transcoded, they stay where they are (dst becomes a chunk) and the
-// record goes on in a new buffer, reserved first, with room for n more
+// transcoder has it) is full. When whole records before the one being
+// transcoded fill at least half of it, they stay where they are (dst
+// becomes a chunk) and the record goes on in a new buffer, reserved first, with room for n more
 // bytes and half of dst's size: the message's JSON never needs twice its
 // size while it is copied, which made a message of max_message_bytes whose
 // JSON outgrew its msgpack need more than the whole budget (refused for
 // good). Otherwise dst is copied into a buffer a quarter larger, and the
 // bodies in it move along.
 func (d *decoder) growJSON(dst []byte, n int) ([]byte, error) {
-	if d.recStart > 0 {
+	if d.recStart >= cap(dst)/2 {
+		// At least half of dst is whole records: they stay in it. (Less,
+		// and keeping dst would hold more than copying the few.)
 		partial := dst[d.recStart:]
 		size := inputs.BufClass(max(len(partial)+n, cap(dst)/2))
 		if err := d.hold.Grow(d.context(), int64(size)); err != nil {

@@ -150,3 +150,30 @@ func TestChunkedJSONMatchesOneBuffer(t *testing.T) {
 		}
 	}
 }
+
+// A message of a tiny record, then a large one whose JSON outgrows its
+// msgpack, grows the large one by copies, as before there were chunks:
+// keeping the first buffer, nearly empty, as a chunk, the message needed
+// a third more of the budget.
+func TestTinyThenLargeRecordGrowsByCopies(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	bin := make([]byte, 12<<20)
+	for i := range bin {
+		bin[i] = byte(i)
+	}
+	tiny := entry(eventTime(t0), record("log", "x"))
+	large := entry(eventTime(t0), msgp.AppendBytes(msgp.AppendString(msgp.AppendMapHeader(nil, 1), "b"), bin))
+	msg := forwardMode("t", [][]byte{tiny, large}, nil)
+	// About 34 MiB: 12 of the first buffer copied into 15, then 15 into
+	// 18.75 (base64 of 12 MiB is 16); the chunk path took about 46.
+	hold := inputs.NewBudget(40<<20, nil).Hold("forward")
+	d := decoder{maxUnpacked: 1 << 20, maxRecords: 10, now: time.Now, hold: hold}
+	m, err := d.decode(msg)
+	if err != nil {
+		t.Fatalf("decode within 40 MiB: %v", err)
+	}
+	defer m.release()
+	if len(m.records) != 2 || len(m.chunks) != 0 {
+		t.Fatalf("%d records in %d chunks and a buffer, want 2 in one buffer", len(m.records), len(m.chunks))
+	}
+}
