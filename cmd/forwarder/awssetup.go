@@ -85,39 +85,23 @@ func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems co
 	return problems, ws, notes
 }
 
+// keyProblem is a problem with the value of a sink's key.
+type keyProblem struct{ key, msg string }
+
 // s3Problems are the settings of an S3 sink bound for AWS that Amazon S3
 // refuses, which would pause the sink at its first upload: a storage class
 // it does not know, tags beyond its limits (10 a object, keys of 1 to 128
 // characters and values of at most 256, none beginning aws:).
-// keyProblem is a problem with the value of a sink's key.
-type keyProblem struct{ key, msg string }
-
 func s3Problems(c *config.S3) []keyProblem {
 	var out []keyProblem
-	add := func(key, format string, args ...any) {
-		out = append(out, keyProblem{key, fmt.Sprintf(format, args...)})
-	}
 	if sc := c.StorageClass; sc != "" && !slices.Contains(types.StorageClass("").Values(), types.StorageClass(sc)) {
 		var known []string
 		for _, v := range types.StorageClass("").Values() {
 			known = append(known, string(v))
 		}
-		add("storage_class", "storage_class: %q is not one of Amazon S3's: %s", sc, strings.Join(known, ", "))
+		out = append(out, keyProblem{"storage_class", fmt.Sprintf("storage_class: %q is not one of Amazon S3's: %s", sc, strings.Join(known, ", "))})
 	}
-	if len(c.Tags) > 10 {
-		add("tags", "tags: %d, Amazon S3 takes at most 10 on an object", len(c.Tags))
-	}
-	for _, k := range slices.Sorted(maps.Keys(c.Tags)) {
-		switch v := c.Tags[k]; {
-		case utf8.RuneCountInString(k) < 1 || utf8.RuneCountInString(k) > 128:
-			add("tags."+k, "tags: key %q has %d characters, Amazon S3 takes 1 to 128", k, utf8.RuneCountInString(k))
-		case strings.HasPrefix(strings.ToLower(k), "aws:"):
-			add("tags."+k, "tags: key %q begins with aws:, which AWS keeps for its own", k)
-		case utf8.RuneCountInString(v) > 256:
-			add("tags."+k, "tags: the value of %q has %d characters, Amazon S3 takes at most 256", k, utf8.RuneCountInString(v))
-		}
-	}
-	return out
+	return append(out, tagProblems(c.Tags, "Amazon S3", "an object", 10, nil)...)
 }
 
 // cloudWatchTagRE is what CloudWatch Logs takes in a tag's key (one
@@ -130,25 +114,33 @@ var cloudWatchTagRE = regexp.MustCompile(`^[\p{L}\p{Z}\p{N}_.:/=+\-@]*$`)
 // 1 to 128 characters and values of at most 256, of letters, spaces,
 // digits and _ . : / = + - @, no key beginning aws:).
 func cloudWatchProblems(c *config.CloudWatch) []keyProblem {
+	return tagProblems(c.Tags, "CloudWatch Logs", "a log group", 50, cloudWatchTagRE)
+}
+
+// tagProblems are the tags service refuses: more than most on one of
+// what it tags (on), keys of other than 1 to 128 characters or beginning
+// aws:, values of more than 256, and with pattern, keys or values it does
+// not match.
+func tagProblems(tags map[string]string, service, on string, most int, pattern *regexp.Regexp) []keyProblem {
 	var out []keyProblem
 	add := func(key, format string, args ...any) {
 		out = append(out, keyProblem{key, fmt.Sprintf(format, args...)})
 	}
-	if len(c.Tags) > 50 {
-		add("tags", "tags: %d, CloudWatch Logs takes at most 50 on a log group", len(c.Tags))
+	if len(tags) > most {
+		add("tags", "tags: %d, %s takes at most %d on %s", len(tags), service, most, on)
 	}
-	for _, k := range slices.Sorted(maps.Keys(c.Tags)) {
-		switch v := c.Tags[k]; {
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		switch v := tags[k]; {
 		case utf8.RuneCountInString(k) < 1 || utf8.RuneCountInString(k) > 128:
-			add("tags."+k, "tags: key %q has %d characters, CloudWatch Logs takes 1 to 128", k, utf8.RuneCountInString(k))
+			add("tags."+k, "tags: key %q has %d characters, %s takes 1 to 128", k, utf8.RuneCountInString(k), service)
 		case strings.HasPrefix(strings.ToLower(k), "aws:"):
 			add("tags."+k, "tags: key %q begins with aws:, which AWS keeps for its own", k)
-		case !cloudWatchTagRE.MatchString(k):
-			add("tags."+k, "tags: key %q: CloudWatch Logs takes only letters, spaces, digits and _ . : / = + - @ in tags", k)
+		case pattern != nil && !pattern.MatchString(k):
+			add("tags."+k, "tags: key %q: %s takes only letters, spaces, digits and _ . : / = + - @ in tags", k, service)
 		case utf8.RuneCountInString(v) > 256:
-			add("tags."+k, "tags: the value of %q has %d characters, CloudWatch Logs takes at most 256", k, utf8.RuneCountInString(v))
-		case !cloudWatchTagRE.MatchString(v):
-			add("tags."+k, "tags: the value of %q, %q: CloudWatch Logs takes only letters, spaces, digits and _ . : / = + - @ in tags", k, v)
+			add("tags."+k, "tags: the value of %q has %d characters, %s takes at most 256", k, utf8.RuneCountInString(v), service)
+		case pattern != nil && !pattern.MatchString(v):
+			add("tags."+k, "tags: the value of %q, %q: %s takes only letters, spaces, digits and _ . : / = + - @ in tags", k, v, service)
 		}
 	}
 	return out
