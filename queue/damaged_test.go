@@ -20,25 +20,7 @@ import (
 // sink delivers every other record, never a placeholder, and its cursor
 // passes the lost ones.
 func TestDamagedEntryIsPassed(t *testing.T) {
-	dir := t.TempDir()
-	w, err := wal.Open(dir, wal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if _, err := w.RegisterCursor(ctx, "s"); err != nil {
-		t.Fatal(err)
-	}
-	var last uint64
-	for range 3 { // entries 1-100, 101-200, 201-300
-		last = appendN(t, w, 100, tagsOf(3), 200)
-	}
-	w.Close()
-	flipEntry(t, filepath.Join(dir, wal.FileName), 101)
-
-	if w, err = wal.Open(dir, wal.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	w, last := damagedWAL(t, "s")
 	defer w.Close()
 	s := newTestSink(sinks.Limits{MaxRecords: 50, MaxBytes: 1 << 20, MaxAge: time.Millisecond, Concurrency: 2})
 	r := start(w, "s", s, Options{})
@@ -60,6 +42,33 @@ func TestDamagedEntryIsPassed(t *testing.T) {
 	if n := w.Stats().DamagedRecords; n != 100 {
 		t.Errorf("DamagedRecords %d, want 100", n)
 	}
+}
+
+// damagedWAL is a WAL of entries 1-100, 101-200 and 201-300 (3 tags),
+// the second damaged on disk, with cursors registered before; it returns
+// it open, and the last record.
+func damagedWAL(t *testing.T, cursors ...string) (*wal.WAL, uint64) {
+	t.Helper()
+	dir := t.TempDir()
+	w, err := wal.Open(dir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cursors {
+		if _, err := w.RegisterCursor(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var last uint64
+	for range 3 {
+		last = appendN(t, w, 100, tagsOf(3), 200)
+	}
+	w.Close()
+	flipEntry(t, filepath.Join(dir, wal.FileName), 101)
+	if w, err = wal.Open(dir, wal.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	return w, last
 }
 
 // flipEntry flips a byte in the middle of the stored value of the WAL

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -89,20 +88,7 @@ func TestRegisterWaitsOutAFullDisk(t *testing.T) {
 // tried again), not the damage alone, which stopped the sink; once
 // there is room the entry is replaced and the read passes it.
 func TestReadRangeDamageOnAFullDisk(t *testing.T) {
-	dir := t.TempDir()
-	w, err := wal.Open(dir, wal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var last uint64
-	for range 3 { // entries 1-100, 101-200, 201-300
-		last = appendN(t, w, 100, tagsOf(3), 200)
-	}
-	w.Close()
-	flipEntry(t, filepath.Join(dir, wal.FileName), 101)
-	if w, err = wal.Open(dir, wal.Options{}); err != nil {
-		t.Fatal(err)
-	}
+	w, last := damagedWAL(t)
 	defer w.Close()
 	full := true
 	st := &sinkState{w: w, name: "s", replaceDamaged: func(ctx context.Context, first uint64) (uint64, error) {
@@ -111,7 +97,7 @@ func TestReadRangeDamageOnAFullDisk(t *testing.T) {
 		}
 		return w.ReplaceDamaged(ctx, first)
 	}}
-	_, err = st.ReadRange(1, last, nil)
+	_, err := st.ReadRange(1, last, nil)
 	var ce *wal.CorruptionError
 	if !errors.Is(err, wal.ErrNoSpace) || !errors.As(err, &ce) || ce.FirstSeq != 101 {
 		t.Fatalf("read with the disk full: %v; want the damage of entry 101 and wal.ErrNoSpace", err)
