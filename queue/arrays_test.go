@@ -77,3 +77,36 @@ func TestArrayOwnersChecked(t *testing.T) {
 		l.arrays.free[3] = nil
 	}
 }
+
+// TestIdlePartitionShedsArrays: a partition whose records all went (a
+// tag that sends a read's worth now and then) gives its arrays back, so
+// that thousands of such partitions do not each keep one sized for their
+// largest read; the next read takes one of the kept arrays.
+func TestIdlePartitionShedsArrays(t *testing.T) {
+	free := &queueArrays{max: 1 << 16}
+	p := &partition{}
+	for i := range 100 {
+		p.reserve(1, free)
+		p.queue = append(p.queue, sinks.Record{Seq: uint64(i + 1), Body: []byte("x")})
+		p.sizes = append(p.sizes, 1)
+		if i == 0 {
+			p.reserve(99, free) // one read of 100 records
+		}
+	}
+	p.batch, p.queue, p.sizes = p.queue, p.queue[100:], p.sizes[100:]
+	p.shedArrays(free)
+	if p.qbuf == nil {
+		t.Fatal("arrays shed while a batch is in them")
+	}
+	clear(p.batch) // delivered
+	p.batch = nil
+	p.shedArrays(free)
+	if p.qbuf != nil || p.queue != nil || free.slots == 0 {
+		t.Fatalf("an idle partition keeps arrays of %d places; %d kept for reuse", cap(p.qbuf), free.slots)
+	}
+	kept := free.slots
+	p.reserve(100, free)
+	if free.slots >= kept {
+		t.Fatalf("the next read did not reuse a kept array: %d places kept before, %d after", kept, free.slots)
+	}
+}

@@ -45,6 +45,7 @@ func (l *loop) takeCarry(p *partition, c sinks.Carry, now time.Time) {
 	}
 	clear(p.batch) // its array may hold the partition's queue too: let these bodies go
 	p.batch, p.batchMem, p.attempts = nil, 0, 0
+	p.shedArrays(&l.arrays)
 	p.carry, p.carryMem = c, c.Mem()
 	l.touch(p)
 	if p.carryFirst <= l.cursor {

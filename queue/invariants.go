@@ -306,6 +306,9 @@ func (l *loop) checkAdmitted(p *partition) error {
 // that the array holds nothing besides the queue and the batch's records
 // before it, so that reserve may move the queue back to its start.
 func (p *partition) checkArray() error {
+	if len(p.queue) == 0 && len(p.batch) == 0 && (p.qbuf != nil || p.prev.recs != nil) && !p.busy() {
+		return fmt.Errorf("no record queued or in a batch, but arrays of %d and %d places held (shedArrays)", cap(p.qbuf), cap(p.prev.recs))
+	}
 	if p.prev.recs != nil {
 		if cap(p.prev.sizes) != cap(p.prev.recs) {
 			return fmt.Errorf("arrays left of %d records and %d sizes", cap(p.prev.recs), cap(p.prev.sizes))

@@ -162,6 +162,17 @@ func (p *partition) batchInPrev() bool {
 	return p.prev.recs != nil && len(p.batch) > 0 && p.batch[0].Seq <= p.prevLast
 }
 
+// shedArrays gives p's arrays to free once its queue and batch are empty
+// (their records cleared): a partition idle between reads, a tag that
+// sends now and then, does not keep arrays sized for its largest read.
+// With thousands of partitions that is most of them: their arrays held
+// ten places per record held (README.md, Memory).
+func (p *partition) shedArrays(free *queueArrays) {
+	if len(p.queue) == 0 && len(p.batch) == 0 && (p.qbuf != nil || p.prev.recs != nil) {
+		p.releaseArrays(free)
+	}
+}
+
 // releaseArrays gives p's arrays, which hold no record, to free.
 func (p *partition) releaseArrays(free *queueArrays) {
 	free.put(queueArray{p.qbuf, p.sbuf})

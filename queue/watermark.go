@@ -68,6 +68,7 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 		l.passMarks(low, &req.ops)
 	}
 	clear(batch) // its array may hold the partition's queue too: let these bodies go
+	p.shedArrays(&l.arrays)
 	l.commits <- req
 }
 
@@ -126,6 +127,7 @@ func (l *loop) dropPart(p *partition, pos uint64, now time.Time) {
 	if p.spillFrom != 0 && p.spillFrom <= pos {
 		p.spillFrom = pos + 1
 	}
+	p.shedArrays(&l.arrays)
 }
 
 func dropUpTo(recs []sinks.Record, pos uint64) []sinks.Record {
