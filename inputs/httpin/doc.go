@@ -64,7 +64,7 @@
 // sized from a Content-Length. A request that finds no room waits for up
 // to 5 s, then is answered 503 (reason memory_full), as it is at once when
 // every request and connection holding part of the budget waits for more
-// and it holds the most; one that needs more than the budget gives one is
+// and it holds the least; one that needs more than the budget gives one is
 // answered 413 (reason over_memory_budget).
 //
 // Bad input is answered and counted (forwarder_input_rejected_total, by

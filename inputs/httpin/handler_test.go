@@ -89,6 +89,8 @@ func TestResponses(t *testing.T) {
 			status: 400, resp: `{"error":"line 3: invalid JSON: invalid character '}' looking for beginning of value"}`, reason: "malformed"},
 		{name: "line numbers count blank lines", body: []byte("{\"a\":1}\n\n\n{\"a\" 2}\n"),
 			status: 400, resp: `{"error":"line 4: invalid JSON: invalid character '2' after object key"}`, reason: "malformed"},
+		{name: "pretty-printed record: the error's line", body: []byte("{\"a\":1}\n{\n \"a\": 1,\n \"b\": x\n}\n"),
+			status: 400, resp: `{"error":"line 4 (in the record from line 2): invalid JSON: invalid character 'x' looking for beginning of value"}`, reason: "malformed"},
 		{name: "truncated object", body: []byte("{\"a\":1}\n{\"a\":\"x"),
 			status: 400, resp: `{"error":"line 2: invalid JSON: unexpected end of JSON input"}`, reason: "malformed"},
 		{name: "ndjson line not an object", body: []byte("{\"a\":1}\n[1]\n"),

@@ -70,6 +70,7 @@ type setup struct {
 	budget       int64          // the inputs' budget; 0: the default
 	stopTimeout  time.Duration  // Serve's grace for requests in flight
 	readTimeout  time.Duration  // the server's ReadTimeout (0: its own)
+	writeTimeout time.Duration  // the server's WriteTimeout (0: its own)
 	certPool     *x509.CertPool // the client trusts it; set with TLS
 	log          *slog.Logger
 	listen       func(net.Listener) net.Listener // wraps the bound listener; nil: none
@@ -85,6 +86,7 @@ func withMemoryWait(d time.Duration) option      { return func(s *setup) { s.mem
 func withBudget(n int64) option                  { return func(s *setup) { s.budget = n } }
 func withShutdownTimeout(d time.Duration) option { return func(s *setup) { s.stopTimeout = d } }
 func withReadTimeout(d time.Duration) option     { return func(s *setup) { s.readTimeout = d } }
+func withWriteTimeout(d time.Duration) option    { return func(s *setup) { s.writeTimeout = d } }
 func withCertPool(p *x509.CertPool) option       { return func(s *setup) { s.certPool = p } }
 func withLogger(l *slog.Logger) option           { return func(s *setup) { s.log = l } }
 func withListener(f func(net.Listener) net.Listener) option {
@@ -125,6 +127,9 @@ func newEnv(t testing.TB, opts ...option) *env {
 	}
 	if st.readTimeout > 0 {
 		s.srv.ReadTimeout = st.readTimeout
+	}
+	if st.writeTimeout > 0 {
+		s.srv.WriteTimeout = st.writeTimeout
 	}
 	if st.listen != nil {
 		s.listen = func(network, address string) (net.Listener, error) {

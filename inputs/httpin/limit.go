@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/logfwd/forwarder/inputs"
 )
@@ -24,11 +25,24 @@ type limitListener struct {
 	slots   *inputs.Slots
 	metrics *inputs.Metrics
 	log     *slog.Logger
+	rejects *inputs.RateLog // shared with the requests' refusals: one warning a minute per reason
 	max     int
 }
 
-func newLimitListener(ln net.Listener, max int, m *inputs.Metrics, log *slog.Logger) *limitListener {
-	return &limitListener{Listener: ln, slots: inputs.NewSlots(max), metrics: m, log: log, max: max}
+func newLimitListener(ln net.Listener, max int, m *inputs.Metrics, log *slog.Logger, rejects *inputs.RateLog) *limitListener {
+	return &limitListener{Listener: ln, slots: inputs.NewSlots(max), metrics: m, log: log, rejects: rejects, max: max}
+}
+
+// refused counts and logs a connection closed for reason: the first of a
+// minute as a warning, the others at debug level.
+func (l *limitListener) refused(reason, msg, remote string) {
+	l.metrics.Rejected.WithLabelValues(input, reason).Inc()
+	args := []any{"remote", remote, "reason", reason, "max_connections", l.max}
+	if n, ok := l.rejects.Allow(reason, time.Now()); ok {
+		l.log.Warn(msg, append(args, "same_reason_not_logged_in_last_minute", n)...)
+	} else {
+		l.log.Debug(msg, args...)
+	}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -39,16 +53,13 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		remote := c.RemoteAddr().String()
 		slot, _ := l.slots.Take(func() {
-			l.metrics.Rejected.WithLabelValues(input, "evicted").Inc()
-			l.log.Debug("closed a connection that has sent no authenticated request, to make room for a new one: max_connections reached",
-				"remote", remote, "max_connections", l.max)
+			l.refused("evicted", "closed a connection that has sent no authenticated request, to make room for a new one: max_connections reached", remote)
 			c.Close()
 		})
 		if slot != nil {
 			return &limitedConn{Conn: c, slot: slot}, nil
 		}
-		l.metrics.Rejected.WithLabelValues(input, "too_many_connections").Inc()
-		l.log.Debug("connection refused: max_connections reached", "remote", remote, "max_connections", l.max)
+		l.refused("too_many_connections", "connection refused: max_connections reached", remote)
 		c.Close()
 	}
 }

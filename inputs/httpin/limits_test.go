@@ -2,6 +2,7 @@ package httpin
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -75,7 +77,8 @@ func expectClosedAtOnce(t *testing.T, c net.Conn) {
 // every open one has sent an authenticated request; once one closes, a new
 // one is served.
 func TestMaxConnections(t *testing.T) {
-	e := newEnv(t, withConfig(func(c *config.HTTP) { c.MaxConnections = 2; c.Token = "tok" }))
+	var logs lockedLog
+	e := newEnv(t, withLogger(slog.New(slog.NewTextHandler(&logs, nil))), withConfig(func(c *config.HTTP) { c.MaxConnections = 2; c.Token = "tok" }))
 	open := func() float64 { return testutil.ToFloat64(e.m.Connections.WithLabelValues(input)) }
 	waitOpen := func(n float64) {
 		t.Helper()
@@ -98,6 +101,9 @@ func TestMaxConnections(t *testing.T) {
 	if n := e.rejected("too_many_connections"); n != 1 {
 		t.Fatalf("rejected{too_many_connections} = %v, want 1", n)
 	}
+	if !strings.Contains(logs.String(), `level=WARN msg="connection refused: max_connections reached"`) {
+		t.Errorf("a connection refused at max_connections is not a warning; the log:\n%s", logs.String())
+	}
 	a.Close()
 	waitOpen(1)
 	if r := e.post("/v1/logs/app", []byte(`{"a":1}`), "Authorization", "Bearer tok"); r.status != 200 {
@@ -113,7 +119,8 @@ func TestMaxConnections(t *testing.T) {
 // oldest of them, which is closed and counted. A request without the token
 // is answered 401 and its connection closed.
 func TestUnauthenticatedConnectionsGiveWay(t *testing.T) {
-	e := newEnv(t, withConfig(func(c *config.HTTP) { c.MaxConnections = 3; c.Token = "tok" }))
+	var logs lockedLog
+	e := newEnv(t, withLogger(slog.New(slog.NewTextHandler(&logs, nil))), withConfig(func(c *config.HTTP) { c.MaxConnections = 3; c.Token = "tok" }))
 	var idle []net.Conn
 	for range 3 {
 		idle = append(idle, dialRaw(t, e))
@@ -135,6 +142,10 @@ func TestUnauthenticatedConnectionsGiveWay(t *testing.T) {
 	}
 	if n := e.rejected("evicted"); n != 3 {
 		t.Fatalf("rejected{evicted} = %v, want 3", n)
+	}
+	// The first of the minute is a warning, the others are not.
+	if n := strings.Count(logs.String(), `level=WARN msg="closed a connection that has sent no authenticated request`); n != 1 {
+		t.Errorf("%d warnings of evictions, want 1; the log:\n%s", n, logs.String())
 	}
 	// A wrong token is answered, and the connection closed.
 	e2 := newEnv(t, withConfig(func(c *config.HTTP) { c.Token = "tok" }))
@@ -261,4 +272,23 @@ func TestEvictedBeforeItsHandlerStoresNothing(t *testing.T) {
 	if n := len(e.records()); n != 1 {
 		t.Errorf("%d records stored, want the newer connection's alone", n)
 	}
+}
+
+// lockedLog is a log's output written by the server's goroutines and read
+// by the test.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }

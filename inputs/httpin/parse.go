@@ -186,8 +186,14 @@ func (p *parser) stream() error {
 		}
 		start := p.s.pos
 		if err := p.record(); err != nil {
+			// The line of the error, and that of its record's start when
+			// the record spans lines (pretty-printed JSON).
 			line := 1 + bytes.Count(p.s.data[:start], []byte{'\n'})
-			return p.at(fmt.Sprintf("line %d", line), err)
+			at := line + bytes.Count(p.s.data[start:min(p.s.pos, len(p.s.data))], []byte{'\n'})
+			if at == line {
+				return p.at(fmt.Sprintf("line %d", line), err)
+			}
+			return p.at(fmt.Sprintf("line %d (in the record from line %d)", at, line), err)
 		}
 	}
 }

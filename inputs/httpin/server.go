@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path"
 	"sync"
 	"time"
 
@@ -26,7 +27,17 @@ const (
 	defaultReadHeaderTimeout = 10 * time.Second
 	readTimeout              = 60 * time.Second
 	idleTimeout              = 120 * time.Second
-	maxHeaderBytes           = 64 << 10
+	maxHeaderBytes           = 16 << 10
+	// writeTimeout bounds a request from its headers to the end of its
+	// answer: more than its body's read (readTimeout), its waits for the
+	// memory budget and the WAL, and the answer's write, so that only a
+	// client that does not read its answers meets it (its connection is
+	// closed).
+	writeTimeout = readTimeout + 2*memoryWait + storeTimeout + 15*time.Second
+	// h2Streams is how many requests an HTTP/2 connection may have at
+	// once: each holds a goroutine and its headers outside the memory
+	// budget, as an HTTP/1.1 connection holds one request's.
+	h2Streams = 4
 
 	// storeTimeout is how long a request waits for room in a full WAL
 	// before the client is told 503 and to retry.
@@ -121,6 +132,7 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 		Handler:           s.tracked(s.routes()),
 		ReadHeaderTimeout: time.Duration(cfg.ReadHeaderTimeout),
 		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
@@ -134,7 +146,7 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 		// control window, and reads each frame whole, outside the memory
 		// budget: the smallest windows and frames keep that about what
 		// HTTP/1.1 leaves in the socket's buffer.
-		HTTP2: &http.HTTP2Config{MaxReceiveBufferPerConnection: 4 * h2Window, MaxReceiveBufferPerStream: h2Window, MaxReadFrameSize: 16 << 10},
+		HTTP2: &http.HTTP2Config{MaxConcurrentStreams: h2Streams, MaxReceiveBufferPerConnection: h2Streams * h2Window, MaxReceiveBufferPerStream: h2Window, MaxReadFrameSize: 16 << 10},
 	}
 	return s
 }
@@ -159,7 +171,28 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/v1/logs/{tag}", s.handleLogs)
 	mux.HandleFunc("/v1/logs/{$}", s.handleLogs) // no tag: 400, not 404
 	mux.HandleFunc("/", s.handleNotFound)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if p := r.URL.EscapedPath(); r.Method != http.MethodConnect && cleanPath(p) != p {
+			// ServeMux would answer 307 to the path cleaned (no body, not
+			// counted): a path with "//", "." or ".." is none of ours.
+			s.handleNotFound(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// cleanPath is p as ServeMux cleans it before it matches a pattern: no
+// "//", "." or ".." elements, a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
 }
 
 // tracked counts the requests being handled, so that Serve returns only
@@ -205,7 +238,7 @@ func (s *Server) Start() error {
 	// counted, before the server sees them; connections beyond
 	// max_connections are closed.
 	log := s.log.With("input", input)
-	s.ln = newLimitListener(inputs.RetryAccept(ln, input, s.p.Metrics, log), s.cfg.MaxConnections, s.p.Metrics, log)
+	s.ln = newLimitListener(inputs.RetryAccept(ln, input, s.p.Metrics, log), s.cfg.MaxConnections, s.p.Metrics, log, &s.rejects)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package httpin
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -479,5 +481,132 @@ func TestUnauthorizedSeriesFromTheStart(t *testing.T) {
 	e := newEnv(t)
 	if n := testutil.CollectAndCount(e.m.Rejected, "forwarder_input_rejected_total"); n != 1 || e.rejected(reasonUnauth) != 0 {
 		t.Fatalf("%d series of forwarder_input_rejected_total at the start, want unauthorized's", n)
+	}
+}
+
+// TestHTTP2StreamsPerConnection: the server tells HTTP/2 clients (its
+// SETTINGS frame) that a connection may have h2Streams requests at once,
+// not Go's default of 250, each of which would hold a goroutine and its
+// headers outside the memory budget.
+func TestHTTP2StreamsPerConnection(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	e := newEnv(t, withCertPool(pool), withConfig(func(c *config.HTTP) {
+		c.TLS = config.HTTPTLS{CertFile: certFile, KeyFile: keyFile}
+	}))
+	c, err := tls.Dial("tcp", e.s.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if p := c.ConnectionState().NegotiatedProtocol; p != "h2" {
+		t.Fatalf("negotiated %q, not h2", p)
+	}
+	// The client's preface and an empty SETTINGS frame.
+	if _, err := io.WriteString(c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var head [9]byte
+	for {
+		if _, err := io.ReadFull(c, head[:]); err != nil {
+			t.Fatalf("no SETTINGS frame from the server: %v", err)
+		}
+		n := int(head[0])<<16 | int(head[1])<<8 | int(head[2])
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(c, payload); err != nil {
+			t.Fatal(err)
+		}
+		if head[3] != 0x4 || head[4]&0x1 != 0 { // not SETTINGS, or its ACK
+			continue
+		}
+		for i := 0; i+6 <= len(payload); i += 6 {
+			id := int(payload[i])<<8 | int(payload[i+1])
+			v := int(payload[i+2])<<24 | int(payload[i+3])<<16 | int(payload[i+4])<<8 | int(payload[i+5])
+			if id == 0x3 { // SETTINGS_MAX_CONCURRENT_STREAMS
+				if v != h2Streams {
+					t.Fatalf("the server allows %d requests at once on a connection, want %d", v, h2Streams)
+				}
+				return
+			}
+		}
+		t.Fatal("the server's SETTINGS do not limit the requests at once on a connection")
+	}
+}
+
+// TestClientThatDoesNotReadIsClosed: a client that pipelines requests and
+// never reads the answers has its connection closed after WriteTimeout,
+// not held for good (an authenticated connection is never evicted).
+func TestClientThatDoesNotReadIsClosed(t *testing.T) {
+	// The server's own: longer than the longest a request may take
+	// before its answer (its body's read and its waits), so that only a
+	// client that does not read meets it.
+	if d := newEnv(t).s.srv.WriteTimeout; d <= readTimeout+2*memoryWait+storeTimeout {
+		t.Fatalf("WriteTimeout %v: a request reading its body for %v and waiting %v for memory and %v for the WAL could not be answered", d, readTimeout, 2*memoryWait, storeTimeout)
+	}
+	e := newEnv(t, withWriteTimeout(time.Second))
+	c, err := net.Dial("tcp", e.s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetReadBuffer(4096)
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		body := "{\"a\":1}\n"
+		fmt.Fprintf(c, "POST /v1/logs/t HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		req := []byte(strings.Repeat("GET /nope HTTP/1.1\r\nHost: x\r\n\r\n", 1000))
+		for range 200 {
+			c.SetWriteDeadline(time.Now().Add(3 * time.Second))
+			if _, err := c.Write(req); err != nil {
+				return
+			}
+		}
+	}()
+	conns := func() float64 { return testutil.ToFloat64(e.m.Connections.WithLabelValues(input)) }
+	deadline := time.Now().Add(3 * time.Second)
+	for conns() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if conns() == 0 {
+		t.Fatal("the connection was never counted")
+	}
+	deadline = time.Now().Add(8 * time.Second)
+	for conns() > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := conns(); n > 0 {
+		t.Fatalf("a client that reads no answer still holds %v connection(s) after 8 s (WriteTimeout 1 s)", n)
+	}
+	c.Close()
+	<-wrote
+}
+
+// TestUncleanPathIsNotFound: a path that is not clean ("//", "." or "..")
+// is answered 404 with a JSON error and counted, not redirected by
+// ServeMux with an empty 307.
+func TestUncleanPathIsNotFound(t *testing.T) {
+	e := newEnv(t)
+	for _, p := range []string{"/v1/logs/./x", "/v1//logs/x", "/v1/logs/..", "/v1/logs/a/../b"} {
+		c, err := net.Dial("tcp", e.s.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", p)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		c.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `"error"`) {
+			t.Errorf("%s: %d %q, want 404 with a JSON error", p, resp.StatusCode, b)
+		}
+	}
+	if n := e.rejected(reasonNotFound); n != 4 {
+		t.Errorf("not_found counted %v times, want 4", n)
+	}
+	if st := e.w.Stats(); st.NextSeq != 1 {
+		t.Errorf("records stored: next seq %d", st.NextSeq)
 	}
 }
