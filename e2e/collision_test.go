@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -12,11 +14,13 @@ import (
 
 // TestReplicasSharingKeys runs two forwarders, each with its data_dir,
 // writing to one bucket with a key template without ${hostname}, as two
-// replicas would: both warn about the key at start; the second renders the
-// first's keys for its own records, finds them taken and pauses its S3
-// sink with one error line naming the bucket, the key and the fix. No
-// object of the first is overwritten, and the second's records wait in its
-// WAL, neither dropped nor dead-lettered.
+// replicas would whose WALs began in the same second (their first sequence
+// numbers come from the clock: pods started together): both warn about
+// the key at start; the second renders the first's keys for its own
+// records, finds them taken and pauses its S3 sink with one error line
+// naming the bucket, the key and the fix. No object of the first is
+// overwritten, and the second's records wait in its WAL, neither dropped
+// nor dead-lettered.
 func TestReplicasSharingKeys(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: two replicas and their S3 conflicts; make test runs it")
@@ -41,7 +45,25 @@ func TestReplicasSharingKeys(t *testing.T) {
 		}
 	}
 
-	first := replica("first")
+	first, second := replica("first"), replica("second")
+	first.start()
+	first.stop()
+	// The second's WAL begins where the first's does.
+	walFile, err := os.ReadFile(filepath.Join(first.cfg.DataDir, "wal.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(second.cfg.DataDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(second.cfg.DataDir, "wal.db"), walFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	seq := regexp.MustCompile(`msg="wal opened" .* first_seq=([0-9]+)`).FindStringSubmatch(first.tail(100))
+	if seq == nil {
+		t.Fatalf("no first_seq in the first's log:\n%s", first.tail(30))
+	}
+	firstKey := fmt.Sprintf("shared/app/%s%s.json.gz", strings.Repeat("0", 20-len(seq[1])), seq[1]) // 20 digits
 	first.start()
 	send(first, "a")
 	first.waitSink("archive", 30*time.Second)
@@ -57,7 +79,6 @@ func TestReplicasSharingKeys(t *testing.T) {
 		}
 	}
 
-	second := replica("second")
 	second.start()
 	send(second, "b")
 	if !waitFor(30*time.Second, func() bool {
@@ -73,7 +94,7 @@ func TestReplicasSharingKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s := st.Sinks[0]; s.State != "paused" || s.DeadLettered != 0 || s.Cursor+1 >= st.WAL.NextSeq ||
-		!strings.Contains(s.LastError, "shared/app/00000000000000000001.json.gz") {
+		!strings.Contains(s.LastError, firstKey) {
 		t.Errorf("the second forwarder's sink: %+v (WAL next %d), want paused before its records, none dead-lettered", s, st.WAL.NextSeq)
 	}
 	m := second.mustMetrics()
@@ -88,15 +109,15 @@ func TestReplicasSharingKeys(t *testing.T) {
 	if n := second.logCount("level=ERROR"); n != 1 {
 		t.Errorf("%d error lines from the second forwarder, want one:\n%s", n, second.tail(30))
 	}
-	for _, want := range []string{`msg="sink paused`, "reason=PreconditionFailed", "bucket " + bucket, `key \"shared/app/00000000000000000001.json.gz\"`,
+	for _, want := range []string{`msg="sink paused`, "reason=PreconditionFailed", "bucket " + bucket, `key \"` + firstKey + `\"`,
 		"put ${hostname} or another per-replica field in sinks[archive].key"} {
 		if second.logCount(want) == 0 {
 			t.Errorf("the error line does not say %s:\n%s", want, second.tail(30))
 		}
 	}
-	for _, f := range []*forwarder{first, second} {
-		if f.logCount(keyWarning) != 1 {
-			t.Errorf("no warning about the key at start:\n%s", f.tail(30))
+	for f, starts := range map[*forwarder]int{first: 2, second: 1} {
+		if n := f.logCount(keyWarning); n != starts {
+			t.Errorf("%d warnings about the key in %d starts:\n%s", n, starts, f.tail(30))
 		}
 	}
 	after := map[string][]byte{}

@@ -88,6 +88,12 @@ type Options struct {
 	LockTimeout  time.Duration // how long Open waits for the file lock; default 100ms
 	Logger       *slog.Logger
 
+	// FirstSeq is the sequence number of a new file's first record; 0: 1.
+	// The service takes it from the clock (NewFirstSeq), so that a WAL
+	// started anew (a new data_dir, a volume lost) never numbers its
+	// records as an earlier one did: S3 keys with ${seq} stay apart.
+	FirstSeq uint64
+
 	// MinFreeBytes is the room kept on the file system for the commits
 	// that are not appends: cursors, sink state, retention. Appends wait
 	// (see Full and DiskFull) while they would leave less than this free,
@@ -200,6 +206,15 @@ func (s state) clone() state {
 	return c
 }
 
+// NewFirstSeq is a first sequence number for a new WAL from the clock:
+// seconds since 1970 times a million (about 1.8e15, under 2^53: exact in
+// JSON and in a float). A WAL that appended fewer than a million records a
+// second on average, since it began, ends below the first number of any
+// WAL begun after it.
+func NewFirstSeq(now time.Time) uint64 {
+	return uint64(max(now.Unix(), 1)) * 1_000_000
+}
+
 // Open opens or creates the WAL file in dir. A file that another process
 // holds open gives ErrLocked; a damaged file gives a *CorruptionError.
 func Open(dir string, opts Options) (*WAL, error) {
@@ -224,7 +239,7 @@ func Open(dir string, opts Options) (*WAL, error) {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create data directory: %w", err)
 		}
-		if err := createFile(path); err != nil {
+		if err := createFile(path, opts.FirstSeq); err != nil {
 			return nil, err
 		}
 	}
@@ -249,6 +264,9 @@ func Open(dir string, opts Options) (*WAL, error) {
 		if err := os.Remove(path + compactSuffix); err == nil {
 			w.log.Info("wal: removed the copy a compaction cut short left", "path", path+compactSuffix)
 		}
+	}
+	if !existed {
+		w.log.Info("wal: created a new WAL (there was none in data_dir): records another data_dir or a lost volume holds are not read", "path", path, "first_seq", st.nextSeq)
 	}
 	w.st = st
 	w.appended.reset(st.nextSeq)
@@ -354,9 +372,10 @@ func (w *WAL) load() (state, error) {
 // writes a new file's first pages after it has created it, so a power cut
 // in between can leave a file that has its name but not its pages (empty,
 // or torn), which Open must refuse as damaged. So the file is made under
-// another name, with its buckets, fsynced, renamed into place, and the
+// another name, with its buckets (and its first sequence number when it
+// is not 1), fsynced, renamed into place, and the
 // directory fsynced.
-func createFile(path string) error {
+func createFile(path string, firstSeq uint64) error {
 	tmp := path + ".new"
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("create wal: %w", err)
@@ -365,7 +384,15 @@ func createFile(path string) error {
 	if err != nil {
 		return fmt.Errorf("create wal: %w", err)
 	}
-	if err := db.Update(createBuckets); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error {
+		if err := createBuckets(tx); err != nil {
+			return err
+		}
+		if firstSeq > 1 {
+			return tx.Bucket(bucketMeta).Put(keyNextSeq, u64(firstSeq))
+		}
+		return nil
+	}); err != nil {
 		db.Close()
 		return fmt.Errorf("create wal: %w", err)
 	}

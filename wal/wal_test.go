@@ -1062,3 +1062,50 @@ func TestCompactionThatCannotCopyIsSkipped(t *testing.T) {
 	}
 	appendT(t, w, makeRecords(rand.New(rand.NewSource(11)), "after", 10, 100), "") // and it is in use
 }
+
+// TestFirstSeq: a new WAL numbers its records from Options.FirstSeq; an
+// existing one goes on from where it was, whatever FirstSeq says, and a
+// new WAL's numbers from the clock begin past those of one begun earlier.
+func TestFirstSeq(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	first := NewFirstSeq(time.Now())
+	w, err := Open(dir, Options{FirstSeq: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.Stats().NextSeq; got != first {
+		t.Fatalf("a new WAL's next sequence number %d, want %d", got, first)
+	}
+	res, err := w.Append(ctx, []Record{{Tag: "a", Body: []byte(`{}`)}, {Tag: "a", Body: []byte(`{}`)}}, AppendOptions{})
+	if err != nil || res.First != first || res.Last != first+1 {
+		t.Fatalf("append: %+v %v, want %d to %d", res, err, first, first+1)
+	}
+	w.Close()
+	// Reopened (a later start): the numbers go on.
+	w, err = Open(dir, Options{FirstSeq: NewFirstSeq(time.Now().Add(time.Hour))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = w.Append(ctx, []Record{{Tag: "a", Body: []byte(`{}`)}}, AppendOptions{})
+	w.Close()
+	if err != nil || res.First != first+2 {
+		t.Fatalf("after a reopen: %+v %v, want %d", res, err, first+2)
+	}
+	// Opened and closed before any append: the first number stays.
+	dir2 := t.TempDir()
+	if w, err = Open(dir2, Options{FirstSeq: 5000}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if w, err = Open(dir2, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if got := w.Stats().NextSeq; got != 5000 {
+		t.Fatalf("a WAL opened before without appends begins at %d, want 5000", got)
+	}
+	if a, b := NewFirstSeq(time.Unix(1_800_000_000, 0)), NewFirstSeq(time.Unix(1_800_000_001, 0)); b-a != 1_000_000 || float64(b) != float64(int64(b)) || b >= 1<<53 {
+		t.Fatalf("NewFirstSeq: %d then %d a second later", a, b)
+	}
+}

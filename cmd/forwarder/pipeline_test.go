@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -113,7 +115,12 @@ sinks:
 		} `json:"sinks"`
 	}
 	_, status := get("/status")
-	if err := json.Unmarshal([]byte(status), &st); err != nil || st.WAL.NextSeq != 21 || len(st.Sinks) != 1 || st.Sinks[0].Sink != "cw" {
+	// The WAL was new: its numbers began at the first_seq the start logged.
+	var first uint64
+	if m := regexp.MustCompile(`msg="wal opened" .* first_seq=([0-9]+)`).FindStringSubmatch(s.stderr.String()); m != nil {
+		first, _ = strconv.ParseUint(m[1], 10, 64)
+	}
+	if err := json.Unmarshal([]byte(status), &st); err != nil || first < 2 || st.WAL.NextSeq != first+20 || len(st.Sinks) != 1 || st.Sinks[0].Sink != "cw" {
 		t.Errorf("/status: %v %s", err, status)
 	}
 	s.signal(syscall.SIGTERM)

@@ -179,6 +179,7 @@ func walOptions(cfg *config.Config, log *slog.Logger) wal.Options {
 		DedupWindow:  time.Duration(c.DedupWindow),
 		MinFreeBytes: int64(c.MinFreeBytes),
 		Logger:       log,
+		FirstSeq:     wal.NewFirstSeq(time.Now()),
 	}
 	if c.WhenFull == config.WhenFullDropOldest {
 		o.WhenFull = wal.DropOldest
