@@ -134,3 +134,52 @@ func TestReplicasSharingKeys(t *testing.T) {
 		t.Errorf("%d objects after the second forwarder, %d before: it wrote under keys the first had not taken", len(after), len(before))
 	}
 }
+
+// TestNewDataDir: a forwarder started on a new data_dir (a volume lost,
+// the setting changed) makes a new WAL, says so, and delivers: its records
+// are numbered past those of its earlier WAL, so its S3 keys (the same
+// template and host) are not the earlier ones, which would pause the sink.
+func TestNewDataDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: two runs of the binary; make test runs it")
+	}
+	t.Parallel()
+	_, url := startS3(t)
+	sink := s3Sink("archive", url, bucket) + "    key: \"logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz\"\n"
+	f := newForwarder(t, fwdConfig{DataDir: filepath.Join(t.TempDir(), "a"), Forward: freeAddr(t), HTTP: freeAddr(t), Admin: freeAddr(t), Sinks: []string{sink}})
+	send := func(prefix string) {
+		t.Helper()
+		var b bytes.Buffer
+		for i := range 200 {
+			fmt.Fprintf(&b, `{"id":"%s%d"}`+"\n", prefix, i)
+		}
+		code, _, body, err := postNDJSON(&http.Client{Timeout: 10 * time.Second}, f.cfg.HTTP, "app", "", b.Bytes())
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("post: %d %s %v", code, body, err)
+		}
+	}
+	f.start()
+	send("a")
+	f.waitSink("archive", 30*time.Second)
+	f.stop()
+	if f.logCount("wal: created a new WAL") != 1 {
+		t.Fatalf("the first start does not say it made a WAL:\n%s", f.tail(20))
+	}
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second))) // the next second: a WAL made in the same one numbers alike
+
+	// The same forwarder (host, configuration) on a new data_dir.
+	cfg := f.cfg
+	cfg.DataDir = filepath.Join(t.TempDir(), "b")
+	f.setConfig(cfg)
+	f.start()
+	send("b")
+	f.waitSink("archive", 30*time.Second)
+	f.stop()
+	if f.logCount("wal: created a new WAL") != 2 || f.logCount(`msg="sink paused`) != 0 {
+		t.Fatalf("the start on a new data_dir: made a WAL %d times of 2, paused %d times:\n%s", f.logCount("wal: created a new WAL"), f.logCount(`msg="sink paused`), f.tail(30))
+	}
+	got := readS3(t, url, bucket)
+	if len(got.Counts) != 400 || got.Lines != 400 || len(got.Bad) > 0 {
+		t.Fatalf("%d records in %d lines of %d objects (%v), want the 400 sent once each", len(got.Counts), got.Lines, got.Objects, got.Bad)
+	}
+}
