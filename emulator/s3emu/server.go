@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -306,6 +307,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "PutObject", "CompleteMultipartUpload", "CopyObject":
 		s.serveWrite(w, r, op)
 		return
+	case "ListMultipartUploads":
+		s.serveListUploads(w, r)
+		return
 	}
 	if r.Method == http.MethodPut {
 		if ok := verifyChecksum(w, r); !ok {
@@ -492,4 +496,30 @@ func (s slogLogger) Print(level gofakes3.LogLevel, v ...any) {
 	if level == gofakes3.LogErr {
 		s.l.Error("s3 emulator", "detail", fmt.Sprint(v...))
 	}
+}
+
+// serveListUploads answers ListMultipartUploads as S3 does for a bucket
+// without uploads in progress: an empty list (the library below answers
+// 404 NoSuchUpload when none was ever begun in the bucket).
+func (s *Server) serveListUploads(w http.ResponseWriter, r *http.Request) {
+	rec := httptest.NewRecorder()
+	s.s3.ServeHTTP(rec, r)
+	bucket, _ := bucketKey(r)
+	if rec.Code == http.StatusNotFound && strings.Contains(rec.Body.String(), "NoSuchUpload") && s.bucketExists(bucket) {
+		var b bytes.Buffer
+		b.WriteString(`<?xml version="1.0" encoding="UTF-8"?>` + "\n" + `<ListMultipartUploadsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Bucket>`)
+		xmlEscape(&b, bucket)
+		b.WriteString("</Bucket><KeyMarker></KeyMarker><UploadIdMarker></UploadIdMarker><Prefix>")
+		xmlEscape(&b, r.URL.Query().Get("prefix"))
+		b.WriteString("</Prefix><MaxUploads>1000</MaxUploads><IsTruncated>false</IsTruncated></ListMultipartUploadsResult>")
+		w.Header().Set("Content-Type", "application/xml")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(b.Bytes())
+		return
+	}
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(rec.Body.Bytes())
 }

@@ -145,6 +145,15 @@ func TestMultipartUpload(t *testing.T) {
 	srv, cl := start(t, Options{})
 	mustBucket(t, srv, "logs")
 	ctx := context.Background()
+	// A bucket with no upload ever begun: an empty list, as S3 answers;
+	// a bucket that does not exist: NoSuchBucket.
+	lu, err := cl.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String("logs"), Prefix: aws.String("big")})
+	if err != nil || len(lu.Uploads) != 0 || aws.ToString(lu.Prefix) != "big" {
+		t.Fatalf("ListMultipartUploads of a bucket without uploads = %+v, %v", lu, err)
+	}
+	if _, err := cl.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String("nope")}); code(err) != "NoSuchBucket" {
+		t.Fatalf("ListMultipartUploads of a missing bucket: %v, want NoSuchBucket", err)
+	}
 	cr, err := cl.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("logs"), Key: aws.String("big"),
 		ContentEncoding: aws.String("zstd"), StorageClass: types.StorageClassGlacierIr})
 	if err != nil {
@@ -161,7 +170,7 @@ func TestMultipartUpload(t *testing.T) {
 		}
 		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(int32(i + 1))})
 	}
-	lu, err := cl.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String("logs")})
+	lu, err = cl.ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String("logs")})
 	if err != nil || len(lu.Uploads) != 1 || aws.ToString(lu.Uploads[0].Key) != "big" {
 		t.Fatalf("ListMultipartUploads = %+v, %v", lu, err)
 	}
@@ -191,7 +200,7 @@ func TestMultipartUpload(t *testing.T) {
 		t.Errorf("second abort: %v, want NoSuchUpload", err)
 	}
 	c := srv.Calls()
-	if c["CreateMultipartUpload"] != 2 || c["UploadPart"] != 2 || c["CompleteMultipartUpload"] != 1 || c["AbortMultipartUpload"] != 2 || c["ListMultipartUploads"] != 1 {
+	if c["CreateMultipartUpload"] != 2 || c["UploadPart"] != 2 || c["CompleteMultipartUpload"] != 1 || c["AbortMultipartUpload"] != 2 || c["ListMultipartUploads"] != 3 {
 		t.Errorf("calls = %v", c)
 	}
 }

@@ -71,7 +71,7 @@ func (s *Sink) settle(ctx context.Context, in *intent, refused error) error {
 		msg: fmt.Sprintf("bucket %s already holds another writer's object under key %q (PreconditionFailed: the key exists, with other bytes than this sink's): "+
 			"forwarders sharing the bucket render the same keys; put ${hostname} or another per-replica field in sinks[%s].key and restart "+
 			"(replicas whose WALs began in the same second number their records alike; if this sink was renamed, it started over from the oldest record of the WAL and meets what it wrote under its old name: give it back that name, or change the key; two sinks of one configuration whose matches overlap must not share a bucket and key); "+
-			"nothing was overwritten, and the records wait in the WAL", s.bucket, in.Key, s.name),
+			"nothing was overwritten, and the records wait in the WAL", s.bucketOf(in), in.Key, s.name),
 		code: codeKeyTaken, err: refused,
 	})
 }
@@ -89,13 +89,14 @@ func keyTaken(err error) bool {
 // missing from not allowed, and waits (paused) until it may.
 func (s *Sink) landed(ctx context.Context, in *intent) (bool, error) {
 	same, err := s.holdsObject(ctx, in)
+	b := s.bucketOf(in)
 	switch {
 	case err != nil && sinks.Classify(err).Reason == "NoSuchKey":
 		return false, nil
 	case err != nil && httpStatus(err) == http.StatusForbidden:
 		return false, sinks.NewSinkPermanent("AccessDenied", &actionError{
 			msg: fmt.Sprintf("the sink cannot tell whether key %q in bucket %s holds an earlier attempt's upload (HTTP 403; S3 answers 403 for a key that does not exist when the credentials lack s3:ListBucket): "+
-				"allow s3:ListBucket on arn:aws:s3:::%s and s3:GetObject on arn:aws:s3:::%s/* to the forwarder's credentials", in.Key, s.bucket, s.bucket, s.bucket),
+				"allow s3:ListBucket on arn:aws:s3:::%s and s3:GetObject on arn:aws:s3:::%s/* to the forwarder's credentials", in.Key, b, b, b),
 			code: "AccessDenied", err: err,
 		})
 	}
@@ -103,10 +104,10 @@ func (s *Sink) landed(ctx context.Context, in *intent) (bool, error) {
 }
 
 // head is a HeadObject of key, asking S3's checksum with mode ENABLED.
-func (s *Sink) head(ctx context.Context, key string, mode types.ChecksumMode) (*s3.HeadObjectOutput, error) {
+func (s *Sink) head(ctx context.Context, bucket, key string, mode types.ChecksumMode) (*s3.HeadObjectOutput, error) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout(0))
 	defer cancel()
-	return s.api.HeadObject(cctx, &s3.HeadObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key), ChecksumMode: mode})
+	return s.api.HeadObject(cctx, &s3.HeadObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), ChecksumMode: mode})
 }
 
 func hasMetaSHA256(head *s3.HeadObjectOutput) bool {
@@ -133,18 +134,19 @@ func (s *Sink) holdsObject(ctx context.Context, in *intent) (bool, error) {
 	// HEAD returns; asking for S3's checksum as well would need
 	// kms:Decrypt on an object encrypted with KMS, so it is asked only for
 	// an object without the metadata.
-	head, err := s.head(ctx, in.Key, "")
+	b := s.bucketOf(in)
+	head, err := s.head(ctx, b, in.Key, "")
 	if err == nil && !hasMetaSHA256(head) {
-		head, err = s.head(ctx, in.Key, types.ChecksumModeEnabled)
+		head, err = s.head(ctx, b, in.Key, types.ChecksumModeEnabled)
 	}
 	if err != nil {
 		if httpStatus(err) == http.StatusBadRequest {
 			// An answer to HEAD has no body, so a 400 does not say why
 			// (expired credentials among other reasons): a GET says it,
 			// and is the comparison when it succeeds.
-			return s.hashMatches(ctx, in.Key, -1, sums)
+			return s.hashMatches(ctx, b, in.Key, -1, sums)
 		}
-		return false, s.readError("head", in.Key, err)
+		return false, s.readError("head", b, in.Key, err)
 	}
 	size := aws.ToInt64(head.ContentLength)
 	var sized []objectSum
@@ -165,7 +167,7 @@ func (s *Sink) holdsObject(ctx context.Context, in *intent) (bool, error) {
 		raw, err := base64.StdEncoding.DecodeString(sum)
 		return err == nil && matches(sized, hex.EncodeToString(raw)), nil
 	}
-	return s.hashMatches(ctx, in.Key, size, sized)
+	return s.hashMatches(ctx, b, in.Key, size, sized)
 }
 
 func matches(sums []objectSum, sha string) bool {
@@ -179,16 +181,16 @@ func matches(sums []objectSum, sha string) bool {
 
 // hashMatches reads key, of size bytes (-1: not known), and compares its
 // size and SHA-256 with sums.
-func (s *Sink) hashMatches(ctx context.Context, key string, size int64, sums []objectSum) (bool, error) {
+func (s *Sink) hashMatches(ctx context.Context, bucket, key string, size int64, sums []objectSum) (bool, error) {
 	limit := size
 	for _, o := range sums {
 		limit = max(limit, o.bytes)
 	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout(limit))
 	defer cancel()
-	out, err := s.api.GetObject(cctx, &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(key)})
+	out, err := s.api.GetObject(cctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	if err != nil {
-		return false, s.readError("get", key, err)
+		return false, s.readError("get", bucket, key, err)
 	}
 	defer out.Body.Close()
 	h := sha256.New()
@@ -211,7 +213,7 @@ func (s *Sink) hashMatches(ctx context.Context, key string, size int64, sums []o
 // readError explains a failed read of a key that was found taken: gone
 // since (retry: the key may be free), not allowed (say what to allow), or
 // anything else (classified as any call).
-func (s *Sink) readError(verb, key string, err error) error {
+func (s *Sink) readError(verb, bucket, key string, err error) error {
 	var nf *types.NotFound
 	var nk *types.NoSuchKey
 	switch {
@@ -220,7 +222,7 @@ func (s *Sink) readError(verb, key string, err error) error {
 	case httpStatus(err) == http.StatusForbidden:
 		return sinks.NewSinkPermanent("AccessDenied", &actionError{
 			msg: fmt.Sprintf("key %q in bucket %s is taken (PreconditionFailed), and the sink may not read it to tell its own object from another writer's (%s object: HTTP 403): "+
-				"allow s3:GetObject on arn:aws:s3:::%s/* to the forwarder's credentials (and kms:Decrypt on the key of an object encrypted with KMS; and s3:ListBucket on arn:aws:s3:::%s, without which S3 answers 403 for a key deleted since)", key, s.bucket, verb, s.bucket, s.bucket),
+				"allow s3:GetObject on arn:aws:s3:::%s/* to the forwarder's credentials (and kms:Decrypt on the key of an object encrypted with KMS; and s3:ListBucket on arn:aws:s3:::%s, without which S3 answers 403 for a key deleted since)", key, bucket, verb, bucket, bucket),
 			code: "AccessDenied", err: err,
 		})
 	}

@@ -326,11 +326,22 @@ func TestMultipart(t *testing.T) {
 // upload, as a crash would (its client dies after one part), and restarts
 // on the same WAL: Recover aborts the upload the intent names and uploads
 // the object again under the same key. Exactly one object, no upload left.
+// With the sink's bucket changed before the restart, the upload is aborted
+// in the bucket it began in and the object goes to the new one.
 func TestMultipartCrashRecovered(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: multipart uploads interrupted and recovered; make test runs it")
 	}
 	t.Parallel()
+	for _, moved := range []bool{false, true} {
+		t.Run(fmt.Sprintf("bucket changed %v", moved), func(t *testing.T) {
+			t.Parallel()
+			multipartCrashRecovered(t, moved)
+		})
+	}
+}
+
+func multipartCrashRecovered(t *testing.T, moved bool) {
 	srv, url := startEmu(t)
 	cfg := testConfig(url)
 	cfg.Compression = config.CompressionNone
@@ -372,6 +383,14 @@ func TestMultipartCrashRecovered(t *testing.T) {
 	}
 
 	w = openWAL(t, dir)
+	newBucket := bucket
+	if moved {
+		newBucket = "moved-bucket"
+		if err := srv.CreateBucket(newBucket); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Bucket = newBucket
+	}
 	s2 := newTestSink(t, cfg)
 	runDrainer(t, w, "archive", s2, drainerOptions())
 	// Records skipped for a delivered mark do not move the cursor; the
@@ -381,14 +400,19 @@ func TestMultipartCrashRecovered(t *testing.T) {
 	// The interrupted object is finished under its own key; records read
 	// after its cut (by age, on a slow machine) are in later objects. Each
 	// record is in exactly one.
-	objs := readObjects(t, cl, "mp/big/")
+	objs := readBucketObjects(t, cl, newBucket, "mp/big/")
 	if len(objs) == 0 || objs[0].Key != fmt.Sprintf("mp/big/%020d.json", res.First) {
 		t.Fatalf("%d objects: %v", len(objs), keysOf(objs))
 	}
 	checkOnce(t, objs, want)
-	up, err = cl.ListMultipartUploads(context.Background(), &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket)})
-	if err != nil || len(up.Uploads) != 0 {
-		t.Errorf("uploads left: %+v, %v", up.Uploads, err)
+	for _, b := range []string{bucket, newBucket} {
+		up, err = cl.ListMultipartUploads(context.Background(), &s3.ListMultipartUploadsInput{Bucket: aws.String(b)})
+		if err != nil || len(up.Uploads) != 0 {
+			t.Errorf("uploads left in %s: %+v, %v", b, up.Uploads, err)
+		}
+	}
+	if old, _ := srv.Objects(bucket); moved && len(old) != 0 {
+		t.Errorf("objects in the bucket of before: %v", old)
 	}
 	if testutil.ToFloat64(s2.m.recovered) != 1 {
 		t.Errorf("recovered %v intents, want 1", testutil.ToFloat64(s2.m.recovered))

@@ -48,6 +48,10 @@ type intent struct {
 	// Match are the sink's match globs when the intent was written
 	// (Options.Match; absent in intents written before they were kept).
 	Match []string `json:"match,omitempty"`
+	// Bucket is the bucket the object goes to (absent in intents written
+	// before it was kept: the sink's). An upload is finished in the bucket
+	// it began in; see Sink.rebucket for a bucket changed since.
+	Bucket string `json:"bucket,omitempty"`
 
 	// Was are the objects the intent described before Recover rebuilt it
 	// into other compressed bytes (the compressor changed between a crash

@@ -208,6 +208,12 @@ type stored struct {
 // readObjects lists every object under prefix and reads it back.
 func readObjects(t testing.TB, cl *s3.Client, prefix string) []stored {
 	t.Helper()
+	return readBucketObjects(t, cl, bucket, prefix)
+}
+
+// readBucketObjects is readObjects of another bucket.
+func readBucketObjects(t testing.TB, cl *s3.Client, bucket, prefix string) []stored {
+	t.Helper()
 	ctx := context.Background()
 	var out []stored
 	p := s3.NewListObjectsV2Paginator(cl, &s3.ListObjectsV2Input{Bucket: aws.String(bucket), Prefix: aws.String(prefix)})

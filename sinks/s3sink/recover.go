@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 
 	"github.com/logfwd/forwarder/config"
@@ -102,6 +103,11 @@ func (s *Sink) recoverRetrying(ctx context.Context, st sinks.State, ik []byte, i
 // recoverOne rebuilds, checks and uploads one intent's object and records
 // its batch as delivered.
 func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *intent) error {
+	if s.bucketOf(in) != s.bucket {
+		if done, err := s.rebucket(ctx, st, ik, in); err != nil || done {
+			return err
+		}
+	}
 	keys, enc := s.keys, s.enc
 	if in.KeyTemplate != s.cfg.Key || in.Hostname != s.hostname || in.KeyRules != keyRulesSanitised {
 		var err error
@@ -135,7 +141,7 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 		s.log.Warn("not finishing an interrupted upload: the WAL dropped some of its records (wal.when_full: drop_oldest) or lost them to a damaged entry; the records left are sent again under a new key",
 			"key", in.Key, "records", in.Records, "left", len(kept))
 		if in.UploadID != "" {
-			_ = s.abort(ctx, in.Key, in.UploadID)
+			_ = s.abort(ctx, s.bucketOf(in), in.Key, in.UploadID)
 		}
 		if err := st.Delete(ctx, ik); err != nil {
 			return fatal("delete intent %q: %w", ik, err)
@@ -163,7 +169,7 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 			return fatal("%w", err)
 		}
 	}
-	s.abortOrphans(ctx, in.Key)
+	s.abortOrphans(ctx, s.bucketOf(in), in.Key)
 	already, err := s.upload(ctx, st, ik, in, bodyOf(obj, nil, 0))
 	if err != nil {
 		if keyTaken(err) && (in.KeyTemplate != s.cfg.Key || in.Hostname != s.hostname) {
@@ -195,4 +201,59 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 	s.log.Info("finished an interrupted upload", "key", in.Key, "records", in.Records, "members", max(len(in.Members), 1), "bytes", len(obj.body),
 		"already_in_s3", already)
 	return nil
+}
+
+// bucketOf is the bucket in's object goes to: the one it was begun in.
+func (s *Sink) bucketOf(in *intent) string {
+	if in.Bucket != "" {
+		return in.Bucket
+	}
+	return s.bucket
+}
+
+// rebucket deals with an interrupted upload begun in another bucket than
+// the sink's of today (sinks[].bucket changed between the crash and this
+// start). When the object landed there, its batch is delivered where it
+// is (done). Else it goes to today's bucket: the multipart upload it began
+// there is aborted, and the intent, naming today's bucket, is stored
+// before any upload. The old bucket gone or not allowed (NoSuchBucket,
+// 403, or another region's), the sink cannot tell whether it landed: it
+// says so, and the object goes to today's bucket too. Any other error
+// (the network, credentials) is returned, to be tried again.
+func (s *Sink) rebucket(ctx context.Context, st sinks.State, ik []byte, in *intent) (done bool, err error) {
+	old := in.Bucket
+	same, err := s.landed(ctx, in)
+	switch {
+	case err == nil && same:
+		if err := st.Delivered(ctx, in.Partition, in.Last, [][]byte{ik}); err != nil {
+			return false, fatal("record delivery of %q: %w", in.Key, err)
+		}
+		s.m.recovered.Inc()
+		s.log.Info("an interrupted upload had landed in the bucket it was begun in, which the sink no longer names: left there",
+			"bucket_then", old, "bucket", s.bucket, "key", in.Key, "records", in.Records)
+		return true, nil
+	case err == nil:
+		if in.UploadID != "" {
+			if err := s.abort(ctx, old, in.Key, in.UploadID); err != nil {
+				s.log.Warn("could not abort a multipart upload left in the bucket the sink no longer names: the bucket's lifecycle rule (AbortIncompleteMultipartUpload) ends it",
+					"bucket_then", old, "key", in.Key, "upload_id", in.UploadID, "error", err)
+			}
+		}
+		s.log.Info("finishing an interrupted upload in the sink's bucket of today: it had not landed in the one it was begun in",
+			"bucket_then", old, "bucket", s.bucket, "key", in.Key, "records", in.Records)
+	default:
+		switch st := httpStatus(err); {
+		case st == http.StatusMovedPermanently || st == http.StatusForbidden || st == http.StatusNotFound:
+		case sinks.Classify(err).Reason == "AccessDenied": // landed's, for a 403
+		default:
+			return false, err
+		}
+		s.log.Warn("finishing an interrupted upload in the sink's bucket of today: the bucket it was begun in, which the sink no longer names, cannot be read to tell whether it landed there; if it did, its records are in both buckets",
+			"bucket_then", old, "bucket", s.bucket, "key", in.Key, "records", in.Records, "error", err)
+	}
+	in.Bucket, in.UploadID = s.bucket, ""
+	if err := putIntent(ctx, st, ik, in); err != nil {
+		return false, fatal("%w", err)
+	}
+	return false, nil
 }

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -348,4 +350,90 @@ func TestRecoverWithoutKMSDecrypt(t *testing.T) {
 	if len(st.intents()) != 0 {
 		t.Errorf("intents left: %v", st.intents())
 	}
+}
+
+// TestRecoverAfterTheBucketChanged: an upload interrupted before the
+// sink's bucket was changed is finished by where it was begun: landed
+// there, it stays there (its batch delivered, nothing written to the new
+// bucket: no duplicate); not landed, it goes to the new bucket; the old
+// bucket not readable (403), to the new one too, with a warning that its
+// records may be in both.
+func TestRecoverAfterTheBucketChanged(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		crash     string // "after the upload" or "before the upload"
+		noList    bool   // the old bucket answers 403 for a key it lacks
+		inOld     bool   // the object is in the old bucket after Recover
+		inNew     bool   // and in the new one
+		logs      string
+		recovered float64
+	}{
+		{"landed there", "after the upload", false, true, false, "had landed in the bucket it was begun in", 1},
+		{"not landed", "before the upload", false, false, true, "it had not landed in the one it was begun in", 1},
+		{"old bucket not readable", "before the upload", true, false, true, "level=WARN msg=\"finishing an interrupted upload in the sink's bucket of today: the bucket it was begun in, which the sink no longer names, cannot be read", 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv, url := startEmu(t)
+			if err := srv.CreateBucket("new-bucket"); err != nil {
+				t.Fatal(err)
+			}
+			cfg := testConfig(url)
+			recs := batchRecs("app", 50)
+			st, key, body := sentBatch(t, cfg, func(k string) []byte { b, _ := srv.Get(bucket, k); return b }, recs)
+			if c.crash == "before the upload" {
+				deleteObject(t, url, key)
+			}
+			srv.SetNoListBucket(c.noList)
+			cfg.Bucket = "new-bucket"
+			var logs lockedBuffer
+			s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds},
+				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if err := s.Recover(context.Background(), st); err != nil {
+				t.Fatalf("recover: %v\n%s", err, logs.String())
+			}
+			srv.SetNoListBucket(false)
+			old, errOld := srv.Get(bucket, key)
+			nw, errNew := srv.Get("new-bucket", key)
+			if (errOld == nil) != c.inOld || (errNew == nil) != c.inNew {
+				t.Fatalf("object in the old bucket %v, in the new %v; want %v and %v", errOld == nil, errNew == nil, c.inOld, c.inNew)
+			}
+			for _, got := range [][]byte{old, nw} {
+				if got != nil && string(got) != string(body) {
+					t.Errorf("an object of %d bytes, the first upload %d: they differ", len(got), len(body))
+				}
+			}
+			p := s.Partition(&recs[0])
+			if st.delivered[p] != recs[len(recs)-1].Seq || len(st.intents()) != 0 {
+				t.Errorf("delivered %v, intents left %v", st.delivered, st.intents())
+			}
+			if n := testutil.ToFloat64(s.m.recovered); n != c.recovered {
+				t.Errorf("recovered %v, want %v", n, c.recovered)
+			}
+			if !strings.Contains(logs.String(), c.logs) {
+				t.Errorf("the log does not say %q:\n%s", c.logs, logs.String())
+			}
+		})
+	}
+}
+
+// lockedBuffer is a log's output, written by the sink and read by a test.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

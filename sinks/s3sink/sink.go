@@ -642,7 +642,7 @@ func (s *Sink) intentFor(ctx context.Context, st sinks.State, partition string, 
 		s.abandon(ctx, st, prev)
 	}
 	in := &intent{Version: intentVersion, Partition: partition, First: first, Last: last, Records: records,
-		KeyTemplate: s.cfg.Key, Hostname: s.hostname, KeyRules: keyRulesSanitised, Encoding: s.enc.enc, Match: s.match}
+		KeyTemplate: s.cfg.Key, Hostname: s.hostname, KeyRules: keyRulesSanitised, Encoding: s.enc.enc, Match: s.match, Bucket: s.bucket}
 	if s.keys.uuid {
 		in.UUID = newUUID()
 	}
@@ -664,7 +664,7 @@ func (s *Sink) abandon(ctx context.Context, st sinks.State, in *intent) {
 // abandonQuietly is abandon without its log line.
 func (s *Sink) abandonQuietly(ctx context.Context, st sinks.State, in *intent) {
 	if in.UploadID != "" {
-		_ = s.abort(ctx, in.Key, in.UploadID)
+		_ = s.abort(ctx, s.bucketOf(in), in.Key, in.UploadID)
 	}
 	_ = st.Delete(ctx, intentKey(in.Key))
 }

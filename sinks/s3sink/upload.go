@@ -48,7 +48,7 @@ func (s *Sink) upload(ctx context.Context, st sinks.State, ik []byte, in *intent
 	if in.UploadID != "" {
 		// Best effort, as below: an upload left open costs storage until
 		// the bucket's lifecycle rule ends it, and stops nothing.
-		_ = s.abort(ctx, in.Key, in.UploadID)
+		_ = s.abort(ctx, s.bucketOf(in), in.Key, in.UploadID)
 		in.UploadID = ""
 	}
 	if body.Size() > s.threshold {
@@ -74,7 +74,7 @@ func (s *Sink) putObject(ctx context.Context, in *intent, body *io.SectionReader
 	cctx, cancel := context.WithTimeout(ctx, callTimeout(n))
 	defer cancel()
 	put := &s3.PutObjectInput{
-		Bucket:         aws.String(s.bucket),
+		Bucket:         aws.String(s.bucketOf(in)),
 		Key:            aws.String(in.Key),
 		Body:           io.NewSectionReader(body, 0, n), // seekable: the SDK rewinds it to sign and to retry
 		ContentLength:  aws.Int64(n),
@@ -161,7 +161,7 @@ func (s *Sink) partBounds(n int64) [][2]int64 {
 }
 
 func (s *Sink) uploadParts(ctx context.Context, st sinks.State, ik []byte, in *intent, body *io.SectionReader) error {
-	create := &s3.CreateMultipartUploadInput{Bucket: aws.String(s.bucket), Key: aws.String(in.Key), Metadata: objectMetadata(in)}
+	create := &s3.CreateMultipartUploadInput{Bucket: aws.String(s.bucketOf(in)), Key: aws.String(in.Key), Metadata: objectMetadata(in)}
 	s.objectHeaders(&create.ContentType, &create.ContentEncoding, &create.ServerSideEncryption, &create.SSEKMSKeyId,
 		&create.StorageClass, &create.ACL, &create.Tagging)
 	cctx, cancel := context.WithTimeout(ctx, callTimeout(0))
@@ -172,13 +172,13 @@ func (s *Sink) uploadParts(ctx context.Context, st sinks.State, ik []byte, in *i
 	}
 	in.UploadID = aws.ToString(out.UploadId)
 	if err := putIntent(ctx, st, ik, in); err != nil {
-		_ = s.abort(ctx, in.Key, in.UploadID)
+		_ = s.abort(ctx, s.bucketOf(in), in.Key, in.UploadID)
 		return sinks.NewRetryable("state", fmt.Errorf("record upload id of %q: %w", in.Key, err))
 	}
 	if err := s.sendParts(ctx, in, body); err != nil {
 		// Best effort: the intent keeps the id, and the next attempt or
 		// Recover aborts it again.
-		_ = s.abort(ctx, in.Key, in.UploadID)
+		_ = s.abort(ctx, s.bucketOf(in), in.Key, in.UploadID)
 		return err
 	}
 	s.m.objects.Inc()
@@ -200,7 +200,7 @@ func (s *Sink) sendParts(ctx context.Context, in *intent, body *io.SectionReader
 		}
 		cctx, cancel := context.WithTimeout(ctx, callTimeout(n))
 		out, err := s.api.UploadPart(cctx, &s3.UploadPartInput{
-			Bucket: aws.String(s.bucket), Key: aws.String(in.Key), UploadId: aws.String(in.UploadID),
+			Bucket: aws.String(s.bucketOf(in)), Key: aws.String(in.Key), UploadId: aws.String(in.UploadID),
 			PartNumber: aws.Int32(int32(i + 1)), Body: io.NewSectionReader(body, b[0], n), ContentLength: aws.Int64(n),
 			ContentMD5: aws.String(base64.StdEncoding.EncodeToString(h.Sum(nil))),
 		})
@@ -213,7 +213,7 @@ func (s *Sink) sendParts(ctx context.Context, in *intent, body *io.SectionReader
 	cctx, cancel := context.WithTimeout(ctx, callTimeout(body.Size()))
 	defer cancel()
 	if _, err := s.api.CompleteMultipartUpload(cctx, &s3.CompleteMultipartUploadInput{
-		Bucket: aws.String(s.bucket), Key: aws.String(in.Key), UploadId: aws.String(in.UploadID),
+		Bucket: aws.String(s.bucketOf(in)), Key: aws.String(in.Key), UploadId: aws.String(in.UploadID),
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: done}, IfNoneMatch: aws.String("*"),
 	}); err != nil {
 		return fmt.Errorf("complete multipart upload of %q: %w", in.Key, err)
@@ -226,7 +226,7 @@ func (s *Sink) sendParts(ctx context.Context, in *intent, body *io.SectionReader
 // send cancelled by the stop), for half a second then (abortAfterStop):
 // the stop's deadline is near, and what an abort leaves undone the next
 // start's Recover or attempt aborts, or the bucket's lifecycle rule.
-func (s *Sink) abort(ctx context.Context, key, uploadID string) error {
+func (s *Sink) abort(ctx context.Context, bucket, key, uploadID string) error {
 	limit := 10 * time.Second
 	if ctx.Err() != nil {
 		limit = abortAfterStop
@@ -234,7 +234,7 @@ func (s *Sink) abort(ctx context.Context, key, uploadID string) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), limit)
 	defer cancel()
 	_, err := s.api.AbortMultipartUpload(cctx, &s3.AbortMultipartUploadInput{
-		Bucket: aws.String(s.bucket), Key: aws.String(key), UploadId: aws.String(uploadID),
+		Bucket: aws.String(bucket), Key: aws.String(key), UploadId: aws.String(uploadID),
 	})
 	var ae smithy.APIError
 	if err == nil || errors.As(err, &ae) && ae.ErrorCode() == "NoSuchUpload" {
@@ -247,17 +247,17 @@ func (s *Sink) abort(ctx context.Context, key, uploadID string) error {
 // one a crash left between its creation and the commit of its id. Best
 // effort: listing needs s3:ListBucketMultipartUploads, and a bucket
 // lifecycle rule (AbortIncompleteMultipartUpload) is the safety net.
-func (s *Sink) abortOrphans(ctx context.Context, key string) {
+func (s *Sink) abortOrphans(ctx context.Context, bucket, key string) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout(0))
 	defer cancel()
-	out, err := s.api.ListMultipartUploads(cctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(s.bucket), Prefix: aws.String(key)})
+	out, err := s.api.ListMultipartUploads(cctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket), Prefix: aws.String(key)})
 	if err != nil {
 		s.log.Debug("list multipart uploads to abort left-over ones", "key", key, "error", err)
 		return
 	}
 	for _, u := range out.Uploads {
 		if aws.ToString(u.Key) == key {
-			if err := s.abort(ctx, key, aws.ToString(u.UploadId)); err != nil {
+			if err := s.abort(ctx, bucket, key, aws.ToString(u.UploadId)); err != nil {
 				s.log.Debug("abort left-over multipart upload", "key", key, "error", err)
 			}
 		}

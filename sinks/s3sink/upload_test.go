@@ -151,7 +151,7 @@ func TestAbortAfterStopIsShort(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	start := time.Now()
-	if err := s.abort(ctx, "k", "upload-1"); err == nil {
+	if err := s.abort(ctx, s.bucket, "k", "upload-1"); err == nil {
 		t.Fatal("an abort that got no answer reported success")
 	}
 	if took := time.Since(start); took > 2*abortAfterStop {
@@ -161,7 +161,7 @@ func TestAbortAfterStopIsShort(t *testing.T) {
 	// Before the stop, the abort waits longer than that: here until the
 	// endpoint answers.
 	done := make(chan error, 1)
-	go func() { done <- s.abort(context.Background(), "k", "upload-1") }()
+	go func() { done <- s.abort(context.Background(), s.bucket, "k", "upload-1") }()
 	select {
 	case err := <-done:
 		t.Fatalf("abort during the run gave up before the endpoint answered: %v", err)
