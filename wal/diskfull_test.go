@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/logfwd/forwarder/internal/diskfree"
 	"github.com/logfwd/forwarder/internal/racedetect"
 	"github.com/logfwd/forwarder/internal/tmpfstest"
 	bolt "go.etcd.io/bbolt"
@@ -250,7 +251,7 @@ func probeEvery(t *testing.T, d time.Duration) {
 // shared disk would otherwise end a hold.
 func stubFree(t *testing.T, free int64, ok bool) {
 	freeBytes = func(string) (int64, bool) { return free, ok }
-	t.Cleanup(func() { freeBytes = fsFreeBytes })
+	t.Cleanup(func() { freeBytes = diskfree.Free })
 }
 
 // refusedCommit opens a WAL in dir (MinFreeBytes 1 MiB, closed when the

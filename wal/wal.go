@@ -14,6 +14,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/logfwd/forwarder/internal/diskfree"
 )
 
 // FileName is the WAL's file inside the data directory.
@@ -549,8 +551,10 @@ func (w *WAL) DiskFull() bool { return w.diskFull.Load() }
 // MinFreeBytes is the room kept free for commits that are not appends.
 func (w *WAL) MinFreeBytes() int64 { return w.opts.MinFreeBytes }
 
-// freeBytes is fsFreeBytes; tests replace it.
-var freeBytes = fsFreeBytes
+// freeBytes is diskfree.Free (the space an unprivileged process may still
+// take; false where it cannot be told: appends are not held for it); tests
+// replace it.
+var freeBytes = diskfree.Free
 
 // space is the room the WAL has for new pages: disk, the space the file
 // system gives an unprivileged writer (what the file grows into), and

@@ -53,6 +53,7 @@ type sinkDeps struct {
 	log      *slog.Logger
 	reg      prometheus.Registerer
 	dataDir  string
+	minFree  int64 // wal.min_free_bytes
 }
 
 // sinkBuilders make a sink's destination from its configuration, by sink type.
@@ -62,7 +63,7 @@ var sinkBuilders = map[string]func(ctx context.Context, s config.Sink, d sinkDep
 	},
 	config.SinkS3: func(ctx context.Context, s config.Sink, d sinkDeps) (sinks.Sink, error) {
 		return s3sink.New(ctx, s.Name, *s.S3, s3sink.Options{Hostname: d.hostname, Logger: d.log, Registerer: d.reg,
-			StagingDir: filepath.Join(d.dataDir, stagingDirName, s.Name), Match: s.Match})
+			StagingDir: filepath.Join(d.dataDir, stagingDirName, s.Name), StagingMinFree: 2 * d.minFree, Match: s.Match})
 	},
 }
 
@@ -79,7 +80,7 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 		if !ok {
 			return nil, nil, fmt.Errorf("sink %q (line %d): no sink of type %q", s.Name, s.Line, s.Type)
 		}
-		dest, err := build(context.Background(), s, sinkDeps{hostname: hostname(), log: log, reg: reg, dataDir: cfg.DataDir})
+		dest, err := build(context.Background(), s, sinkDeps{hostname: hostname(), log: log, reg: reg, dataDir: cfg.DataDir, minFree: int64(cfg.WAL.MinFreeBytes)})
 		if err != nil {
 			return nil, nil, fmt.Errorf("sink %q (line %d): %w", s.Name, s.Line, err)
 		}

@@ -47,6 +47,10 @@ type Options struct {
 	// sink's staging_max_bytes: <data_dir>/s3-staging/<sink name>. Empty,
 	// or staging_max_bytes 0: they are held in memory.
 	StagingDir string
+	// StagingMinFree is the space staging leaves free on its file system
+	// (twice wal.min_free_bytes: the WAL's appends keep the room between,
+	// its other commits the last of it). 0: no bound but staging_max_bytes.
+	StagingMinFree int64
 	// Match are the sink's match globs (the drainer applies them): each
 	// intent keeps them, so that Recover rebuilds an object begun under
 	// other globs than today's. Nil: intents do not keep them.
@@ -182,7 +186,7 @@ func New(ctx context.Context, name string, cfg config.S3, opts Options) (*Sink, 
 	}
 	s.memberBytes = min(max(s.maxBytes/membersPerObject, 1), maxMemberBytes)
 	if opts.StagingDir != "" && cfg.StagingMaxBytes > 0 {
-		if s.staging, err = newStaging(opts.StagingDir, int64(cfg.StagingMaxBytes), opts.Logger.With("sink", name), m); err != nil {
+		if s.staging, err = newStaging(opts.StagingDir, int64(cfg.StagingMaxBytes), opts.StagingMinFree, opts.Logger.With("sink", name), m); err != nil {
 			return nil, err
 		}
 	}

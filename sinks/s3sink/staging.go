@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/logfwd/forwarder/internal/diskfree"
 )
 
 // staging keeps the compressed members of open objects in files under one
@@ -21,10 +24,14 @@ import (
 // again (clean removes what a previous run left). No file stays open: a
 // member is written with open, write, close.
 type staging struct {
-	dir string
-	max int64 // bytes of all files at most
-	log *slog.Logger
-	m   *metrics
+	dir     string
+	max     int64 // bytes of all files at most
+	minFree int64 // bytes left free on the file system at least (0: no bound)
+	log     *slog.Logger
+	m       *metrics
+	// free tells the file system's free space (diskfree.Free; tests
+	// replace it).
+	free func(dir string) (int64, bool)
 
 	mu    sync.Mutex
 	sizes map[string]int64 // each file's length, by path
@@ -37,11 +44,15 @@ type staging struct {
 // errStagingFull is what stage returns when a member does not fit.
 var errStagingFull = errors.New("s3 staging: full")
 
-func newStaging(dir string, maxBytes int64, log *slog.Logger, m *metrics) (*staging, error) {
+// errStagingDisk is what stage returns when a member would leave less
+// than minFree on the file system.
+var errStagingDisk = errors.New("s3 staging: the disk is nearly full")
+
+func newStaging(dir string, maxBytes, minFree int64, log *slog.Logger, m *metrics) (*staging, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create staging directory: %w", err)
 	}
-	return &staging{dir: dir, max: maxBytes, log: log, m: m, sizes: map[string]int64{}}, nil
+	return &staging{dir: dir, max: maxBytes, minFree: minFree, log: log, m: m, sizes: map[string]int64{}, free: diskfree.Free}, nil
 }
 
 // path is where the open object of partition is staged.
@@ -56,6 +67,11 @@ func (st *staging) path(partition string) string {
 // would hold more than max.
 func (st *staging) stage(path string, off int64, body []byte) error {
 	end := off + int64(len(body))
+	if st.minFree > 0 && end > off {
+		if free, ok := st.free(st.dir); ok && free-(end-off) < st.minFree {
+			return errStagingDisk
+		}
+	}
 	st.mu.Lock()
 	was := st.sizes[path]
 	if grow := end - was; grow > 0 && st.total+grow > st.max {
@@ -68,6 +84,13 @@ func (st *staging) stage(path string, off int64, body []byte) error {
 	st.sizes[path] = max(end, was)
 	st.mu.Unlock()
 	err := writeAt(path, off, body, off > 0 && was > end)
+	if off == 0 && errors.Is(err, fs.ErrNotExist) && os.MkdirAll(st.dir, 0o700) == nil {
+		// The directory was removed while the sink ran (by hand, or a
+		// clean-up of the disk): made again, rather than staging nothing
+		// until a restart.
+		st.log.Warn("the S3 staging directory was removed while the sink ran: made again", "dir", st.dir)
+		err = writeAt(path, off, body, false)
+	}
 	if err == nil && end < was {
 		st.mu.Lock()
 		st.total -= was - end
@@ -172,6 +195,12 @@ func (st *staging) full(cause error, what string) {
 	total := st.total
 	st.mu.Unlock()
 	if !warn {
+		return
+	}
+	if errors.Is(cause, errStagingDisk) {
+		free, _ := st.free(st.dir)
+		st.log.Warn("S3 staging leaves the disk's last free space (twice wal.min_free_bytes) to the WAL: "+what+"; counted in forwarder_s3_staging_full_total, said at most once a minute",
+			"dir", st.dir, "staged_bytes", total, "disk_free_bytes", free, "kept_free_bytes", st.minFree)
 		return
 	}
 	if errors.Is(cause, errStagingFull) {

@@ -24,6 +24,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/diskfree"
 	"github.com/logfwd/forwarder/internal/racedetect"
 	"github.com/logfwd/forwarder/internal/tmpfstest"
 	"github.com/logfwd/forwarder/queue"
@@ -408,7 +409,7 @@ func TestStagedPieceNotWrittenIsCutOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := newStaging(filepath.Join(mnt, "archive"), int64(config.MiB), testLogger(t), m)
+	st, err := newStaging(filepath.Join(mnt, "archive"), int64(config.MiB), 0, testLogger(t), m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -821,5 +822,66 @@ func TestStagedFileAndWALEntryLostWithoutListBucket(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(s.m.stagingGivenUp); n != 1 {
 		t.Errorf("%v staged objects given up, want 1", n)
+	}
+}
+
+// TestStagingLeavesTheDiskReserve: staging refuses a piece that would
+// leave less than its minFree on the file system (the WAL's reserve), and
+// says so, even with staging_max_bytes far off.
+func TestStagingLeavesTheDiskReserve(t *testing.T) {
+	mnt := tmpfstest.Mount(t, "512k")
+	m, err := newMetrics(prometheus.NewRegistry(), "archive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged syncBuffer
+	const minFree = 256 << 10
+	st, err := newStaging(filepath.Join(mnt, "archive"), int64(config.GiB), minFree, slog.New(slog.NewTextHandler(&logged, nil)), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	piece := make([]byte, 40<<10)
+	var refused error
+	for i := 0; i < 20 && refused == nil; i++ {
+		refused = st.stage(st.path(fmt.Sprint(i)), 0, piece)
+	}
+	if !errors.Is(refused, errStagingDisk) {
+		t.Fatalf("staging 800 KiB on a disk of 512 KiB keeping 256 KiB free: %v, want errStagingDisk", refused)
+	}
+	if free, ok := diskfree.Free(mnt); !ok || free < minFree {
+		t.Fatalf("%d bytes left free (%v), want at least %d", free, ok, minFree)
+	}
+	st.full(refused, "objects are finished early")
+	if !strings.Contains(logged.String(), "S3 staging leaves the disk's last free space (twice wal.min_free_bytes) to the WAL") {
+		t.Errorf("no warning naming the reserve:\n%s", logged.String())
+	}
+}
+
+// TestStagingDirectoryMadeAgain: the staging directory removed while the
+// sink runs is made again at the next object, with a warning, rather than
+// staging nothing until a restart.
+func TestStagingDirectoryMadeAgain(t *testing.T) {
+	m, err := newMetrics(prometheus.NewRegistry(), "archive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged syncBuffer
+	dir := filepath.Join(t.TempDir(), "archive")
+	st, err := newStaging(dir, int64(config.MiB), 0, slog.New(slog.NewTextHandler(&logged, nil)), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	path := st.path("p")
+	if err := st.stage(path, 0, []byte("piece")); err != nil {
+		t.Fatalf("staging after the directory was removed: %v", err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "piece" {
+		t.Fatalf("the staged file: %q, %v", b, err)
+	}
+	if !strings.Contains(logged.String(), "the S3 staging directory was removed while the sink ran: made again") {
+		t.Errorf("no warning:\n%s", logged.String())
 	}
 }

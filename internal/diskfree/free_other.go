@@ -1,0 +1,6 @@
+//go:build !unix
+
+package diskfree
+
+// Free cannot tell the free space here.
+func Free(string) (int64, bool) { return 0, false }
