@@ -554,6 +554,7 @@ var badConfigs = []struct {
 		`24: sink "cwnames": log_stream: "${record.pod}*${tag}": has '*', which log stream names cannot hold (no : or *)`,
 		`27: sink "cwaws": log_group: "aws/${tag}": begins with aws/, which AWS keeps for its own log groups`,
 		`31: sink "cwlong": log_group: "/` + strings.Repeat("g", 520) + `/${tag}": has 522 bytes of text, over the 512 a name may hold: every name would be cut there, and what the placeholders after the cut render lost`,
+		`35: sink "newline": bucket: "my-bucket\n" must not contain white space or control characters`,
 	}},
 	{"cloudwatch_limits.yaml", []string{
 		`2: sink "cloudwatch": log_group is required`,

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/logfwd/forwarder/template"
 )
@@ -144,6 +145,10 @@ func (s3 *S3) validate(s section) {
 		s.invalid("bucket", "%q must be 3 to 63 characters long", s3.Bucket)
 	case strings.Contains(s3.Bucket, "/"):
 		s.invalid("bucket", "%q must not contain /: put prefixes in key", s3.Bucket)
+	case strings.IndexFunc(s3.Bucket, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
+		// No S3 service takes one (an environment variable read with its
+		// line's end, say): the sink would pause at its first upload.
+		s.invalid("bucket", "%q must not contain white space or control characters", s3.Bucket)
 	}
 	if t, err := template.Parse(s3.Key, template.Options{AllowSeq: true}); err != nil {
 		s.invalid("key", "%q: %v", s3.Key, err)

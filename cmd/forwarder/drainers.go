@@ -199,7 +199,7 @@ func renamedNotice(w *wal.WAL, cfg *config.Config, s config.Sink, fp string, log
 		if stored, err := queue.StoredFingerprint(w, name); err != nil || string(stored) != fp {
 			continue
 		}
-		log.Warn(fmt.Sprintf("sink %q is new, and the cursor %q, of a sink no longer configured, has its key or stream names: if the sink was renamed, it starts over from the oldest record in the WAL and sends again what it delivered under its old name (an S3 sink pauses at the first key the old name wrote, which holds that name's object); give it back the name %q to go on where it was", s.Name, name, name),
+		log.Warn(fmt.Sprintf("sink %q is new, and the cursor %q, of a sink no longer configured, has its key or stream names: if the sink was renamed, it starts over from the oldest record in the WAL and sends again what it delivered under its old name (an S3 sink renders the old name's keys: an object built the same counts as delivered, and the first one cut otherwise pauses the sink); give it back the name %q to go on where it was", s.Name, name, name),
 			"sink", s.Name, "cursor", name, "position", st.Cursors[name])
 	}
 }
