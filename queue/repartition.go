@@ -39,6 +39,20 @@ func StoredFingerprint(w *wal.WAL, name string) ([]byte, error) {
 	return w.State(name, []byte(keyFingerprint))
 }
 
+// ForgetSinkState deletes the keys of sink name's own state (what its
+// sinks.State holds) that begin with prefix, and returns how many there
+// were: what a sink of another type left under the same name.
+func ForgetSinkState(ctx context.Context, w *wal.WAL, name string, prefix []byte) (int, error) {
+	var b wal.Batch
+	if err := w.ScanState(name, stateKey(prefix), func(k, _ []byte) error {
+		b.Delete(name, append([]byte(nil), k...))
+		return nil
+	}); err != nil || b.Len() == 0 {
+		return 0, err
+	}
+	return b.Len(), w.Commit(ctx, &b)
+}
+
 // prior is what the state says of the run before this start.
 type prior struct {
 	// changed: the partitioning changed (the fingerprint or the

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -88,6 +89,7 @@ func drainerActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, lo
 			objectMemoryNotice(log, cfg, s, buffers[s.Name])
 		}
 		renamedNotice(w, cfg, s, fingerprint(s, dest), log)
+		typeChangedNotice(w, s, log)
 		d := queue.New(w, s.Name, dest, queue.Options{
 			MatchGlobs:       s.Match,
 			Fingerprint:      fingerprint(s, dest),
@@ -202,4 +204,42 @@ func renamedNotice(w *wal.WAL, cfg *config.Config, s config.Sink, fp string, log
 		log.Warn(fmt.Sprintf("sink %q is new, and the cursor %q, of a sink no longer configured, has its key or stream names: if the sink was renamed, it starts over from the oldest record in the WAL and sends again what it delivered under its old name (an S3 sink renders the old name's keys: an object built the same counts as delivered, and the first one cut otherwise pauses the sink); give it back the name %q to go on where it was", s.Name, name, name),
 			"sink", s.Name, "cursor", name, "position", st.Cursors[name])
 	}
+}
+
+// otherType is, by sink type, the other type: the prefix of its sink
+// state's intents and what they are.
+var otherType = map[string]struct{ name, prefix, what string }{
+	config.SinkS3:         {config.SinkCloudWatch, cloudwatch.IntentPrefix, "PutLogEvents calls"},
+	config.SinkCloudWatch: {config.SinkS3, s3sink.IntentPrefix, "uploads"},
+}
+
+// typeChangedNotice warns when sink s was of another type before this
+// start (its stored fingerprint, or the other type's intents, say so): it
+// goes on from the cursor the sink of the other type left, and what that
+// one left interrupted (its intents), which s cannot finish, is given up:
+// their records, after the cursor, s sends itself. Kept, they would be
+// taken for damaged work if the type were changed back.
+func typeChangedNotice(w *wal.WAL, s config.Sink, log *slog.Logger) {
+	o, ok := otherType[s.Type]
+	if !ok {
+		return
+	}
+	was := ""
+	if stored, err := queue.StoredFingerprint(w, s.Name); err == nil && len(stored) > 0 {
+		was = config.SinkS3 // a SHA-256 in hex
+		if strings.HasPrefix(string(stored), config.SinkCloudWatch+"\x00") {
+			was = config.SinkCloudWatch
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := queue.ForgetSinkState(ctx, w, s.Name, []byte(o.prefix))
+	if err != nil {
+		log.Warn(fmt.Sprintf("could not give up the interrupted %s a sink of the same name and another type left", o.what), "sink", s.Name, "error", err)
+	}
+	if was != o.name && n == 0 {
+		return
+	}
+	log.Warn(fmt.Sprintf("sink %q was of type %s before this start: of type %s now, it goes on from the cursor the %s sink left, so what that one delivered is not sent to the new destination (give the sink a new name to send it everything the WAL holds); %d interrupted %s of the %s sink are given up, their records sent by the %s sink",
+		s.Name, o.name, s.Type, o.name, n, o.what, o.name, s.Type), "sink", s.Name, "given_up", n)
 }

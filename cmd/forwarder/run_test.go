@@ -19,6 +19,7 @@ import (
 
 	"github.com/fluent/fluent-logger-golang/fluent"
 
+	"github.com/logfwd/forwarder/sinks/s3sink"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -116,33 +117,9 @@ func TestStopWhileTheWALOpens(t *testing.T) {
 func TestRunWarnsAboutARenamedSink(t *testing.T) {
 	t.Parallel()
 	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML, sinkYAML)
-	// The first run stops once its sink runs: it has stored its partitioning.
-	s := startService(t, path)
-	s.waitFor(`msg="admin listening"`, filepath.Join(dataDir, wal.FileName))
-	admin := regexp.MustCompile(`msg="admin listening" address=(\S+)`).FindStringSubmatch(s.stderr.String())
-	if admin == nil {
-		t.Fatalf("no admin address:\n%s", s.stderr.String())
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var st struct {
-			Sinks []struct {
-				State string `json:"state"`
-			} `json:"sinks"`
-		}
-		if res, err := http.Get("http://" + admin[1] + "/status"); err == nil {
-			json.NewDecoder(res.Body).Decode(&st)
-			res.Body.Close()
-		}
-		if len(st.Sinks) == 1 && st.Sinks[0].State != "starting" && st.Sinks[0].State != "recovering" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the sink does not run after 10s: %+v", st)
-		}
-	}
-	s.signal(syscall.SIGTERM)
-	if code := s.wait(5 * time.Second); code != exitOK || strings.Contains(s.stderr.String(), "is new, and the cursor") {
-		t.Fatalf("first run: exit %d, or warned:\n%s", code, s.stderr.String())
+	runUntilTheSinkRuns(t, path, dataDir)
+	if log := startStop(t, path, dataDir, syscall.SIGTERM, 5*time.Second); strings.Contains(log, "is new, and the cursor") {
+		t.Fatalf("a restart as it was warned:\n%s", log)
 	}
 	text, err := os.ReadFile(path)
 	if err != nil {
@@ -665,5 +642,95 @@ func TestRunRemovesStaleStaging(t *testing.T) {
 	ents, err := os.ReadDir(kept)
 	if err != nil || len(ents) != 0 {
 		t.Errorf("the staging sink's directory: %v, %d entries left, want it empty", err, len(ents))
+	}
+}
+
+// runUntilTheSinkRuns runs the service of the configuration at path until
+// its one sink runs (it has stored its partitioning), and stops it.
+func runUntilTheSinkRuns(t *testing.T, path, dataDir string) {
+	t.Helper()
+	// The first run stops once its sink runs: it has stored its partitioning.
+	s := startService(t, path)
+	s.waitFor(`msg="admin listening"`, filepath.Join(dataDir, wal.FileName))
+	admin := regexp.MustCompile(`msg="admin listening" address=(\S+)`).FindStringSubmatch(s.stderr.String())
+	if admin == nil {
+		t.Fatalf("no admin address:\n%s", s.stderr.String())
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var st struct {
+			Sinks []struct {
+				State string `json:"state"`
+			} `json:"sinks"`
+		}
+		if res, err := http.Get("http://" + admin[1] + "/status"); err == nil {
+			json.NewDecoder(res.Body).Decode(&st)
+			res.Body.Close()
+		}
+		if len(st.Sinks) == 1 && st.Sinks[0].State != "starting" && st.Sinks[0].State != "recovering" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sink does not run after 10s: %+v", st)
+		}
+	}
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(5 * time.Second); code != exitOK || strings.Contains(s.stderr.String(), "is new, and the cursor") || strings.Contains(s.stderr.String(), "before this start: of type") {
+		t.Fatalf("first run: exit %d, or warned:\n%s", code, s.stderr.String())
+	}
+}
+
+// TestRunWarnsAboutASinkOfAnotherType: a sink whose type changed under its
+// name is warned about at start (it goes on from the cursor the other
+// type's sink left), and what that sink left interrupted is given up, not
+// kept to be taken for damaged work later.
+func TestRunWarnsAboutASinkOfAnotherType(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML, sinkYAML)
+	runUntilTheSinkRuns(t, path, dataDir)
+	// An upload the S3 sink left interrupted (its intent).
+	w, err := wal.Open(dataDir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b wal.Batch
+	b.Put("archive", []byte("s/"+s3sink.IntentPrefix+"logs/x.json.gz"), []byte(`{"v":1}`))
+	if err := w.Commit(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cw := `sinks:
+  - name: archive
+    type: cloudwatch
+    region: us-east-1
+    endpoint: "http://127.0.0.1:1"
+    log_group: g
+    log_stream: "s-${hostname}"
+`
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(text), sinkYAML, cw, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log := startStop(t, path, dataDir, syscall.SIGTERM, 5*time.Second)
+	want := `level=WARN msg="sink \"archive\" was of type s3 before this start: of type cloudwatch now, it goes on from the cursor the s3 sink left`
+	if !strings.Contains(log, want) || !strings.Contains(log, "given_up=1") {
+		t.Errorf("log lacks the warning %q with given_up=1:\n%s", want, log)
+	}
+	if w, err = wal.Open(dataDir, wal.Options{ReadOnly: true}); err != nil {
+		t.Fatal(err)
+	}
+	left := 0
+	w.ScanState("archive", []byte("s/"+s3sink.IntentPrefix), func(k, v []byte) error { left++; return nil })
+	w.Close()
+	if left != 0 {
+		t.Errorf("%d intents of the S3 sink left", left)
+	}
+	// Started again as it is now: no warning.
+	if log := startStop(t, path, dataDir, syscall.SIGTERM, 5*time.Second); strings.Contains(log, "before this start: of type") {
+		t.Errorf("warned again at the next start:\n%s", log)
 	}
 }

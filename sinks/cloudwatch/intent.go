@@ -17,7 +17,11 @@ import (
 // intentPrefix starts the sink-state key of every intent:
 // call/<group>\x00<stream>\x00<seq of the call's first event, 20 digits>.<its part>,
 // and .<attempt> after it for an attempt above 0 (intent.Attempt).
-const intentPrefix = "call/"
+const intentPrefix = IntentPrefix
+
+// IntentPrefix starts the keys of the sink's state under which it keeps
+// its interrupted work (see intentPrefix).
+const IntentPrefix = "call/"
 
 // intentVersion is the version of the intents this build writes. Version 1
 // intents (digest: digestEvents) are still read, so that an upgrade

@@ -11,7 +11,11 @@ import (
 
 // intentPrefix starts the sink-state key of every intent:
 // intent/<object key>.
-const intentPrefix = "intent/"
+const intentPrefix = IntentPrefix
+
+// IntentPrefix starts the keys of the sink's state under which it keeps
+// its interrupted work (see intentPrefix).
+const IntentPrefix = "intent/"
 
 const intentVersion = 1
 
