@@ -5,9 +5,12 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -174,7 +177,8 @@ func gzipRepeat(b []byte, n int, first, last []byte) []byte {
 // The largest request the default limits allow, 16 MB of 100,000 records,
 // fits the default budget: it is stored, not refused as over the budget.
 func TestLargestRequestFits(t *testing.T) {
-	e := newEnv(t, withConfig(func(c *config.HTTP) { c.MaxBodyBytes = 16 * config.MiB }))
+	var logs lockedLog
+	e := newEnv(t, withLogger(slog.New(slog.NewTextHandler(&logs, nil))), withConfig(func(c *config.HTTP) { c.MaxBodyBytes = 16 * config.MiB }))
 	line := []byte(`{"log":"` + strings.Repeat("x", 150) + "\"}\n")
 	body := bytes.Repeat(line, 100_000)
 	if len(body) > 16<<20 || len(body) < 16_000_000 {
@@ -183,12 +187,16 @@ func TestLargestRequestFits(t *testing.T) {
 	if r := e.post("/v1/logs/app", body); r.status != 200 || r.body != `{"stored":100000}` {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
+	if strings.Contains(logs.String(), "a request of max_body_bytes needs more memory") {
+		t.Errorf("warned that the default limits do not fit the default budget:\n%s", logs.String())
+	}
 }
 
 // A request larger than the budget can ever hold for one is answered 413
 // at once, saying so; other clients go on.
 func TestRequestOverBudget(t *testing.T) {
-	e := newEnv(t, withConfig(func(c *config.HTTP) { c.MaxBodyBytes = 16 * config.MiB }), withBudget(4<<20))
+	var logs lockedLog
+	e := newEnv(t, withLogger(slog.New(slog.NewTextHandler(&logs, nil))), withConfig(func(c *config.HTTP) { c.MaxBodyBytes = 16 * config.MiB }), withBudget(4<<20))
 	start := time.Now()
 	r := e.post("/v1/logs/app", bytes.Repeat([]byte(`{"log":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`+"\n"), 50_000)) // 2.5 MB
 	if r.status != 413 || !strings.Contains(r.body, "needs more memory than the forwarder gives one request") || time.Since(start) > 5*time.Second {
@@ -202,6 +210,34 @@ func TestRequestOverBudget(t *testing.T) {
 	}
 	if n := len(e.records()); n != 1 {
 		t.Fatalf("%d records stored, want 1", n)
+	}
+	if !strings.Contains(logs.String(), "a request of max_body_bytes needs more memory than the inputs' budget gives one request") {
+		t.Fatalf("no warning at start that max_body_bytes does not fit the budget:\n%s", logs.String())
+	}
+}
+
+// TestLargestRequestSaidAtStart: with a budget too small for a request of
+// max_body_bytes, the start says so and names the largest request that
+// fits, which is stored.
+func TestLargestRequestSaidAtStart(t *testing.T) {
+	var logs lockedLog
+	e := newEnv(t, withLogger(slog.New(slog.NewTextHandler(&logs, nil))), withConfig(func(c *config.HTTP) { c.MaxBodyBytes = 16 * config.MiB }), withBudget(8<<20))
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "msg=listening") && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	m := regexp.MustCompile(`level=WARN msg="a request of max_body_bytes needs more memory than the inputs' budget gives one request.* largest_request=([0-9]+)(B|KiB|MiB)\b`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no warning at start that max_body_bytes does not fit the budget:\n%s", logs.String())
+	}
+	largest, _ := strconv.Atoi(m[1])
+	largest *= map[string]int{"B": 1, "KiB": 1 << 10, "MiB": 1 << 20}[m[2]]
+	if largest < 512<<10 {
+		t.Fatalf("largest_request %d bytes with a budget of 8 MiB", largest)
+	}
+	line := []byte(`{"log":"` + strings.Repeat("x", 150) + "\"}\n")
+	body := bytes.Repeat(line, largest/len(line))
+	if r := e.post("/v1/logs/app", body); r.status != 200 {
+		t.Fatalf("a request of the largest_request said (%d bytes): %d %s", len(body), r.status, r.body)
 	}
 }
 

@@ -151,6 +151,16 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 	return s
 }
 
+// requestMemory is about what a request of n bytes (decompressed) and at
+// most records records takes of the memory budget while it is parsed: its
+// body, the records' JSON, and the records.
+func requestMemory(n, records int64) int64 {
+	return n + bodySlack + n + min(records, n/3)*inputs.RecordSize
+}
+
+// bodySlack is what a body's buffer may hold beyond its bytes as it grows.
+const bodySlack = 64 << 10
+
 // h2Window is an HTTP/2 stream's flow control window (the least HTTP/2
 // allows), and a quarter of its connection's: a request that waits for
 // the budget holds a quarter of what its connection may send ahead.
@@ -276,6 +286,12 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Unlock()
 	if ln == nil {
 		return errors.New("httpin: Serve called before Start")
+	}
+	if need := requestMemory(int64(s.cfg.MaxBodyBytes), int64(s.cfg.MaxRecordsPerRequest)); need > s.p.Budget.Limit() {
+		largest := max((s.p.Budget.Limit()-bodySlack-int64(s.cfg.MaxRecordsPerRequest)*inputs.RecordSize)/2, 0)
+		s.log.Warn("a request of max_body_bytes needs more memory than the inputs' budget gives one request: requests larger than about largest_request may be refused (413, over_memory_budget); raise memory_limit or lower max_body_bytes",
+			"max_body_bytes", s.cfg.MaxBodyBytes, "memory_needed", config.Size(need), "budget", config.Size(s.p.Budget.Limit()),
+			"largest_request", config.Size(largest))
 	}
 	s.log.Info("listening", "input", input, "address", ln.Addr().String(), "tls", tlsConfig != nil, "token", s.cfg.Token != "")
 	errc := make(chan error, 1)
