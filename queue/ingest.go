@@ -193,6 +193,7 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 			// Delivered before the partitioning changed (repartition.go).
 			if !back {
 				d.skipped.Inc()
+				l.skippedUnlogged++
 			}
 			continue
 		}
@@ -224,6 +225,7 @@ func (l *loop) ingest(recs []wal.Record, now time.Time, back bool) error {
 			if m, ok := l.marks.get(key); ok && r.Seq <= m {
 				if !back {
 					d.skipped.Inc()
+					l.skippedUnlogged++
 				}
 				continue
 			}

@@ -68,6 +68,7 @@ type loop struct {
 	delivered, deadLettered uint64
 	failures                map[string]int // failed sends by class/reason since the last summary
 	deadReasons             map[string]int // records dead-lettered by reason since the last summary
+	skippedUnlogged         int            // records skipped as delivered before (by a mark) since the last summary
 	// Records the head reader read since the last routing check: those
 	// for this sink and those its match refused, with a few of their tags.
 	matched, unmatched int

@@ -3,7 +3,10 @@ package queue
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -178,9 +182,21 @@ func checkEarlierMarks(t *testing.T, s sinks.Sink, ts *testSink, opts Options, s
 	}
 	m := NewMetrics(nil)
 	opts.Metrics = m
+	var logs syncbuf.Buffer
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	r := start(w, "s", s, opts)
 	waitCursor(t, w, "s", last, 10*time.Second)
 	r.stop(t)
+	// The skips are said (by the summary at the stop at the latest).
+	said := regexp.MustCompile(`msg="records not sent again: their partitions had delivered them before this start.* skipped=([0-9]+)`).FindAllStringSubmatch(logs.String(), -1)
+	n := 0
+	for _, m := range said {
+		k, _ := strconv.Atoi(m[1])
+		n += k
+	}
+	if n != len(skipped) {
+		t.Errorf("the log says %d records skipped, want %d:\n%s", n, len(skipped), logs.String())
+	}
 	got, _, _ := ts.snapshot()
 	for seq := uint64(1); seq <= last; seq++ {
 		if want := map[bool]int{true: 0, false: 1}[skipped[seq] || unmatched[seq]]; got[seq] != want {

@@ -118,10 +118,15 @@ func (l *loop) summarize(now time.Time) {
 // summarizeNow is summarize, whenever the last summary was.
 func (l *loop) summarizeNow(now time.Time) {
 	evicted := l.evictedUnlogged.Swap(0)
-	if len(l.failures)+len(l.deadReasons) == 0 && evicted == 0 {
+	if len(l.failures)+len(l.deadReasons)+l.skippedUnlogged == 0 && evicted == 0 {
 		return
 	}
 	l.lastSummary = now
+	if l.skippedUnlogged > 0 {
+		l.d.log.Info("records not sent again: their partitions had delivered them before this start (forwarder_sink_skipped_delivered_records_total)",
+			"interval", l.d.opts.SummaryInterval, "skipped", l.skippedUnlogged)
+		l.skippedUnlogged = 0
+	}
 	if len(l.deadReasons) > 0 {
 		args := []any{"interval", l.d.opts.SummaryInterval}
 		args = append(args, countArgs(l.deadReasons)...)
