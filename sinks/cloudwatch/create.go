@@ -156,7 +156,7 @@ func (s *Sink) classifyCreate(err error, op, group, stream string) error {
 	case kmsRefused(err):
 		return sinks.NewRetryable("AccessDeniedException", fmt.Errorf("%s of log group %q was refused its KMS key: check that kms_key_id of sink %q names an enabled key whose key policy allows the service principal logs.<region>.amazonaws.com (kms:Encrypt*, kms:Decrypt*, kms:ReEncrypt*, kms:GenerateDataKey*, kms:Describe*): %w",
 			op, group, s.name, awserr.Clean(err)))
-	case op == "CreateLogGroup" && len(s.cfg.Tags) > 0 && accessDenied(err) && errors.As(err, &ae):
+	case op == "CreateLogGroup" && len(s.cfg.Tags) > 0 && accessDenied(err) && !s.outcomes.othersTake(group, time.Now()) && errors.As(err, &ae):
 		// Tags on a new group need logs:TagResource as well.
 		return sinks.NewSinkPermanent(ae.ErrorCode(), fmt.Errorf("the credentials may not create log group %q: grant logs:CreateLogGroup and, as sink %q sets tags, logs:TagResource on it: %w",
 			group, s.name, awserr.Clean(err)))
@@ -174,7 +174,7 @@ func (s *Sink) classifyCreate(err error, op, group, stream string) error {
 			"%s of log group %q: the account's quota is reached (LimitExceededException): delete unused log groups or ask for a higher quota, or name fewer groups in sink %q: %w",
 			op, group, s.name, awserr.Clean(err)))
 	}
-	return classify(err, group, stream)
+	return s.classifyDenied(err, group, stream)
 }
 
 // ensureGroup creates the group unless it is known to exist. Streams of a

@@ -65,6 +65,10 @@ type proxy struct {
 	// logs:Unmask, or a group that does not take it).
 	mask       bool
 	denyUnmask string
+	// denied are groups the credentials may not touch: every call naming
+	// one is refused with AccessDeniedException, as IAM refuses a policy's
+	// resources.
+	denied map[string]bool
 }
 
 func newProxy(t testing.TB, target string, rule func(op string, n int) string) *proxy {
@@ -94,13 +98,25 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	var in struct {
+		LogGroupName  string
 		LogStreamName string
 		Unmask        bool
 	}
 	_ = json.Unmarshal(body, &in)
 	p.mu.Lock()
-	mask, denyUnmask := p.mask, p.denyUnmask
+	mask, denyUnmask, denied := p.mask, p.denyUnmask, p.denied[in.LogGroupName]
 	p.mu.Unlock()
+	if denied {
+		p.mu.Lock()
+		p.n[op]++
+		p.mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.Header().Set("X-Amzn-ErrorType", "AccessDeniedException")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"__type":"AccessDeniedException","message":"User: arn:aws:sts::111122223333:assumed-role/forwarder/i-0 is not authorized to perform: logs:%s on resource: arn:aws:logs:us-east-1:111122223333:log-group:%s:log-stream:%s because no identity-based policy allows the logs:%s action"}`,
+			op, in.LogGroupName, in.LogStreamName, op)
+		return
+	}
 	if op == "GetLogEvents" && mask {
 		p.mu.Lock()
 		p.n[op]++
@@ -195,6 +211,16 @@ func landPuts(op string, n int) string {
 func (p *proxy) setStream(stream, what string) {
 	p.mu.Lock()
 	p.byStream[stream] = what
+	p.mu.Unlock()
+}
+
+// deny makes the credentials refused on group (or allowed again).
+func (p *proxy) deny(group string, on bool) {
+	p.mu.Lock()
+	if p.denied == nil {
+		p.denied = map[string]bool{}
+	}
+	p.denied[group] = on
 	p.mu.Unlock()
 }
 
@@ -1504,6 +1530,41 @@ func TestGroupTagsRefused(t *testing.T) {
 	}
 }
 
+// TestGroupDeniedWhileOthersWrite: a group the credentials may not write
+// (an IAM policy allowing some groups only) while other groups take events
+// holds back its own records, retried, not the whole sink: the other
+// groups go on, nothing is dead-lettered, and once allowed it gets them.
+func TestGroupDeniedWhileOthersWrite(t *testing.T) {
+	e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) {
+		c.LogGroup, c.LogStream = "${tag}", "s"
+	}})
+	p.deny("forbidden", true)
+	e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "good", Body: []byte(`{"log":"first"}`)})
+	appended := false
+	d := e.runUntil(func(d *queue.Drainer) bool {
+		if !appended {
+			if len(e.copies("good", "s")) == 1 { // a group took events: now the other
+				e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "forbidden", Body: []byte(`{"log":"x"}`)})
+				e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "good", Body: []byte(`{"log":"second"}`)})
+				appended = true
+			}
+			return false
+		}
+		return len(e.copies("good", "s")) == 2 && testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "retryable", "AccessDeniedException")) >= 3
+	})
+	if st := d.Status(); st.State == queue.StatePaused || st.DeadLettered != 0 || !strings.Contains(st.LastError, `log group "forbidden", though other log groups take events`) {
+		t.Errorf("status %+v: want not paused, no dead letters, an error naming the group", st)
+	}
+	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "sink_permanent", "AccessDeniedException")); n != 0 {
+		t.Errorf("%v pauses", n)
+	}
+	p.deny("forbidden", false)
+	e.rerun(cfg)
+	if got := e.copies("forbidden", "s"); got[`{"log":"x"}`] != 1 {
+		t.Errorf("forbidden holds %v once allowed", got)
+	}
+}
+
 // runUntil runs a drainer of the sink until cond holds of it (or 10 s have
 // passed, which fails the test), then stops it, cancelling its sends at
 // once, and returns it.
@@ -1749,4 +1810,34 @@ func refuseEvent(w http.ResponseWriter) {
 	w.Header().Set("X-Amzn-ErrorType", "InvalidParameterException")
 	w.WriteHeader(http.StatusBadRequest)
 	io.WriteString(w, `{"__type":"InvalidParameterException","message":"Log event too large"}`)
+}
+
+// TestEveryGroupDeniedPauses: credentials refused on every group, after
+// both took events, pause the sink once each group has been refused (no
+// group takes events any more), rather than retrying each for good.
+func TestEveryGroupDeniedPauses(t *testing.T) {
+	e, p, _ := newProxied(t, setup{mod: func(c *config.CloudWatch) {
+		c.LogGroup, c.LogStream = "${tag}", "s"
+	}})
+	for _, g := range []string{"a", "b"} {
+		e.append(wal.Record{Time: time.Now().UnixNano(), Tag: g, Body: []byte(`{"log":"first"}`)})
+	}
+	denied := false
+	d := e.runUntil(func(d *queue.Drainer) bool {
+		if !denied {
+			if len(e.copies("a", "s")) == 1 && len(e.copies("b", "s")) == 1 {
+				p.deny("a", true)
+				p.deny("b", true)
+				for _, g := range []string{"a", "b"} {
+					e.append(wal.Record{Time: time.Now().UnixNano(), Tag: g, Body: []byte(`{"log":"second"}`)})
+				}
+				denied = true
+			}
+			return false
+		}
+		return d.Status().State == queue.StatePaused // runUntil fails the test when it never is
+	})
+	if st := d.Status(); !strings.Contains(st.LastError, "AccessDeniedException") || strings.Contains(st.LastError, "though other log groups take events") {
+		t.Errorf("status %+v: want paused on AccessDeniedException", st)
+	}
 }

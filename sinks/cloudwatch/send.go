@@ -150,6 +150,7 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 		err = awserr.Refetch(ctx, s.creds, err)
 		if err == nil {
 			s.m.puts.Inc()
+			s.outcomes.note(group, false, time.Now())
 			s.known.put(key, "")
 			s.tokens.put(key, aws.ToString(res.NextSequenceToken))
 			rj := rejections(res.RejectedLogEventsInfo, evs)
@@ -180,7 +181,7 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 			created = true
 			continue
 		}
-		return nil, classify(err, group, stream)
+		return nil, s.classifyDenied(err, group, stream)
 	}
 }
 

@@ -50,6 +50,9 @@ type Options struct {
 
 // Sink is the CloudWatch Logs sink.
 type Sink struct {
+	// outcomes are the log groups' last outcomes: taken or refused
+	// (AccessDenied), for classifyDenied.
+	outcomes   groupOutcomes
 	name       string
 	hostname   string
 	cfg        config.CloudWatch
