@@ -1105,7 +1105,7 @@ func TestFirstSeq(t *testing.T) {
 	if got := w.Stats().NextSeq; got != 5000 {
 		t.Fatalf("a WAL opened before without appends begins at %d, want 5000", got)
 	}
-	if a, b := NewFirstSeq(time.Unix(1_800_000_000, 0)), NewFirstSeq(time.Unix(1_800_000_001, 0)); b-a != 1_000_000 || float64(b) != float64(int64(b)) || b >= 1<<53 {
+	if a, b := NewFirstSeq(time.Unix(1_800_000_000, 0)), NewFirstSeq(time.Unix(1_800_000_001, 0)); b-a != 1_000_000 || uint64(float64(b)) != b || b >= 1<<53 {
 		t.Fatalf("NewFirstSeq: %d then %d a second later", a, b)
 	}
 }

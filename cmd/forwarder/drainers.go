@@ -240,6 +240,6 @@ func typeChangedNotice(w *wal.WAL, s config.Sink, log *slog.Logger) {
 	if was != o.name && n == 0 {
 		return
 	}
-	log.Warn(fmt.Sprintf("sink %q was of type %s before this start: of type %s now, it goes on from the cursor the %s sink left, so what that one delivered is not sent to the new destination (give the sink a new name to send it everything the WAL holds); %d interrupted %s of the %s sink are given up, their records sent by the %s sink",
+	log.Warn(fmt.Sprintf("sink %q was of type %s before this start: of type %s now, it goes on from the cursor the %s sink left, so what that one delivered up to its cursor is not sent to the new destination, what its partitions delivered beyond it is (give the sink a new name to send it everything the WAL holds); %d interrupted %s of the %s sink are given up, their records sent by the %s sink",
 		s.Name, o.name, s.Type, o.name, n, o.what, o.name, s.Type), "sink", s.Name, "given_up", n)
 }

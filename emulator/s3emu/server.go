@@ -68,6 +68,8 @@ type Server struct {
 	failBits atomic.Uint64 // math.Float64bits of the failure rate
 	deny     atomic.Bool
 	noList   atomic.Bool // SetNoListBucket
+	deniedMu sync.Mutex
+	denied   map[string]bool // SetDenyBucket
 	rngMu    sync.Mutex
 	rng      *rand.Rand
 
@@ -156,6 +158,24 @@ func (s *Server) SetFailures(rate float64) {
 
 // SetDenyAll makes every request fail with 403 AccessDenied while on.
 func (s *Server) SetDenyAll(on bool) { s.deny.Store(on) }
+
+// SetDenyBucket makes every request about bucket fail with 403
+// AccessDenied while on, as an IAM policy that does not name the bucket.
+func (s *Server) SetDenyBucket(bucket string, on bool) {
+	s.deniedMu.Lock()
+	defer s.deniedMu.Unlock()
+	if s.denied == nil {
+		s.denied = map[string]bool{}
+	}
+	s.denied[bucket] = on
+}
+
+func (s *Server) bucketDenied(r *http.Request) bool {
+	bucket, _ := bucketKey(r)
+	s.deniedMu.Lock()
+	defer s.deniedMu.Unlock()
+	return s.denied[bucket]
+}
 
 // SetNoListBucket answers as S3 answers credentials without
 // s3:ListBucket on the bucket while on: a GetObject or HeadObject of a key
@@ -287,7 +307,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.callsMu.Unlock()
 
 	switch {
-	case s.deny.Load():
+	case s.deny.Load(), s.bucketDenied(r):
 		discardBody(r)
 		writeError(w, r, http.StatusForbidden, "AccessDenied", "Access Denied")
 		return

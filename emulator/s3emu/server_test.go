@@ -223,6 +223,17 @@ func TestSwitches(t *testing.T) {
 	}
 	srv.SetDenyAll(false)
 
+	// One bucket denied: the others answer.
+	mustBucket(t, srv, "other")
+	srv.SetDenyBucket("logs", true)
+	if err := put(); code(err) != "AccessDenied" || status(err) != http.StatusForbidden {
+		t.Errorf("bucket denied: %v, want 403 AccessDenied", err)
+	}
+	if _, err := cl.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("other"), Key: aws.String("k"), Body: bytes.NewReader([]byte("x"))}); err != nil {
+		t.Errorf("another bucket while one is denied: %v", err)
+	}
+	srv.SetDenyBucket("logs", false)
+
 	// Without s3:ListBucket, a missing key is 403, an existing one read
 	// as ever; a missing bucket is still NoSuchBucket.
 	srv.SetNoListBucket(true)

@@ -29,11 +29,13 @@ const (
 	idleTimeout              = 120 * time.Second
 	maxHeaderBytes           = 16 << 10
 	// writeTimeout bounds a request from its headers to the end of its
-	// answer: more than its body's read (readTimeout), its waits for the
-	// memory budget and the WAL, and the answer's write, so that only a
-	// client that does not read its answers meets it (its connection is
-	// closed).
-	writeTimeout = readTimeout + 2*memoryWait + storeTimeout + 15*time.Second
+	// answer: far more than its body's read (readTimeout), its waits for
+	// the memory budget and the WAL, and a commit that stalls (a disk
+	// that stops for two minutes fails /healthz), so that only a client
+	// that does not read its answers meets it (its connection is closed):
+	// an answer cut off after the records were stored would have them
+	// sent again.
+	writeTimeout = 5 * time.Minute
 	// h2Streams is how many requests an HTTP/2 connection may have at
 	// once: each holds a goroutine and its headers outside the memory
 	// budget, as an HTTP/1.1 connection holds one request's.

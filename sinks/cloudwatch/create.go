@@ -117,7 +117,7 @@ func (s *Sink) create(ctx context.Context, group, stream string) error {
 		return s.classifyCreate(groupDenied, "CreateLogGroup", group, stream)
 	case errors.As(err, &missing) && s.cfg.CreateGroup:
 		s.known.delete(groupKey) // deleted behind our back: create it on the next try
-		return sinks.NewRetryable("ResourceNotFoundException", fmt.Errorf("log group %q vanished: %w", group, err))
+		return sinks.NewRetryable("ResourceNotFoundException", fmt.Errorf("log group %q vanished (deleted while the sink ran): it is made again at the next try: %w", group, awserr.Clean(err)))
 	case errors.As(err, &missing):
 		return sinks.NewRetryable("ResourceNotFoundException", fmt.Errorf(
 			"log group %q does not exist and create_group is false: create the group or set create_group: true in sink %q", group, s.name))
@@ -167,6 +167,11 @@ func (s *Sink) classifyCreate(err error, op, group, stream string) error {
 		}
 		return sinks.NewRetryable(ae.ErrorCode(), fmt.Errorf("%s refused the parameters of log group %q, stream %q: check %s of sink %q: %w",
 			op, group, stream, check, s.name, awserr.Clean(err)))
+	case errors.As(err, &ae) && ae.ErrorCode() == "LimitExceededException" && op == "CreateLogStream":
+		// Streams have no quota of their number: a limit the service
+		// says is reached, which does not pass by itself either.
+		return sinks.NewRetryable(ae.ErrorCode(), fmt.Errorf("CreateLogStream of stream %q in log group %q: the service says a limit is reached (LimitExceededException): %w",
+			stream, group, awserr.Clean(err)))
 	case errors.As(err, &ae) && ae.ErrorCode() == "LimitExceededException":
 		// The account's quota of log groups, not a rate: it does not pass
 		// by itself, and taken for throttling it would slow every stream.

@@ -430,3 +430,19 @@ func TestThrottledCreationsRetriedQuietly(t *testing.T) {
 		t.Logf("%d streams in %v; %d CreateLogStream calls throttled, %d summary lines", n, took, throttled, lines)
 	})
 }
+
+// TestRouterRefusesAnotherTypesPartitioning: the partitioning an S3 sink
+// of the same name stored is not read as a CloudWatch sink's (it would
+// route no record to the S3 sink's marks, and say it did).
+func TestRouterRefusesAnotherTypesPartitioning(t *testing.T) {
+	s, err := New(context.Background(), "cw", baseCfg("http://127.0.0.1:1"), Options{Hostname: "h", AWS: staticAWS(), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Router([]byte(`{"key":"logs/${tag}/${seq}.json.gz","hostname":"h","key_rules":1}`), nil); err == nil || !strings.Contains(err.Error(), "not a CloudWatch sink's") {
+		t.Fatalf("an S3 sink's partitioning: %v", err)
+	}
+	if _, err := s.Router(s.Partitioning(), nil); err != nil {
+		t.Fatalf("its own: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package cloudwatch
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -271,6 +272,9 @@ func (s *Sink) Router(desc []byte, st sinks.State) (func(*sinks.Record) string, 
 	var p partitioning
 	if err := json.Unmarshal(desc, &p); err != nil {
 		return nil, fmt.Errorf("read the partitioning of an earlier configuration: %w", err)
+	}
+	if p.LogGroup == "" || p.LogStream == "" {
+		return nil, errors.New("the partitioning of an earlier configuration is not a CloudWatch sink's (a sink of another type had the name)")
 	}
 	old := &Sink{name: s.name, hostname: p.Hostname, log: s.log,
 		cfg: config.CloudWatch{LogGroup: p.LogGroup, LogStream: p.LogStream, Fallback: p.Fallback}}

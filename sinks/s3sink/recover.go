@@ -239,14 +239,21 @@ func (s *Sink) rebucket(ctx context.Context, st sinks.State, ik []byte, in *inte
 					"bucket_then", old, "key", in.Key, "upload_id", in.UploadID, "error", err)
 			}
 		}
+		s.abortOrphans(ctx, old, in.Key) // one begun before its id was kept
 		s.log.Info("finishing an interrupted upload in the sink's bucket of today: it had not landed in the one it was begun in",
 			"bucket_then", old, "bucket", s.bucket, "key", in.Key, "records", in.Records)
 	default:
-		switch st := httpStatus(err); {
-		case st == http.StatusMovedPermanently || st == http.StatusForbidden || st == http.StatusNotFound:
-		case sinks.Classify(err).Reason == "AccessDenied": // landed's, for a 403
-		default:
-			return false, err
+		// A refusal (4xx: gone, not allowed, another region) is the old
+		// bucket's only if the credentials are good: the new bucket
+		// answers them (the key there, or 404). Otherwise, or for a
+		// passing fault, it is tried again, named after the old bucket.
+		status := httpStatus(err)
+		if sinks.Classify(err).Reason == "AccessDenied" { // landed's, for a 403
+			status = http.StatusForbidden
+		}
+		refused := status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests || status == http.StatusMovedPermanently
+		if _, herr := s.head(ctx, s.bucket, in.Key, ""); !refused || herr != nil && httpStatus(herr) != http.StatusNotFound {
+			return false, sinks.NewRetryable("old_bucket", fmt.Errorf("an upload interrupted before sinks[%s].bucket changed began in bucket %s, which could not be read to tell whether it landed there: %w", s.name, old, err))
 		}
 		s.log.Warn("finishing an interrupted upload in the sink's bucket of today: the bucket it was begun in, which the sink no longer names, cannot be read to tell whether it landed there; if it did, its records are in both buckets",
 			"bucket_then", old, "bucket", s.bucket, "key", in.Key, "records", in.Records, "error", err)

@@ -362,15 +362,17 @@ func TestRecoverAfterTheBucketChanged(t *testing.T) {
 	for _, c := range []struct {
 		name      string
 		crash     string // "after the upload" or "before the upload"
-		noList    bool   // the old bucket answers 403 for a key it lacks
+		denyOld   bool   // the old bucket answers 403 to everything
+		denyAll   bool   // every bucket does (credentials refused): Recover fails, to be tried again
 		inOld     bool   // the object is in the old bucket after Recover
 		inNew     bool   // and in the new one
 		logs      string
 		recovered float64
 	}{
-		{"landed there", "after the upload", false, true, false, "had landed in the bucket it was begun in", 1},
-		{"not landed", "before the upload", false, false, true, "it had not landed in the one it was begun in", 1},
-		{"old bucket not readable", "before the upload", true, false, true, "level=WARN msg=\"finishing an interrupted upload in the sink's bucket of today: the bucket it was begun in, which the sink no longer names, cannot be read", 1},
+		{"landed there", "after the upload", false, false, true, false, "had landed in the bucket it was begun in", 1},
+		{"not landed", "before the upload", false, false, false, true, "it had not landed in the one it was begun in", 1},
+		{"old bucket not readable", "after the upload", true, false, true, true, "level=WARN msg=\"finishing an interrupted upload in the sink's bucket of today: the bucket it was begun in, which the sink no longer names, cannot be read", 1},
+		{"credentials refused", "after the upload", false, true, true, false, "", 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv, url := startEmu(t)
@@ -383,7 +385,8 @@ func TestRecoverAfterTheBucketChanged(t *testing.T) {
 			if c.crash == "before the upload" {
 				deleteObject(t, url, key)
 			}
-			srv.SetNoListBucket(c.noList)
+			srv.SetDenyBucket(bucket, c.denyOld)
+			srv.SetDenyAll(c.denyAll)
 			cfg.Bucket = "new-bucket"
 			var logs lockedBuffer
 			s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds},
@@ -392,10 +395,23 @@ func TestRecoverAfterTheBucketChanged(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			if err := s.Recover(context.Background(), st); err != nil {
+			err = s.Recover(context.Background(), st)
+			srv.SetDenyBucket(bucket, false)
+			srv.SetDenyAll(false)
+			if c.denyAll {
+				// Nothing decided: the intent names the old bucket still,
+				// and the new one holds nothing.
+				if err == nil || len(st.intents()) != 1 || !strings.Contains(err.Error(), "began in bucket "+bucket) {
+					t.Fatalf("recover with credentials refused: %v, intents %v", err, st.intents())
+				}
+				if _, err := srv.Get("new-bucket", key); err == nil {
+					t.Fatal("written to the new bucket")
+				}
+				return
+			}
+			if err != nil {
 				t.Fatalf("recover: %v\n%s", err, logs.String())
 			}
-			srv.SetNoListBucket(false)
 			old, errOld := srv.Get(bucket, key)
 			nw, errNew := srv.Get("new-bucket", key)
 			if (errOld == nil) != c.inOld || (errNew == nil) != c.inNew {
@@ -436,4 +452,16 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestRouterRefusesAnotherTypesPartitioning: the partitioning a CloudWatch
+// sink of the same name stored is not read as an S3 sink's.
+func TestRouterRefusesAnotherTypesPartitioning(t *testing.T) {
+	s := newTestSink(t, testConfig("http://127.0.0.1:1"))
+	if _, err := s.Router([]byte(`{"log_group":"g","log_stream":"s","fallback":"unknown","hostname":"h"}`), nil); err == nil || !strings.Contains(err.Error(), "not an S3 sink's") {
+		t.Fatalf("a CloudWatch sink's partitioning: %v", err)
+	}
+	if _, err := s.Router(s.Partitioning(), nil); err != nil {
+		t.Fatalf("its own: %v", err)
+	}
 }

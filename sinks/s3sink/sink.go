@@ -278,6 +278,9 @@ func (s *Sink) Router(desc []byte, st sinks.State) (func(*sinks.Record) string, 
 	if err := json.Unmarshal(desc, &p); err != nil {
 		return nil, fmt.Errorf("read the partitioning of an earlier configuration: %w", err)
 	}
+	if p.Key == "" {
+		return nil, errors.New("the partitioning of an earlier configuration is not an S3 sink's (a sink of another type had the name)")
+	}
 	keys, err := newKeyRenderer(p.Key, p.Hostname, p.KeyRules)
 	if err != nil {
 		return nil, fmt.Errorf("the key of an earlier configuration: %w", err)
