@@ -166,12 +166,15 @@ func newCreateEnv(t *testing.T, mod func(*config.CloudWatch)) *createEnv {
 
 // sendNewStreams sends one record to each of n new streams of two groups
 // at once, one Send per stream, and fails the test on any error.
-func (e *createEnv) sendNewStreams(t *testing.T, n int) {
+func (e *createEnv) sendNewStreams(t *testing.T, n int) { e.sendNewStreamsFrom(t, 0, n) }
+
+// sendNewStreamsFrom is sendNewStreams of the pods from on.
+func (e *createEnv) sendNewStreamsFrom(t *testing.T, from, n int) {
 	st := &memState{m: map[string][]byte{}}
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	now := time.Now()
-	for i := range n {
+	for i := from; i < from+n; i++ {
 		r := podRecord(fmt.Sprint("ns", i%2), fmt.Sprint("pod-", i), now, fmt.Sprint("line ", i))
 		rec := sinks.Record{Seq: uint64(i + 1), Time: r.Time, Tag: r.Tag, Body: r.Body}
 		b := &sinks.Batch{Partition: e.sink.Partition(&rec), Records: []sinks.Record{rec}, State: st, Final: true}
@@ -445,4 +448,22 @@ func TestRouterRefusesAnotherTypesPartitioning(t *testing.T) {
 	if _, err := s.Router(s.Partitioning(), nil); err != nil {
 		t.Fatalf("its own: %v", err)
 	}
+}
+
+// TestManyStreamsKeepTheirGroupsKnown: the sink's memory of groups that
+// exist holds groups only, so that more streams than it holds do not push
+// their groups out of it: a group pushed out is made again, one
+// CreateLogGroup each (paced at group_create_rate, one a second).
+func TestManyStreamsKeepTheirGroupsKnown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newCreateEnv(t, nil)
+		defer e.stop()
+		e.sink.known = newLRU(4)        // fewer than the streams
+		e.sendNewStreamsFrom(t, 0, 20)  // two groups
+		e.sendNewStreamsFrom(t, 20, 20) // new streams of the same groups
+		e.expectEachOnce(t, 40)
+		if c := e.emu.Calls("CreateLogGroup"); c != 2 {
+			t.Errorf("%d CreateLogGroup calls for two groups, want 2", c)
+		}
+	})
 }

@@ -151,7 +151,6 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 		if err == nil {
 			s.m.puts.Inc()
 			s.outcomes.note(group, false, time.Now())
-			s.known.put(key, "")
 			s.tokens.put(key, aws.ToString(res.NextSequenceToken))
 			rj := rejections(res.RejectedLogEventsInfo, evs)
 			s.m.events.Add(float64(len(evs) - len(rj)))
@@ -173,7 +172,6 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 			s.m.puts.Inc()
 			return nil, nil
 		case errors.As(err, &missing) && !created:
-			s.known.delete(key)
 			s.tokens.delete(key)
 			if err := s.create(ctx, group, stream); err != nil {
 				return nil, err

@@ -70,7 +70,7 @@ type Sink struct {
 
 	tokens *lru // stream → last nextSequenceToken
 	last   *lru // stream → what this process's calls stored at its last millisecond (prior.go)
-	known  *lru // groups and streams that exist
+	known  *lru // groups that exist (streams are not kept: a PutLogEvents says when one is missing)
 
 	intents intents // intents of calls in the sink's state
 	reads   *limiter
