@@ -33,17 +33,7 @@ func TestReplicasSharingKeys(t *testing.T) {
 		return newForwarder(t, fwdConfig{DataDir: filepath.Join(t.TempDir(), name), Forward: freeAddr(t), HTTP: freeAddr(t), Admin: freeAddr(t),
 			Sinks: []string{sink}})
 	}
-	send := func(f *forwarder, prefix string) {
-		t.Helper()
-		var b bytes.Buffer
-		for i := range 500 {
-			fmt.Fprintf(&b, `{"id":"%s%d","msg":"%s"}`+"\n", prefix, i, strings.Repeat("x", i%50))
-		}
-		code, _, body, err := postNDJSON(&http.Client{Timeout: 10 * time.Second}, f.cfg.HTTP, "app", "", b.Bytes())
-		if err != nil || code != http.StatusOK {
-			t.Fatalf("post to %s: %d %s %v", f.cfg.HTTP, code, body, err)
-		}
-	}
+	send := func(f *forwarder, prefix string) { t.Helper(); postIDs(t, f, prefix, 500) }
 
 	first, second := replica("first"), replica("second")
 	first.start()
@@ -147,17 +137,7 @@ func TestNewDataDir(t *testing.T) {
 	_, url := startS3(t)
 	sink := s3Sink("archive", url, bucket) + "    key: \"logs/${tag}/%Y/%m/%d/%H/${hostname}-${seq}.json.gz\"\n"
 	f := newForwarder(t, fwdConfig{DataDir: filepath.Join(t.TempDir(), "a"), Forward: freeAddr(t), HTTP: freeAddr(t), Admin: freeAddr(t), Sinks: []string{sink}})
-	send := func(prefix string) {
-		t.Helper()
-		var b bytes.Buffer
-		for i := range 200 {
-			fmt.Fprintf(&b, `{"id":"%s%d"}`+"\n", prefix, i)
-		}
-		code, _, body, err := postNDJSON(&http.Client{Timeout: 10 * time.Second}, f.cfg.HTTP, "app", "", b.Bytes())
-		if err != nil || code != http.StatusOK {
-			t.Fatalf("post: %d %s %v", code, body, err)
-		}
-	}
+	send := func(prefix string) { t.Helper(); postIDs(t, f, prefix, 200) }
 	f.start()
 	send("a")
 	f.waitSink("archive", 30*time.Second)
@@ -181,5 +161,19 @@ func TestNewDataDir(t *testing.T) {
 	got := readS3(t, url, bucket)
 	if len(got.Counts) != 400 || got.Lines != 400 || len(got.Bad) > 0 {
 		t.Fatalf("%d records in %d lines of %d objects (%v), want the 400 sent once each", len(got.Counts), got.Lines, got.Objects, got.Bad)
+	}
+}
+
+// postIDs posts n records of tag app, ids prefix0 to prefix<n-1>, to f's
+// HTTP input in one request, and fails the test unless they are stored.
+func postIDs(t *testing.T, f *forwarder, prefix string, n int) {
+	t.Helper()
+	var b bytes.Buffer
+	for i := range n {
+		fmt.Fprintf(&b, `{"id":"%s%d","msg":"%s"}`+"\n", prefix, i, strings.Repeat("x", i%50))
+	}
+	code, _, body, err := postNDJSON(&http.Client{Timeout: 10 * time.Second}, f.cfg.HTTP, "app", "", b.Bytes())
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("post to %s: %d %s %v", f.cfg.HTTP, code, body, err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/internal/heaptest"
+	"github.com/logfwd/forwarder/internal/syncbuf"
 )
 
 // The bounds of the probes, with the runtime's memory limit at the default
@@ -177,7 +178,7 @@ func gzipRepeat(b []byte, n int, first, last []byte) []byte {
 // The largest request the default limits allow, 16 MB of 100,000 records,
 // fits the default budget: it is stored, not refused as over the budget.
 func TestLargestRequestFits(t *testing.T) {
-	var logs lockedLog
+	var logs syncbuf.Buffer
 	e := newEnv(t, withLogger(slog.New(slog.NewTextHandler(&logs, nil))), withConfig(func(c *config.HTTP) { c.MaxBodyBytes = 16 * config.MiB }))
 	line := []byte(`{"log":"` + strings.Repeat("x", 150) + "\"}\n")
 	body := bytes.Repeat(line, 100_000)
@@ -195,7 +196,7 @@ func TestLargestRequestFits(t *testing.T) {
 // A request larger than the budget can ever hold for one is answered 413
 // at once, saying so; other clients go on.
 func TestRequestOverBudget(t *testing.T) {
-	var logs lockedLog
+	var logs syncbuf.Buffer
 	e := newEnv(t, withLogger(slog.New(slog.NewTextHandler(&logs, nil))), withConfig(func(c *config.HTTP) { c.MaxBodyBytes = 16 * config.MiB }), withBudget(4<<20))
 	start := time.Now()
 	r := e.post("/v1/logs/app", bytes.Repeat([]byte(`{"log":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`+"\n"), 50_000)) // 2.5 MB
@@ -220,7 +221,7 @@ func TestRequestOverBudget(t *testing.T) {
 // max_body_bytes, the start says so and names the largest request that
 // fits, which is stored.
 func TestLargestRequestSaidAtStart(t *testing.T) {
-	var logs lockedLog
+	var logs syncbuf.Buffer
 	e := newEnv(t, withLogger(slog.New(slog.NewTextHandler(&logs, nil))), withConfig(func(c *config.HTTP) { c.MaxBodyBytes = 16 * config.MiB }), withBudget(8<<20))
 	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(logs.String(), "msg=listening") && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)

@@ -2,7 +2,6 @@ package httpin
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/internal/nettest"
+	"github.com/logfwd/forwarder/internal/syncbuf"
 )
 
 // Accept errors that pass by themselves (no file descriptor left, no
@@ -77,7 +76,7 @@ func expectClosedAtOnce(t *testing.T, c net.Conn) {
 // every open one has sent an authenticated request; once one closes, a new
 // one is served.
 func TestMaxConnections(t *testing.T) {
-	var logs lockedLog
+	var logs syncbuf.Buffer
 	e := newEnv(t, withLogger(slog.New(slog.NewTextHandler(&logs, nil))), withConfig(func(c *config.HTTP) { c.MaxConnections = 2; c.Token = "tok" }))
 	open := func() float64 { return testutil.ToFloat64(e.m.Connections.WithLabelValues(input)) }
 	waitOpen := func(n float64) {
@@ -119,7 +118,7 @@ func TestMaxConnections(t *testing.T) {
 // oldest of them, which is closed and counted. A request without the token
 // is answered 401 and its connection closed.
 func TestUnauthenticatedConnectionsGiveWay(t *testing.T) {
-	var logs lockedLog
+	var logs syncbuf.Buffer
 	e := newEnv(t, withLogger(slog.New(slog.NewTextHandler(&logs, nil))), withConfig(func(c *config.HTTP) { c.MaxConnections = 3; c.Token = "tok" }))
 	var idle []net.Conn
 	for range 3 {
@@ -272,23 +271,4 @@ func TestEvictedBeforeItsHandlerStoresNothing(t *testing.T) {
 	if n := len(e.records()); n != 1 {
 		t.Errorf("%d records stored, want the newer connection's alone", n)
 	}
-}
-
-// lockedLog is a log's output written by the server's goroutines and read
-// by the test.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }

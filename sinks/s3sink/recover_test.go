@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -388,7 +388,7 @@ func TestRecoverAfterTheBucketChanged(t *testing.T) {
 			srv.SetDenyBucket(bucket, c.denyOld)
 			srv.SetDenyAll(c.denyAll)
 			cfg.Bucket = "new-bucket"
-			var logs lockedBuffer
+			var logs syncbuf.Buffer
 			s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds},
 				Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			if err != nil {
@@ -434,24 +434,6 @@ func TestRecoverAfterTheBucketChanged(t *testing.T) {
 			}
 		})
 	}
-}
-
-// lockedBuffer is a log's output, written by the sink and read by a test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestRouterRefusesAnotherTypesPartitioning: the partitioning a CloudWatch
