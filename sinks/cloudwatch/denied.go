@@ -38,8 +38,19 @@ type groupOutcome struct {
 func (g *groupOutcomes) note(group string, denied bool, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.last == nil || len(g.last) >= maxGroupOutcomes {
+	if g.last == nil {
 		g.last = map[string]groupOutcome{}
+	}
+	if _, ok := g.last[group]; !ok && len(g.last) >= maxGroupOutcomes {
+		// Only outcomes within deniedWindow count: the older go first.
+		for name, o := range g.last {
+			if now.Sub(o.at) > deniedWindow {
+				delete(g.last, name)
+			}
+		}
+		if len(g.last) >= maxGroupOutcomes {
+			g.last = map[string]groupOutcome{}
+		}
 	}
 	g.last[group] = groupOutcome{denied, now}
 }
