@@ -15,10 +15,13 @@ import (
 // deniedWindow: an AccessDenied for one log group is taken for that
 // group's alone when another group took events within it, and has not been
 // refused since (an IAM policy that allows some groups only: /eks/*, and a
-// group the template rendered outside them). Streams with records send at
-// least every flush_interval, so credentials refused everywhere are seen
-// on every group, and pause the sink, within about this.
-const deniedWindow = 30 * time.Second
+// group the template rendered outside them). Credentials refused
+// everywhere are seen on each group that sends, which pauses the sink at
+// once; a group that took events and sent nothing since holds the pause
+// off for at most this. It outlasts a paused sink's 30 s between tries
+// and a partition's backoff, so that a denied group among groups that send
+// now and then does not pause and unpause the sink in turn.
+const deniedWindow = 2 * time.Minute
 
 // maxGroupOutcomes bounds the groups whose last outcome is kept.
 const maxGroupOutcomes = 10_000

@@ -170,6 +170,7 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 			// This very batch was accepted before (a resend after a lost answer).
 			s.tokens.put(key, aws.ToString(dup.ExpectedSequenceToken))
 			s.m.puts.Inc()
+			s.outcomes.note(group, false, time.Now())
 			return nil, nil
 		case errors.As(err, &missing) && !created:
 			s.tokens.delete(key)

@@ -252,7 +252,23 @@ func (s *Sink) rebucket(ctx context.Context, st sinks.State, ik []byte, in *inte
 			status = http.StatusForbidden
 		}
 		refused := status >= 400 && status < 500 && status != http.StatusRequestTimeout && status != http.StatusTooManyRequests || status == http.StatusMovedPermanently
-		if _, herr := s.head(ctx, s.bucket, in.Key, ""); !refused || herr != nil && httpStatus(herr) != http.StatusNotFound {
+		_, herr := s.head(ctx, s.bucket, in.Key, "")
+		switch {
+		case refused && herr != nil && httpStatus(herr) == http.StatusForbidden:
+			// Both refuse: the credentials, or the new bucket's
+			// permissions, are at fault as much as the old bucket. Paused
+			// until fixed; nothing is decided meanwhile.
+			return false, sinks.NewSinkPermanent("AccessDenied", &actionError{
+				msg: fmt.Sprintf("an upload interrupted before sinks[%s].bucket changed began in bucket %s, which refuses to be read (%v), and bucket %s refuses too (HTTP 403): "+
+					"allow s3:GetObject and s3:ListBucket on arn:aws:s3:::%s and arn:aws:s3:::%s to the forwarder's credentials, or fix the credentials", s.name, old, err, s.bucket, old, s.bucket),
+				code: "AccessDenied", err: herr,
+			})
+		case refused && herr != nil && httpStatus(herr) != http.StatusNotFound:
+			if c := s.classify(herr); sinks.Classify(c).Class == sinks.SinkPermanent {
+				return false, c // no credentials, expired ones: said as for any call
+			}
+			fallthrough
+		case !refused:
 			return false, sinks.NewRetryable("old_bucket", fmt.Errorf("an upload interrupted before sinks[%s].bucket changed began in bucket %s, which could not be read to tell whether it landed there: %w", s.name, old, err))
 		}
 		s.log.Warn("finishing an interrupted upload in the sink's bucket of today: the bucket it was begun in, which the sink no longer names, cannot be read to tell whether it landed there; if it did, its records are in both buckets",

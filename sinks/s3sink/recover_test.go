@@ -401,8 +401,11 @@ func TestRecoverAfterTheBucketChanged(t *testing.T) {
 			if c.denyAll {
 				// Nothing decided: the intent names the old bucket still,
 				// and the new one holds nothing.
-				if err == nil || len(st.intents()) != 1 || !strings.Contains(err.Error(), "began in bucket "+bucket) {
+				if err == nil || len(st.intents()) != 1 || !strings.Contains(err.Error(), "began in bucket "+bucket) || !strings.Contains(err.Error(), "allow s3:GetObject and s3:ListBucket") {
 					t.Fatalf("recover with credentials refused: %v, intents %v", err, st.intents())
+				}
+				if c := sinks.Classify(err).Class; c != sinks.SinkPermanent {
+					t.Fatalf("recover with credentials refused: %v, want the sink paused (sink-permanent)", c)
 				}
 				if _, err := srv.Get("new-bucket", key); err == nil {
 					t.Fatal("written to the new bucket")
