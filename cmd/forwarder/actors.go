@@ -107,16 +107,16 @@ func reportFailure(log *slog.Logger) func(name string, err error) {
 // commits return (not while a sink is paused or the WAL is full: a restart fixes neither;
 // a commit stalled for wal.StallAfter lets the watchdog's SIGABRT write every goroutine's
 // stack to the journal, and the restart that follows), and tells systemd
-// when the service begins to stop. Added last, it is the first actor stopped, so
-// STOPPING=1 goes out as the shutdown begins.
-func systemdActor(w durableLog, log *slog.Logger) actor {
+// when the service begins to stop, and how long the stop may take (stopWithin). Added
+// last, it is the first actor stopped, so STOPPING=1 goes out as the shutdown begins.
+func systemdActor(w durableLog, log *slog.Logger, stopWithin time.Duration) actor {
 	return actor{
 		name: "systemd watchdog",
 		run: func(ctx context.Context) error {
 			return sdnotify.Watchdog(ctx, func() bool { return w.Err() == nil && !w.Stalled() })
 		},
 		stop: func(context.Context) error {
-			if err := sdnotify.Stopping(); err != nil {
+			if err := sdnotify.Stopping(stopWithin); err != nil {
 				log.Warn("cannot tell systemd that the service is stopping", "error", err)
 			}
 			return nil

@@ -155,7 +155,9 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 		return nil
 	}})
 
-	g.add(systemdActor(w, log)) // last added, first stopped: STOPPING=1 as the shutdown begins
+	// Last added, first stopped: STOPPING=1 as the shutdown begins, asking for
+	// shutdown_timeout and a margin for what follows the drain (closing the WAL).
+	g.add(systemdActor(w, log, time.Duration(cfg.ShutdownTimeout)+15*time.Second))
 
 	log.Info("started", "version", currentVersion(), "config", configPath, "pid", os.Getpid())
 	if err := sdnotify.Ready(fmt.Sprintf("WAL %d records; %d sinks", w.Stats().Records, len(cfg.Sinks))); err != nil {

@@ -418,7 +418,8 @@ func TestRunAcceptsForwardRecords(t *testing.T) {
 }
 
 // Under systemd (Type=notify) the service says READY=1 once it listens, pings the
-// watchdog, and says STOPPING=1 when it begins to stop.
+// watchdog, and says STOPPING=1 when it begins to stop, asking for shutdown_timeout (5 s
+// here) and 15 s more before systemd's SIGKILL.
 func TestRunNotifiesSystemd(t *testing.T) {
 	t.Parallel()
 	sock := filepath.Join(t.TempDir(), "notify.sock")
@@ -455,14 +456,19 @@ func TestRunNotifiesSystemd(t *testing.T) {
 		}
 	}
 	s.signal(syscall.SIGTERM)
-	stopping := false
-	for !stopping {
+	stopping := ""
+	for stopping == "" {
 		select {
 		case m := <-got:
-			stopping = strings.Contains(m, "STOPPING=1")
+			if strings.Contains(m, "STOPPING=1") {
+				stopping = m
+			}
 		case <-deadline:
 			t.Fatal("never got STOPPING=1")
 		}
+	}
+	if !strings.Contains(stopping, "EXTEND_TIMEOUT_USEC=20000000") {
+		t.Errorf("STOPPING=1 without the time the stop may take: %q", stopping)
 	}
 	if code := s.wait(10 * time.Second); code != exitOK {
 		t.Fatalf("exit %d", code)

@@ -32,8 +32,16 @@ func Ready(status string) error {
 }
 
 // Stopping tells systemd that the service is shutting down, so that it shows the unit as
-// deactivating rather than as a service that stopped answering.
-func Stopping() error { return notify(daemon.SdNotifyStopping) }
+// deactivating rather than as a service that stopped answering. With within > 0 it also
+// asks for that long to stop (EXTEND_TIMEOUT_USEC, systemd 236 and later): a
+// shutdown_timeout above the unit's TimeoutStopSec= is then not cut short by its SIGKILL.
+func Stopping(within time.Duration) error {
+	state := daemon.SdNotifyStopping
+	if within > 0 {
+		state += fmt.Sprintf("\nEXTEND_TIMEOUT_USEC=%d", within.Microseconds())
+	}
+	return notify(state)
+}
 
 // Status sets the one-line status that `systemctl status` shows.
 func Status(s string) error { return notify(statusLine(s)) }

@@ -116,10 +116,15 @@ func TestStatusNewline(t *testing.T) {
 
 func TestStopping(t *testing.T) {
 	s := listen(t)
-	if err := Stopping(); err != nil {
+	if err := Stopping(0); err != nil {
 		t.Fatal(err)
 	}
 	s.want("STOPPING=1")
+	// With the time the stop may take: systemd waits that long before its SIGKILL.
+	if err := Stopping(75 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s.want("STOPPING=1\nEXTEND_TIMEOUT_USEC=75000000")
 }
 
 // The environment stays as it was: a second notification reaches systemd too.
@@ -128,7 +133,7 @@ func TestNotifyKeepsEnvironment(t *testing.T) {
 	if err := Ready(""); err != nil {
 		t.Fatal(err)
 	}
-	if err := Stopping(); err != nil {
+	if err := Stopping(0); err != nil {
 		t.Fatal(err)
 	}
 	s.want("READY=1")
@@ -142,7 +147,7 @@ func TestNoSocketIsNoOp(t *testing.T) {
 	for name, f := range map[string]func() error{
 		"Ready":    func() error { return Ready("started") },
 		"Status":   func() error { return Status("running") },
-		"Stopping": Stopping,
+		"Stopping": func() error { return Stopping(time.Minute) },
 	} {
 		if err := f(); err != nil {
 			t.Errorf("%s without NOTIFY_SOCKET: %v, want nil", name, err)
