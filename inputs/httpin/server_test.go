@@ -543,7 +543,9 @@ func TestClientThatDoesNotReadIsClosed(t *testing.T) {
 	if d := newEnv(t).s.srv.WriteTimeout; d <= readTimeout+2*memoryWait+storeTimeout {
 		t.Fatalf("WriteTimeout %v: a request reading its body for %v and waiting %v for memory and %v for the WAL could not be answered", d, readTimeout, 2*memoryWait, storeTimeout)
 	}
-	e := newEnv(t, withWriteTimeout(time.Second))
+	// The server's socket buffers a few answers only, so that its writes
+	// block soon, however slowly it answers (a loaded machine, -race).
+	e := newEnv(t, withWriteTimeout(time.Second), withListener(func(ln net.Listener) net.Listener { return smallSendBuffer{ln} }))
 	c, err := net.Dial("tcp", e.s.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -571,12 +573,12 @@ func TestClientThatDoesNotReadIsClosed(t *testing.T) {
 	if conns() == 0 {
 		t.Fatal("the connection was never counted")
 	}
-	deadline = time.Now().Add(8 * time.Second)
+	deadline = time.Now().Add(20 * time.Second)
 	for conns() > 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if n := conns(); n > 0 {
-		t.Fatalf("a client that reads no answer still holds %v connection(s) after 8 s (WriteTimeout 1 s)", n)
+		t.Fatalf("a client that reads no answer still holds %v connection(s) after 20 s (WriteTimeout 1 s)", n)
 	}
 	c.Close()
 	<-wrote
@@ -609,4 +611,15 @@ func TestUncleanPathIsNotFound(t *testing.T) {
 	if st := e.w.Stats(); st.NextSeq != 1 {
 		t.Errorf("records stored: next seq %d", st.NextSeq)
 	}
+}
+
+// smallSendBuffer gives each accepted connection a send buffer of 4 KiB.
+type smallSendBuffer struct{ net.Listener }
+
+func (l smallSendBuffer) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetWriteBuffer(4 << 10)
+	}
+	return c, err
 }
