@@ -36,13 +36,14 @@ func newLimitListener(ln net.Listener, max int, m *inputs.Metrics, log *slog.Log
 // refused counts and logs a connection closed for reason: the first of a
 // minute as a warning, the others at debug level.
 func (l *limitListener) refused(reason, msg, remote string) {
-	l.metrics.Rejected.WithLabelValues(input, reason).Inc()
 	args := []any{"remote", remote, "reason", reason, "max_connections", l.max}
 	if n, ok := l.rejects.Allow(reason, time.Now()); ok {
 		l.log.Warn(msg, append(args, "same_reason_not_logged_in_last_minute", n)...)
 	} else {
 		l.log.Debug(msg, args...)
 	}
+	// Counted once said: what reads the count finds the line written.
+	l.metrics.Rejected.WithLabelValues(input, reason).Inc()
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
