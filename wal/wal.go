@@ -92,7 +92,7 @@ type Options struct {
 
 	// FirstSeq is the sequence number of a new file's first record; 0: 1.
 	// The service takes it from the clock (NewFirstSeq), so that a WAL
-	// started anew (a new data_dir, a volume lost) never numbers its
+	// started anew (a new data_dir, a volume lost) does not number its
 	// records as an earlier one did: S3 keys with ${seq} stay apart.
 	FirstSeq uint64
 
@@ -268,7 +268,7 @@ func Open(dir string, opts Options) (*WAL, error) {
 		}
 	}
 	if !existed {
-		w.log.Info("wal: created a new WAL (there was none in data_dir): records another data_dir or a lost volume holds are not read", "path", path, "first_seq", st.nextSeq)
+		w.log.Info("wal: created a new WAL (there was none in data_dir): records in another data_dir or on a lost volume are not read", "path", path, "first_seq", st.nextSeq)
 	}
 	w.st = st
 	w.appended.reset(st.nextSeq)
