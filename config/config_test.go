@@ -783,3 +783,19 @@ func TestBucketNameProblem(t *testing.T) {
 		}
 	}
 }
+
+func TestUnknownRegion(t *testing.T) {
+	for region, want := range map[string]string{
+		"us-east-1":          "",
+		"fips-us-east-1":     "",
+		"us-gov-west-1-fips": "",
+		"aws-global":         "",
+		"eu-wset-1":          `"eu-wset-1" is not a region this build knows (did you mean "eu-west-1"?)`,
+		"zz-far-away-9":      `"zz-far-away-9" is not a region this build knows:`,
+	} {
+		got := UnknownRegion(region)
+		if want == "" && got != "" || want != "" && !strings.HasPrefix(got, want) {
+			t.Errorf("UnknownRegion(%q) = %q, want %q...", region, got, want)
+		}
+	}
+}

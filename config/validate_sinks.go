@@ -135,6 +135,32 @@ func RegionProblem(region string) string {
 	return fmt.Sprintf("%q is not an AWS region's name (such as us-east-1 or eu-west-3)", region)
 }
 
+// knownRegions are the AWS regions this build knows the names of (those
+// of the AWS SDK's endpoint partitions when it was built).
+var knownRegions = []string{
+	"af-south-1", "ap-east-1", "ap-east-2", "ap-northeast-1", "ap-northeast-2", "ap-northeast-3",
+	"ap-south-1", "ap-south-2", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4",
+	"ap-southeast-5", "ap-southeast-6", "ap-southeast-7", "ca-central-1", "ca-west-1", "cn-north-1",
+	"cn-northwest-1", "eu-central-1", "eu-central-2", "eu-isoe-west-1", "eu-north-1", "eu-south-1",
+	"eu-south-2", "eu-west-1", "eu-west-2", "eu-west-3", "eusc-de-east-1", "il-central-1", "me-central-1",
+	"me-south-1", "me-west-1", "mx-central-1", "sa-east-1", "sa-west-1", "us-east-1", "us-east-2",
+	"us-gov-east-1", "us-gov-west-1", "us-iso-east-1", "us-iso-west-1", "us-isob-east-1", "us-isob-west-1",
+	"us-isof-east-1", "us-isof-south-1", "us-west-1", "us-west-2",
+}
+
+// UnknownRegion says, for a region of AWS's form (RegionProblem is "") that
+// this build does not know, that it may be misspelt, and the known one it
+// is nearest to; "" for a known region. Not an error: AWS adds regions
+// after a build.
+func UnknownRegion(region string) string {
+	r := strings.TrimSuffix(strings.TrimPrefix(region, "fips-"), "-fips")
+	if slices.Contains(knownRegions, r) || strings.HasSuffix(r, "-global") {
+		return ""
+	}
+	return fmt.Sprintf("%q is not a region this build knows%s: a misspelt one builds an endpoint that does not resolve, and the sink retries, unreachable, for ever (a region newer than this build works)",
+		region, didYouMean(r, knownRegions))
+}
+
 func (s3 *S3) validate(s section) {
 	switch n := len(s3.Bucket); {
 	case n == 0:

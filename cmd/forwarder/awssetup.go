@@ -66,6 +66,8 @@ func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems co
 					from, at = "the region from the service's environment (AWS_REGION, AWS_DEFAULT_REGION) or the shared config's profile", s.Line
 				}
 				problems = append(problems, config.Problem{File: path, Line: at, Msg: fmt.Sprintf("sink %q: %s: %s; for a service other than AWS, set endpoint", s.Name, from, msg)})
+			} else if msg := config.UnknownRegion(ac.Region); msg != "" {
+				ws = append(ws, warning{msg: "region " + msg, about: "sink", name: s.Name})
 			}
 			var msgs []keyProblem
 			if s.S3 != nil {

@@ -486,3 +486,21 @@ func storageClasses() []string {
 	}
 	return out
 }
+
+// A region of AWS's form that this build does not know is a warning (a new region
+// works), naming the known one it is nearest to; known ones, and sinks with an endpoint
+// of their own, are not warned about.
+func TestCheckWarnsAboutUnknownRegion(t *testing.T) {
+	t.Parallel()
+	path, _ := writeConfig(t, inputsYAML, adminYAML, `sinks:
+  - {name: typo, type: cloudwatch, log_group: g, log_stream: "s-${hostname}", region: us-esat-1}
+  - {name: known, type: cloudwatch, log_group: g, log_stream: "s-${hostname}", region: ap-southeast-7}
+  - {name: fips, type: cloudwatch, log_group: g, log_stream: "s-${hostname}", region: fips-us-gov-west-1}
+  - {name: local, type: cloudwatch, log_group: g, log_stream: "s-${hostname}", region: xx-nowhere-9, endpoint: "http://127.0.0.1:1"}
+`)
+	r := forwarderCmdEnv(t, awsEnv, "check", "-c", path)
+	want := `warning: region "us-esat-1" is not a region this build knows (did you mean "us-east-1"?): a misspelt one builds an endpoint that does not resolve, and the sink retries, unreachable, for ever (a region newer than this build works) (sink typo)`
+	if r.code != exitOK || !strings.Contains(r.stderr, want) || strings.Count(r.stderr, "is not a region this build knows") != 1 {
+		t.Errorf("check: exit %d\nstderr %q\nwant exit 0 and the one warning %q", r.code, r.stderr, want)
+	}
+}
