@@ -1,7 +1,11 @@
 package s3emu
 
 import (
+	"bytes"
+	"encoding/xml"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -45,7 +49,64 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request, op string) {
 			element{"Condition", "If-None-Match"})
 		return
 	}
+	if op == "CompleteMultipartUpload" && !s.partsLargeEnough(w, r) {
+		return
+	}
 	s.s3.ServeHTTP(w, r)
+}
+
+// minPartSize is the least a multipart upload's part may hold, but its
+// last: S3 refuses the completion of an upload with a smaller one.
+const minPartSize = 5 << 20
+
+// partsLargeEnough answers 400 EntityTooSmall, as S3 does, to a
+// CompleteMultipartUpload that names a part other than its last of less
+// than minPartSize, and reports false; the part sizes come from gofakes3
+// (ListParts), which does not check them. The request's body is read and
+// put back for gofakes3.
+func (s *Server) partsLargeEnough(w http.ResponseWriter, r *http.Request) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+	if err != nil {
+		return true // gofakes3 answers the broken request
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var req struct {
+		Parts []struct {
+			PartNumber int `xml:"PartNumber"`
+		} `xml:"Part"`
+	}
+	if xml.Unmarshal(body, &req) != nil || len(req.Parts) < 2 {
+		return true
+	}
+	u := *r.URL
+	u.RawQuery = url.Values{"uploadId": {r.URL.Query().Get("uploadId")}, "max-parts": {"10000"}}.Encode()
+	probe, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.String(), nil)
+	if err != nil {
+		return true
+	}
+	probe.Host = r.Host
+	rec := httptest.NewRecorder()
+	s.s3.ServeHTTP(rec, probe)
+	var list struct {
+		Parts []struct {
+			PartNumber int   `xml:"PartNumber"`
+			Size       int64 `xml:"Size"`
+		} `xml:"Part"`
+	}
+	if rec.Code != http.StatusOK || xml.Unmarshal(rec.Body.Bytes(), &list) != nil {
+		return true // no such upload: gofakes3 says so
+	}
+	size := map[int]int64{}
+	for _, p := range list.Parts {
+		size[p.PartNumber] = p.Size
+	}
+	for _, p := range req.Parts[:len(req.Parts)-1] {
+		if n, ok := size[p.PartNumber]; ok && n < minPartSize {
+			writeError(w, r, http.StatusBadRequest, "EntityTooSmall", "Your proposed upload is smaller than the minimum allowed object size.")
+			return false
+		}
+	}
+	return true
 }
 
 // bucketKey splits a path-style request's path into bucket and key.

@@ -368,3 +368,37 @@ func TestDirSurvivesRestart(t *testing.T) {
 		t.Error("a second server opened the same directory")
 	}
 }
+
+// A part but the last under 5 MiB: CompleteMultipartUpload is refused with
+// 400 EntityTooSmall, as S3 refuses it, and no object is made.
+func TestCompleteRefusesSmallParts(t *testing.T) {
+	srv, cl := start(t, Options{})
+	mustBucket(t, srv, "logs")
+	ctx := context.Background()
+	cr, err := cl.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("logs"), Key: aws.String("small")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []types.CompletedPart
+	for i, p := range [][]byte{bytes.Repeat([]byte("a"), 1<<20), []byte("tail")} {
+		out, err := cl.UploadPart(ctx, &s3.UploadPartInput{Bucket: aws.String("logs"), Key: aws.String("small"), UploadId: cr.UploadId,
+			PartNumber: aws.Int32(int32(i + 1)), Body: bytes.NewReader(p)})
+		if err != nil {
+			t.Fatalf("UploadPart %d: %v", i+1, err)
+		}
+		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(int32(i + 1))})
+	}
+	_, err = cl.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String("logs"), Key: aws.String("small"),
+		UploadId: cr.UploadId, MultipartUpload: &types.CompletedMultipartUpload{Parts: parts}})
+	if code(err) != "EntityTooSmall" || status(err) != http.StatusBadRequest {
+		t.Fatalf("complete with a first part of 1 MiB: %v, want 400 EntityTooSmall", err)
+	}
+	if objs, _ := srv.Objects("logs"); len(objs) != 0 {
+		t.Fatalf("objects after the refusal: %+v", objs)
+	}
+	// One part alone may be small: it is the last.
+	if _, err := cl.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String("logs"), Key: aws.String("small"),
+		UploadId: cr.UploadId, MultipartUpload: &types.CompletedMultipartUpload{Parts: parts[1:]}}); err != nil {
+		t.Fatalf("complete with the last part alone: %v", err)
+	}
+}
