@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -66,10 +67,13 @@ const minPartSize = 5 << 20
 // put back for gofakes3.
 func (s *Server) partsLargeEnough(w http.ResponseWriter, r *http.Request) bool {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 4<<20))
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body} // whole again for gofakes3
 	if err != nil {
 		return true // gofakes3 answers the broken request
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
 	var req struct {
 		Parts []struct {
 			PartNumber int `xml:"PartNumber"`
@@ -78,22 +82,14 @@ func (s *Server) partsLargeEnough(w http.ResponseWriter, r *http.Request) bool {
 	if xml.Unmarshal(body, &req) != nil || len(req.Parts) < 2 {
 		return true
 	}
-	u := *r.URL
-	u.RawQuery = url.Values{"uploadId": {r.URL.Query().Get("uploadId")}, "max-parts": {"10000"}}.Encode()
-	probe, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.String(), nil)
-	if err != nil {
-		return true
-	}
-	probe.Host = r.Host
-	rec := httptest.NewRecorder()
-	s.s3.ServeHTTP(rec, probe)
+	rec := s.listParts(r, 10000)
 	var list struct {
 		Parts []struct {
 			PartNumber int   `xml:"PartNumber"`
 			Size       int64 `xml:"Size"`
 		} `xml:"Part"`
 	}
-	if rec.Code != http.StatusOK || xml.Unmarshal(rec.Body.Bytes(), &list) != nil {
+	if rec == nil || rec.Code != http.StatusOK || xml.Unmarshal(rec.Body.Bytes(), &list) != nil {
 		return true // no such upload: gofakes3 says so
 	}
 	size := map[int]int64{}
@@ -138,37 +134,23 @@ func (s *Server) bucketExists(bucket string) bool {
 // CompleteMultipartUpload names is in progress, by asking gofakes3 for its
 // parts (ListParts), which holds the uploads.
 func (s *Server) uploadExists(r *http.Request) bool {
+	rec := s.listParts(r, 1)
+	return rec != nil && rec.Code == http.StatusOK
+}
+
+// listParts is gofakes3's answer to a ListParts, of at most max parts, of
+// the upload request r names (nil if the request cannot be made).
+func (s *Server) listParts(r *http.Request, max int) *httptest.ResponseRecorder {
 	u := *r.URL
-	u.RawQuery = url.Values{"uploadId": {r.URL.Query().Get("uploadId")}, "max-parts": {"1"}}.Encode()
+	u.RawQuery = url.Values{"uploadId": {r.URL.Query().Get("uploadId")}, "max-parts": {strconv.Itoa(max)}}.Encode()
 	probe, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.String(), nil)
 	if err != nil {
-		return false
+		return nil
 	}
 	probe.Host = r.Host
-	rec := &statusRecorder{header: http.Header{}}
+	rec := httptest.NewRecorder()
 	s.s3.ServeHTTP(rec, probe)
-	return rec.status == 0 || rec.status == http.StatusOK
-}
-
-// statusRecorder keeps the status of an answer and discards the rest.
-type statusRecorder struct {
-	header http.Header
-	status int
-}
-
-func (s *statusRecorder) Header() http.Header { return s.header }
-
-func (s *statusRecorder) Write(p []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	return len(p), nil
-}
-
-func (s *statusRecorder) WriteHeader(status int) {
-	if s.status == 0 {
-		s.status = status
-	}
+	return rec
 }
 
 // keyLocks holds a lock per key being written, and none for the others.
