@@ -29,9 +29,6 @@ type staging struct {
 	minFree int64 // bytes left free on the file system at least (0: no bound)
 	log     *slog.Logger
 	m       *metrics
-	// free tells the file system's free space (diskfree.Free; tests
-	// replace it).
-	free func(dir string) (int64, bool)
 
 	mu    sync.Mutex
 	sizes map[string]int64 // each file's length, by path
@@ -52,7 +49,7 @@ func newStaging(dir string, maxBytes, minFree int64, log *slog.Logger, m *metric
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create staging directory: %w", err)
 	}
-	return &staging{dir: dir, max: maxBytes, minFree: minFree, log: log, m: m, sizes: map[string]int64{}, free: diskfree.Free}, nil
+	return &staging{dir: dir, max: maxBytes, minFree: minFree, log: log, m: m, sizes: map[string]int64{}}, nil
 }
 
 // path is where the open object of partition is staged.
@@ -68,7 +65,7 @@ func (st *staging) path(partition string) string {
 func (st *staging) stage(path string, off int64, body []byte) error {
 	end := off + int64(len(body))
 	if st.minFree > 0 && end > off {
-		if free, ok := st.free(st.dir); ok && free-(end-off) < st.minFree {
+		if free, ok := diskfree.Free(st.dir); ok && free-(end-off) < st.minFree {
 			return errStagingDisk
 		}
 	}
@@ -198,7 +195,7 @@ func (st *staging) full(cause error, what string) {
 		return
 	}
 	if errors.Is(cause, errStagingDisk) {
-		free, _ := st.free(st.dir)
+		free, _ := diskfree.Free(st.dir)
 		st.log.Warn("S3 staging leaves the disk's last free space (twice wal.min_free_bytes) to the WAL: "+what+"; counted in forwarder_s3_staging_full_total, said at most once a minute",
 			"dir", st.dir, "staged_bytes", total, "disk_free_bytes", free, "kept_free_bytes", st.minFree)
 		return
