@@ -53,6 +53,8 @@ type env struct {
 	reg  *prometheus.Registry
 	qm   *queue.Metrics
 	sink *Sink
+	// drainLogs is what the drainers of runUntil log.
+	drainLogs syncbuf.Buffer
 }
 
 func newEnv(t testing.TB, mod func(*config.CloudWatch)) *env {
