@@ -47,7 +47,9 @@ func TestRestartWithChangedConfig(t *testing.T) {
 	e.cw.SetDenyAll("AccessDeniedException")
 	send("r1b", 20)
 	var st1 status
-	paused := waitFor(10*time.Second, func() bool {
+	// CloudWatch pauses once every group that sends has been refused (one
+	// refused while another still takes events is only retried).
+	paused := waitFor(30*time.Second, func() bool {
 		var err error
 		st1, err = e.f.status()
 		return err == nil && len(st1.Sinks) == 2 && st1.Sinks[0].State == "paused" && st1.Sinks[1].State == "paused"
