@@ -16,7 +16,8 @@
 # ingest and both run that many times (default 1) and prints the median's line last;
 # BENCH_PPROF=DIR turns admin.pprof on and saves a CPU profile of each run (its first
 # BENCH_PPROF_SECONDS, default 4) and of what it allocated in DIR; the "both" part then
-# prints CPU and allocations per record by stage (scripts/pprof-stages.py). It needs the ports of `forwarder dev` (24224,
+# prints CPU and allocations per record by stage (scripts/pprof-stages.py). BENCH_WAL_SYNC
+# sets wal.sync (default always). It needs the ports of `forwarder dev` (24224,
 # 8080, 9880, 4566, 4567) and 25224, 18080, 19880, 4599 free, and about three times
 # BENCH_BACKLOG of disk in BENCH_DIR (default a new directory under /tmp). Run it on an
 # otherwise idle machine: the figures depend on it; `cat /proc/loadavg` is printed with
@@ -32,6 +33,7 @@ pprof_secs=${BENCH_PPROF_SECONDS:-4}
 pprof_on=false
 if [ -n "$pprof" ]; then pprof_on=true; fi
 backlog=${BENCH_BACKLOG:-1GiB}
+walsync=${BENCH_WAL_SYNC:-always}
 dir=${BENCH_DIR:-$(mktemp -d /tmp/forwarder-bench.XXXXXX)}
 mkdir -p "$dir"
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,7 +63,7 @@ config() {
 	cat >"$1" <<EOF
 data_dir: $2
 log: {level: info, format: text}
-wal: {max_bytes: 100GiB}
+wal: {max_bytes: 100GiB, sync: $walsync}
 inputs:
   forward: {listen: "127.0.0.1:25224"}
   http: {listen: "127.0.0.1:18080"}
@@ -289,6 +291,7 @@ PY
 	c=$(python3 -c "print($(cpu "$PID") - $c0)")
 	metrics=$(curl -s http://127.0.0.1:19880/metrics)
 	commits=$(awk '/^forwarder_wal_commits_total /{print $2}' <<<"$metrics")
+	commitsecs=$(awk '/^forwarder_wal_commit_seconds_total /{print $2}' <<<"$metrics")
 	memreads=$(awk '/^forwarder_wal_reads_total\{from="memory"\}/{print $2}' <<<"$metrics")
 	filereads=$(awk '/^forwarder_wal_reads_total\{from="file"\}/{print $2}' <<<"$metrics")
 	wrote=$(awk '/^write_bytes:/{print $2}' "/proc/$PID/io" 2>/dev/null || echo 0)
@@ -296,8 +299,8 @@ PY
 	stop "$PID"
 	peak=$(cat "$dir/peak")
 	line=$(python3 -c "
-span, n, c, peak, commits, wrote, mem, file = $span, $n, $c, $peak, ${commits:-0}, ${wrote:-0}, ${memreads:-0}, ${filereads:-0}
-print(f'{n:,} records in both sinks in {span:.2f} s: {n/span:,.0f} records/s; fwd CPU {c:.2f} s ({c/max(n,1)*1e6:.2f} us/record), peak RssAnon {peak/1024:.1f} MiB; S3 done by {$s3done} s, CloudWatch by {$cwdone} s; {commits:,.0f} WAL commits, {wrote/2**20:,.0f} MiB written; WAL reads {mem:,.0f} from memory, {file:,.0f} from the file')")
+span, n, c, peak, commits, csecs, wrote, mem, file = $span, $n, $c, $peak, ${commits:-0}, ${commitsecs:-0}, ${wrote:-0}, ${memreads:-0}, ${filereads:-0}
+print(f'{n:,} records in both sinks in {span:.2f} s: {n/span:,.0f} records/s; fwd CPU {c:.2f} s ({c/max(n,1)*1e6:.2f} us/record), peak RssAnon {peak/1024:.1f} MiB; S3 done by {$s3done} s, CloudWatch by {$cwdone} s; {commits:,.0f} WAL commits ({csecs:.2f} s committing), {wrote/2**20:,.0f} MiB written; WAL reads {mem:,.0f} from memory, {file:,.0f} from the file')")
 	echo "$line  load $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "$span $line  load $(cut -d' ' -f1-3 /proc/loadavg)" >>"$dir/runs"
 done

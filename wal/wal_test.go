@@ -904,6 +904,63 @@ func TestSyncIntervalCommitsInBackground(t *testing.T) {
 	}
 }
 
+// TestSyncIntervalCommitsSinkStateAtOnce: with SyncInterval, a Commit (a
+// sink's intent or delivery) is durable when it returns, and does not wait
+// for the interval: a sink commits twice a batch, one batch after another.
+// The appends that share its transaction are committed with it.
+func TestSyncIntervalCommitsSinkStateAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{Sync: SyncInterval, SyncInterval: time.Hour})
+	defer w.Close()
+	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
+	done := make(chan error, 1)
+	go func() {
+		if _, err := w.RegisterCursor(context.Background(), "s3"); err != nil {
+			done <- err
+			return
+		}
+		for i := range 20 {
+			var b Batch
+			b.Put("s3", []byte("intent"), []byte(fmt.Sprint(i)))
+			if err := w.Commit(context.Background(), &b); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		// A commit waits for the interval: Close commits it, and the
+		// goroutine ends.
+		w.Close()
+		<-done
+		t.Fatal("20 commits not done in 10 s with a SyncInterval of an hour: they wait for the interval")
+	}
+	// Committed: a copy of the file as it is now, what a crash of the
+	// process would leave, holds the last intent and the append.
+	data, err := os.ReadFile(filepath.Join(dir, "wal.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := t.TempDir()
+	if err := os.WriteFile(filepath.Join(crashed, "wal.db"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := openT(t, crashed, Options{ReadOnly: true})
+	defer c.Close()
+	if v, err := c.State("s3", []byte("intent")); err != nil || string(v) != "19" {
+		t.Fatalf("the copy's intent: %q, %v; want the last one committed, 19", v, err)
+	}
+	if n := c.Stats().Records; n != 1 {
+		t.Fatalf("the copy holds %d records, want the append that shared the commits' transaction", n)
+	}
+}
+
 // TestSyncIntervalCloseReportsALostCommit: with SyncInterval, appends are
 // acknowledged before their commit; when the last commit, at Close, fails,
 // Close must say so (the service then exits non-zero), not return nil.

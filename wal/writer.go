@@ -225,7 +225,13 @@ func (wr *writer) run() {
 			}
 		}
 		wr.step(append(wr.waiting, appends...), commits)
-		if wr.tx != nil && (wr.w.opts.Sync == SyncAlways || time.Since(wr.txStart) >= wr.w.opts.SyncInterval || wr.txBytes >= intervalFlushBytes) {
+		// A commit of cursors or sink state (Commit) returns once durable,
+		// also with SyncInterval: its caller waits for it (a sink commits
+		// its intent before a call and its delivery after), so it is
+		// flushed at once, with whatever appends share its transaction,
+		// rather than at the interval, which would hold each sink to a
+		// batch or two a second.
+		if wr.tx != nil && (wr.w.opts.Sync == SyncAlways || len(wr.commits) > 0 || time.Since(wr.txStart) >= wr.w.opts.SyncInterval || wr.txBytes >= intervalFlushBytes) {
 			wr.flush()
 			if timer != nil {
 				timer.Stop()
