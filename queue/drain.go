@@ -44,6 +44,15 @@ func newDrainRequest() drainRequest {
 // running afterwards until Run's context ends; the inputs should be
 // stopped first, or what they append after the call is not waited for.
 func (d *Drainer) Drain(ctx context.Context) error {
+	// With wal.sync: interval, the records acknowledged last may still be
+	// in the WAL's open transaction, which the drain's target (Stats)
+	// does not count: committed first, they are delivered too.
+	if err := d.w.Sync(ctx); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("sink %q: the WAL could not commit what it holds (%v): %w", d.name, err, ErrNotDrained)
+	}
 	d.drain.once.Do(func() { close(d.drain.start) })
 	select {
 	case err := <-d.drain.done:

@@ -81,6 +81,32 @@ func TestDrainDeliversWhatAgeHoldsBack(t *testing.T) {
 }
 
 // A paused sink is not waited for: Drain says so at once.
+// With wal.sync: interval, the records acknowledged last may not be
+// committed when the drain begins: it commits them, and delivers them.
+func TestDrainWithSyncInterval(t *testing.T) {
+	w := openWAL(t, wal.Options{Sync: wal.SyncInterval, SyncInterval: time.Hour})
+	defer w.Close()
+	s := newTestSink(sinks.Limits{MaxRecords: 10000, MaxBytes: 1 << 20, MaxAge: 5 * time.Minute, Concurrency: 4})
+	r := start(w, "s", s, Options{})
+	for _, ok := w.Cursor("s"); !ok; _, ok = w.Cursor("s") {
+		time.Sleep(time.Millisecond) // until the drainer registered its cursor
+	}
+	last := appendN(t, w, 300, tagsOf(3), 100) // acknowledged; committed in an hour
+	if n := w.Stats().NextSeq - 1; n == last {
+		t.Fatal("the appends are committed already: the test measures nothing")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.d.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if pos, _ := w.Cursor("s"); pos != last {
+		t.Fatalf("drained, and the cursor is at %d of %d acknowledged", pos, last)
+	}
+	s.deliveredOnce(t, last)
+	r.stop(t)
+}
+
 func TestDrainOfPausedSink(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := openWAL(t, wal.Options{})

@@ -761,3 +761,73 @@ func TestAppendTakenAnswersItsCommit(t *testing.T) {
 		t.Errorf("next seq %d: a cancelled append was stored", n)
 	}
 }
+
+// With SyncInterval, a commit the full disk refuses loses the appends it
+// holds, acknowledged already: the WAL stops. One that holds none (a
+// sink's cursor or state) is refused and may be tried again, as with
+// SyncAlways: nothing acknowledged depends on it.
+func TestSyncIntervalRefusedCommit(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{Sync: SyncInterval, SyncInterval: time.Hour})
+	defer w.Close()
+	if _, err := w.RegisterCursor(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	last := appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "").Last
+	if err := w.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	calls, stop := noSpaceCommits(t)
+	var b Batch
+	b.SetCursor("s", last)
+	if err := w.Commit(context.Background(), &b); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("a cursor's commit on a full disk: %v, want ErrNoSpace", err)
+	}
+	if err := w.Err(); err != nil || calls.Load() == 0 {
+		t.Fatalf("after a refused commit without appends (%d tried): the WAL failed: %v", calls.Load(), err)
+	}
+	stop()
+	commitT(t, w, &b)
+	if pos, _ := w.Cursor("s"); pos != last {
+		t.Fatalf("cursor at %d once the disk has room, want %d", pos, last)
+	}
+	// Appends acknowledged and then refused: lost, and the WAL says so.
+	appendT(t, w, []Record{{Body: []byte(`{"a":2}`)}}, "")
+	_, stop = noSpaceCommits(t)
+	defer stop()
+	if err := w.Sync(context.Background()); !errors.Is(err, ErrFatal) {
+		t.Fatalf("a commit of acknowledged appends on a full disk: %v, want ErrFatal", err)
+	}
+}
+
+// With SyncInterval, retention's deletes are committed as they are made,
+// in transactions of at most maxDeletesPerTx, not held for the interval:
+// held appends may be waiting for the room they free.
+func TestSyncIntervalRetentionCommits(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{Sync: SyncInterval, SyncInterval: time.Hour})
+	defer w.Close()
+	if _, err := w.RegisterCursor(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	n := maxDeletesPerTx + 1000
+	var last uint64
+	for range n { // an entry each
+		last = appendT(t, w, []Record{{Body: []byte(`{}`)}}, "").Last
+	}
+	if err := w.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := w.Stats().Commits
+	var b Batch
+	b.SetCursor("s", last)
+	commitT(t, w, &b)
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Stats().Records > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records left 10 s after the cursor passed them all: retention waits for the interval", w.Stats().Records, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if c := w.Stats().Commits - before; c < 2 {
+		t.Fatalf("%d entries deleted in %d commit(s): more than %d deletes in one", n, c, maxDeletesPerTx)
+	}
+}

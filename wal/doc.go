@@ -35,6 +35,12 @@
 //     records and commits about once a second. THIS CAN LOSE ACKNOWLEDGED
 //     RECORDS: a crash of the process or of the machine loses what was
 //     acknowledged since the last commit. It never corrupts the file.
+//     Commit, RegisterCursor, DropCursor, ReplaceDamaged and Sync are
+//     committed and fsynced at once, with the appends that share their
+//     transaction, and so are retention's deletes; readers and Stats see
+//     appends once committed. A commit the full disk refuses stops the
+//     WAL when it holds appends (they were acknowledged), and is tried
+//     again, as with SyncAlways, when it does not.
 //     (bbolt's own NoSync mode is not used: without an fsync between data
 //     pages and the meta page, a power loss can leave a meta page that
 //     points at unwritten pages, which loses more than a second.)

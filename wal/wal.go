@@ -52,10 +52,13 @@ const (
 	// the process or of the machine.
 	SyncAlways SyncMode = iota
 	// SyncInterval: Append returns as soon as the writer has taken the
-	// records; they are committed and fsynced about once per SyncInterval.
+	// records; they are committed and fsynced about once per SyncInterval,
+	// or earlier with a Commit, RegisterCursor, DropCursor, ReplaceDamaged
+	// or Sync, which are fsynced at once, or with retention's deletes.
 	// THIS CAN LOSE ACKNOWLEDGED RECORDS: a crash of the process or of the
 	// machine loses what was acknowledged since the last commit (up to
 	// about one interval). The file itself is never left inconsistent.
+	// Readers, Stats and Cursor see records once they are committed.
 	SyncInterval
 )
 
@@ -779,6 +782,15 @@ func (b *Batch) Append(o *Batch) { b.ops = append(b.ops, o.ops...) }
 
 // Len is the number of changes in the batch.
 func (b *Batch) Len() int { return len(b.ops) }
+
+// Sync commits what the open transaction holds (with SyncInterval, the
+// appends acknowledged since the last commit) and returns once it is
+// durable, and so seen by Stats and the readers. With SyncAlways there is
+// nothing to commit.
+func (w *WAL) Sync(ctx context.Context) error {
+	_, err := w.commit(ctx, nil)
+	return err
+}
 
 // Commit applies b in one transaction, shared with concurrent appends, and
 // returns once it is durable. Either all of b applies or none of it.

@@ -230,8 +230,10 @@ func (wr *writer) run() {
 		// its intent before a call and its delivery after), so it is
 		// flushed at once, with whatever appends share its transaction,
 		// rather than at the interval, which would hold each sink to a
-		// batch or two a second.
-		if wr.tx != nil && (wr.w.opts.Sync == SyncAlways || len(wr.commits) > 0 || time.Since(wr.txStart) >= wr.w.opts.SyncInterval || wr.txBytes >= intervalFlushBytes) {
+		// batch or two a second. So are retention's deletes, which
+		// deleteLimit bounds per transaction, and whose room held appends
+		// may be waiting for.
+		if wr.tx != nil && (wr.w.opts.Sync == SyncAlways || len(wr.commits) > 0 || wr.txDeleted > 0 || time.Since(wr.txStart) >= wr.w.opts.SyncInterval || wr.txBytes >= intervalFlushBytes) {
 			wr.flush()
 			if timer != nil {
 				timer.Stop()
@@ -1131,7 +1133,11 @@ func (wr *writer) flush() {
 	for _, e := range kept {
 		wr.w.recent.release(e.raw)
 	}
-	if wr.w.opts.Sync != SyncAlways || !isNoSpace(err) {
+	// With SyncInterval, appends in the transaction were acknowledged
+	// already: a commit that cannot hold them loses them, and the WAL
+	// stops. One without appends (cursors, sink state, retention) is
+	// refused and tried again as with SyncAlways.
+	if !isNoSpace(err) || wr.w.opts.Sync != SyncAlways && appended > 0 {
 		wr.fail(fmt.Errorf("commit: %w", err))
 		answer(wr.failed)
 		return

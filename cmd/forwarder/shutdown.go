@@ -85,10 +85,14 @@ func leftoverActor(w *wal.WAL, cfg *config.Config, log *slog.Logger) actor {
 			<-ctx.Done()
 			return nil
 		},
-		stop: func(context.Context) error {
+		stop: func(ctx context.Context) error {
 			if w.Err() != nil {
 				return nil
 			}
+			// With wal.sync: interval, what the open transaction holds is
+			// committed first, so that its records are counted (should
+			// that fail, the WAL's own stop says so).
+			_ = w.Sync(ctx)
 			st := w.Stats()
 			for _, s := range cfg.Sinks {
 				pos, ok := st.Cursors[s.Name]
