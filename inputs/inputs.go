@@ -170,6 +170,7 @@ type Metrics struct {
 	InvalidUTF8  *prometheus.CounterVec // records whose invalid UTF-8 was replaced
 	BadTime      *prometheus.CounterVec // records whose time field was no time: stored with the time of arrival
 	NilRecords   *prometheus.CounterVec // nil records (forward): acknowledged with their message, nothing stored
+	NotMaps      *prometheus.CounterVec // records that are not maps (forward): acknowledged with their message, skipped
 	Connections  *prometheus.GaugeVec   // open connections
 	AcceptErrors *prometheus.CounterVec // accepts that failed and were retried (see RetryAccept)
 	MemoryHeld   *prometheus.GaugeVec   // bytes held of the Budget
@@ -199,6 +200,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Records whose time field is not a time the input reads, stored with the time of arrival (the field kept as sent)."}, in),
 		NilRecords: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_nil_records_total",
 			Help: "Forward entries whose record is nil, skipped as Fluentd's in_forward skips them: acknowledged with their message, nothing stored."}, in),
+		NotMaps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_not_map_records_total",
+			Help: "Forward entries whose record is not a map (a string, a number, an array), skipped as Fluentd's in_forward skips invalid events: acknowledged with their message, not stored."}, in),
 		Connections: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_input_connections",
 			Help: "Open client connections."}, in),
 		AcceptErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_input_accept_errors_total",
@@ -211,7 +214,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Times a connection or request waited for room in the inputs' memory budget (the forward input reads no further meanwhile)."}, in),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Records, m.Bytes, m.Rejected, m.Deduplicated, m.ChunkReused, m.Unrouted, m.InvalidUTF8, m.BadTime, m.NilRecords, m.Connections, m.AcceptErrors,
+		reg.MustRegister(m.Records, m.Bytes, m.Rejected, m.Deduplicated, m.ChunkReused, m.Unrouted, m.InvalidUTF8, m.BadTime, m.NilRecords, m.NotMaps, m.Connections, m.AcceptErrors,
 			m.MemoryHeld, m.MemoryLimit, m.MemoryWaits)
 	}
 	return m

@@ -30,7 +30,7 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"not an array", msgp.AppendString(nil, "hello"), "malformed", false},
 		{"tag is a number", append(msgp.AppendArrayHeader(nil, 3), append(msgp.AppendInt(nil, 5), good[3:]...)...), "malformed", false},
-		{"record is a string", messageMode("t", eventTime(time.Now()), msgp.AppendString(nil, "x"), nil), "malformed", false},
+		{"record is byte 0xc1", messageMode("t", eventTime(time.Now()), []byte{0xc1}, nil), "malformed", false},
 		{"entry is not a pair", forwardMode("t", [][]byte{msgp.AppendArrayHeader(msgp.AppendArrayHeader(nil, 1), 0)}, nil), "malformed", false},
 		{"time is an unknown extension", messageMode("t", []byte{0xd7, 0x05, 0, 0, 0, 0, 0, 0, 0, 0}, record("a", 1), nil), "malformed", false},
 		{"time is a string", messageMode("t", msgp.AppendString(nil, "now"), record("a", 1), nil), "malformed", false},
@@ -193,6 +193,12 @@ func TestTooManyConnections(t *testing.T) {
 	expectClosed(t, c)
 	if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "too_many_connections")); n != 1 {
 		t.Fatalf("rejected{too_many_connections} = %v", n)
+	}
+	// Said at warn, once a minute: the second refusal only at debug.
+	expectClosed(t, f.dial())
+	waitCount(t, f, "too_many_connections", 2)
+	if n := strings.Count(f.logs.String(), "level=WARN msg=\"connection refused: max_connections reached"); n != 1 {
+		t.Fatalf("%d warnings for two refused connections, want 1:\n%s", n, f.logs.String())
 	}
 }
 

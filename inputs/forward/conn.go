@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
@@ -32,6 +34,9 @@ type conn struct {
 	consumed int // length of the message last returned by next
 	fr       framer
 	read     int64 // bytes read from the connection, for error positions
+	// raw counts the bytes read from the socket, under TLS too: a
+	// connection that sent none before it closed was a port check.
+	raw *countingConn
 	// readErr is what a read that also returned bytes ended with (a TLS
 	// connection returns a last message and the client's close together):
 	// the messages in those bytes are taken first, then it ends the
@@ -61,12 +66,14 @@ func (s *Server) newConn(nc net.Conn, slot *inputs.Slot) *conn {
 	if s.tune != nil {
 		s.tune(nc)
 	}
+	raw := &countingConn{Conn: nc}
+	nc = raw
 	if s.tls != nil {
 		nc = tls.Server(nc, s.tls)
 	}
 	max := int(s.cfg.MaxMessageBytes)
 	hold := s.p.Budget.Hold("forward")
-	c := &conn{s: s, nc: nc, remote: nc.RemoteAddr().String(), slot: slot, hold: hold,
+	c := &conn{s: s, nc: nc, raw: raw, remote: nc.RemoteAddr().String(), slot: slot, hold: hold,
 		dec: decoder{maxUnpacked: 4 * max, maxRecords: s.cfg.MaxRecordsPerMessage, now: time.Now, hold: hold}}
 	c.buf = c.own[:0]
 	if s.tls != nil || s.cfg.SharedKey != "" {
@@ -245,6 +252,14 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 				log.Warn("entries with a nil record skipped (nothing to store): the client sends [time, nil]", "tag", m.tag, "nil_records", m.nils, "same_reason_not_logged_in_last_minute", n)
 			}
 		}
+		if err == nil && m.notMaps > 0 {
+			// Skipped, counted and said: a record is a map of fields.
+			c.s.p.Metrics.NotMaps.WithLabelValues("forward").Add(float64(m.notMaps))
+			if n, ok := c.s.rejects.Allow("not_map", time.Now()); ok {
+				log.Warn("entries whose record is not a map skipped (not stored): the client sends [time, value] with a value that is no map of fields; the rest of its message is stored",
+					"tag", m.tag, "records_skipped", m.notMaps, "first_type", m.notMap, "same_reason_not_logged_in_last_minute", n)
+			}
+		}
 		tag, records := m.tag, len(m.records)
 		m.release() // stored or not, the WAL holds no reference to the records
 		if err != nil {
@@ -323,6 +338,33 @@ func (c *conn) within(deadline time.Time) time.Time {
 // its slot (inputs.Slots).
 var errEvicted = errors.New("closed in the handshake: max_connections reached and a new connection took its slot")
 
+// countingConn counts the bytes read from a connection.
+type countingConn struct {
+	net.Conn
+	n atomic.Int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// CloseWrite half-closes the connection, as the connection it wraps does.
+func (c *countingConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
+// closedByPeer reports an error of a connection its peer closed: at the
+// end of what it sent, or reset (it closed with bytes of ours unread), or
+// before a write of ours.
+func closedByPeer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
 // tlsError is a failed TLS handshake.
 type tlsError struct{ err error }
 
@@ -383,8 +425,9 @@ func (c *conn) handshakeFailed(err error) {
 		}
 	case c.closing() && (errors.Is(err, net.ErrClosed) || errors.Is(err, errClosing)):
 		c.s.log.Debug("connection closed in its handshake: the server is stopping", "remote", c.remote)
-	case errors.Is(err, io.EOF) && c.read == 0:
-		c.s.log.Debug("connection closed before its handshake began", "remote", c.remote)
+	case c.raw.n.Load() == 0 && closedByPeer(err):
+		// Closed, or reset (the HELO unread), before it sent a byte.
+		c.s.log.Debug("connection closed before its handshake began", "remote", c.remote, "error", err)
 	case isTimeout(err) || errors.As(err, &bm) && bm.reason == "timeout":
 		c.reject("handshake_timeout", fmt.Errorf("handshake not over within handshake_timeout (%s): %w", time.Duration(c.s.cfg.HandshakeTimeout), err))
 	case errors.As(err, new(*tlsError)):

@@ -26,6 +26,8 @@ type message struct {
 	acked   bool     // option.chunk was there (Fluentd acknowledges an empty one too)
 	invalid int      // records whose invalid UTF-8 was replaced
 	nils    int      // nil records, skipped
+	notMaps int      // records that are not maps, skipped
+	notMap  string   // the msgpack type of the first of them
 	buf     []byte   // the records' bodies (the last of them, with chunks)
 	chunks  [][]byte // the bodies before buf's, when buf filled (decoder.growJSON)
 	times   uint64   // a hash of the records' times as the message had them (see digest)
@@ -127,6 +129,8 @@ type decoder struct {
 	recStart   int    // where in buf the record being transcoded begins
 	invalid    int    // records of the current message with invalid UTF-8 replaced
 	nils       int    // nil records of the current message, skipped
+	notMaps    int    // records of the current message that are not maps, skipped
+	notMap     string // the msgpack type of the first of them
 	window     []byte // decompressed entries not yet decoded
 	times      uint64 // a hash of the message's times as sent (0 not yet replaced by now)
 	marker     bool   // the time just read was a group marker's (see markerTime)
@@ -175,7 +179,7 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 	}
 	// Record JSON is usually a little smaller than its msgpack (the times
 	// and the entries' arrays are not in it); the buffer grows if it is not.
-	d.invalid, d.nils, d.times, d.marker = 0, 0, 0, false
+	d.invalid, d.nils, d.notMaps, d.notMap, d.times, d.marker = 0, 0, 0, "", 0, false
 	if err := d.reserveJSON(inputs.BufClass(len(full) + 64)); err != nil {
 		return nil, d.budgetErr(err)
 	}
@@ -240,11 +244,13 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 		if t, b, err = d.time(b); err != nil {
 			return nil, bad("malformed", full, b, "%v", err)
 		}
-		if len(b) > 0 && b[0] == 0xc0 {
-			b = b[1:] // a nil record: nothing to store
-			d.nils++
-		} else if b, err = d.body(b, t); err != nil {
-			return nil, d.entryErr(full, b, "record", -1, err)
+		var skipped bool
+		if b, skipped, err = d.skipRecord(b); err != nil {
+			return nil, bad("malformed", full, b, "record: %v", err)
+		} else if !skipped {
+			if b, err = d.body(b, t); err != nil {
+				return nil, d.entryErr(full, b, "record", -1, err)
+			}
 		}
 		n-- // the record took the slot an option would otherwise be counted in
 	}
@@ -270,6 +276,7 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 	d.recs, d.buf, d.chunks, d.chunkFirst = nil, nil, nil, 0 // they belong to the message now
 	m.invalid, d.invalid = d.invalid, 0
 	m.nils, d.nils = d.nils, 0
+	m.notMaps, m.notMap, d.notMaps, d.notMap = d.notMaps, d.notMap, 0, ""
 	return m, nil
 }
 
@@ -452,12 +459,36 @@ func (d *decoder) entry(b []byte) ([]byte, error) {
 		}
 		return rest, nil
 	}
-	if len(b) > 0 && b[0] == 0xc0 {
-		// A nil record: nothing to store (Fluentd's in_forward skips it).
-		d.nils++
-		return b[1:], nil
+	if b, skipped, err := d.skipRecord(b); err != nil || skipped {
+		return b, err
 	}
 	return d.body(b, t)
+}
+
+// skipRecord passes over the record at b when it is nil (nothing to
+// store) or not a map (a string, a number, an array: not a record the
+// sinks can store), counting it, as Fluentd's in_forward skips them (with
+// skip_invalid_event): the other records of the message are stored and
+// it is acknowledged, rather than refused, which a client would send again
+// for ever.
+func (d *decoder) skipRecord(b []byte) (rest []byte, skipped bool, err error) {
+	if len(b) > 0 && b[0] == 0xc0 {
+		d.nils++
+		return b[1:], true, nil
+	}
+	t := msgp.NextType(b)
+	if t == msgp.MapType {
+		return b, false, nil
+	}
+	rest, err = msgp.Skip(b)
+	if err != nil {
+		return b, true, err
+	}
+	if d.notMaps == 0 {
+		d.notMap = t.String()
+	}
+	d.notMaps++
+	return rest, true, nil
 }
 
 // markerTime reports whether the time at b, the first of a [time,

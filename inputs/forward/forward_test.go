@@ -752,6 +752,47 @@ func eventTimeRaw(sec, nsec uint32) []byte {
 	return b
 }
 
+// A record that is not a map is skipped, counted and said, as Fluentd's
+// in_forward skips invalid events: the other records of its message are
+// stored and the message acknowledged, where refusing it would have its
+// client send it again for ever.
+func TestRecordsThatAreNotMaps(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 8, 0, 1, 0, time.UTC)
+	f := start(t, defaultCfg(), wal.Options{})
+	c := f.dial()
+	c.Write(forwardMode("app.x", [][]byte{
+		entry(eventTime(t0), record("log", "a")),
+		entry(eventTime(t0), msgp.AppendString(nil, "a plain string")),
+		entry(eventTime(t0), msgp.AppendInt(nil, 42)),
+		entry(eventTime(t0), msgp.AppendString(msgp.AppendArrayHeader(nil, 1), "in an array")),
+		entry(eventTime(t0), record("log", "b")),
+	}, options("m-1")))
+	if id := readAck(t, c); id != "m-1" {
+		t.Fatalf("ack %q", id)
+	}
+	c.Write(packedMode("app.y", append(entry(eventTime(t0), msgp.AppendFloat64(nil, 1.5)), entry(eventTime(t0), record("log", "c"))...), false, options("m-2")))
+	readAck(t, c)
+	c.Write(messageMode("app.z", eventTime(t0), msgp.AppendString(nil, "alone"), options("m-3")))
+	readAck(t, c)
+	var bodies []string
+	for _, r := range f.records() {
+		bodies = append(bodies, string(r.Body))
+	}
+	if strings.Join(bodies, " ") != `{"log":"a"} {"log":"b"} {"log":"c"}` {
+		t.Fatalf("stored %q", bodies)
+	}
+	if n := testutil.ToFloat64(f.metrics.NotMaps.WithLabelValues("forward")); n != 5 {
+		t.Errorf("records that are not maps counted %v, want 5", n)
+	}
+	if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "malformed")); n != 0 {
+		t.Errorf("rejected{malformed} = %v", n)
+	}
+	logs := f.logs.String()
+	if strings.Count(logs, "entries whose record is not a map skipped") != 1 || !strings.Contains(logs, "first_type=str") || !strings.Contains(logs, "tag=app.x") {
+		t.Errorf("want one warning naming the tag and the type:\n%s", logs)
+	}
+}
+
 // TestNilTimeAndRecord: as Fluentd's in_forward reads them, a nil time is
 // the time of arrival (as 0 is) and a nil record is skipped: the others of
 // the message are stored and the message acknowledged.

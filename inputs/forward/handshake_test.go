@@ -281,3 +281,69 @@ func TestStopInAHandshake(t *testing.T) {
 		t.Errorf("no debug line for the stop:\n%s", f.logs.String())
 	}
 }
+
+// A port check (a load balancer's probe, nc -z) connects and closes
+// without a byte: at once, or once the HELO has arrived unread (the close
+// then resets the connection), or with a reset of its own. None is a
+// refused handshake: not counted, not a warning. A client that does send
+// a bad handshake still is.
+func TestPortChecksAreNotCounted(t *testing.T) {
+	certFile, keyFile, cert := selfSigned(t, "server")
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	for _, tt := range []struct {
+		name   string
+		tls    bool
+		key    string
+		reason string
+		bad    func(t *testing.T, c net.Conn)
+	}{
+		{"shared_key", false, "k", "handshake", func(t *testing.T, c net.Conn) {
+			c.Write(ping(readHELO(t, c), "wrong"))
+		}},
+		{"tls", true, "", "tls_handshake", func(t *testing.T, c net.Conn) {
+			c.Write([]byte("not a ClientHello, not at all\r\n"))
+		}},
+		{"tls and shared_key", true, "k", "handshake", func(t *testing.T, c net.Conn) {
+			tc := tls.Client(c, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+			if err := tc.Handshake(); err != nil {
+				t.Fatal(err)
+			}
+			tc.Write(ping(readHELO(t, tc), "wrong"))
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := defaultCfg()
+			cfg.SharedKey = tt.key
+			if tt.tls {
+				cfg.TLS = config.TLS{CertFile: certFile, KeyFile: keyFile}
+			}
+			f := start(t, cfg, wal.Options{})
+			for _, probe := range []func(c *net.TCPConn){
+				func(c *net.TCPConn) { c.Close() },
+				func(c *net.TCPConn) { time.Sleep(100 * time.Millisecond); c.Close() },
+				func(c *net.TCPConn) { c.SetLinger(0); c.Close() },
+				func(c *net.TCPConn) { time.Sleep(100 * time.Millisecond); c.SetLinger(0); c.Close() },
+			} {
+				probe(f.dial().(*net.TCPConn))
+			}
+			c := f.dial()
+			tt.bad(t, c)
+			expectClosed(t, c)
+			waitCount(t, f, tt.reason, 1) // the bad client alone
+			time.Sleep(100 * time.Millisecond)
+			for _, reason := range []string{"handshake", "tls_handshake"} {
+				want := 0.0
+				if reason == tt.reason {
+					want = 1
+				}
+				if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", reason)); n != want {
+					t.Fatalf("rejected{%s} = %v after four port checks and one bad client, want %v; log:\n%s", reason, n, want, f.logs.String())
+				}
+			}
+			if strings.Count(f.logs.String(), "level=WARN") != 1 {
+				t.Fatalf("want one warning, the bad client's; log:\n%s", f.logs.String())
+			}
+		})
+	}
+}

@@ -174,8 +174,17 @@ func (s *Server) Serve(ctx context.Context) error {
 		// sees it); with none in its handshake, the new one is refused.
 		slot, _ := s.slots.Take(func() { nc.Close() })
 		if slot == nil {
+			// Said once a minute (then at debug), before it is counted:
+			// each client node holds connections to every replica, so
+			// this is a fleet outgrowing max_connections.
+			args := []any{"remote", nc.RemoteAddr().String(), "max_connections", s.cfg.MaxConnections}
+			const msg = "connection refused: max_connections reached; raise it if these are real clients (each client node keeps connections to every replica)"
+			if n, ok := s.rejects.Allow("too_many_connections", time.Now()); ok {
+				s.log.Warn(msg, append(args, "same_reason_not_logged_in_last_minute", n)...)
+			} else {
+				s.log.Debug(msg, args...)
+			}
 			s.p.Metrics.Rejected.WithLabelValues("forward", "too_many_connections").Inc()
-			s.log.Debug("connection refused: max_connections reached", "remote", nc.RemoteAddr().String(), "max_connections", s.cfg.MaxConnections)
 			nc.Close()
 			continue
 		}
