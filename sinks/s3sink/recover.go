@@ -198,8 +198,14 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 	if !already {
 		s.m.uncompressed.Add(float64(obj.lines))
 	}
-	s.log.Info("finished an interrupted upload", "key", in.Key, "records", in.Records, "members", max(len(in.Members), 1), "bytes", len(obj.body),
-		"already_in_s3", already)
+	args := []any{"key", in.Key, "records", in.Records, "members", max(len(in.Members), 1), "bytes", len(obj.body), "already_in_s3", already}
+	if in.Bucket == "" {
+		// Begun by a build that did not record its bucket: finished in
+		// today's, which is right unless the bucket changed since.
+		s.log.Warn("finished an interrupted upload begun by an earlier build, which did not record its bucket, in the sink's bucket: if the bucket changed since the crash, its records may be in the earlier bucket too", append(args, "bucket", s.bucket)...)
+		return nil
+	}
+	s.log.Info("finished an interrupted upload", args...)
 	return nil
 }
 

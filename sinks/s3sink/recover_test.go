@@ -373,6 +373,9 @@ func TestRecoverAfterTheBucketChanged(t *testing.T) {
 		{"not landed", "before the upload", false, false, false, true, "it had not landed in the one it was begun in", 1},
 		{"old bucket not readable", "after the upload", true, false, true, true, "level=WARN msg=\"finishing an interrupted upload in the sink's bucket of today: the bucket it was begun in, which the sink no longer names, cannot be read", 1},
 		{"credentials refused", "after the upload", false, true, true, false, "", 0},
+		// An intent of a build that did not record its bucket: the sink's
+		// of today, with a warning.
+		{"no bucket recorded", "before the upload", false, false, false, true, "level=WARN msg=\"finished an interrupted upload begun by an earlier build, which did not record its bucket, in the sink's bucket", 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			srv, url := startEmu(t)
@@ -384,6 +387,15 @@ func TestRecoverAfterTheBucketChanged(t *testing.T) {
 			st, key, body := sentBatch(t, cfg, func(k string) []byte { b, _ := srv.Get(bucket, k); return b }, recs)
 			if c.crash == "before the upload" {
 				deleteObject(t, url, key)
+			}
+			if c.name == "no bucket recorded" {
+				k := intentPrefix + key
+				var in map[string]any
+				if err := json.Unmarshal(st.kv[k], &in); err != nil || in["bucket"] != bucket {
+					t.Fatalf("intent %s: %v", st.kv[k], err)
+				}
+				delete(in, "bucket")
+				st.kv[k], _ = json.Marshal(in)
 			}
 			srv.SetDenyBucket(bucket, c.denyOld)
 			srv.SetDenyAll(c.denyAll)
