@@ -88,8 +88,13 @@ func TestDrainWithSyncInterval(t *testing.T) {
 	defer w.Close()
 	s := newTestSink(sinks.Limits{MaxRecords: 10000, MaxBytes: 1 << 20, MaxAge: 5 * time.Minute, Concurrency: 4})
 	r := start(w, "s", s, Options{})
-	for _, ok := w.Cursor("s"); !ok; _, ok = w.Cursor("s") {
-		time.Sleep(time.Millisecond) // until the drainer registered its cursor
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, ok := w.Cursor("s"); ok {
+			break // the drainer registered its cursor
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the drainer did not register its cursor within 10 s")
+		}
 	}
 	last := appendN(t, w, 300, tagsOf(3), 100) // acknowledged; committed in an hour
 	if n := w.Stats().NextSeq - 1; n == last {

@@ -831,3 +831,27 @@ func TestSyncIntervalRetentionCommits(t *testing.T) {
 		t.Fatalf("%d entries deleted in %d commit(s): more than %d deletes in one", n, c, maxDeletesPerTx)
 	}
 }
+
+// Sync with nothing to commit writes nothing: no commit, no fsync, and no
+// refusal on a full disk (a drain asks it of every sink at a stop).
+func TestSyncWithNothingToCommit(t *testing.T) {
+	for _, o := range []Options{{}, {Sync: SyncInterval, SyncInterval: time.Hour}} {
+		w := openT(t, t.TempDir(), o)
+		appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
+		if err := w.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		before := w.Stats().Commits
+		calls, stop := noSpaceCommits(t)
+		for range 3 {
+			if err := w.Sync(context.Background()); err != nil {
+				t.Fatalf("sync %v, with nothing to commit on a full disk: %v", o.Sync, err)
+			}
+		}
+		stop()
+		if n := w.Stats().Commits - before; n != 0 || calls.Load() != 0 {
+			t.Fatalf("sync %v: %d commits (%d tried) for three Syncs with nothing to commit", o.Sync, n, calls.Load())
+		}
+		w.Close()
+	}
+}

@@ -37,7 +37,8 @@
 //     acknowledged since the last commit. It never corrupts the file.
 //     Commit, RegisterCursor, DropCursor, ReplaceDamaged and Sync are
 //     committed and fsynced at once, with the appends that share their
-//     transaction, and so are retention's deletes; readers and Stats see
+//     transaction, and so are the deletes of retention and chunk expiry
+//     (at most one transaction of them a step); readers and Stats see
 //     appends once committed. A commit the full disk refuses stops the
 //     WAL when it holds appends (they were acknowledged), and is tried
 //     again, as with SyncAlways, when it does not.

@@ -54,7 +54,8 @@ const (
 	// SyncInterval: Append returns as soon as the writer has taken the
 	// records; they are committed and fsynced about once per SyncInterval,
 	// or earlier with a Commit, RegisterCursor, DropCursor, ReplaceDamaged
-	// or Sync, which are fsynced at once, or with retention's deletes.
+	// or Sync, which are fsynced at once, or with the deletes of retention
+	// and chunk expiry.
 	// THIS CAN LOSE ACKNOWLEDGED RECORDS: a crash of the process or of the
 	// machine loses what was acknowledged since the last commit (up to
 	// about one interval). The file itself is never left inconsistent.
@@ -785,8 +786,8 @@ func (b *Batch) Len() int { return len(b.ops) }
 
 // Sync commits what the open transaction holds (with SyncInterval, the
 // appends acknowledged since the last commit) and returns once it is
-// durable, and so seen by Stats and the readers. With SyncAlways there is
-// nothing to commit.
+// durable, and so seen by Stats and the readers. With nothing to commit
+// (always with SyncAlways), it writes nothing.
 func (w *WAL) Sync(ctx context.Context) error {
 	_, err := w.commit(ctx, nil)
 	return err

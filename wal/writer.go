@@ -230,9 +230,9 @@ func (wr *writer) run() {
 		// its intent before a call and its delivery after), so it is
 		// flushed at once, with whatever appends share its transaction,
 		// rather than at the interval, which would hold each sink to a
-		// batch or two a second. So are retention's deletes, which
-		// deleteLimit bounds per transaction, and whose room held appends
-		// may be waiting for.
+		// batch or two a second. So are the deletes of retention and of
+		// chunk expiry, which deleteLimit bounds per transaction, and
+		// whose room held appends may be waiting for.
 		if wr.tx != nil && (wr.w.opts.Sync == SyncAlways || len(wr.commits) > 0 || wr.txDeleted > 0 || time.Since(wr.txStart) >= wr.w.opts.SyncInterval || wr.txBytes >= intervalFlushBytes) {
 			wr.flush()
 			if timer != nil {
@@ -424,7 +424,9 @@ func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq)
 			return nil, nil, nil, room, err
 		}
 		cursorsMoved = cursorsMoved || moved
-		wr.dirty = true
+		if len(c.ops) > 0 {
+			wr.dirty = true // Sync's empty commit changes nothing of itself
+		}
 		applied = append(applied, pendingCommit{req: c, seq: seq})
 	}
 	if wr.noHousekeeping {

@@ -90,9 +90,11 @@ func leftoverActor(w *wal.WAL, cfg *config.Config, log *slog.Logger) actor {
 				return nil
 			}
 			// With wal.sync: interval, what the open transaction holds is
-			// committed first, so that its records are counted (should
-			// that fail, the WAL's own stop says so).
-			_ = w.Sync(ctx)
+			// committed first, so that its records are counted. Should
+			// that fail for good, the WAL's own stop says what is lost.
+			if err := w.Sync(ctx); err != nil && w.Err() != nil {
+				return nil
+			}
 			st := w.Stats()
 			for _, s := range cfg.Sinks {
 				pos, ok := st.Cursors[s.Name]

@@ -425,8 +425,9 @@ func (c *conn) handshakeFailed(err error) {
 		}
 	case c.closing() && (errors.Is(err, net.ErrClosed) || errors.Is(err, errClosing)):
 		c.s.log.Debug("connection closed in its handshake: the server is stopping", "remote", c.remote)
-	case c.raw.n.Load() == 0 && closedByPeer(err):
-		// Closed, or reset (the HELO unread), before it sent a byte.
+	case closedByPeer(err) && (c.raw.n.Load() == 0 || c.read == 0 && !errors.As(err, new(*tlsError))):
+		// Closed, or reset (the HELO unread), before it sent a byte, or
+		// a TLS probe's: after its TLS handshake, before a byte in it.
 		c.s.log.Debug("connection closed before its handshake began", "remote", c.remote, "error", err)
 	case isTimeout(err) || errors.As(err, &bm) && bm.reason == "timeout":
 		c.reject("handshake_timeout", fmt.Errorf("handshake not over within handshake_timeout (%s): %w", time.Duration(c.s.cfg.HandshakeTimeout), err))

@@ -319,12 +319,31 @@ func TestPortChecksAreNotCounted(t *testing.T) {
 				cfg.TLS = config.TLS{CertFile: certFile, KeyFile: keyFile}
 			}
 			f := start(t, cfg, wal.Options{})
-			for _, probe := range []func(c *net.TCPConn){
+			probes := []func(c *net.TCPConn){
 				func(c *net.TCPConn) { c.Close() },
 				func(c *net.TCPConn) { time.Sleep(100 * time.Millisecond); c.Close() },
 				func(c *net.TCPConn) { c.SetLinger(0); c.Close() },
 				func(c *net.TCPConn) { time.Sleep(100 * time.Millisecond); c.SetLinger(0); c.Close() },
-			} {
+			}
+			if tt.tls {
+				// A TLS check (HAProxy's check-ssl, openssl s_client): its
+				// TLS handshake, then a close, the HELO read or not.
+				probes = append(probes, func(c *net.TCPConn) {
+					tc := tls.Client(c, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+					if err := tc.Handshake(); err != nil {
+						t.Error(err)
+					}
+					tc.Close()
+				}, func(c *net.TCPConn) {
+					tc := tls.Client(c, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+					if err := tc.Handshake(); err != nil {
+						t.Error(err)
+					}
+					time.Sleep(100 * time.Millisecond)
+					tc.Close()
+				})
+			}
+			for _, probe := range probes {
 				probe(f.dial().(*net.TCPConn))
 			}
 			c := f.dial()
@@ -338,7 +357,7 @@ func TestPortChecksAreNotCounted(t *testing.T) {
 					want = 1
 				}
 				if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", reason)); n != want {
-					t.Fatalf("rejected{%s} = %v after four port checks and one bad client, want %v; log:\n%s", reason, n, want, f.logs.String())
+					t.Fatalf("rejected{%s} = %v after %d port checks and one bad client, want %v; log:\n%s", reason, n, len(probes), want, f.logs.String())
 				}
 			}
 			if strings.Count(f.logs.String(), "level=WARN") != 1 {

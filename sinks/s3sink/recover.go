@@ -199,9 +199,10 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 		s.m.uncompressed.Add(float64(obj.lines))
 	}
 	args := []any{"key", in.Key, "records", in.Records, "members", max(len(in.Members), 1), "bytes", len(obj.body), "already_in_s3", already}
-	if in.Bucket == "" {
-		// Begun by a build that did not record its bucket: finished in
-		// today's, which is right unless the bucket changed since.
+	if in.Bucket == "" && !already {
+		// Begun by a build that did not record its bucket, and not found
+		// in today's: finished there, which is right unless the bucket
+		// changed since (then it may have landed in the earlier one).
 		s.log.Warn("finished an interrupted upload begun by an earlier build, which did not record its bucket, in the sink's bucket: if the bucket changed since the crash, its records may be in the earlier bucket too", append(args, "bucket", s.bucket)...)
 		return nil
 	}
