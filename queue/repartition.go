@@ -122,6 +122,13 @@ func matcherOf(desc []byte) (func(tag string) bool, error) {
 	return config.NewTagMatcher(globs).Match, nil
 }
 
+// routes reports whether rp reads the partitioning desc (not another
+// sink type's, after a type change under the same name).
+func (d *Drainer) routes(rp sinks.Repartitioner, desc []byte) bool {
+	_, err := rp.Router(desc, &sinkState{w: d.w, name: d.name, partitioning: desc})
+	return err == nil
+}
+
 // storePartitioning stores the sink's fingerprint, partitioning and
 // match, and, when one of them changed, keeps the delivered marks as the
 // earlier configuration's, or (a sink that cannot route as it did, or a
@@ -152,7 +159,7 @@ func (d *Drainer) storePartitioning(ctx context.Context, p prior, cursor uint64)
 		}
 		switch {
 		case len(marks) == 0:
-		case rp != nil && p.desc != nil:
+		case rp != nil && p.desc != nil && d.routes(rp, p.desc):
 			gens, err := d.scanGenerations()
 			if err != nil {
 				return err
@@ -196,7 +203,7 @@ func (d *Drainer) storePartitioning(ctx context.Context, p prior, cursor uint64)
 			for _, m := range marks {
 				b.Delete(d.name, m[0])
 			}
-			d.log.Info("the sink's partitioning or match changed: forgetting what partitions delivered ahead of the cursor (the earlier partitioning is not known); those records may be sent again", "marks", len(marks))
+			d.log.Info("the sink's partitioning or match changed: forgetting what partitions delivered ahead of the cursor (the earlier partitioning is not known, or is not one this sink reads: another type's); those records may be sent again", "marks", len(marks))
 		}
 	}
 	if p.changed || p.fresh {

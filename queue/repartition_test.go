@@ -30,6 +30,9 @@ type renamingSink struct {
 func (s *renamingSink) Partition(r *sinks.Record) string { return s.prefix + r.Tag }
 func (s *renamingSink) Partitioning() []byte             { return []byte(s.prefix) }
 func (s *renamingSink) Router(desc []byte, _ sinks.State) (func(*sinks.Record) string, error) {
+	if strings.HasPrefix(string(desc), "other:") {
+		return nil, fmt.Errorf("partitioning %q is another sink type's", desc) // as after a type change
+	}
 	return func(r *sinks.Record) string { return string(desc) + r.Tag }, nil
 }
 
@@ -70,6 +73,7 @@ func TestMarksOfAnEarlierPartitioning(t *testing.T) {
 		{"described otherwise, same fingerprint", map[string]string{"m/B:p00": "50", "fingerprint": "C", "partitioning": "B:"},
 			map[string]uint64{"p00": 50}},
 		{"earlier partitioning not described", map[string]string{"m/A:p00": "50", "fingerprint": "A"}, nil},
+		{"earlier partitioning another sink type's", map[string]string{"m/A:p00": "50", "fingerprint": "A", "partitioning": "other:"}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := &renamingSink{testSink: newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Millisecond, Concurrency: 1}), prefix: "C:"}
@@ -196,6 +200,10 @@ func checkEarlierMarks(t *testing.T, s sinks.Sink, ts *testSink, opts Options, s
 	}
 	if n != len(skipped) {
 		t.Errorf("the log says %d records skipped, want %d:\n%s", n, len(skipped), logs.String())
+	}
+	// What happens to the earlier marks is said once, one way.
+	if out := logs.String(); strings.Contains(out, "read through the earlier configuration and not sent again") && strings.Contains(out, "cannot read what partitions delivered before") {
+		t.Errorf("the log says both that the marks are kept and that they are forgotten:\n%s", out)
 	}
 	got, _, _ := ts.snapshot()
 	for seq := uint64(1); seq <= last; seq++ {
