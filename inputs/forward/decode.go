@@ -10,8 +10,10 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/logfwd/forwarder/inputs"
@@ -225,6 +227,10 @@ func (d *decoder) decodeInto(full []byte) (*message, error) {
 		switch opt {
 		case "gzip":
 			if err := d.gzipEntries(full, packed); err != nil {
+				return nil, err
+			}
+		case "zstd": // Fluentd's out_forward with compress zstd
+			if err := d.zstdEntries(full, packed); err != nil {
 				return nil, err
 			}
 		case "", "text": // Fluentd's out_forward says "text" when it does not compress
@@ -747,6 +753,62 @@ func (d *decoder) gzipEntries(full, packed []byte) error {
 		return bad("bad_gzip", full, nil, "compressed entries: %v", err)
 	}
 	defer inputs.PutGzip(zr)
+	return d.streamEntries(full, zr, "bad_gzip")
+}
+
+// maxZstdWindow is the largest window a zstd frame of a forward message
+// may ask for (Fluentd's zstd, level 3, uses 2 MiB at most): the decoder
+// holds it, from the inputs' budget.
+const maxZstdWindow = 8 << 20
+
+// zstdDecoders are the zstd decoders of the forward input, reused.
+var zstdDecoders sync.Pool // *zstd.Decoder
+
+// zstdEntries decodes the entries of a CompressedPackedForward payload in
+// zstd (one or more frames), as gzipEntries does gzip's. The first frame's
+// window, which every frame of the payload must keep within, is held from
+// the inputs' budget while it decodes.
+func (d *decoder) zstdEntries(full, packed []byte) error {
+	var h zstd.Header
+	if err := h.Decode(packed); err != nil {
+		return bad("bad_zstd", full, nil, "compressed entries: %v", err)
+	}
+	window := h.WindowSize
+	if h.SingleSegment { // the frame's content is its window
+		window = h.FrameContentSize
+	}
+	window = max(window, zstd.MinWindowSize)
+	if window > maxZstdWindow {
+		return bad("bad_zstd", full, nil, "compressed entries: a zstd window of %d bytes, at most %d", window, maxZstdWindow)
+	}
+	if err := d.hold.Grow(d.context(), int64(window)); err != nil {
+		return d.budgetErr(err)
+	}
+	defer d.hold.Release(int64(window))
+	zr, _ := zstdDecoders.Get().(*zstd.Decoder)
+	if zr == nil {
+		var err error
+		zr, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+		if err != nil {
+			return fmt.Errorf("zstd decoder: %w", err)
+		}
+	}
+	// Both bound a frame's window when streaming (MaxMemory that of a
+	// frame of one segment).
+	if err := zr.ResetWithOptions(bytes.NewReader(packed), zstd.WithDecoderMaxWindow(window), zstd.WithDecoderMaxMemory(window)); err != nil {
+		zstdDecoders.Put(zr)
+		return bad("bad_zstd", full, nil, "compressed entries: %v", err)
+	}
+	defer func() {
+		zr.Reset(nil) // holds nothing of the message
+		zstdDecoders.Put(zr)
+	}()
+	return d.streamEntries(full, zr, "bad_zstd")
+}
+
+// streamEntries decodes entries as they come out of zr, a decompressor
+// (reason is what its errors are counted as).
+func (d *decoder) streamEntries(full []byte, zr io.Reader, reason string) error {
 	defer d.dropWindow()
 	var fr framer
 	start, total, i := 0, 0, 0 // d.window[start:] is not decoded yet
@@ -784,7 +846,7 @@ func (d *decoder) gzipEntries(full, packed []byte) error {
 		n, err := zr.Read(d.window[len(d.window):cap(d.window)])
 		d.window = d.window[:len(d.window)+n]
 		if total += n; total > d.maxUnpacked {
-			return bad("bad_gzip", full, nil, "compressed entries: %v (limit %d bytes)", errTooBig, d.maxUnpacked)
+			return bad(reason, full, nil, "compressed entries: %v (limit %d bytes)", errTooBig, d.maxUnpacked)
 		}
 		switch {
 		case err == io.EOF && start < len(d.window) && n == 0:
@@ -792,7 +854,7 @@ func (d *decoder) gzipEntries(full, packed []byte) error {
 		case err == io.EOF && n == 0:
 			return nil
 		case err != nil && err != io.EOF:
-			return bad("bad_gzip", full, nil, "compressed entries: %v", err)
+			return bad(reason, full, nil, "compressed entries: %v", err)
 		}
 	}
 }

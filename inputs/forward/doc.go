@@ -5,7 +5,8 @@
 // It accepts the four modes — Message [tag, time, record, option?],
 // Forward [tag, [[time, record], ...], option?], PackedForward
 // [tag, bin|str, option?] and CompressedPackedForward (option.compressed
-// "gzip", one or several gzip members; "text", Fluentd's word for none,
+// "gzip", one or several gzip members; "zstd", one or several zstd frames
+// of windows up to 8 MiB; "text", Fluentd's word for none,
 // and a nil option are plain PackedForward) — with the time as EventTime
 // (ext 0), integer or float seconds (0 means "now"), or Fluent Bit's
 // [time, metadata] pair, whose metadata is not kept (entries whose pair
@@ -52,7 +53,7 @@
 // decompressed, more records than max_records_per_message (reason
 // too_many_records), a message of metrics or traces (option fluent_signal 1
 // or 2; reason unsupported_signal), a map key that is not a string and takes more than
-// 64 KiB as JSON, bad gzip, a failed handshake, a message that does not
+// 64 KiB as JSON, bad gzip or zstd, a failed handshake, a message that does not
 // arrive whole within a minute of its first byte — closes that connection
 // with one log line (remote address, what was wrong, where) and a count
 // in forwarder_input_rejected_total; nothing of that message is stored and

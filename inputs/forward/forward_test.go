@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/fluent/fluent-logger-golang/fluent"
+	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tinylib/msgp/msgp"
 
@@ -33,6 +34,33 @@ func gz(parts ...[]byte) []byte {
 		zw.Write(p)
 		zw.Close()
 	}
+	return out.Bytes()
+}
+
+// zst compresses each of parts into a zstd frame of its own, as one
+// payload: a frame of one segment (EncodeAll, the whole content known).
+func zst(parts ...[]byte) []byte {
+	enc, _ := zstd.NewWriter(nil)
+	defer enc.Close()
+	var out []byte
+	for _, p := range parts {
+		out = enc.EncodeAll(p, out)
+	}
+	return out
+}
+
+// zstStream compresses p as a stream (a window, no content size), as a
+// streaming writer such as Fluentd's does.
+func zstStream(p []byte, window int) []byte {
+	var out bytes.Buffer
+	zw, _ := zstd.NewWriter(&out, zstd.WithWindowSize(window))
+	for len(p) > 0 { // in small writes: no single segment
+		n := min(len(p), 1000)
+		zw.Write(p[:n])
+		zw.Flush()
+		p = p[n:]
+	}
+	zw.Close()
 	return out.Bytes()
 }
 
@@ -63,6 +91,10 @@ func TestModes(t *testing.T) {
 		{"packed forward, str", packedMode("app.x", packed, true, options("c-pk")), 3},
 		{"compressed packed forward, one member", packedMode("app.x", gz(packed), false, options("c-gz1", "compressed", "gzip")), 3},
 		{"compressed packed forward, two members", packedMode("app.x", gz(append(append([]byte(nil), e1...), e2...), e3), false, options("c-gz2", "compressed", "gzip", "size", 3)), 3},
+		// Fluentd's out_forward with compress zstd.
+		{"compressed packed forward, zstd", packedMode("app.x", zst(packed), false, options("c-zs1", "compressed", "zstd")), 3},
+		{"compressed packed forward, zstd, two frames", packedMode("app.x", zst(append(append([]byte(nil), e1...), e2...), e3), false, options("c-zs2", "compressed", "zstd")), 3},
+		{"compressed packed forward, zstd stream", packedMode("app.x", zstStream(packed, 1<<20), false, options("c-zs3", "compressed", "zstd")), 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -582,9 +614,20 @@ func TestFluentdAndFluentBitShapes(t *testing.T) {
 		})
 	}
 
+	// A zstd payload is bounded as a gzip one: four times
+	// max_message_bytes once decompressed (maxUnpacked), and a window of
+	// 8 MiB.
+	big := slices.Repeat([][]byte{entry(eventTime(t0), record("log", strings.Repeat("z", 100_000)))}, 12)
+	for _, payload := range [][]byte{zst(slices.Concat(big...)), zstStream(slices.Concat(big...), 1<<20)} {
+		d := decoder{maxUnpacked: 1 << 20, now: time.Now}
+		if _, err := d.decode(packedMode("app.x", payload, false, options("", "compressed", "zstd"))); err == nil || !strings.Contains(err.Error(), "too large once decompressed") {
+			t.Errorf("zstd of 1.2 MB, 1 MiB allowed: %v", err)
+		}
+	}
+
 	// What stays refused: other compressions, and metadata that is not a map.
 	for _, msg := range [][]byte{
-		packedMode("app.x", plain, false, options("", "compressed", "zstd")),
+		packedMode("app.x", plain, false, options("", "compressed", "lz4")),
 		forwardMode("app.x", [][]byte{entry(append(append(msgp.AppendArrayHeader(nil, 2), eventTime(t0)...), msgp.AppendString(nil, "meta")...), record("log", "a"))}, nil),
 		forwardMode("app.x", [][]byte{entry(append(msgp.AppendArrayHeader(nil, 1), eventTime(t0)...), record("log", "a"))}, nil),
 	} {
