@@ -582,9 +582,10 @@ var badConfigs = []struct {
 	}},
 	{"memory_limit.yaml", []string{`2: memory_limit: must be at least 32MiB, not 16MiB`}},
 	{"min_free_bytes.yaml", []string{`4: wal.min_free_bytes: must be at least 1MiB, not 64KiB`, `5: wal.dedup_window: must be greater than 0, not 0s`}},
-	// The ARN is named as one, whatever its length.
+	// The ARN is named as one, whatever its length; a URL as one.
 	{"bucket_names.yaml", []string{
 		`5: sink "arn": bucket: "arn:aws:s3:::my-logs-with-a-name-long-enough-to-pass-sixty-three-characters" is an ARN: give the bucket's name (what follows arn:aws:s3:::)`,
+		`8: sink "url": bucket: "s3://forwarder-dev" is a URL: give the bucket's name, without s3:// (prefixes go in key)`,
 	}},
 	{"drop_cursors.yaml", []string{
 		`5: wal.drop_cursors[1]: is empty: name the cursor of a removed sink (forwarder wal stats lists the cursors)`,

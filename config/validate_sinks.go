@@ -165,6 +165,8 @@ func (s3 *S3) validate(s section) {
 	switch n := len(s3.Bucket); {
 	case n == 0:
 		s.required("bucket", s3.Bucket)
+	case strings.HasPrefix(strings.ToLower(s3.Bucket), "s3://"):
+		s.invalid("bucket", "%q is a URL: give the bucket's name, without s3:// (prefixes go in key)", s3.Bucket)
 	case strings.HasPrefix(s3.Bucket, "arn:"):
 		s.invalid("bucket", "%q is an ARN: give the bucket's name (what follows arn:aws:s3:::)", s3.Bucket)
 	case n < 3 || n > 63:

@@ -107,6 +107,12 @@ func TestCheckMissingFile(t *testing.T) {
 	if r.code != exitFail || !strings.Contains(r.stderr, "forwarder check: read config:") || !strings.Contains(r.stderr, path) {
 		t.Errorf("check of a missing file: exit %d, stderr %q; want exit 1 naming the file", r.code, r.stderr)
 	}
+	// Without -c, and no file at the default path: how to give another.
+	var stderr strings.Builder
+	_, err := os.Open(filepath.Join(t.TempDir(), "none"))
+	if _, ok := reportLoad("forwarder check", defaultConfigPath, &stderr, nil, fmt.Errorf("read config: %w", err)); ok || !strings.Contains(stderr.String(), "give another with -c FILE") {
+		t.Errorf("no file at the default path: %q; want a hint to pass -c", stderr.String())
+	}
 }
 
 // check finds every problem run would refuse to start for, before the WAL is opened,

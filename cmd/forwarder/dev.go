@@ -15,6 +15,7 @@ import (
 	"github.com/logfwd/forwarder/config"
 	cwemu "github.com/logfwd/forwarder/emulator/cloudwatchlogs"
 	s3emu "github.com/logfwd/forwarder/emulator/s3emu"
+	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -240,6 +241,7 @@ func statusLine(ctx context.Context, out io.Writer, r *running, cw *cwemu.Server
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
+	first := r.w.Stats().NextSeq // records are numbered from the clock: count from here
 	for {
 		select {
 		case <-ctx.Done():
@@ -249,22 +251,32 @@ func statusLine(ctx context.Context, out io.Writer, r *running, cw *cwemu.Server
 			return nil
 		case <-t.C:
 		}
-		st := r.w.Stats()
-		var b strings.Builder
-		fmt.Fprintf(&b, "in %d records | wal %d records, %s", st.NextSeq-1, st.Records, humanBytes(st.Bytes))
+		var sinks []queue.Status
 		for _, d := range r.drainers {
-			s := d.Status()
-			fmt.Fprintf(&b, " | %s: %s, delivered %d, lag %d", s.Sink, s.State, s.Delivered, s.LagRecords)
-			if s.DeadLettered > 0 {
-				fmt.Fprintf(&b, ", dead %d", s.DeadLettered)
-			}
+			sinks = append(sinks, d.Status())
 		}
+		line := statusText(r.w.Stats(), first, sinks)
 		if tty {
-			fmt.Fprintf(out, "\r\033[K%s", b.String())
+			fmt.Fprintf(out, "\r\033[K%s", line)
 		} else {
-			fmt.Fprintln(out, b.String())
+			fmt.Fprintln(out, line)
 		}
 	}
+}
+
+// statusText is the dev status line: the records taken since first (the
+// WAL's next sequence number at the start), what the WAL holds, and each
+// sink's state.
+func statusText(st wal.Stats, first uint64, sinks []queue.Status) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "in %d records | wal %d records, %s", st.NextSeq-min(first, st.NextSeq), st.Records, humanBytes(st.Bytes))
+	for _, s := range sinks {
+		fmt.Fprintf(&b, " | %s: %s, delivered %d, lag %d", s.Sink, s.State, s.Delivered, s.LagRecords)
+		if s.DeadLettered > 0 {
+			fmt.Fprintf(&b, ", dead %d", s.DeadLettered)
+		}
+	}
+	return b.String()
 }
 
 func isTerminal(w io.Writer) bool {

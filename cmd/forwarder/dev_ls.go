@@ -41,7 +41,7 @@ func cmdDevLs(args []string, stdout, stderr io.Writer) int {
 	sc := s3.NewFromConfig(awsCfg, func(o *s3.Options) { o.BaseEndpoint = aws.String(s3URL); o.UsePathStyle = true })
 	buckets, err := sc.ListBuckets(ctx, &s3.ListBucketsInput{})
 	if err != nil {
-		fmt.Fprintf(stderr, "forwarder dev ls: no forwarder dev answers on %s: %v\n", ports.s3, err)
+		fmt.Fprintf(stderr, "forwarder dev ls: no forwarder dev answers on %s (start one: make run, or forwarder dev): %v\n", ports.s3, err)
 		return exitFail
 	}
 	fmt.Fprintf(stdout, "S3 %s:\n", s3URL)
@@ -71,7 +71,7 @@ func cmdDevLs(args []string, stdout, stderr io.Writer) int {
 	for gp.HasMorePages() {
 		page, err := gp.NextPage(ctx)
 		if err != nil {
-			fmt.Fprintf(stderr, "forwarder dev ls: no forwarder dev answers on %s: %v\n", ports.cw, err)
+			fmt.Fprintf(stderr, "forwarder dev ls: no forwarder dev answers on %s (start one: make run, or forwarder dev): %v\n", ports.cw, err)
 			return exitFail
 		}
 		for _, g := range page.LogGroups {

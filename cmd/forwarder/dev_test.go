@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/wal"
 )
 
@@ -242,5 +243,16 @@ func TestDevLsWithNoGroups(t *testing.T) {
 	}
 	if !strings.Contains(ls, "  no log groups yet (records of tags the sink matches, kube.** or pod.**, make them)\n") {
 		t.Errorf("dev ls with no groups:\n%s", ls)
+	}
+}
+
+// The dev status line counts the records taken since it began, not the
+// WAL's sequence numbers, which a new WAL takes from the clock.
+func TestStatusTextCountsRecordsTaken(t *testing.T) {
+	first := wal.NewFirstSeq(time.Now())
+	st := wal.Stats{NextSeq: first + 3, Records: 3, Bytes: 300}
+	got := statusText(st, first, []queue.Status{{Sink: "archive", State: "running", Delivered: 2, LagRecords: 1}})
+	if want := "in 3 records | wal 3 records, 300 B | archive: running, delivered 2, lag 1"; got != want {
+		t.Fatalf("status line %q, want %q", got, want)
 	}
 }

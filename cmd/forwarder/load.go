@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 
 	"github.com/logfwd/forwarder/config"
 )
@@ -29,6 +30,10 @@ func reportLoad(cmd, path string, stderr io.Writer, cfg *config.Config, err erro
 	var problems config.Problems
 	if errors.As(err, &problems) {
 		printProblems(stderr, path, problems)
+		return nil, false
+	}
+	if path == defaultConfigPath && errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(stderr, "%s: %v (the packaged service's configuration; give another with -c FILE)\n", cmd, err)
 		return nil, false
 	}
 	fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
