@@ -180,7 +180,7 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	switch w := s.src.WAL; {
 	case w.DiskFull():
 		st := w.Stats()
-		problems = append(problems, fmt.Sprintf("wal: disk nearly full (%d bytes free on the file system, %d in the WAL file, wal.min_free_bytes is %d); inputs are pushing back on clients until the sinks deliver or space is freed",
+		problems = append(problems, fmt.Sprintf("wal: disk nearly full, or a commit refused for lack of space (%d bytes free on the file system, %d in the WAL file, wal.min_free_bytes is %d; the log says which); inputs are pushing back on clients until the sinks deliver or space is freed",
 			st.DiskFreeBytes, st.FileFreeBytes, w.MinFreeBytes()))
 	case w.Full():
 		problems = append(problems, "wal: full (wal.max_bytes reached); inputs are pushing back on clients")

@@ -1166,3 +1166,22 @@ func TestFirstSeq(t *testing.T) {
 		t.Fatalf("NewFirstSeq: %d then %d a second later", a, b)
 	}
 }
+
+// A commit of appends the file system refuses although it reports room
+// holds the appends as a full disk does; its warning says so, rather than
+// that the disk is nearly full next to figures that say it is not.
+func TestRefusedCommitSaysWhy(t *testing.T) {
+	stubFree(t, 10<<30, true)
+	var logs syncbuf.Buffer
+	w := openT(t, t.TempDir(), Options{MinFreeBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer w.Close()
+	appendT(t, w, []Record{{Body: []byte(`{"a":1}`)}}, "")
+	_, stop := noSpaceCommits(t)
+	defer stop()
+	if _, err := w.Append(context.Background(), []Record{{Body: []byte(`{"a":2}`)}}, AppendOptions{}); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("append whose commit finds no space: %v, want ErrNoSpace", err)
+	}
+	if out := logs.String(); !strings.Contains(out, "the file system refused a commit of appends (no space) although it reports room") || strings.Contains(out, "nearly full") {
+		t.Fatalf("log:\n%s\nwant the refusal said as such", out)
+	}
+}

@@ -72,7 +72,7 @@ const (
 	maxGroupBytes        = 64 << 20 // stored bytes in one transaction
 	maxDeletesPerTx      = 4096     // retention deletes per transaction
 	intervalFlushBytes   = 32 << 20 // SyncInterval commits early above this
-	dropLogInterval      = 10 * time.Second
+	dropLogInterval      = time.Minute
 	chunkExpiryInterval  = 10 * time.Second
 	noSpaceRetryInterval = time.Second
 	diskLogInterval      = time.Minute
@@ -625,7 +625,7 @@ var heldFor = 10 * time.Second // a variable for tests
 func (wr *writer) checkDisk(room *diskRoom) {
 	switch full := wr.w.diskFull.Load(); {
 	case wr.diskHeld && !full:
-		wr.setDiskFull(true)
+		wr.setDiskFull(true, nil)
 	case !wr.diskHeld && full:
 		if room == nil {
 			room = wr.room()
@@ -641,7 +641,7 @@ func (wr *writer) checkDisk(room *diskRoom) {
 			need = 0
 		}
 		if room.enough(wr.floor() + need) {
-			wr.setDiskFull(false)
+			wr.setDiskFull(false, nil)
 			wr.heldNeed = 0
 		}
 	}
@@ -652,8 +652,10 @@ func (wr *writer) checkDisk(room *diskRoom) {
 
 // setDiskFull records a hold for room on the disk or its end, with a log
 // line for each (holds at most once a minute; the end of a logged hold
-// always).
-func (wr *writer) setDiskFull(full bool) {
+// always). refused is the write error of a commit of appends the file
+// system refused although the room measured was enough (nil: the room
+// measured is below the floor).
+func (wr *writer) setDiskFull(full bool, refused error) {
 	wr.w.diskFull.Store(full)
 	now := time.Now()
 	disk, file, _ := wr.w.space()
@@ -670,8 +672,14 @@ func (wr *writer) setDiskFull(full bool) {
 		wr.diskHolds++
 		return
 	}
-	wr.w.log.Warn("wal: the disk is nearly full: appends wait and the inputs push back on clients, while sinks go on delivering and committing; appends resume once retention or the operator frees room",
-		"path", wr.w.path, "disk_free_bytes", disk, "file_free_bytes", file, "min_free_bytes", wr.w.opts.MinFreeBytes, "holds_not_logged", wr.diskHolds)
+	args := []any{"path", wr.w.path, "disk_free_bytes", disk, "file_free_bytes", file, "min_free_bytes", wr.w.opts.MinFreeBytes, "holds_not_logged", wr.diskHolds}
+	if refused != nil {
+		// The figures say there is room: say why appends wait all the same.
+		wr.w.log.Warn(fmt.Sprintf("wal: the file system refused a commit of appends (no space) although it reports room (another process took it, a quota, a thin volume): appends wait and the inputs push back on clients, while sinks go on delivering and committing; the room is tried every %s", noSpaceProbeInterval),
+			append(args, "error", refused)...)
+	} else {
+		wr.w.log.Warn("wal: the disk is nearly full: appends wait and the inputs push back on clients, while sinks go on delivering and committing; appends resume once retention or the operator frees room", args...)
+	}
 	wr.lastDiskLog, wr.diskLogged, wr.diskHolds = now, true, 0
 }
 
@@ -1155,7 +1163,7 @@ func (wr *writer) flush() {
 		disk, file, _ := wr.w.space()
 		wr.noSpace = &noSpaceMark{disk: disk, file: file, probeAt: time.Now().Add(noSpaceProbeInterval)}
 		if !wr.w.diskFull.Load() {
-			wr.setDiskFull(true)
+			wr.setDiskFull(true, err)
 		}
 	}
 	if limit := max(1, deleted/2); deleted > 1 && limit < wr.deleteLimit {

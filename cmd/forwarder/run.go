@@ -23,6 +23,7 @@ import (
 	"github.com/logfwd/forwarder/admin"
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/inputs"
+	"github.com/logfwd/forwarder/internal/diskfree"
 	"github.com/logfwd/forwarder/internal/sdnotify"
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/wal"
@@ -227,6 +228,12 @@ func logWALState(log *slog.Logger, st wal.Stats, cfg *config.Config, configPath 
 		log.Warn("the WAL's disk has less free than wal.min_free_bytes: appends will wait, and the inputs push back on clients, until the sinks deliver what the WAL holds or space is freed on the file system",
 			"path", st.Path, "disk_free_bytes", st.DiskFreeBytes, "file_free_bytes", st.FileFreeBytes, "min_free_bytes", cfg.WAL.MinFreeBytes)
 	}
+	if size, ok := fsSize(filepath.Dir(st.Path)); ok {
+		if need := walDiskNeed(cfg); size < need {
+			log.Warn("the WAL's file system is smaller than wal.max_bytes needs: the disk fills before the WAL reaches max_bytes, and appends then wait for room (wal.min_free_bytes) however little the WAL holds; lower wal.max_bytes or grow the volume",
+				"path", st.Path, "file_system_bytes", size, "needs_bytes", need, "max_bytes", cfg.WAL.MaxBytes, "min_free_bytes", cfg.WAL.MinFreeBytes)
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(st.Cursors)) {
 		if isSink(cfg, name) {
 			continue
@@ -236,6 +243,23 @@ func logWALState(log *slog.Logger, st wal.Stats, cfg *config.Config, configPath 
 			name, shellQuote(name), shellQuote(configPath)),
 			"cursor", name, "position", pos, "records_behind", lag(st, pos))
 	}
+}
+
+// fsSize is the size of the file system holding a directory (a variable
+// for tests).
+var fsSize = diskfree.Size
+
+// walDiskNeed is the room the WAL's volume needs (README.md, Sizing): the
+// file takes about 1.25 times the live records at wal.max_bytes, beside
+// wal.min_free_bytes kept free and the S3 sinks' staging.
+func walDiskNeed(cfg *config.Config) int64 {
+	need := int64(cfg.WAL.MaxBytes) + int64(cfg.WAL.MaxBytes)/4 + int64(cfg.WAL.MinFreeBytes)
+	for _, s := range cfg.Sinks {
+		if s.S3 != nil {
+			need += int64(s.S3.StagingMaxBytes)
+		}
+	}
+	return need
 }
 
 // dropCursors drops the cursors wal.drop_cursors names (validation keeps configured

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/fluent/fluent-logger-golang/fluent"
 
+	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/sinks/s3sink"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -28,7 +30,9 @@ func TestRunStopsOnSignal(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			t.Parallel()
-			path, dataDir := writeConfig(t, shortShutdownYAML, inputsYAML, adminYAML)
+			// A WAL that fits any test directory's file system (the test
+			// data may be on a tmpfs of 4 GiB): no warning of its size.
+			path, dataDir := writeConfig(t, shortShutdownYAML, "wal: {max_bytes: 1GiB}\n", inputsYAML, adminYAML)
 			log := startStop(t, path, dataDir, sig, 5*time.Second)
 			for _, want := range []string{
 				"level=INFO msg=\"wal opened\" path=" + filepath.Join(dataDir, wal.FileName) + " records=0 bytes=0",
@@ -738,5 +742,29 @@ func TestRunWarnsAboutASinkOfAnotherType(t *testing.T) {
 	// Started again as it is now: no warning.
 	if log := startStop(t, path, dataDir, syscall.SIGTERM, 5*time.Second); strings.Contains(log, "before this start: of type") {
 		t.Errorf("warned again at the next start:\n%s", log)
+	}
+}
+
+// A file system smaller than wal.max_bytes needs gets a warning at start:
+// the disk would fill first, and appends wait for wal.min_free_bytes
+// however little the WAL holds.
+func TestLogWALStateWarnsOfASmallVolume(t *testing.T) {
+	cfg := &config.Config{}
+	cfg.WAL.MaxBytes, cfg.WAL.MinFreeBytes = 1<<30, 64<<20
+	cfg.Sinks = []config.Sink{{Name: "archive", Type: config.SinkS3, S3: &config.S3{StagingMaxBytes: 128 << 20}}}
+	need := int64(1<<30 + 1<<28 + 64<<20 + 128<<20)
+	if got := walDiskNeed(cfg); got != need {
+		t.Fatalf("walDiskNeed %d, want %d", got, need)
+	}
+	old := fsSize
+	defer func() { fsSize = old }()
+	for _, size := range []int64{100 << 20, need - 1, need} {
+		fsSize = func(string) (int64, bool) { return size, true }
+		var logs syncBuffer
+		logWALState(slog.New(slog.NewTextHandler(&logs, nil)), wal.Stats{Path: "/data/wal.db", DiskFreeBytes: -1}, cfg, "c.yaml")
+		warned := strings.Contains(logs.String(), "smaller than wal.max_bytes needs")
+		if warned != (size < need) {
+			t.Errorf("file system of %d bytes, %d needed: warned %v\n%s", size, need, warned, logs.String())
+		}
 	}
 }
