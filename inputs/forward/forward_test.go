@@ -625,6 +625,14 @@ func TestFluentdAndFluentBitShapes(t *testing.T) {
 		}
 	}
 
+	// A stream longer than its window (64 KiB here, 3 MB of entries):
+	// the window bounds what the decoder holds, not what it decodes.
+	long := slices.Repeat([][]byte{entry(eventTime(t0), record("log", strings.Repeat("w", 100_000)))}, 30)
+	d := decoder{maxUnpacked: 64 << 20, now: time.Now}
+	if m, err := d.decode(packedMode("app.x", zstStream(slices.Concat(long...), 64<<10), false, options("", "compressed", "zstd"))); err != nil || len(m.records) != 30 {
+		t.Errorf("zstd stream of 3 MB in a 64 KiB window: %v", err)
+	}
+
 	// What stays refused: other compressions, and metadata that is not a map.
 	for _, msg := range [][]byte{
 		packedMode("app.x", plain, false, options("", "compressed", "lz4")),
