@@ -433,6 +433,8 @@ func (c *conn) handshakeFailed(err error) {
 		c.reject("handshake_timeout", fmt.Errorf("handshake not over within handshake_timeout (%s): %w", time.Duration(c.s.cfg.HandshakeTimeout), err))
 	case errors.As(err, new(*tlsError)):
 		c.reject("tls_handshake", err)
+	case errors.Is(err, errNotPing):
+		c.reject("malformed", err) // not a client with wrong credentials
 	default:
 		c.reject("handshake", err)
 	}

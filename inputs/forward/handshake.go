@@ -5,6 +5,7 @@ import (
 	"crypto/sha512"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"github.com/tinylib/msgp/msgp"
@@ -105,12 +106,17 @@ func (h *handshake) pong(ok bool, reason string, salt []byte) []byte {
 	return msgp.AppendString(b, digest)
 }
 
+// errNotPing is what comes in place of a PING when it is not even a
+// msgpack array: another protocol (an HTTP request, a probe sending text)
+// rather than a forward client with other credentials.
+var errNotPing = errors.New("PING is not an array of 6 elements: not the forward protocol (an HTTP request, or another protocol's probe, on the forward port?)")
+
 // readPing returns hostname, salt, digest, username and password digest.
 func readPing(b []byte) ([5][]byte, error) {
 	var f [5][]byte
 	n, b, err := msgp.ReadArrayHeaderBytes(b)
 	if err != nil {
-		return f, fmt.Errorf("PING is not an array of 6 elements")
+		return f, errNotPing
 	}
 	kind, rest, kindErr := readStrOrBin(b)
 	if n >= 2 && n <= 4 && (kindErr != nil || string(kind) != "PING") {

@@ -366,3 +366,25 @@ func TestPortChecksAreNotCounted(t *testing.T) {
 		})
 	}
 }
+
+// An HTTP request (a probe pointed at the wrong port) in place of a PING
+// is another protocol, counted as malformed, not as a client refused for
+// its credentials (which an alert watches).
+func TestHTTPOnTheForwardPort(t *testing.T) {
+	cfg := defaultCfg()
+	cfg.SharedKey = "k"
+	f := start(t, cfg, wal.Options{})
+	c := f.dial()
+	readHELO(t, c)
+	c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+	expectClosed(t, c)
+	waitCount(t, f, "malformed", 1)
+	if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "handshake")); n != 0 {
+		t.Fatalf("rejected{handshake} = %v for an HTTP request; log:\n%s", n, f.logs.String())
+	}
+	// A forward client with the wrong key still is a refused handshake.
+	c = f.dial()
+	c.Write(ping(readHELO(t, c), "wrong"))
+	expectClosed(t, c)
+	waitCount(t, f, "handshake", 1)
+}
