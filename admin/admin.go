@@ -196,7 +196,11 @@ func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	if len(problems) > 0 {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "problems": problems, "sinks": notes})
+		body := map[string]any{"status": "not ready", "problems": problems}
+		if len(notes) > 0 {
+			body["sinks"] = notes
+		}
+		writeJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}
 	if len(notes) > 0 {

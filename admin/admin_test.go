@@ -205,7 +205,7 @@ func TestDiskFullEndpoints(t *testing.T) {
 	if err == nil || !w.DiskFull() {
 		t.Fatalf("append under the floor: %v, DiskFull() %v", err, w.DiskFull())
 	}
-	if code, body := get(t, base, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "disk nearly full") {
+	if code, body := get(t, base, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "disk nearly full") || strings.Contains(body, "null") {
 		t.Errorf("/readyz with the disk full: %d %s", code, body)
 	}
 	if code, body := get(t, base, "/healthz"); code != 200 {
