@@ -271,20 +271,20 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 			case errors.Is(err, wal.ErrTooLarge):
 				// Sent again, it is refused again: the client must cut it.
 				reason = "too_large"
-				c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
 				if n, ok := c.s.rejects.Allow(reason+"_wal", time.Now()); ok {
 					log.Warn("message larger than the WAL can ever hold (wal.max_bytes), not stored, not acknowledged: the client must send smaller chunks, or raise wal.max_bytes", "tag", tag, "records", records,
 						"error", err, "same_reason_not_logged_in_last_minute", n)
 				}
+				c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc() // once said
 				return
 			case storeCtx.Err() != nil:
 				reason = "shutting_down" // the stop's time to store ran out
 			}
-			c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
 			if n, ok := c.s.rejects.Allow(reason, time.Now()); ok {
 				log.Warn("message not stored, not acknowledged; the client will send it again", "tag", tag, "records", records,
 					"error", err, "same_reason_not_logged_in_last_minute", n)
 			}
+			c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc() // once said
 			return
 		}
 		if m.acked {
@@ -300,7 +300,8 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 // reject closes the connection over bad input, with a count and, at most
 // once a minute per reason, a log line (which says how many more it stood for).
 func (c *conn) reject(reason string, err error) {
-	c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
+	// Counted once said: what reads the count finds the line written.
+	defer c.s.p.Metrics.Rejected.WithLabelValues("forward", reason).Inc()
 	if n, ok := c.s.rejects.Allow(reason, time.Now()); ok {
 		msg := "closing connection: bad input; nothing of the message was stored"
 		switch reason {
@@ -418,11 +419,11 @@ func (c *conn) handshakeFailed(err error) {
 	var bm *badMessage
 	switch {
 	case c.slot.Evicted():
-		c.s.p.Metrics.Rejected.WithLabelValues("forward", "evicted").Inc()
 		if n, ok := c.s.rejects.Allow("evicted", time.Now()); ok {
 			c.s.log.Warn("closed a connection still in its handshake to make room for a new one: max_connections is reached; raise it if these are real clients",
 				"remote", c.remote, "max_connections", c.s.cfg.MaxConnections, "same_reason_not_logged_in_last_minute", n)
 		}
+		c.s.p.Metrics.Rejected.WithLabelValues("forward", "evicted").Inc() // once said, as reject
 	case c.closing() && (errors.Is(err, net.ErrClosed) || errors.Is(err, errClosing)):
 		c.s.log.Debug("connection closed in its handshake: the server is stopping", "remote", c.remote)
 	case closedByPeer(err) && (c.raw.n.Load() == 0 || c.read == 0 && !errors.As(err, new(*tlsError))):
