@@ -344,7 +344,7 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 		if e.Class == sinks.SinkPermanent {
 			wait, state = d.opts.PauseRetry, StatePaused
 			if !paused {
-				d.log.Error("sink paused while finishing interrupted work: the destination refuses every request until this is fixed; records stay in the WAL and nothing is dropped; retrying every "+wait.String(),
+				d.log.Error("sink paused while finishing interrupted work: the destination refuses every request until this is fixed; "+d.keptSays()+"; retrying every "+wait.String(),
 					"reason", e.Reason, "error", e.Err)
 				d.paused.Set(1)
 				paused = true
@@ -391,4 +391,14 @@ func (d *Drainer) setState(f func(*Status)) {
 	d.mu.Lock()
 	f(&d.status)
 	d.mu.Unlock()
+}
+
+// keptSays is what becomes of the records a sink cannot deliver: kept in
+// the WAL, or, with wal.when_full: drop_oldest, kept until a full WAL drops
+// them.
+func (d *Drainer) keptSays() string {
+	if d.w.DropsOldest() {
+		return "records stay in the WAL, but with wal.when_full: drop_oldest a full WAL drops the oldest of them (counted per sink)"
+	}
+	return "records stay in the WAL and nothing is dropped"
 }

@@ -324,8 +324,14 @@ func TestStuckPartitionDoesNotStopOthers(t *testing.T) {
 }
 
 func TestSinkPermanentPausesWithOneLine(t *testing.T) {
+	for name, whenFull := range map[string]wal.FullPolicy{"block": wal.Block, "drop_oldest": wal.DropOldest} {
+		t.Run(name, func(t *testing.T) { sinkPermanentPausesWithOneLine(t, whenFull) })
+	}
+}
+
+func sinkPermanentPausesWithOneLine(t *testing.T, whenFull wal.FullPolicy) {
 	synctest.Test(t, func(t *testing.T) {
-		w := openWAL(t, wal.Options{})
+		w := openWAL(t, wal.Options{WhenFull: whenFull})
 		defer w.Close()
 		var logs syncbuf.Buffer
 		log := slog.New(slog.NewTextHandler(&logs, nil))
@@ -348,6 +354,16 @@ func TestSinkPermanentPausesWithOneLine(t *testing.T) {
 		}
 		if n := strings.Count(logs.String(), "sink paused"); n != 1 || !strings.Contains(logs.String(), "level=ERROR") {
 			t.Fatalf("%d 'sink paused' lines:\n%s", n, logs.String())
+		}
+		// What becomes of the records, as the WAL is configured.
+		var pause string
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, "sink paused") {
+				pause = l
+			}
+		}
+		if says := strings.Contains(pause, "nothing is dropped"); says != (whenFull == wal.Block) || whenFull == wal.DropOldest && !strings.Contains(pause, "drop_oldest") {
+			t.Fatalf("when_full %v: the pause line: %s", whenFull, pause)
 		}
 		n := 0
 		DeadLetters(w, "s", func(DeadLetter) error { n++; return nil })

@@ -279,7 +279,7 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 	case sinks.SinkPermanent:
 		first, probeAt := l.flow.pause(e, now)
 		if first {
-			d.log.Error("sink paused: the destination refuses every request until this is fixed; records stay in the WAL and nothing is dropped; retrying every "+d.opts.PauseRetry.String(),
+			d.log.Error("sink paused: the destination refuses every request until this is fixed; "+d.keptSays()+"; retrying every "+d.opts.PauseRetry.String(),
 				"reason", e.Reason, "error", e.Err)
 			d.paused.Set(1)
 		}

@@ -555,6 +555,10 @@ func (w *WAL) DiskFull() bool { return w.diskFull.Load() }
 // MinFreeBytes is the room kept free for commits that are not appends.
 func (w *WAL) MinFreeBytes() int64 { return w.opts.MinFreeBytes }
 
+// DropsOldest reports whether a full WAL drops its oldest records
+// (DropOldest) rather than holding appends.
+func (w *WAL) DropsOldest() bool { return w.opts.WhenFull == DropOldest }
+
 // freeBytes is diskfree.Free (the space an unprivileged process may still
 // take; false where it cannot be told: appends are not held for it); tests
 // replace it.
