@@ -249,7 +249,7 @@ func TestSummaryAtStop(t *testing.T) {
 		r.stop(t)
 		out := logs.String()
 		if !strings.Contains(out, `msg="records dead-lettered:`) || !strings.Contains(out, "key_too_long=20") ||
-			!strings.Contains(out, "sends failed and are retried") || !strings.Contains(out, "retryable/http_503=2") {
+			!strings.Contains(out, "sends failed and were retried") || !strings.Contains(out, "retryable/http_503=2") {
 			t.Errorf("the stop did not sum up the dead letters and retries since the last summary:\n%s", out)
 		}
 	})

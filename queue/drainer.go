@@ -341,6 +341,7 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 		wait := d.opts.RetryMin << min(attempt-1, 20)
 		wait = min(wait, d.opts.RetryMax)
 		state := StateRecovering
+		d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
 		if e.Class == sinks.SinkPermanent {
 			wait, state = d.opts.PauseRetry, StatePaused
 			if !paused {
@@ -355,7 +356,6 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 				d.paused.Set(0)
 				paused = false
 			}
-			d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
 			if now := time.Now(); now.Sub(lastWarn) >= d.opts.SummaryInterval {
 				// The loop's once-a-minute summary of failures does not
 				// run yet: a warning at the first failure and then once

@@ -542,7 +542,7 @@ func TestRetriesAreSummedUpNotShouted(t *testing.T) {
 		}
 		r.stop(t)
 		out := logs.String()
-		if n := strings.Count(out, "sends failed and are retried"); n != 1 || !strings.Contains(out, "retryable/http_503=5") ||
+		if n := strings.Count(out, "sends failed and were retried; every partition has delivered since"); n != 1 || !strings.Contains(out, "retryable/http_503=5") ||
 			!strings.Contains(out, `last_error="http_503 (retryable): unavailable"`) {
 			t.Fatalf("want one summary counting 5 failures, with the last error:\n%s", out)
 		}
@@ -812,11 +812,16 @@ func TestDrainAnswersPausedRecovery(t *testing.T) {
 		defer w.Close()
 		appendN(t, w, 20, tagsOf(2), 10)
 		s := &recoveringSink{testSink: newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})}
-		r := start(w, "s", s, Options{})
+		m := NewMetrics(nil)
+		r := start(w, "s", s, Options{Metrics: m})
 		time.Sleep(time.Second)
 		synctest.Wait()
 		if st := r.d.Status(); st.State != StatePaused {
 			t.Fatalf("status %+v, want paused", st)
+		}
+		// A refusal is a failure that is retried, counted as such.
+		if got := testutil.ToFloat64(m.Retries.WithLabelValues("s", "sink_permanent", "AccessDenied")); got != 1 {
+			t.Errorf("forwarder_sink_retries_total{class=sink_permanent} = %v after one refused Recover", got)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()

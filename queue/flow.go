@@ -270,9 +270,11 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 	}
 	l.sendFailed(p)
 	l.dropPart(p, l.cursor, now) // what the WAL dropped while it was sent
+	// Every failure counted here is sent again: a paused sink's at its
+	// next probe.
+	d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
 	switch e.Class {
 	case sinks.Throttled:
-		d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
 		until := l.flow.throttled(e.Wait, now)
 		d.log.Debug("throttled: all partitions wait", "reason", e.Reason, "wait", until.Sub(now), "concurrency", l.limit)
 		l.schedule(p, until)
@@ -285,7 +287,6 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		}
 		l.schedule(p, probeAt)
 	default:
-		d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
 		p.attempts++
 		at := l.flow.failed(p, p.attempts, now)
 		d.log.Debug("send failed, will retry", "partition_attempt", p.attempts, "reason", e.Reason, "wait", at.Sub(now), "error", e.Err)

@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Batches: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_delivered_batches_total",
 			Help: "Batches the sink's destination accepted (some of their records at least: not one whose records were all dead-lettered)."}, sink),
 		Retries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_retries_total",
-			Help: "Failed sends that will be retried (not lost), by error class and reason."}, []string{"sink", "class", "reason"}),
+			Help: "Failed sends that will be retried (not lost), by error class and reason; a paused sink's refused probes count under sink_permanent."}, []string{"sink", "class", "reason"}),
 		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_dead_letters_total",
 			Help: "Records the destination refused for good, kept as dead letters, by reason."}, []string{"sink", "reason"}),
 		Evicted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_dead_letters_evicted_total",

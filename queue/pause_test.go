@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -55,6 +56,37 @@ func TestPauseOutlastsASendBegunBefore(t *testing.T) {
 		}
 		r.stop(t)
 		s.check(t)
+		s.deliveredOnce(t, last)
+	})
+}
+
+// A paused sink's failed probes are sends that are retried: each is
+// counted in forwarder_sink_retries_total under sink_permanent, as the
+// summary line counts it, so that the counter and the log agree.
+func TestPausedSendsAreCountedAsRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		m := NewMetrics(nil)
+		s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 1})
+		var calls atomic.Int64
+		s.setFail(func(b *sinks.Batch) error {
+			calls.Add(1)
+			return sinks.NewSinkPermanent("AccessDenied", errors.New("denied"))
+		})
+		last := appendN(t, w, 10, tagsOf(1), 10)
+		r := start(w, "s", s, Options{Logger: slog.New(slog.DiscardHandler), Metrics: m})
+		time.Sleep(100 * time.Second) // the first send and three probes (every 30s)
+		synctest.Wait()
+		n := calls.Load()
+		if n < 3 {
+			t.Fatalf("%d sends in 100s of a pause, want at least 3", n)
+		}
+		if got := testutil.ToFloat64(m.Retries.WithLabelValues("s", "sink_permanent", "AccessDenied")); got != float64(n) {
+			t.Errorf("forwarder_sink_retries_total{class=sink_permanent} = %v after %d refused sends", got, n)
+		}
+		s.heal(t, w, last, time.Minute)
+		r.stop(t)
 		s.deliveredOnce(t, last)
 	})
 }

@@ -1,9 +1,7 @@
 package queue
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sort"
 	"strings"
@@ -151,11 +149,11 @@ func (l *loop) summarizeNow(now time.Time) {
 	if l.lastRetried != "" {
 		args = append(args, "last_error", l.lastRetried) // what the destination said, and what to fix
 	}
-	level := slog.LevelInfo
 	if failing > 0 || l.paused != nil || now.Before(l.throttleUntil) {
-		level = slog.LevelWarn
+		l.d.log.Warn("sends failed and are retried; nothing is dropped for them (counts by class/reason)", args...)
+	} else {
+		l.d.log.Info("sends failed and were retried; every partition has delivered since, nothing was dropped (counts by class/reason)", args...)
 	}
-	l.d.log.Log(context.Background(), level, "sends failed and are retried; nothing is dropped for them (counts by class/reason)", args...)
 	l.failures = map[string]int{}
 }
 
