@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -168,25 +169,47 @@ func LoadWAL(path string) (*Config, error) {
 	}
 	used := &yaml.Node{Kind: yaml.MappingNode}
 	var sinks *yaml.Node
+	cfg := Default()
 	if root.Kind == yaml.MappingNode {
+		top := yamlKeys(reflect.TypeOf(*cfg))
 		for i := 0; i+1 < len(root.Content); i += 2 {
-			switch resolve(root.Content[i]).Value {
+			key := resolve(root.Content[i])
+			switch key.Value {
 			case "data_dir", "wal", "admin":
 				used.Content = append(used.Content, root.Content[i], root.Content[i+1])
 			case "sinks":
 				sinks = resolve(root.Content[i+1])
+			default:
+				// A misspelt data_dir or sinks would point the command at
+				// another WAL, or make a configured sink look removed (whose
+				// cursor drop-cursor deletes): refused, as check refuses it.
+				if !slices.Contains(top, key.Value) {
+					c.add(position{key.Line, key.Column}, "unknown key %q%s", key.Value, didYouMean(key.Value, top))
+				}
 			}
 		}
 	}
 	d := &decoder{checker: c, unexpanded: expandEnv(c, used)}
-	cfg := Default()
 	d.decodeStruct(used, reflect.ValueOf(cfg).Elem(), scope{})
-	if sinks != nil && sinks.Kind == yaml.SequenceNode {
-		for _, n := range sinks.Content {
-			if name := peekNode(resolve(n), "name"); name != nil && name.Kind == yaml.ScalarNode {
+	if sinks != nil {
+		switch sinks.Kind {
+		case yaml.SequenceNode:
+			for i, n := range sinks.Content {
+				n = resolve(n)
+				name := peekNode(n, "name")
+				if name == nil || name.Kind != yaml.ScalarNode || name.Value == "" {
+					c.add(position{n.Line, n.Column}, "sinks[%d]: name is required", i)
+					continue
+				}
 				expandEnv(c, name)
-				cfg.Sinks = append(cfg.Sinks, Sink{Name: name.Value, Line: resolve(n).Line})
+				cfg.Sinks = append(cfg.Sinks, Sink{Name: name.Value, Line: n.Line})
 			}
+		case yaml.ScalarNode:
+			if sinks.Tag != "!!null" {
+				c.add(position{sinks.Line, sinks.Column}, "sinks: expected a list, got %s", describe(sinks))
+			}
+		default:
+			c.add(position{sinks.Line, sinks.Column}, "sinks: expected a list, got %s", describe(sinks))
 		}
 	}
 	cfg.file, cfg.pos = path, c.pos

@@ -14,9 +14,10 @@ import (
 const walDropCursorUsage = `Usage: forwarder wal drop-cursor NAME [-c FILE] [--force]
 
 Remove the cursor NAME, with its sink's state, so that it no longer keeps records in the
-WAL. This is for a sink that was removed from the configuration. It refuses a sink that is
-still configured unless --force: that sink would send again every record still in the WAL
-and forget its pending state.
+WAL: the records no other cursor still needs are deleted. This is for a sink that was
+removed from the configuration. It refuses a sink that is still configured unless --force:
+that sink would lose the records only it still needs (they never reach it), send again
+at its next start every record still in the WAL, and forget its pending state.
 `
 
 func cmdWALDropCursor(args []string, stdout, stderr io.Writer) int {
@@ -36,10 +37,6 @@ func cmdWALDropCursor(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitFail
 	}
-	if isSink(cfg, name) && !*force {
-		fmt.Fprintf(stderr, "%s: %q is a sink in %s; dropping its cursor would make it send again every record still in the WAL and forget its pending state. Remove the sink from the configuration first, or pass --force\n", cmd, name, *configPath)
-		return exitFail
-	}
 	w := openWAL(cmd, cfg, false, stderr)
 	if w == nil {
 		return exitFail
@@ -52,6 +49,11 @@ func cmdWALDropCursor(args []string, stdout, stderr io.Writer) int {
 			names = "there are: " + strings.Join(slices.Sorted(maps.Keys(before.Cursors)), ", ")
 		}
 		fmt.Fprintf(stderr, "%s: the WAL has no cursor %q; %s\n", cmd, name, names)
+		return closeWAL(cmd, w, stderr, exitFail)
+	}
+	if isSink(cfg, name) && !*force {
+		fmt.Fprintf(stderr, "%s: %q is a sink in %s; dropping its cursor would delete up to %s that only it still needs (they would never reach it), make it send again at its next start every record still in the WAL, and forget its pending state. Remove the sink from the configuration first, or pass --force\n",
+			cmd, name, *configPath, plural(int(onlyPinned(before, name)), "record", "records"))
 		return closeWAL(cmd, w, stderr, exitFail)
 	}
 	if err := w.DropCursor(context.Background(), name); err != nil {
@@ -83,4 +85,22 @@ func cmdWALDropCursor(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "it pinned no records: the other cursors still need every live record")
 	}
 	return closeWAL(cmd, w, stderr, exitOK)
+}
+
+// onlyPinned is how many of the WAL's records no cursor but name still
+// needs: those retention deletes once it is dropped. None when it is the
+// only cursor (the WAL then keeps every record until a sink registers one).
+func onlyPinned(st wal.Stats, name string) uint64 {
+	pos := st.Cursors[name]
+	others := false
+	var lowest uint64
+	for n, p := range st.Cursors {
+		if n != name && (!others || p < lowest) {
+			lowest, others = p, true
+		}
+	}
+	if !others || lowest <= pos {
+		return 0
+	}
+	return lag(st, pos) - lag(st, lowest)
 }

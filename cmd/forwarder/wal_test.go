@@ -162,6 +162,55 @@ func TestWALDropCursor(t *testing.T) {
 	}
 }
 
+// drop-cursor on a configured sink says what it would delete; and a
+// configuration whose sink entry lost its name, or whose top-level key is
+// misspelt, is refused rather than read as a sink removed (whose cursor
+// drop-cursor deletes, with the records only it still needs) or as
+// another data_dir.
+func TestWALDropCursorConfiguredSink(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, inputsYAML, adminYAML, sinkYAML)
+	fillWAL(t, dataDir, "old", "archive") // old at 1, archive at 0: record 1 only archive needs
+
+	r := forwarderCmd(t, "wal", "drop-cursor", "archive", "-c", path)
+	if r.code != exitFail || !strings.Contains(r.stderr, "would delete up to 1 record that only it still needs") || !strings.Contains(r.stderr, "--force") {
+		t.Errorf("drop-cursor of a configured sink: exit %d, stderr %q; want exit 1 and what it would delete", r.code, r.stderr)
+	}
+
+	typo, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, from, to, want string }{
+		{"nameless sink", "- name: archive", "- nme: archive", "sinks[0]: name is required"},
+		{"misspelt data_dir", "data_dir:", "datadir:", `unknown key "datadir" (did you mean "data_dir"?)`},
+		{"sinks not a list", "sinks:\n  - name: archive", "sinks:\n  archive:\n    name: archive", "sinks: expected a list, got a mapping"},
+	} {
+		bad := filepath.Join(t.TempDir(), "forwarder.yaml")
+		text := strings.Replace(string(typo), c.from, c.to, 1)
+		if text == string(typo) {
+			t.Fatalf("%s: %q not in the configuration", c.name, c.from)
+		}
+		if err := os.WriteFile(bad, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"wal", "drop-cursor", "archive", "-c", bad}, {"wal", "stats", "-c", bad}} {
+			r := forwarderCmd(t, args...)
+			if r.code != exitFail || !strings.Contains(r.stderr, c.want) {
+				t.Errorf("%s: %v: exit %d, stderr %q; want exit 1 and %q", c.name, args[:2], r.code, r.stderr, c.want)
+			}
+		}
+	}
+	if names := cursorNames(t, path); strings.Join(names, ",") != "archive,old" {
+		t.Fatalf("cursors after refused drops: %q, want [archive old]", names)
+	}
+
+	r = forwarderCmd(t, "wal", "drop-cursor", "--force", "archive", "-c", path)
+	if r.code != exitOK || !strings.Contains(r.stdout, "it pinned 1 record, ") {
+		t.Errorf("drop-cursor --force archive: exit %d, stdout %q, stderr %q; want the 1 record it pinned deleted", r.code, r.stdout, r.stderr)
+	}
+}
+
 // cursorNames returns the cursors that "wal stats --json" lists.
 func cursorNames(t *testing.T, configPath string) []string {
 	t.Helper()
