@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -131,7 +132,7 @@ func sizeRead(buf *ReadBuffer, d *decoder, n, raw, maxBytes int) []Record {
 // readFile is read from the file, into d's memory.
 func (w *WAL) readFile(from uint64, maxRecords, maxBytes int, buf *ReadBuffer, d *decoder) ([]Record, error) {
 	var out []Record
-	err := w.db.View(func(tx *bolt.Tx) error {
+	err := w.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketEntries).Cursor()
 		k, v := seekEntry(tx, c, from)
 		if k != nil && maxRecords > 0 {
@@ -207,7 +208,7 @@ func (w *WAL) ReadRange(first, last uint64) ([]Record, error) {
 		return nil, nil
 	}
 	var out []Record
-	err := w.db.View(func(tx *bolt.Tx) error {
+	err := w.view(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketEntries).Cursor()
 		for k, v := seekEntry(tx, c, first); k != nil && binary.BigEndian.Uint64(k) <= last; k, v = c.Next() {
 			key := binary.BigEndian.Uint64(k)
@@ -397,7 +398,7 @@ func (w *WAL) Stats() Stats {
 	s := Stats{Path: w.path, FirstSeq: st.firstSeq, NextSeq: st.nextSeq, Records: st.nextSeq - st.firstSeq,
 		Bytes: st.liveBytes, Cursors: st.cursors, Dropped: st.dropped, Commits: w.commits.Load(), CommitSeconds: float64(w.commitNanos.Load()) / 1e9, DamagedRecords: w.damaged.Load(),
 		MemoryReads: w.recent.memoryReads.Load(), FileReads: w.recent.fileReads.Load()}
-	_ = w.db.View(func(tx *bolt.Tx) error {
+	_ = w.view(func(tx *bolt.Tx) error {
 		s.FileBytes = tx.Size()
 		return nil
 	})
@@ -420,7 +421,7 @@ func (w *WAL) Cursor(name string) (uint64, bool) {
 // State returns a copy of key in sink's state bucket, or nil.
 func (w *WAL) State(sink string, key []byte) ([]byte, error) {
 	var out []byte
-	err := w.db.View(func(tx *bolt.Tx) error {
+	err := w.view(func(tx *bolt.Tx) error {
 		if b := tx.Bucket(bucketState).Bucket([]byte(sink)); b != nil {
 			if v := b.Get(key); v != nil {
 				out = append([]byte{}, v...)
@@ -436,7 +437,7 @@ func (w *WAL) State(sink string, key []byte) ([]byte, error) {
 // during the call, and fn must not call the WAL: a read or write from
 // inside can deadlock with the writer growing the file.
 func (w *WAL) ScanState(sink string, prefix []byte, fn func(k, v []byte) error) error {
-	return w.db.View(func(tx *bolt.Tx) error {
+	return w.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketState).Bucket([]byte(sink))
 		if b == nil {
 			return nil
@@ -468,8 +469,15 @@ func (w *WAL) Verify() VerifyReport {
 	} else if damaged != nil {
 		rep.Problems = append(rep.Problems, damaged)
 	}
-	err := w.db.View(func(tx *bolt.Tx) error {
-		if w.opts.ReadOnly {
+	// bbolt's check runs in a goroutine of its own, where a damaged page's
+	// panic cannot be caught: every page is walked here first, and the
+	// check runs only on a file whose pages all read.
+	walked := w.walkPages()
+	if walked != nil {
+		rep.Problems = append(rep.Problems, walked)
+	}
+	err := w.view(func(tx *bolt.Tx) error {
+		if w.opts.ReadOnly && walked == nil {
 			for err := range tx.Check() {
 				rep.Problems = append(rep.Problems, fmt.Errorf("bbolt consistency check of %s: %w", w.path, err))
 			}
@@ -503,4 +511,54 @@ func (w *WAL) Verify() VerifyReport {
 		rep.Problems = append(rep.Problems, err)
 	}
 	return rep
+}
+
+// walkPages reads every key of every bucket, which reads every page of the
+// file's trees, and returns the *CorruptionError of the first page bbolt
+// cannot read, naming the bucket it belongs to, or nil.
+func (w *WAL) walkPages() error {
+	where := ""
+	err := w.view(func(tx *bolt.Tx) error {
+		var walk func(path string, b *bolt.Bucket)
+		walk = func(path string, b *bolt.Bucket) {
+			where = path
+			c := b.Cursor()
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				if v == nil {
+					if child := b.Bucket(k); child != nil {
+						walk(path+"/"+string(k), child)
+						where = path
+					}
+				}
+			}
+		}
+		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+			walk(string(name), b)
+			return nil
+		})
+	})
+	if ce, ok := err.(*CorruptionError); ok && where != "" {
+		ce.Err = fmt.Errorf("in %s: %w", bucketMeaning(where), ce.Err)
+	}
+	return err
+}
+
+// bucketMeaning says what the bucket at path (its names from the root,
+// "/" between them) holds.
+func bucketMeaning(path string) string {
+	top, sub, _ := strings.Cut(path, "/")
+	switch top {
+	case string(bucketEntries):
+		return "the records (bucket entries)"
+	case string(bucketState):
+		if sub != "" {
+			return fmt.Sprintf("sink %q's state: intents, delivered marks, dead letters (bucket %s)", sub, path)
+		}
+		return "the sinks' state (bucket state)"
+	case string(bucketCursors):
+		return "the sinks' cursors (bucket cursors)"
+	case string(bucketChunks), string(bucketChunkTimes):
+		return "the chunk ids that dedup retries (bucket " + path + ")"
+	}
+	return "bucket " + path
 }

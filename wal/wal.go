@@ -362,12 +362,12 @@ func (w *WAL) load() (state, error) {
 			return nil
 		})
 	}
-	var err error
-	if w.opts.ReadOnly {
-		err = w.db.View(fn)
-	} else {
-		err = w.db.Update(fn)
-	}
+	err := damagedPage(w.path, func() error {
+		if w.opts.ReadOnly {
+			return w.db.View(fn)
+		}
+		return w.db.Update(fn)
+	})
 	if err != nil {
 		return st, fmt.Errorf("load wal state: %w", err)
 	}

@@ -5,14 +5,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/logfwd/forwarder/wal"
+	bolt "go.etcd.io/bbolt"
 )
 
 func TestWALStats(t *testing.T) {
@@ -227,6 +230,65 @@ func cursorNames(t *testing.T, configPath string) []string {
 		names = append(names, c.Name)
 	}
 	return names
+}
+
+// A page of garbage in wal.db, under a sink's state (its dead letters):
+// verify names the sink's state, and dead-letters and run fail with a line
+// that names the file, rather than a panic (bbolt's own, in the first
+// read that reaches the page).
+func TestWALDamagedPage(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, inputsYAML, adminYAML, sinkYAML)
+	fillWAL(t, dataDir, "archive")
+	walPath := filepath.Join(dataDir, wal.FileName)
+	w, err := wal.Open(dataDir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b wal.Batch
+	for i := range 2000 { // pages of dead letters under a branch page
+		b.Put("archive", fmt.Appendf(nil, "d/%016x", i), bytes.Repeat([]byte("x"), 100))
+	}
+	if err := w.Commit(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(walPath, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root, pageSize int64
+	_ = db.View(func(tx *bolt.Tx) error {
+		root, pageSize = int64(tx.Bucket([]byte("state")).Bucket([]byte("archive")).RootPage()), int64(tx.DB().Info().PageSize)
+		return nil
+	})
+	db.Close()
+	garbage := bytes.Repeat([]byte{0xa5, 0xff, 0x93, 0xc1}, 16)
+	f, err := os.OpenFile(walPath, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(garbage, root*pageSize+16); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	r := forwarderCmd(t, "wal", "verify", "-c", path)
+	if r.code != exitFail || !strings.Contains(r.stdout, `sink "archive"'s state`) || !strings.Contains(r.stdout, "a page of the file is damaged") || strings.Contains(r.stderr, "panic") {
+		t.Errorf("wal verify: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	r = forwarderCmd(t, "wal", "dead-letters", "-c", path)
+	if r.code != exitFail || !strings.Contains(r.stderr, "a page of the file is damaged") || !strings.Contains(r.stderr, walPath) || strings.Contains(r.stderr, "panic") {
+		t.Errorf("wal dead-letters: exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	svc := startService(t, path)
+	code := svc.wait(30 * time.Second)
+	out := svc.stderr.String()
+	if code != exitFail || !strings.Contains(out, "a page of the file is damaged") || strings.Contains(out, "panic") {
+		t.Errorf("run: exit %d\n%s", code, out)
+	}
 }
 
 func TestWALDamaged(t *testing.T) {
