@@ -80,7 +80,7 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	// Subscribed first, so that a signal during a long start (a WAL compaction) is a
 	// clean stop once the group runs.
 	signals := signalsActor(log, timeout)
-	w, stopped, err := openUnlessStopped(log, func() (*wal.WAL, error) { return wal.Open(cfg.DataDir, walOptions(cfg, log)) })
+	w, stopped, err := openUnlessStopped(log, func() (*wal.WAL, error) { return openWaitingForLock(cfg, log) })
 	if stopped {
 		return exitOK
 	}
@@ -202,13 +202,34 @@ func walOptions(cfg *config.Config, log *slog.Logger) wal.Options {
 	return o
 }
 
+// walLockWait is how long run waits for the WAL's lock that another process holds.
+var walLockWait = time.Minute
+
+// openWaitingForLock opens the WAL, waiting up to walLockWait while another process
+// holds its lock: a forwarder wal command reading it (a dump into a pager) would
+// otherwise make every start fail at once, and a service manager give up restarting.
+func openWaitingForLock(cfg *config.Config, log *slog.Logger) (*wal.WAL, error) {
+	deadline := time.Now().Add(walLockWait)
+	for logged := false; ; logged = true {
+		w, err := wal.Open(cfg.DataDir, walOptions(cfg, log))
+		if !errors.Is(err, wal.ErrLocked) || time.Now().After(deadline) {
+			return w, err
+		}
+		if !logged {
+			log.Warn("the WAL is locked by another process: waiting for it (a forwarder wal command reading it, such as wal dump, or another forwarder with this data_dir)",
+				"path", filepath.Join(cfg.DataDir, wal.FileName), "wait_up_to", walLockWait)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
 // logOpenError says, on one line, why the WAL could not be opened.
 func logOpenError(log *slog.Logger, cfg *config.Config, err error) {
 	path := filepath.Join(cfg.DataDir, wal.FileName)
 	var corrupt *wal.CorruptionError
 	switch {
 	case errors.Is(err, wal.ErrLocked):
-		log.Error("the WAL is in use by another process: is another forwarder running with this data_dir?", "path", path)
+		log.Error("the WAL is in use by another process: is another forwarder running with this data_dir, or a forwarder wal command still reading it?", "path", path, "waited", walLockWait)
 	case errors.As(err, &corrupt):
 		log.Error("the WAL file is damaged; the service does not start on a damaged WAL", "path", path, "error", err)
 	case errors.Is(err, wal.ErrFormat):
