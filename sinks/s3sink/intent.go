@@ -42,6 +42,11 @@ type intent struct {
 	Members     []int    `json:"members,omitempty"`
 	UUID        string   `json:"uuid,omitempty"`      // what ${uuid} rendered
 	UploadID    string   `json:"upload_id,omitempty"` // the multipart upload in progress
+	// createLost: a CreateMultipartUpload of this process had no answer
+	// (or a 5xx) and may have made an upload whose id is not known; the
+	// next attempt aborts the key's uploads first. After a crash Recover
+	// does (abortOrphans).
+	createLost bool
 	KeyTemplate string   `json:"key_template"`
 	Hostname    string   `json:"hostname"`
 	Encoding    encoding `json:"encoding"`

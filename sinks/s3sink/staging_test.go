@@ -885,3 +885,138 @@ func TestStagingDirectoryMadeAgain(t *testing.T) {
 		t.Errorf("no warning:\n%s", logged.String())
 	}
 }
+
+// changeOnFirstPart writes over the staged file at off as part 1 of a
+// multipart upload is sent: the file changes after the object was checked
+// against its intent, while its parts are read.
+type changeOnFirstPart struct {
+	s3API
+	path string
+	off  int64
+	once sync.Once
+	err  error
+}
+
+func (c *changeOnFirstPart) UploadPart(ctx context.Context, in *s3.UploadPartInput, opts ...func(*s3.Options)) (*s3.UploadPartOutput, error) {
+	if *in.PartNumber == 1 {
+		c.once.Do(func() {
+			f, err := os.OpenFile(c.path, os.O_WRONLY, 0)
+			if err == nil {
+				_, err = f.WriteAt([]byte("XXXXXXXXXXXXXXXX"), c.off)
+				f.Close()
+			}
+			c.err = err
+		})
+	}
+	return c.s3API.UploadPart(ctx, in, opts...)
+}
+
+// A staged file that changes while its multipart upload sends its parts
+// (after the check against its intent's SHA-256) does not complete an
+// object of other bytes: S3 checks each part only against the MD5 taken
+// as it was read. The upload is aborted and the send retried, which
+// rebuilds the object from the WAL.
+func TestStagedFileChangedDuringMultipart(t *testing.T) {
+	e, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.Key = "rev/${tag}/${seq}"
+	cfg.Compression = config.CompressionNone
+	cfg.MaxObjectBytes = 32 * config.MiB
+	cfg.MultipartThreshold = 5 * config.MiB
+	s, _ := newStagedSink(t, cfg)
+	recs := batchRecs("a", 120000)
+	st := newMemState(recs)
+	p := s.Partition(&recs[0])
+	var carry sinks.Carry
+	for i := 0; i < 100000; i += 20000 {
+		out, err := s.Send(t.Context(), &sinks.Batch{Partition: p, Records: recs[i : i+20000], State: st, Carry: carry})
+		if err != nil || out.Carry == nil {
+			t.Fatalf("outcome %+v, %v", out, err)
+		}
+		carry = out.Carry
+	}
+	path := carry.(*openObject).path
+	if fi, err := os.Stat(path); err != nil || fi.Size() < 6<<20 {
+		t.Fatalf("staged file %v, %v: want more than 6 MiB, beyond the first part", fi, err)
+	}
+	real := s.api
+	change := &changeOnFirstPart{s3API: real, path: path, off: 5<<20 + 100} // in part 2
+	s.api = change
+	final := &sinks.Batch{Partition: p, Records: recs[100000:], State: st, Carry: carry, Final: true}
+	_, err := s.Send(t.Context(), final)
+	if change.err != nil {
+		t.Fatal(change.err)
+	}
+	if e := sinks.Classify(err); err == nil || e.Class != sinks.Retryable || e.Reason != "staging" {
+		t.Fatalf("send of an object whose file changed during its upload: %v, want a retryable staging error", err)
+	}
+	if up, err := newReader(t, url).ListMultipartUploads(t.Context(), &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket)}); err != nil || len(up.Uploads) != 0 {
+		t.Errorf("uploads left open: %+v, %v", up, err)
+	}
+	s.api = real
+	if _, err := s.Send(t.Context(), final); err != nil {
+		t.Fatalf("send again: %v", err)
+	}
+	got, err := e.Get(bucket, st.onlyKey(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := s.enc.buildSplit(recs, []int{20000, 20000, 20000, 20000, 20000, 20000})
+	if !bytes.Equal(got, want.body) {
+		t.Errorf("the object in S3 is not the records' (changed bytes in it: %v)", bytes.Contains(got, []byte("XXXXXXXXXXXXXXXX")))
+	}
+	if testutil.ToFloat64(s.m.stagingRebuilt) != 1 {
+		t.Errorf("staging_rebuilt_total %v, want 1", testutil.ToFloat64(s.m.stagingRebuilt))
+	}
+}
+
+// loseCreateAnswer makes the first CreateMultipartUpload and answers it
+// with a network error, as a timeout after S3 created the upload would.
+type loseCreateAnswer struct {
+	s3API
+	mu   sync.Mutex
+	lost bool
+}
+
+func (l *loseCreateAnswer) CreateMultipartUpload(ctx context.Context, in *s3.CreateMultipartUploadInput, opts ...func(*s3.Options)) (*s3.CreateMultipartUploadOutput, error) {
+	out, err := l.s3API.CreateMultipartUpload(ctx, in, opts...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && !l.lost {
+		l.lost = true
+		return nil, errors.New("read tcp: connection reset by peer")
+	}
+	return out, err
+}
+
+// A multipart upload created with its answer lost (its id unknown) is
+// aborted by the next attempt, in the same process: it would otherwise
+// stay open, costing storage, until a lifecycle rule ends it.
+func TestLostCreateAnswerUploadAborted(t *testing.T) {
+	e, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.Compression = config.CompressionNone
+	cfg.MultipartThreshold = 5 * config.MiB
+	cfg.MaxObjectBytes = 32 * config.MiB
+	s := newTestSink(t, cfg)
+	recs := batchRecs("a", 80000)
+	st := newMemState(recs)
+	lose := &loseCreateAnswer{s3API: s.api}
+	s.api = lose
+	b := &sinks.Batch{Partition: s.Partition(&recs[0]), Records: recs, State: st, Final: true}
+	if _, err := s.Send(t.Context(), b); err == nil {
+		t.Fatal("the send whose creation answer was lost succeeded")
+	}
+	if !lose.lost {
+		t.Fatal("no multipart upload was created")
+	}
+	if _, err := s.Send(t.Context(), b); err != nil {
+		t.Fatalf("send again: %v", err)
+	}
+	if objs, _ := e.Objects(bucket); len(objs) != 1 {
+		t.Fatalf("objects %+v, want one", objs)
+	}
+	if up, err := newReader(t, url).ListMultipartUploads(t.Context(), &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket)}); err != nil || len(up.Uploads) != 0 {
+		t.Errorf("uploads left open after the object was stored: %+v, %v", up.Uploads, err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -164,10 +166,20 @@ func (s *Sink) uploadParts(ctx context.Context, st sinks.State, ik []byte, in *i
 	create := &s3.CreateMultipartUploadInput{Bucket: aws.String(s.bucketOf(in)), Key: aws.String(in.Key), Metadata: objectMetadata(in)}
 	s.objectHeaders(&create.ContentType, &create.ContentEncoding, &create.ServerSideEncryption, &create.SSEKMSKeyId,
 		&create.StorageClass, &create.ACL, &create.Tagging)
+	if in.createLost {
+		// An earlier attempt's creation may have landed with its answer
+		// lost: its upload, whose id no intent holds, would stay open.
+		s.abortOrphans(ctx, s.bucketOf(in), in.Key)
+		in.createLost = false
+	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout(0))
 	out, err := s.api.CreateMultipartUpload(cctx, create)
 	cancel()
 	if err != nil {
+		var re *awshttp.ResponseError
+		if !errors.As(err, &re) || re.HTTPStatusCode() >= 500 {
+			in.createLost = true // no answer, or a 5xx: S3 may have created it
+		}
 		return fmt.Errorf("create multipart upload of %q: %w", in.Key, err)
 	}
 	in.UploadID = aws.ToString(out.UploadId)
@@ -190,12 +202,16 @@ func (s *Sink) uploadParts(ctx context.Context, st sinks.State, ik []byte, in *i
 func (s *Sink) sendParts(ctx context.Context, in *intent, body *io.SectionReader) error {
 	bounds := s.partBounds(body.Size())
 	done := make([]types.CompletedPart, 0, len(bounds))
+	// The parts' bytes as their MD5s were taken, which S3 checks each part
+	// against (BadDigest): a staged file changed after it was checked, while
+	// its parts are sent, must not complete an object of other bytes.
+	whole := sha256.New()
 	for i, b := range bounds {
 		// A part is read from the object where it lies (a staged file or
 		// memory): once for its MD5, again by the SDK to send it.
 		n := b[1] - b[0]
 		h := md5.New()
-		if _, err := io.Copy(h, io.NewSectionReader(body, b[0], n)); err != nil {
+		if _, err := io.Copy(io.MultiWriter(h, whole), io.NewSectionReader(body, b[0], n)); err != nil {
 			return fmt.Errorf("read part %d of %q: %w", i+1, in.Key, err)
 		}
 		cctx, cancel := context.WithTimeout(ctx, callTimeout(n))
@@ -209,6 +225,10 @@ func (s *Sink) sendParts(ctx context.Context, in *intent, body *io.SectionReader
 			return fmt.Errorf("upload part %d of %d of %q: %w", i+1, len(bounds), in.Key, err)
 		}
 		done = append(done, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(int32(i + 1))})
+	}
+	if sum := hex.EncodeToString(whole.Sum(nil)); in.SHA256 != "" && sum != in.SHA256 {
+		// Sent again, the object is checked and rebuilt from the WAL.
+		return sinks.NewRetryable("staging", fmt.Errorf("the parts sent of %q are not the object its intent names (sha256 %s, want %s): its staged file changed while they were sent; the upload is aborted", in.Key, sum, in.SHA256))
 	}
 	cctx, cancel := context.WithTimeout(ctx, callTimeout(body.Size()))
 	defer cancel()
