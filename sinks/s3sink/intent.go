@@ -42,11 +42,6 @@ type intent struct {
 	Members     []int    `json:"members,omitempty"`
 	UUID        string   `json:"uuid,omitempty"`      // what ${uuid} rendered
 	UploadID    string   `json:"upload_id,omitempty"` // the multipart upload in progress
-	// createLost: a CreateMultipartUpload of this process had no answer
-	// (or a 5xx) and may have made an upload whose id is not known; the
-	// next attempt aborts the key's uploads first. After a crash Recover
-	// does (abortOrphans).
-	createLost bool
 	KeyTemplate string   `json:"key_template"`
 	Hostname    string   `json:"hostname"`
 	Encoding    encoding `json:"encoding"`
@@ -69,6 +64,12 @@ type intent struct {
 	// so that a Recover tried again (the upload failed, or the process
 	// stopped once more) still knows them. At most maxWas, the first kept.
 	Was []wasObject `json:"was,omitempty"`
+
+	// createLost: a CreateMultipartUpload of this process had no answer
+	// (or a 5xx) and may have made an upload whose id is not known; the
+	// next attempt aborts the key's uploads first. After a crash Recover
+	// does (abortOrphans). Not stored.
+	createLost bool
 }
 
 // wasObject is an object an intent described before a rebuild.
