@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -57,7 +58,7 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 		limit = n
 	}
 	var lines [][]byte
-	omitted := 0
+	omitted, damaged := 0, 0
 	for _, name := range names {
 		var of [][]byte
 		held := 0
@@ -79,8 +80,13 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 			}
 			return nil
 		}); err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-			return
+			var bad *queue.DamagedDeadLettersError
+			if !errors.As(err, &bad) {
+				writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+				return
+			}
+			damaged += bad.Count // the others are listed
+			s.log.Warn("listing dead letters: "+err.Error(), "sink", name)
 		}
 		lines = append(lines, of...)
 	}
@@ -93,6 +99,9 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 	omitted += from
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Dead-Letters-Omitted", strconv.Itoa(omitted))
+	if damaged > 0 {
+		w.Header().Set("Dead-Letters-Damaged", strconv.Itoa(damaged))
+	}
 	out := bufio.NewWriter(w)
 	for _, l := range lines[from:] {
 		out.Write(l)

@@ -113,6 +113,16 @@ func TestWALAndDeadLetters(t *testing.T) {
 	if code, body := get(t, base, "/dead-letters?limit=0"); code != http.StatusBadRequest || !strings.Contains(body, "from 1 to 10000") {
 		t.Fatalf("/dead-letters?limit=0: %d %s", code, body)
 	}
+	// A dead letter whose bytes do not decode is left out, and counted in a
+	// header; the others are served.
+	var b wal.Batch
+	b.Put("cw", []byte("d/\x00\x00\x00\x00\x00\x00\x00\x03"), []byte(`{"seq":3,`))
+	if err := w.Commit(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	if code, all, h := lines("/dead-letters"); code != 200 || len(all) != 29 || h.Get("Dead-Letters-Damaged") != "1" {
+		t.Fatalf("/dead-letters with a damaged one: %d, %d lines, damaged %q", code, len(all), h.Get("Dead-Letters-Damaged"))
+	}
 	cancel()
 	if err := <-drained; err != nil {
 		t.Fatal(err)

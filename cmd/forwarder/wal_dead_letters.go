@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -45,6 +46,10 @@ func cmdWALDeadLetters(args []string, stdout, stderr io.Writer) int {
 		if omitted := resp.Header.Get("Dead-Letters-Omitted"); omitted != "" && omitted != "0" {
 			fmt.Fprintf(stderr, "%s older ones left out to keep the answer within 16 MiB; stop the service to read them all\n", omitted)
 		}
+		if damaged := resp.Header.Get("Dead-Letters-Damaged"); damaged != "" {
+			fmt.Fprintf(stderr, "%s: %s damaged dead letters left out (their bytes in the WAL do not decode; the service's log names the sink)\n", cmd, damaged)
+			return exitFail
+		}
 		return exitOK
 	}
 	_, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr, live)
@@ -64,6 +69,7 @@ func cmdWALDeadLetters(args []string, stdout, stderr io.Writer) int {
 	out := bufio.NewWriter(stdout)
 	enc := json.NewEncoder(out)
 	n := 0
+	code = exitOK
 	for _, name := range names {
 		err := queue.DeadLetters(w, name, func(d queue.DeadLetter) error {
 			n++
@@ -72,6 +78,14 @@ func cmdWALDeadLetters(args []string, stdout, stderr io.Writer) int {
 				queue.DeadLetter
 			}{name, d})
 		})
+		var damaged *queue.DamagedDeadLettersError
+		if errors.As(err, &damaged) {
+			// The others are listed, and the other sinks'.
+			out.Flush()
+			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
+			code = exitFail
+			continue
+		}
 		if err != nil {
 			out.Flush()
 			fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
@@ -83,7 +97,7 @@ func cmdWALDeadLetters(args []string, stdout, stderr io.Writer) int {
 		return closeWAL(cmd, w, stderr, exitFail)
 	}
 	fmt.Fprintf(stderr, "%s\n", plural(n, "dead letter", "dead letters"))
-	return closeWAL(cmd, w, stderr, exitOK)
+	return closeWAL(cmd, w, stderr, code)
 }
 
 // copyLines copies r to w and counts its lines.

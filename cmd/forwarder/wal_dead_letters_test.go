@@ -79,4 +79,25 @@ func TestWALDeadLetters(t *testing.T) {
 	if r := forwarderCmd(t, "wal", "dead-letters", "--sink", "nope", "-c", path); r.code != exitFail || !strings.Contains(r.stderr, `has no sink "nope"`) {
 		t.Errorf("unknown sink: exit %d, stderr %q", r.code, r.stderr)
 	}
+
+	// A dead letter whose bytes do not decode (damaged in the file) is
+	// left out and said; the others are listed.
+	w, err = wal.Open(dataDir, wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b wal.Batch
+	b.Put("archive", []byte("d/\x00\x00\x00\x00\x00\x00\x00\x02"), []byte(`{"seq":2,"tag":"x","dead_lett\xffred_at":`))
+	if err := w.Commit(context.Background(), &b); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r = forwarderCmd(t, "wal", "dead-letters", "-c", path)
+	lines = strings.Split(strings.TrimSpace(r.stdout), "\n")
+	if r.code != exitFail || len(lines) != len(testRecords)-1 || !strings.Contains(r.stderr, `1 dead letter of sink "archive" is damaged and was left out (the first of record 2: `) ||
+		!strings.Contains(r.stderr, "2 dead letters") {
+		t.Errorf("a damaged dead letter: exit %d, stderr %q, stdout:\n%s", r.code, r.stderr, r.stdout)
+	}
 }
