@@ -199,8 +199,10 @@
 // stream that the sink may not create holds back its own records
 // (retried); a PutLogEvents refused whole with
 // an InvalidParameterException that checks before sending did not foresee
-// is sent again in halves (at most 64 splits a batch) and dead-letters
-// only the events refused alone; network errors, 5xx, clock skew, expired
+// is sent again in halves (64 splits a batch, and 16 more per event found
+// refused alone, up to 1,024) and dead-letters only the events refused
+// alone, unless 8 are refused alone and none of the batch is taken: the
+// service refuses every event, and the sink pauses; network errors, 5xx, clock skew, expired
 // credentials (fetched again), a credential service failing for a moment,
 // and creations refused for the sink's settings or the group quota are
 // retried.

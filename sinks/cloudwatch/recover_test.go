@@ -1728,14 +1728,17 @@ func TestRefusedEventSurvivesCrash(t *testing.T) {
 	}
 }
 
-// A service that refuses every event whole (a rule of its own) costs at
-// most maxSplits splits a batch, not 2n-1 calls: the rest is dead-lettered
-// whole, as without splitting.
-func TestRefusedEverythingSplitsBounded(t *testing.T) {
+// A service that refuses every event whole (a rule of its own, or a
+// proxy) pauses the sink once refusedToPause events were refused alone
+// and none of the batch taken: it is not their content, and nothing is
+// dead-lettered (every record would be, and the oldest dead letters
+// evicted). Once the service takes events, every one is stored once.
+func TestRefusedEverythingPauses(t *testing.T) {
 	e := newEnv(t, nil)
 	var puts atomic.Int32
+	var healed atomic.Bool
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" {
+		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && !healed.Load() {
 			puts.Add(1)
 			refuseEvent(w)
 			return
@@ -1745,15 +1748,75 @@ func TestRefusedEverythingSplitsBounded(t *testing.T) {
 	t.Cleanup(srv.Close)
 	e.restart(streamCfg(srv.URL))
 	e.appendLines(1000, time.Now(), "m")
+	var whilePaused struct {
+		puts, dead, retries float64
+	}
+	watched := make(chan bool, 1)
+	go func() {
+		paused := waitUntil(20*time.Second, func() bool { return testutil.ToFloat64(e.qm.Paused.WithLabelValues("cw")) == 1 })
+		whilePaused.puts = float64(puts.Load())
+		whilePaused.dead = testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException"))
+		whilePaused.retries = testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "sink_permanent", "InvalidParameterException"))
+		healed.Store(true)
+		watched <- paused
+	}()
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint(), PauseRetry: 100 * time.Millisecond})
+	if !<-watched {
+		t.Fatal("the sink did not pause")
+	}
+	if whilePaused.dead != 0 || whilePaused.retries < 1 || whilePaused.puts > 2*maxSplits {
+		t.Errorf("when paused: %v dead letters (want 0), %v retries counted, %v PutLogEvents (want at most %d)", whilePaused.dead, whilePaused.retries, whilePaused.puts, 2*maxSplits)
+	}
+	got := e.copies("g", "s")
+	for i := range 1000 {
+		if n := got[fmt.Sprintf(`{"log":"m%d"}`, i)]; n != 1 {
+			t.Fatalf("m%d stored %d times, want once", i, n)
+		}
+	}
+	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 0 {
+		t.Errorf("%v dead letters, want none", n)
+	}
+}
+
+// A batch with several events the service refuses alone, among events it
+// takes, finds each of them: the splits a batch may make grow with the
+// refused events found (64 alone would leave 20 of them among 2,000
+// unfound, their neighbours dead-lettered with them).
+func TestRefusedCallSplitFindsEach(t *testing.T) {
+	e := newEnv(t, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && bytes.Contains(body, []byte("POISON")) {
+			refuseEvent(w)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		e.emu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	e.restart(streamCfg(srv.URL))
+	recs := poisoned(2000, -1)
+	for i := 50; i < 2000; i += 100 { // 20 of them
+		recs[i].Body = fmt.Appendf(nil, `{"log":"POISON%d"}`, i)
+	}
+	e.append(recs...)
 	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
-	if n := testutil.ToFloat64(e.sink.m.splitCalls); n != maxSplits {
-		t.Errorf("%v splits, want %d", n, maxSplits)
+	got := e.copies("g", "s")
+	stored := 0
+	for _, n := range got {
+		stored += n
 	}
-	if n := puts.Load(); n > 2*maxSplits+2 {
-		t.Errorf("%d PutLogEvents for a batch of 1,000 refused events, want at most %d", n, 2*maxSplits+2)
+	if stored != 1980 || len(got) != 1980 {
+		t.Errorf("%d events stored (%d distinct), want the 1,980 the service takes, once each", stored, len(got))
 	}
-	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 1000 {
-		t.Errorf("%v dead letters, want 1,000", n)
+	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 20 {
+		t.Errorf("%v dead letters, want the 20 refused", n)
+	}
+	if testutil.ToFloat64(e.qm.Paused.WithLabelValues("cw")) != 0 {
+		t.Error("paused: the service takes most events")
 	}
 }
 

@@ -45,6 +45,11 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	out.Rejected = append(out.Rejected, rejected...)
 	cs := calls(evs)
 	splits := 0
+	// landed: a call of the batch was taken (now, or by an earlier try);
+	// alone: events refused in calls of their own, and refusedAlone their
+	// intents, recorded delivered (with their rejections).
+	landed, alone := tookSome(known), 0
+	var refusedAlone []*intent
 	for i := 0; i < len(cs); i++ {
 		call := cs[i]
 		tok, _ := s.tokens.get(group + "\x00" + stream)
@@ -64,12 +69,31 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 			// count too high only sends a later identical event again.
 			s.noteSent(b.Partition, call)
 		}
+		if err == nil {
+			landed = true
+		}
 		if err != nil {
 			var e *sinks.Error
 			if !errors.As(err, &e) || e.Class != sinks.RecordPermanent {
 				return sinks.Outcome{}, err
 			}
-			if len(call) > 1 && splits < maxSplits {
+			if len(call) == 1 {
+				if alone++; alone == refusedToPause && !landed {
+					// Not these events' content: the service takes none.
+					// Dead-lettered, every record would go (and the
+					// oldest dead letters with them, past their bound).
+					// The refusals recorded are forgotten: the events are
+					// sent again once the service takes events.
+					for _, r := range refusedAlone {
+						s.intents.remove(r)
+						if err := b.State.Delete(ctx, r.key()); err != nil {
+							return sinks.Outcome{}, sinks.NewRetryable("state", err)
+						}
+					}
+					return sinks.Outcome{}, sinks.NewSinkPermanent(e.Reason, fmt.Errorf("the service refused each of %d events sent alone and took none of the batch's: it refuses every event (a rule of the endpoint's own, or a proxy), not their content; nothing is dead-lettered: %w", alone, e.Err))
+				}
+			}
+			if len(call) > 1 && splits < min(maxSplits+splitsPerRefused*alone, maxSplitsAll) {
 				// The service refused the call without saying for which
 				// event (InvalidParameterException): its halves are sent in
 				// its place, the first under its intent's key, so that only
@@ -95,6 +119,9 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 			if err := putIntent(ctx, b.State, &done); err != nil {
 				return sinks.Outcome{}, sinks.NewRetryable("state", err)
 			}
+			if err != nil && len(call) == 1 {
+				refusedAlone = append(refusedAlone, &done)
+			}
 		}
 		out.Rejected = append(out.Rejected, rj...)
 	}
@@ -103,11 +130,32 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	return out, nil
 }
 
+// tookSome reports whether one of known is a delivered call the service
+// took events of (not one it refused whole).
+func tookSome(known []*intent) bool {
+	for _, in := range known {
+		if in.Delivered && len(in.Rejected) < in.Events {
+			return true
+		}
+	}
+	return false
+}
+
 // maxSplits bounds the calls a batch splits (about 14 find one refused
-// event among 10,000): a refusal of every event (a rule of a compatible
-// service's own) dead-letters the rest whole instead of sending 2n-1
-// calls.
-const maxSplits = 64
+// event among 10,000), and splitsPerRefused more for each event found
+// refused alone, so that a batch with a few such events finds each of
+// them, up to maxSplitsAll; past the bound the rest is dead-lettered whole
+// instead of sending up to 2n-1 calls. A refusal of every event (a rule of a compatible
+// service's own) pauses the sink instead (refusedToPause).
+const (
+	maxSplits        = 64
+	splitsPerRefused = 16
+	maxSplitsAll     = 1024
+)
+
+// refusedToPause: this many events refused alone, and none of the batch
+// taken, is the service refusing every event: a sink-permanent error.
+const refusedToPause = 8
 
 // callTimeout bounds one call of the CloudWatch Logs API (PutLogEvents or
 // a creation): a call that has no answer by then (an endpoint or proxy that
