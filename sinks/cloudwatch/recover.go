@@ -27,6 +27,10 @@ const (
 	resultUnresolved = "unresolved" // sent again without knowing
 )
 
+// readThrottlesWaited is how many ThrottlingExceptions in a row a read
+// waits out (1 s, then 2 s) before Recover returns the throttling.
+const readThrottlesWaited = 2
+
 // readTimeout bounds one GetLogEvents page.
 const readTimeout = 30 * time.Second
 
@@ -394,7 +398,10 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 						"sink", s.name, "group", in.Group, "error", awserr.Clean(err))
 				}
 				return nil, nil, errNoRead
-			case errors.As(err, &ae) && ae.ErrorCode() == "ThrottlingException" && ctx.Err() == nil:
+			case errors.As(err, &ae) && ae.ErrorCode() == "ThrottlingException" && ctx.Err() == nil && throttled < readThrottlesWaited:
+				// Waited out here a few times; then returned, so that the
+				// drainer counts it, says it and retries (the calls
+				// resolved so far stay resolved).
 				throttled++
 				wait := min(time.Second<<min(throttled-1, 5), 30*time.Second)
 				t := time.NewTimer(wait)

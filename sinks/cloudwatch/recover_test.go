@@ -698,7 +698,9 @@ func TestRecoverMaskedEvents(t *testing.T) {
 	}
 }
 
-// ThrottlingException on a read waits and reads again.
+// ThrottlingException on a read waits and reads again; throttled three
+// times in a row, Recover returns it, so that the drainer counts it, says
+// it and retries, rather than the sink waiting without a sign.
 func TestRecoverThrottledRead(t *testing.T) {
 	e, p, cfg := newProxied(t, setup{})
 	e.prime()
@@ -706,14 +708,24 @@ func TestRecoverThrottledRead(t *testing.T) {
 	e.appendLines(10, time.Now(), "m")
 	e.runUntilHung(p, 1)
 	p.setAnswer("GetLogEvents", "ThrottlingException")
+	counted := make(chan bool, 1)
 	go func() {
-		waitUntil(10*time.Second, func() bool { return p.count("GetLogEvents") >= 1 })
+		counted <- waitUntil(20*time.Second, func() bool {
+			return testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "throttled", "ThrottlingException")) >= 1
+		})
 		p.setAnswer("GetLogEvents", "")
 	}()
-	e.rerun(cfg)
+	e.restart(cfg)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint(), Logger: slog.New(slog.NewTextHandler(&e.drainLogs, nil))})
+	if !<-counted {
+		t.Error("reads throttled for good were not counted in forwarder_sink_retries_total")
+	}
 	e.expectOnce(10, "m")
-	if e.indoubt(resultDelivered) != 1 || p.count("GetLogEvents") < 2 {
-		t.Errorf("delivered %v after %d reads, want 1 after at least 2", e.indoubt(resultDelivered), p.count("GetLogEvents"))
+	if e.indoubt(resultDelivered) != 1 || p.count("GetLogEvents") < 4 {
+		t.Errorf("delivered %v after %d reads, want 1 after at least 4", e.indoubt(resultDelivered), p.count("GetLogEvents"))
+	}
+	if !strings.Contains(e.drainLogs.String(), "finishing interrupted work failed; retrying") {
+		t.Errorf("no warning of the throttled reads:\n%s", e.drainLogs.String())
 	}
 }
 
