@@ -111,6 +111,17 @@ func (in *intent) after(known []*intent) {
 	}
 }
 
+// triedBefore reports whether known holds an earlier try of in's call
+// that is not delivered: one whose answer was lost, which may have landed.
+func (in *intent) triedBefore(known []*intent) bool {
+	for _, k := range known {
+		if !k.Delivered && k.sameCall(in) {
+			return true
+		}
+	}
+	return false
+}
+
 // startedWith keeps in's Started as early as that of an earlier try of
 // the same call in known (its answer lost: a timeout): events that try
 // stored are this call's, and a crash during this try must not take them

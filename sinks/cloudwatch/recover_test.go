@@ -1925,3 +1925,27 @@ func TestEveryGroupDeniedPauses(t *testing.T) {
 		t.Errorf("the pause: %q, want one on an unscoped AccessDeniedException; status %+v", paused, d.Status())
 	}
 }
+
+// A call the service refused outright (throttled: it did not land) leaves
+// no call in doubt: a stop while it waits for its retry costs the next
+// start no read back (settle, then GetLogEvents against a low quota).
+func TestRefusedCallLeavesNoDoubt(t *testing.T) {
+	e, p, cfg := newProxied(t, setup{})
+	e.prime()
+	e.appendLines(10, time.Now(), "m")
+	p.setAnswer("PutLogEvents", "ThrottlingException")
+	e.runUntil(func(d *queue.Drainer) bool {
+		return testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "throttled", "ThrottlingException")) >= 2
+	})
+	p.setAnswer("PutLogEvents", "")
+	logs := e.rerun(cfg)
+	e.expectOnce(10, "m")
+	for _, r := range []string{resultDelivered, resultResent, resultPartial, resultUnresolved} {
+		if n := e.indoubt(r); n != 0 {
+			t.Errorf("%v calls in doubt resolved %s after a stop while throttled, want none", n, r)
+		}
+	}
+	if p.count("GetLogEvents") != 0 || strings.Contains(logs.String(), "left in doubt") {
+		t.Errorf("%d reads back after a stop while throttled, want none:\n%s", p.count("GetLogEvents"), logs)
+	}
+}

@@ -56,6 +56,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		body := newPutBody(group, stream, tok, call)
 		in := newIntent(b.Partition, b.First(), call, body, time.Now().UnixMilli())
 		in.after(known)
+		earlierTry := in.triedBefore(known)
 		in.startedWith(known)
 		s.setPrior(in, call)
 		if err := putIntent(ctx, b.State, in); err != nil {
@@ -75,6 +76,15 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		if err != nil {
 			var e *sinks.Error
 			if !errors.As(err, &e) || e.Class != sinks.RecordPermanent {
+				if refusedOutright(err) && !earlierTry {
+					// The call did not land (throttled, say): its intent
+					// goes, so that a crash before its retry leaves no call
+					// in doubt to read back at start. Kept when an earlier
+					// try of the call may have landed (an answer lost).
+					if b.State.Delete(ctx, in.key()) == nil {
+						s.intents.remove(in)
+					}
+				}
 				return sinks.Outcome{}, err
 			}
 			if len(call) == 1 {
@@ -128,6 +138,14 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	out.Rejected = dedupRejections(out.Rejected)
 	out.DeleteState = s.intents.done(b.Partition, b.Last())
 	return out, nil
+}
+
+// refusedOutright reports whether err is the service's answer refusing a
+// call (a 4xx: throttled, denied, a missing stream), which did not land;
+// not a 5xx or a lost answer, after which it may have.
+func refusedOutright(err error) bool {
+	var re *awshttp.ResponseError
+	return errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500
 }
 
 // tookSome reports whether one of known is a delivered call the service
