@@ -41,6 +41,7 @@ const (
 	fail = "fail" // answer 503 ServiceUnavailableException without forwarding
 	hang = "hang" // never forward nor answer: the call did not land
 	land = "land" // forward it, then never answer: the call landed, its answer is lost
+	page = "page" // answer 502 with a proxy's HTML page, no AWS error
 )
 
 // proxy stands between the sink and a CloudWatch Logs service (the
@@ -162,6 +163,11 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch what {
+	case page:
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusBadGateway)
+		io.WriteString(w, "<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center></body></html>")
+		return
 	case fail:
 		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
 		w.Header().Set("X-Amzn-ErrorType", "ServiceUnavailableException")
@@ -1947,5 +1953,23 @@ func TestRefusedCallLeavesNoDoubt(t *testing.T) {
 	}
 	if p.count("GetLogEvents") != 0 || strings.Contains(logs.String(), "left in doubt") {
 		t.Errorf("%d reads back after a stop while throttled, want none:\n%s", p.count("GetLogEvents"), logs)
+	}
+}
+
+// A 5xx answered by something in front of the endpoint (a load balancer's
+// HTML page, no AWS error) is retried under its status, http_502, with an
+// error that says so, not as a network failure.
+func TestProxyPageIsRetriedByStatus(t *testing.T) {
+	e, p, _ := newProxied(t, setup{})
+	e.prime()
+	e.appendLines(5, time.Now(), "m")
+	p.setRule(putRule(p.count("PutLogEvents")+1, page))
+	d := e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	e.expectOnce(5, "m")
+	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "retryable", "http_502")); n != 1 {
+		t.Errorf("retries of reason http_502: %v, want 1", n)
+	}
+	if st := d.Status(); !strings.Contains(st.LastError, "answered HTTP 502 without an AWS error") {
+		t.Errorf("last error %q, want it to say what answered", st.LastError)
 	}
 }

@@ -332,6 +332,12 @@ func classify(err error, group, stream string) error {
 		}
 		return sinks.NewRetryable(code, err)
 	}
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) && re.HTTPStatusCode() >= http.StatusInternalServerError {
+		// An answer that is no AWS error (the HTML of a load balancer or
+		// proxy in front of the endpoint): its status, not "network".
+		return sinks.NewRetryable(fmt.Sprintf("http_%d", re.HTTPStatusCode()), fmt.Errorf("the endpoint answered HTTP %d without an AWS error (a load balancer or proxy in front of it?): %w", re.HTTPStatusCode(), err))
+	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return sinks.NewRetryable("timeout", err)
 	}
