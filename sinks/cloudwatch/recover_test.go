@@ -1335,8 +1335,11 @@ func TestHungCallsTimeOut(t *testing.T) {
 		return pass
 	}})
 	e.appendLines(30, time.Now(), "m")
-	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	d := e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
 	e.expectOnce(30, "m")
+	if st := d.Status(); !strings.Contains(st.LastError, "no answer within 1s: the call may have landed and is sent again") {
+		t.Errorf("last error %q, want it to say the call had no answer", st.LastError)
+	}
 	for _, op := range []string{"PutLogEvents", "CreateLogGroup", "CreateLogStream"} {
 		if p.count(op) < 2 {
 			t.Errorf("%s sent %d times: the hung one was not sent again", op, p.count(op))

@@ -338,7 +338,10 @@ func classify(err error, group, stream string) error {
 		// proxy in front of the endpoint): its status, not "network".
 		return sinks.NewRetryable(fmt.Sprintf("http_%d", re.HTTPStatusCode()), fmt.Errorf("the endpoint answered HTTP %d without an AWS error (a load balancer or proxy in front of it?): %w", re.HTTPStatusCode(), err))
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return sinks.NewRetryable("timeout", fmt.Errorf("no answer within %s: the call may have landed and is sent again: %w", callTimeout, err))
+	}
+	if errors.Is(err, context.Canceled) {
 		return sinks.NewRetryable("timeout", err)
 	}
 	return sinks.NewRetryable("network", err)
