@@ -288,8 +288,13 @@ func TestWALCommandsWhileRunning(t *testing.T) {
 			t.Errorf("wal %s on a running service: exit %d, stderr %q; want exit 1 and %q", sub, r.code, r.stderr, want)
 		}
 	}
+	// drop-cursor names what the running service can do instead.
+	r := forwarderCmd(t, "wal", "drop-cursor", "old", "-c", path)
+	if want := "forwarder wal drop-cursor: " + walPath + " is in use by a running forwarder; stop it first, or list the cursor under wal.drop_cursors in the configuration, which the service drops at its next start\n"; r.code != exitFail || r.stderr != want {
+		t.Errorf("wal drop-cursor on a running service: exit %d, stderr %q; want exit 1 and %q", r.code, r.stderr, want)
+	}
 	// stats and dead-letters read a running service through its admin server.
-	r := forwarderCmd(t, "wal", "stats", "-c", path)
+	r = forwarderCmd(t, "wal", "stats", "-c", path)
 	if r.code != exitOK || !strings.Contains(r.stdout, walPath) || !regexp.MustCompile(`\n  archive  [0-9]+ +0 `).MatchString(r.stdout) {
 		t.Errorf("wal stats on a running service: exit %d\nstdout:\n%s\nstderr %q", r.code, r.stdout, r.stderr)
 	}

@@ -136,7 +136,12 @@ func openWAL(cmd string, cfg *config.Config, readOnly bool, stderr io.Writer) *w
 	w, err := wal.Open(cfg.DataDir, opts)
 	switch {
 	case errors.Is(err, wal.ErrLocked):
-		fmt.Fprintf(stderr, "%s: %s is in use by a running forwarder; stop it first, or read the live state from %s\n", cmd, path, statusURL(cfg.Admin.Listen))
+		next := "stop it first, or read the live state from " + statusURL(cfg.Admin.Listen)
+		if !readOnly {
+			// drop-cursor: the service itself drops what wal.drop_cursors names.
+			next = "stop it first, or list the cursor under wal.drop_cursors in the configuration, which the service drops at its next start"
+		}
+		fmt.Fprintf(stderr, "%s: %s is in use by a running forwarder; %s\n", cmd, path, next)
 		return nil
 	case err != nil:
 		fmt.Fprintf(stderr, "%s: %v\n", cmd, err)
