@@ -295,12 +295,14 @@ func TestWALCommandsWhileRunning(t *testing.T) {
 	}
 	// stats and dead-letters read a running service through its admin server.
 	r = forwarderCmd(t, "wal", "stats", "-c", path)
-	if r.code != exitOK || !strings.Contains(r.stdout, walPath) || !regexp.MustCompile(`\n  archive  [0-9]+ +0 `).MatchString(r.stdout) {
+	if r.code != exitOK || !strings.Contains(r.stdout, walPath) || !regexp.MustCompile(`\n  archive  [0-9]+ +0 `).MatchString(r.stdout) ||
+		!strings.HasPrefix(r.stdout, "from the running service at http://"+admin+":\n") || !strings.Contains(r.stdout, "\ndisk free: ") {
 		t.Errorf("wal stats on a running service: exit %d\nstdout:\n%s\nstderr %q", r.code, r.stdout, r.stderr)
 	}
 	r = forwarderCmd(t, "wal", "stats", "--json", "-c", path)
 	var st walStats
-	if err := json.Unmarshal([]byte(r.stdout), &st); r.code != exitOK || err != nil || st.Path != walPath || len(st.Cursors) != 1 || st.Cursors[0].Name != "archive" || !st.Cursors[0].Configured {
+	if err := json.Unmarshal([]byte(r.stdout), &st); r.code != exitOK || err != nil || st.Path != walPath || len(st.Cursors) != 1 || st.Cursors[0].Name != "archive" || !st.Cursors[0].Configured ||
+		st.FromService != "http://"+admin || st.DiskFree <= 0 {
 		t.Errorf("wal stats --json on a running service: exit %d, %v\nstdout:\n%s\nstderr %q", r.code, err, r.stdout, r.stderr)
 	}
 	r = forwarderCmd(t, "wal", "dead-letters", "-c", path)

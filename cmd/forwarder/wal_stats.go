@@ -22,14 +22,22 @@ configuration is marked "not configured": it keeps every record it has not passe
 
 // walStats is the output of "wal stats --json".
 type walStats struct {
-	Path      string        `json:"path"`
-	FileBytes int64         `json:"file_bytes"`
-	LiveBytes int64         `json:"live_bytes"`
-	MaxBytes  int64         `json:"max_bytes"` // 0: no limit
-	Records   uint64        `json:"records"`
-	FirstSeq  uint64        `json:"first_seq"` // == next_seq when there are no records
-	NextSeq   uint64        `json:"next_seq"`
-	Cursors   []cursorStats `json:"cursors"`
+	Path string `json:"path"`
+	// FromService is the admin server the figures came from, when a
+	// running service holds the WAL; empty when read from the file.
+	FromService string `json:"from_service,omitempty"`
+	FileBytes   int64  `json:"file_bytes"`      // bbolt's high-water mark
+	FileFree    int64  `json:"file_free_bytes"` // free pages inside the file, reused before it grows
+	DiskFree    int64  `json:"disk_free_bytes"` // -1: not known
+	// DamagedRecords: records of damaged entries replaced by placeholders
+	// since the service started (a running service's figure; 0 from the file).
+	DamagedRecords uint64        `json:"damaged_records"`
+	LiveBytes      int64         `json:"live_bytes"`
+	MaxBytes       int64         `json:"max_bytes"` // 0: no limit
+	Records        uint64        `json:"records"`
+	FirstSeq       uint64        `json:"first_seq"` // == next_seq when there are no records
+	NextSeq        uint64        `json:"next_seq"`
+	Cursors        []cursorStats `json:"cursors"`
 	// SinksWithoutCursor are configured sinks that have not registered a cursor yet.
 	SinksWithoutCursor []string `json:"sinks_without_cursor"`
 }
@@ -72,7 +80,9 @@ func cmdWALStats(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "%s: read the running service's WAL statistics: %v\n", cmd, err)
 			return exitFail
 		}
-		return show(newWALStats(st, cfg))
+		s := newWALStats(st, cfg)
+		s.FromService, _ = adminBase(cfg.Admin.Listen)
+		return show(s)
 	}
 	cfg, w, code, done := openForInspection(cmd, f, configPath, args, stdout, stderr, live)
 	if done {
@@ -89,6 +99,9 @@ func newWALStats(st wal.Stats, cfg *config.Config) walStats {
 	s := walStats{
 		Path:               st.Path,
 		FileBytes:          st.FileBytes,
+		FileFree:           st.FileFreeBytes,
+		DiskFree:           st.DiskFreeBytes,
+		DamagedRecords:     st.DamagedRecords,
 		LiveBytes:          st.Bytes,
 		MaxBytes:           int64(cfg.WAL.MaxBytes),
 		Records:            st.Records,
@@ -117,8 +130,14 @@ func newWALStats(st wal.Stats, cfg *config.Config) walStats {
 
 func printWALStats(out io.Writer, s walStats, configPath string) {
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	if s.FromService != "" {
+		fmt.Fprintf(out, "from the running service at %s:\n", s.FromService)
+	}
 	fmt.Fprintf(tw, "file:\t%s\n", s.Path)
-	fmt.Fprintf(tw, "file size:\t%s\n", formatBytes(s.FileBytes))
+	fmt.Fprintf(tw, "file size:\t%s (its high-water mark; %s of free pages inside, reused before it grows)\n", formatBytes(s.FileBytes), formatBytes(s.FileFree))
+	if s.DiskFree >= 0 {
+		fmt.Fprintf(tw, "disk free:\t%s\n", formatBytes(s.DiskFree))
+	}
 	limit := "no max_bytes"
 	if s.MaxBytes > 0 {
 		limit = fmt.Sprintf("%.1f%% of max_bytes %s", 100*float64(s.LiveBytes)/float64(s.MaxBytes), config.Size(s.MaxBytes))
@@ -129,6 +148,9 @@ func printWALStats(out io.Writer, s walStats, configPath string) {
 		fmt.Fprintf(tw, "first seq:\t%d\n", s.FirstSeq)
 	}
 	fmt.Fprintf(tw, "next seq:\t%d\n", s.NextSeq)
+	if s.DamagedRecords > 0 {
+		fmt.Fprintf(tw, "damaged records:\t%d lost to damaged entries since the service started (see its log)\n", s.DamagedRecords)
+	}
 	tw.Flush()
 
 	if len(s.Cursors) == 0 {

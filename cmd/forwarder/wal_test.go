@@ -34,7 +34,8 @@ func TestWALStats(t *testing.T) {
 	}
 	for _, re := range []string{
 		`(?m)^file: +` + regexp.QuoteMeta(walPath) + `$`,
-		`(?m)^file size: +\d+ bytes \(\d+\.\d KiB\)$`,
+		`(?m)^file size: +\d+ bytes \(\d+\.\d KiB\) \(its high-water mark; \d+ bytes.* of free pages inside, reused before it grows\)$`,
+		`(?m)^disk free: +\d+ bytes`,
 		`(?m)^live bytes: +\d+ bytes, \d+\.\d% of max_bytes 1MiB$`,
 		`(?m)^records: +3$`,
 		`(?m)^first seq: +1$`,
@@ -59,7 +60,7 @@ func TestWALStats(t *testing.T) {
 		t.Fatalf("decode wal stats --json: %v\n%s", err, r.stdout)
 	}
 	if got.Path != walPath || got.Records != 3 || got.FirstSeq != 1 || got.NextSeq != 4 ||
-		got.MaxBytes != 1<<20 || got.LiveBytes <= 0 || got.FileBytes < got.LiveBytes {
+		got.MaxBytes != 1<<20 || got.LiveBytes <= 0 || got.FileBytes < got.LiveBytes || got.DiskFree <= 0 || got.FromService != "" {
 		t.Errorf("wal stats --json = %+v", got)
 	}
 	wantCursors := []cursorStats{
