@@ -205,6 +205,12 @@ func (st *staging) full(cause error, what string) {
 			"dir", st.dir, "staged_bytes", total, "staging_max_bytes", st.max)
 		return
 	}
+	if errors.Is(cause, fs.ErrNotExist) {
+		// Its upload rebuilds the object from the WAL.
+		st.log.Warn("a staged object's file was removed while the sink ran (by hand, or a clean-up of the disk): "+what+"; counted in forwarder_s3_staging_full_total, said at most once a minute",
+			"dir", st.dir, "error", cause)
+		return
+	}
 	st.log.Warn("could not write to S3 staging: "+what+"; counted in forwarder_s3_staging_full_total, said at most once a minute",
 		"dir", st.dir, "error", cause)
 }

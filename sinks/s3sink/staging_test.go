@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -883,6 +884,19 @@ func TestStagingDirectoryMadeAgain(t *testing.T) {
 	}
 	if !strings.Contains(logged.String(), "the S3 staging directory was removed while the sink ran: made again") {
 		t.Errorf("no warning:\n%s", logged.String())
+	}
+	// A piece added to a file whose directory someone removed fails; the
+	// warning says so, and the file no longer counts.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	err = st.stage(path, 5, []byte(" more"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a piece added to a removed file: %v", err)
+	}
+	st.full(err, "objects are finished early")
+	if !strings.Contains(logged.String(), "a staged object's file was removed while the sink ran") || st.bytes() != 0 {
+		t.Errorf("staged bytes %d after the file was removed; log:\n%s", st.bytes(), logged.String())
 	}
 }
 
