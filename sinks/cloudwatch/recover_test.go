@@ -714,6 +714,7 @@ func TestRecoverThrottledRead(t *testing.T) {
 	e.appendLines(10, time.Now(), "m")
 	e.runUntilHung(p, 1)
 	p.setAnswer("GetLogEvents", "ThrottlingException")
+	e.restart(cfg) // before the watch: it reads e.qm
 	counted := make(chan bool, 1)
 	go func() {
 		counted <- waitUntil(20*time.Second, func() bool {
@@ -721,7 +722,6 @@ func TestRecoverThrottledRead(t *testing.T) {
 		})
 		p.setAnswer("GetLogEvents", "")
 	}()
-	e.restart(cfg)
 	e.run(queue.Options{Fingerprint: e.sink.Fingerprint(), Logger: slog.New(slog.NewTextHandler(&e.drainLogs, nil))})
 	if !<-counted {
 		t.Error("reads throttled for good were not counted in forwarder_sink_retries_total")
