@@ -1569,7 +1569,9 @@ func TestGroupDeniedWhileOthersWrite(t *testing.T) {
 	d := e.runUntil(func(d *queue.Drainer) bool {
 		paused = paused || d.Status().State == queue.StatePaused
 		if !appended {
-			if len(e.copies("good", "s")) == 1 { // a group took events: now the other
+			// A group took events (its answer counted, not only stored in
+			// the service): now the other.
+			if d.Status().Delivered == 1 {
 				e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "forbidden", Body: []byte(`{"log":"x"}`)})
 				e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "good", Body: []byte(`{"log":"second"}`)})
 				appended = true
@@ -1785,13 +1787,93 @@ func TestRefusedEverythingPauses(t *testing.T) {
 	if !<-watched {
 		t.Fatal("the sink did not pause")
 	}
-	if whilePaused.dead != 0 || whilePaused.retries < 1 || whilePaused.puts > 2*maxSplits {
-		t.Errorf("when paused: %v dead letters (want 0), %v retries counted, %v PutLogEvents (want at most %d)", whilePaused.dead, whilePaused.retries, whilePaused.puts, 2*maxSplits)
+	if whilePaused.dead != 0 || whilePaused.retries < 1 || whilePaused.puts > 2*maxSplits+2 {
+		t.Errorf("when paused: %v dead letters (want 0), %v retries counted, %v PutLogEvents (want at most %d)", whilePaused.dead, whilePaused.retries, whilePaused.puts, 2*maxSplits+2)
 	}
 	got := e.copies("g", "s")
 	for i := range 1000 {
 		if n := got[fmt.Sprintf(`{"log":"m%d"}`, i)]; n != 1 {
 			t.Fatalf("m%d stored %d times, want once", i, n)
+		}
+	}
+	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 0 {
+		t.Errorf("%v dead letters, want none", n)
+	}
+}
+
+// Events the service refuses for their content, as many as would pause
+// the sink, at the head of a batch: the calls after them land, so they are
+// dead-lettered and the rest delivered, and the sink does not pause.
+func TestRefusedEventsAtTheHeadDoNotPause(t *testing.T) {
+	e := newEnv(t, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && bytes.Contains(body, []byte("POISON")) {
+			refuseEvent(w)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		e.emu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	e.restart(streamCfg(srv.URL))
+	recs := poisoned(1000, -1)
+	for i := range 2 * refusedToPause {
+		recs[i].Body = fmt.Appendf(nil, `{"log":"POISON%d"}`, i)
+	}
+	e.append(recs...)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	if got := e.copies("g", "s"); len(got) != 1000-2*refusedToPause {
+		t.Errorf("%d events stored, want %d", len(got), 1000-2*refusedToPause)
+	}
+	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 2*refusedToPause {
+		t.Errorf("%v dead letters, want %d", n, 2*refusedToPause)
+	}
+	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "sink_permanent", "InvalidParameterException")); n != 0 {
+		t.Errorf("paused %v times", n)
+	}
+}
+
+// Refusals of a batch whose splitting a throttle cut short are not kept:
+// the batch is sent again whole, and once the service takes events none of
+// them is dead-lettered.
+func TestRefusalsCutShortAreNotKept(t *testing.T) {
+	e := newEnv(t, nil)
+	var puts atomic.Int32
+	var healed atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && !healed.Load() {
+			if puts.Add(1) == 14 {
+				w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+				w.Header().Set("X-Amzn-ErrorType", "ThrottlingException")
+				w.WriteHeader(http.StatusBadRequest)
+				io.WriteString(w, `{"__type":"ThrottlingException","message":"Rate exceeded"}`)
+				return
+			}
+			refuseEvent(w)
+			return
+		}
+		e.emu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	e.restart(streamCfg(srv.URL))
+	e.appendLines(100, time.Now(), "m")
+	watched := make(chan bool, 1)
+	go func() {
+		watched <- waitUntil(20*time.Second, func() bool { return testutil.ToFloat64(e.qm.Paused.WithLabelValues("cw")) == 1 })
+		healed.Store(true)
+	}()
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint(), PauseRetry: 100 * time.Millisecond})
+	if !<-watched {
+		t.Fatal("the sink did not pause")
+	}
+	got := e.copies("g", "s")
+	for i := range 100 {
+		if n := got[fmt.Sprintf(`{"log":"m%d"}`, i)]; n != 1 {
+			t.Errorf("m%d stored %d times, want once", i, n)
 		}
 	}
 	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 0 {

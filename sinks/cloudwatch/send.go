@@ -46,10 +46,9 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	cs := calls(evs)
 	splits := 0
 	// landed: a call of the batch was taken (now, or by an earlier try);
-	// alone: events refused in calls of their own, and refusedAlone their
-	// intents, recorded delivered (with their rejections).
+	// alone: events refused in calls of their own.
 	landed, alone := tookSome(known), 0
-	var refusedAlone []*intent
+	var refused *sinks.Error // the last refusal
 	for i := 0; i < len(cs); i++ {
 		call := cs[i]
 		tok, _ := s.tokens.get(group + "\x00" + stream)
@@ -65,7 +64,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		}
 		s.intents.add(in)
 		rj, err := s.put(ctx, group, stream, call, body)
-		if err == nil || sinks.Classify(err).Class != sinks.RecordPermanent {
+		if err == nil || sinks.Classify(err).Class != sinks.RecordPermanent && !refusedOutright(err) {
 			// Landed, or may have (an answer lost): counted as stored. A
 			// count too high only sends a later identical event again.
 			s.noteSent(b.Partition, call)
@@ -73,37 +72,34 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		if err == nil {
 			landed = true
 		}
+		if err != nil && refusedOutright(err) && !earlierTry {
+			// The call did not land (throttled, or refused for its
+			// events): its intent goes, so that a crash before it is sent
+			// again leaves no call in doubt to read back at start. Kept
+			// when an earlier try of the call may have landed (its answer
+			// lost). A split's first half takes the key again.
+			if b.State.Delete(ctx, in.key()) == nil {
+				s.intents.remove(in)
+			}
+		}
 		if err != nil {
 			var e *sinks.Error
 			if !errors.As(err, &e) || e.Class != sinks.RecordPermanent {
-				if refusedOutright(err) && !earlierTry {
-					// The call did not land (throttled, say): its intent
-					// goes, so that a crash before its retry leaves no call
-					// in doubt to read back at start. Kept when an earlier
-					// try of the call may have landed (an answer lost).
-					if b.State.Delete(ctx, in.key()) == nil {
-						s.intents.remove(in)
-					}
-				}
 				return sinks.Outcome{}, err
 			}
+			refused = e
 			if len(call) == 1 {
-				if alone++; alone == refusedToPause && !landed {
-					// Not these events' content: the service takes none.
-					// Dead-lettered, every record would go (and the
-					// oldest dead letters with them, past their bound).
-					// The refusals recorded are forgotten: the events are
-					// sent again once the service takes events.
-					for _, r := range refusedAlone {
-						s.intents.remove(r)
-						if err := b.State.Delete(ctx, r.key()); err != nil {
-							return sinks.Outcome{}, sinks.NewRetryable("state", err)
-						}
-					}
-					return sinks.Outcome{}, sinks.NewSinkPermanent(e.Reason, fmt.Errorf("the service refused each of %d events sent alone and took none of the batch's: it refuses every event (a rule of the endpoint's own, or a proxy), not their content; nothing is dead-lettered: %w", alone, e.Err))
-				}
+				alone++
 			}
-			if len(call) > 1 && splits < min(maxSplits+splitsPerRefused*alone, maxSplitsAll) {
+			// Splits: 64, and 16 more per event found refused alone, so
+			// that a batch with a few such events finds each; not more
+			// than 64 while the service has taken none of the batch and
+			// refused refusedToPause alone (it may refuse every event).
+			budget := min(maxSplits+splitsPerRefused*alone, maxSplitsAll)
+			if !landed && alone >= refusedToPause {
+				budget = maxSplits
+			}
+			if len(call) > 1 && splits < budget {
 				// The service refused the call without saying for which
 				// event (InvalidParameterException): its halves are sent in
 				// its place, the first under its intent's key, so that only
@@ -119,21 +115,27 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 				rj = append(rj, sinks.Rejection{Seq: ev.seq, Reason: e.Reason})
 			}
 		}
-		if i < len(cs)-1 {
+		if err == nil && i < len(cs)-1 {
 			// Later calls may fail: this one is not to be sent again. Should
 			// the commit fail, a retry in this process still skips it, and
-			// after a crash Recover reads the stream for it.
+			// after a crash Recover reads the stream for it. A refused call
+			// is not recorded: its events are sent again with the batch,
+			// should the batch not be delivered now.
 			done := *in
 			done.Delivered, done.Rejected = true, rj
 			s.intents.add(&done)
 			if err := putIntent(ctx, b.State, &done); err != nil {
 				return sinks.Outcome{}, sinks.NewRetryable("state", err)
 			}
-			if err != nil && len(call) == 1 {
-				refusedAlone = append(refusedAlone, &done)
-			}
 		}
 		out.Rejected = append(out.Rejected, rj...)
+	}
+	if !landed && alone >= refusedToPause {
+		// Not these events' content: the service took none of the batch's
+		// and refused each it was sent alone. Dead-lettered, every record
+		// would go (and the oldest dead letters with them, past their
+		// bound): the sink pauses, and the batch is sent again whole.
+		return sinks.Outcome{}, sinks.NewSinkPermanent(refused.Reason, fmt.Errorf("the service refused each of %d events sent alone and took none of a batch of %d: it refuses every event (a rule of the endpoint's own, or a proxy), not their content; nothing is dead-lettered: %w", alone, len(evs), refused.Err))
 	}
 	out.Rejected = dedupRejections(out.Rejected)
 	out.DeleteState = s.intents.done(b.Partition, b.Last())
@@ -172,7 +174,9 @@ const (
 )
 
 // refusedToPause: this many events refused alone, and none of the batch
-// taken, is the service refusing every event: a sink-permanent error.
+// taken once every call of it was made, is the service refusing every
+// event: a sink-permanent error. A batch with as many refused events at
+// its head goes on to the calls after them, which land.
 const refusedToPause = 8
 
 // callTimeout bounds one call of the CloudWatch Logs API (PutLogEvents or
