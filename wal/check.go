@@ -22,9 +22,15 @@ const (
 
 type boltMeta struct {
 	pageSize uint32
+	freelist uint64 // the freelist's page; boltNoFreelist: none synced
 	pgid     uint64 // high-water mark: pages in use
 	txid     uint64
 }
+
+const (
+	boltNoFreelist   = ^uint64(0)
+	boltFreelistPage = 0x10 // the page flag of a freelist page
+)
 
 func readMeta(b []byte) (boltMeta, error) {
 	if len(b) < boltPageHeader+boltMetaSumSize+8 {
@@ -43,7 +49,7 @@ func readMeta(b []byte) (boltMeta, error) {
 	if h.Sum64() != le.Uint64(m[56:64]) {
 		return boltMeta{}, errors.New("meta checksum mismatch")
 	}
-	return boltMeta{pageSize: le.Uint32(m[8:12]), pgid: le.Uint64(m[40:48]), txid: le.Uint64(m[48:56])}, nil
+	return boltMeta{pageSize: le.Uint32(m[8:12]), freelist: le.Uint64(m[32:40]), pgid: le.Uint64(m[40:48]), txid: le.Uint64(m[48:56])}, nil
 }
 
 // checkFile verifies, without mapping the file, that at least one meta page
@@ -102,5 +108,53 @@ func checkFile(path string) (damaged error, err error) {
 	if need := int64(m.pgid) * int64(m.pageSize); size < need {
 		return damaged, corrupt(size, "file is %d bytes but its meta page refers to %d pages of %d bytes (%d bytes): truncated", size, m.pgid, m.pageSize, need)
 	}
-	return damaged, nil
+	return damaged, checkFreelist(f, path, m)
+}
+
+// errDamagedFreelist: the freelist page does not hold a freelist. Only a
+// read-write open loads it (bbolt's check too): a read-only one reads the
+// records.
+var errDamagedFreelist = errors.New("the freelist page is damaged")
+
+// checkFreelist checks the freelist page meta m names: a freelist page,
+// its ids within the file. bbolt loads it at a read-write open (and in its
+// consistency check) without checking it: a damaged one would panic there,
+// or hand out pages in use to the next commit.
+func checkFreelist(f *os.File, path string, m boltMeta) error {
+	if m.freelist == boltNoFreelist {
+		return nil
+	}
+	off := int64(m.freelist) * int64(m.pageSize)
+	corrupt := func(format string, args ...any) error {
+		return &CorruptionError{Path: path, Offset: off, Err: fmt.Errorf("%w (page %d): "+format+"; forwarder wal dump saves the records, and the service starts again on a new wal.db once this one is moved away", append([]any{errDamagedFreelist, m.freelist}, args...)...)}
+	}
+	if m.freelist < 2 || m.freelist >= m.pgid {
+		return corrupt("its id is outside the file's %d pages", m.pgid)
+	}
+	h := make([]byte, boltPageHeader+8)
+	if _, err := f.ReadAt(h, off); err != nil {
+		return fmt.Errorf("read the freelist page: %w", err)
+	}
+	le := binary.LittleEndian
+	id, flags, count, overflow := le.Uint64(h[0:8]), le.Uint16(h[8:10]), uint64(le.Uint16(h[10:12])), uint64(le.Uint32(h[12:16]))
+	if id != m.freelist || flags != boltFreelistPage {
+		return corrupt("it holds page %d with flags %#x", id, flags)
+	}
+	start := int64(boltPageHeader)
+	if count == 0xFFFF { // the count is the first id's place
+		count, start = le.Uint64(h[16:24]), boltPageHeader+8
+	}
+	if room := (overflow+1)*uint64(m.pageSize) - uint64(start); count > room/8 {
+		return corrupt("%d ids do not fit its %d pages", count, overflow+1)
+	}
+	ids := make([]byte, count*8)
+	if _, err := f.ReadAt(ids, off+start); err != nil {
+		return fmt.Errorf("read the freelist page: %w", err)
+	}
+	for i := range count {
+		if p := le.Uint64(ids[8*i:]); p < 2 || p >= m.pgid {
+			return corrupt("it lists page %d, outside the file's %d pages", p, m.pgid)
+		}
+	}
+	return nil
 }

@@ -24,7 +24,7 @@ func (w *WAL) view(fn func(*bolt.Tx) error) error {
 func damagedPage(path string, tx func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			if !panickedInBolt() {
+			if !panickedInBolt(r) {
 				panic(r)
 			}
 			err = &CorruptionError{Path: path, Offset: -1,
@@ -37,22 +37,26 @@ func damagedPage(path string, tx func() error) (err error) {
 }
 
 // panickedInBolt reports, from a deferred call during a panic, whether the
-// panic was raised in bbolt's code: the first frame below the runtime's
-// panic machinery is bbolt's.
-func panickedInBolt() bool {
+// panic was raised in bbolt's code: walking out from where it was raised,
+// past the runtime's panic machinery and the standard library's functions
+// bbolt calls (bytes.Compare, sort.Search), a frame of bbolt comes before
+// one of this module's (the caller's own code, a callback a scan runs, or
+// this package's reading bbolt's answer). A fault at an address (not a nil
+// dereference) inside a transaction is the mapped file's: damage too.
+func panickedInBolt(r any) bool {
+	if f, ok := r.(interface{ Addr() uintptr }); ok && f.Addr() != 0 {
+		return true
+	}
 	pcs := make([]uintptr, 64)
 	n := runtime.Callers(3, pcs) // above runtime.Callers, this and the deferred call
 	frames := runtime.CallersFrames(pcs[:n])
-	inPanic := false
 	for {
 		f, more := frames.Next()
 		switch {
-		case strings.HasPrefix(f.Function, "runtime."):
-			// gopanic, panicIndex, sigpanic and the like: the next frame
-			// that is not the runtime's raised the panic.
-			inPanic = true
-		case inPanic:
-			return strings.HasPrefix(f.Function, "go.etcd.io/bbolt")
+		case strings.HasPrefix(f.Function, "go.etcd.io/bbolt"):
+			return true
+		case strings.HasPrefix(f.Function, "github.com/logfwd/"):
+			return false
 		}
 		if !more {
 			return false

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -89,6 +90,56 @@ func TestDamagedPage(t *testing.T) {
 	}
 }
 
+// A leaf page whose elements point far past the file (so that bbolt's key
+// search faults in bytes.Compare, outside bbolt's own code) is damage too.
+func TestDamagedLeafPage(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	var b Batch
+	for i := range 2000 {
+		b.Put("s", fmt.Appendf(nil, "dead/%08d", i), []byte(strings.Repeat("x", 100)))
+	}
+	commitT(t, w, &b)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, FileName)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root, pageSize int64
+	_ = db.View(func(tx *bolt.Tx) error {
+		root, pageSize = int64(tx.Bucket(bucketState).Bucket([]byte("s")).RootPage()), int64(tx.DB().Info().PageSize)
+		return nil
+	})
+	db.Close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := data[root*pageSize:]
+	if flags := binary.LittleEndian.Uint16(page[8:]); flags != 0x01 { // a branch page
+		t.Fatalf("the state bucket's root is no branch page (flags %#x)", flags)
+	}
+	leaf := int64(binary.LittleEndian.Uint64(page[16+8:])) // its first element's page
+	lp := data[leaf*pageSize:]
+	count := int(binary.LittleEndian.Uint16(lp[10:]))
+	for i := range count { // each element: flags, pos, ksize, vsize
+		binary.LittleEndian.PutUint32(lp[16+16*i+4:], 0x7f000000)
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w = openT(t, dir, Options{})
+	defer w.Close()
+	err = w.ScanState("s", []byte("dead/"), func(k, v []byte) error { return nil })
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "a page of the file is damaged") {
+		t.Errorf("ScanState over a leaf pointing past the file: %v, want a CorruptionError", err)
+	}
+}
+
 // A panic of the caller's own inside a read is not taken for damage.
 func TestViewPanicsOfItsOwn(t *testing.T) {
 	w := openT(t, t.TempDir(), Options{})
@@ -101,4 +152,69 @@ func TestViewPanicsOfItsOwn(t *testing.T) {
 	_ = w.ScanState("s", nil, func(k, v []byte) error { return nil })
 	_ = w.view(func(tx *bolt.Tx) error { panic("ours") })
 	t.Error("no panic")
+}
+
+// A damaged freelist page (bbolt loads it unchecked at a read-write open,
+// and would panic or hand out pages in use) stops a read-write open with
+// a CorruptionError; a read-only one reads the records, and Verify reports
+// it without running bbolt's check, which would load it.
+func TestDamagedFreelist(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		damage func(page []byte)
+	}{
+		{"not a freelist", func(page []byte) { binary.LittleEndian.PutUint16(page[8:], 0x02) }},
+		{"ids past the file", func(page []byte) {
+			binary.LittleEndian.PutUint16(page[10:], 1)
+			binary.LittleEndian.PutUint64(page[16:], 1<<40)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			w := openT(t, dir, Options{})
+			appendT(t, w, []Record{{Tag: "a", Body: []byte(`{"m":1}`)}}, "")
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, FileName)
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m0, err0 := readMeta(data)
+			m1, err1 := readMeta(data[m0.pageSize:])
+			if err0 != nil || err1 != nil {
+				t.Fatal(err0, err1)
+			}
+			m := m0
+			if m1.txid > m0.txid {
+				m = m1
+			}
+			if m.freelist == boltNoFreelist {
+				t.Fatal("no freelist page synced")
+			}
+			c.damage(data[m.freelist*uint64(m.pageSize):])
+			if err := os.WriteFile(path, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err = Open(dir, Options{})
+			var ce *CorruptionError
+			if !errors.As(err, &ce) || !errors.Is(err, errDamagedFreelist) {
+				t.Fatalf("read-write open over a damaged freelist: %v, want a CorruptionError", err)
+			}
+			r := openT(t, dir, Options{ReadOnly: true})
+			defer r.Close()
+			if recs := readAll(t, r, 1); len(recs) != 1 {
+				t.Errorf("%d records read, want 1", len(recs))
+			}
+			rep := r.Verify()
+			found := false
+			for _, p := range rep.Problems {
+				found = found || errors.Is(p, errDamagedFreelist)
+			}
+			if !found {
+				t.Errorf("Verify: problems %v, want the damaged freelist", rep.Problems)
+			}
+		})
+	}
 }

@@ -464,20 +464,22 @@ type VerifyReport struct {
 // page consistency check, which is not safe while a writer commits.
 func (w *WAL) Verify() VerifyReport {
 	var rep VerifyReport
-	if damaged, err := checkFile(w.path); err != nil {
-		rep.Problems = append(rep.Problems, err)
+	damaged, fileErr := checkFile(w.path)
+	if fileErr != nil {
+		rep.Problems = append(rep.Problems, fileErr)
 	} else if damaged != nil {
 		rep.Problems = append(rep.Problems, damaged)
 	}
 	// bbolt's check runs in a goroutine of its own, where a damaged page's
-	// panic cannot be caught: every page is walked here first, and the
-	// check runs only on a file whose pages all read.
+	// panic cannot be caught: the freelist is checked (checkFile) and every
+	// page walked here first, and the check runs only on a file whose
+	// pages all read.
 	walked := w.walkPages()
 	if walked != nil {
 		rep.Problems = append(rep.Problems, walked)
 	}
 	err := w.view(func(tx *bolt.Tx) error {
-		if w.opts.ReadOnly && walked == nil {
+		if w.opts.ReadOnly && walked == nil && fileErr == nil {
 			for err := range tx.Check() {
 				rep.Problems = append(rep.Problems, fmt.Errorf("bbolt consistency check of %s: %w", w.path, err))
 			}

@@ -231,7 +231,7 @@ func Open(dir string, opts Options) (*WAL, error) {
 	switch {
 	case existed:
 		damaged, err := checkFile(path)
-		if err != nil {
+		if err != nil && !(opts.ReadOnly && errors.Is(err, errDamagedFreelist)) {
 			return nil, err
 		}
 		if damaged != nil {
