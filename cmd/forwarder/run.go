@@ -350,7 +350,7 @@ func openUnlessStopped(log *slog.Logger, open func() (*wal.WAL, error)) (w *wal.
 	case o := <-done:
 		return o.w, false, o.err
 	case sig := <-sigs:
-		log.Info("stopped while the WAL was opening: it is left as it was, and a compaction begun is made again at the next start", "signal", sig.String())
+		log.Info("stopped while the WAL was opening (or waiting for its lock): it is left as it was, and a compaction begun is made again at the next start", "signal", sig.String())
 		return nil, true, nil
 	}
 }

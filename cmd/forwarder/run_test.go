@@ -104,7 +104,7 @@ func TestStopWhileTheWALOpens(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a SIGTERM while the WAL opened did not end the start within 5s")
 	}
-	want := `level=INFO msg="stopped while the WAL was opening: it is left as it was, and a compaction begun is made again at the next start" signal=terminated`
+	want := `level=INFO msg="stopped while the WAL was opening (or waiting for its lock): it is left as it was, and a compaction begun is made again at the next start" signal=terminated`
 	if !strings.Contains(logs.String(), want) {
 		t.Errorf("log lacks %q:\n%s", want, logs)
 	}
