@@ -201,9 +201,9 @@
 // an InvalidParameterException that checks before sending did not foresee
 // is sent again in halves (64 splits a batch, and 16 more per event found
 // refused alone, up to 1,024) and dead-letters only the events refused
-// alone, unless, every call of the batch made, none was taken and 8 or
-// more were refused alone: the service refuses every event, and the sink
-// pauses; network errors, 5xx, clock skew, expired
+// alone, unless, every call of the batch made, none was taken, 8 or more
+// were refused alone and no stream's call was taken for 30 s: the service
+// refuses every event, and the sink pauses; network errors, 5xx, clock skew, expired
 // credentials (fetched again), a credential service failing for a moment,
 // and creations refused for the sink's settings or the group quota are
 // retried.

@@ -1837,6 +1837,47 @@ func TestRefusedEventsAtTheHeadDoNotPause(t *testing.T) {
 	}
 }
 
+// A stream whose batch the service refuses whole, every event of it,
+// while another stream's calls are taken: its content, dead-lettered; the
+// sink does not pause, which would hold back every stream for it.
+func TestRefusedStreamAmongOthersDoesNotPause(t *testing.T) {
+	e := newEnv(t, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && bytes.Contains(body, []byte("POISON")) {
+			refuseEvent(w)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		e.emu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	cfg := streamCfg(srv.URL)
+	cfg.LogStream = "${tag}"
+	e.restart(cfg)
+	e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "good", Body: []byte(`{"log":"first"}`)})
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	var recs []wal.Record
+	for i := range 20 {
+		recs = append(recs, wal.Record{Time: time.Now().UnixNano(), Tag: "bad", Body: fmt.Appendf(nil, `{"log":"POISON%d"}`, i)},
+			wal.Record{Time: time.Now().UnixNano(), Tag: "good", Body: fmt.Appendf(nil, `{"log":"m%d"}`, i)})
+	}
+	e.append(recs...)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 20 {
+		t.Errorf("%v dead letters, want the bad stream's 20", n)
+	}
+	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "sink_permanent", "InvalidParameterException")); n != 0 {
+		t.Errorf("paused %v times for one stream's content", n)
+	}
+	if got := e.copiesOf("good"); len(got) != 21 {
+		t.Errorf("stream good holds %d events, want 21", len(got))
+	}
+}
+
 // Refusals of a batch whose splitting a throttle cut short are not kept:
 // the batch is sent again whole, and once the service takes events none of
 // them is dead-lettered.

@@ -130,11 +130,14 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		}
 		out.Rejected = append(out.Rejected, rj...)
 	}
-	if !landed && alone >= refusedToPause {
+	if !landed && alone >= refusedToPause && !s.takenWithin(takenWindow) {
 		// Not these events' content: the service took none of the batch's
-		// and refused each it was sent alone. Dead-lettered, every record
-		// would go (and the oldest dead letters with them, past their
-		// bound): the sink pauses, and the batch is sent again whole.
+		// and refused each it was sent alone, and no stream's events for
+		// a while. Dead-lettered, every record would go (and the oldest
+		// dead letters with them, past their bound): the sink pauses, and
+		// the batch is sent again whole. While other streams' calls are
+		// taken, the batch's events are dead-lettered: its stream's
+		// content, which a pause of every stream would not mend.
 		return sinks.Outcome{}, sinks.NewSinkPermanent(refused.Reason, fmt.Errorf("the service refused each of %d events sent alone and took none of a batch of %d: it refuses every event (a rule of the endpoint's own, or a proxy), not their content; nothing is dead-lettered: %w", alone, len(evs), refused.Err))
 	}
 	out.Rejected = dedupRejections(out.Rejected)
@@ -172,6 +175,16 @@ const (
 	splitsPerRefused = 16
 	maxSplitsAll     = 1024
 )
+
+// takenWindow: a PutLogEvents taken within it, by any stream, says the
+// service takes events: a batch it refuses whole is its content.
+const takenWindow = 30 * time.Second
+
+// takenWithin reports whether a PutLogEvents was taken within d.
+func (s *Sink) takenWithin(d time.Duration) bool {
+	at := s.lastTaken.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) <= d
+}
 
 // refusedToPause: this many events refused alone, and none of the batch
 // taken once every call of it was made, is the service refusing every
@@ -220,7 +233,9 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 		err = awserr.Refetch(ctx, s.creds, err)
 		if err == nil {
 			s.m.puts.Inc()
-			s.outcomes.note(group, false, time.Now())
+			now := time.Now()
+			s.outcomes.note(group, false, now)
+			s.lastTaken.Store(now.UnixNano())
 			s.tokens.put(key, aws.ToString(res.NextSequenceToken))
 			rj := rejections(res.RejectedLogEventsInfo, evs)
 			s.m.events.Add(float64(len(evs) - len(rj)))
@@ -240,7 +255,9 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 			// This very batch was accepted before (a resend after a lost answer).
 			s.tokens.put(key, aws.ToString(dup.ExpectedSequenceToken))
 			s.m.puts.Inc()
-			s.outcomes.note(group, false, time.Now())
+			now := time.Now()
+			s.outcomes.note(group, false, now)
+			s.lastTaken.Store(now.UnixNano())
 			return nil, nil
 		case errors.As(err, &missing) && !created:
 			s.tokens.delete(key)

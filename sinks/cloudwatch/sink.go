@@ -53,7 +53,10 @@ type Options struct {
 type Sink struct {
 	// outcomes are the log groups' last outcomes: taken or refused
 	// (AccessDenied), for classifyDenied.
-	outcomes   groupOutcomes
+	outcomes groupOutcomes
+	// lastTaken is when a PutLogEvents was last taken (Unix nanoseconds),
+	// by any stream: see refusedEverywhere.
+	lastTaken  atomic.Int64
 	name       string
 	hostname   string
 	cfg        config.CloudWatch
