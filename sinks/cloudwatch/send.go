@@ -93,10 +93,11 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 			}
 			// Splits: 64, and 16 more per event found refused alone, so
 			// that a batch with a few such events finds each; not more
-			// than 64 while the service has taken none of the batch and
-			// refused refusedToPause alone (it may refuse every event).
+			// than 64 while the service has taken no call, of the batch or
+			// of another stream, and refused refusedToPause events alone
+			// (it may refuse every event: the sink pauses below).
 			budget := min(maxSplits+splitsPerRefused*alone, maxSplitsAll)
-			if !landed && alone >= refusedToPause {
+			if !landed && alone >= refusedToPause && !s.takenWithin(takenWindow) {
 				budget = maxSplits
 			}
 			if len(call) > 1 && splits < budget {
