@@ -140,6 +140,9 @@ func checkFreelist(f *os.File, path string, m boltMeta) error {
 	if id != m.freelist || flags != boltFreelistPage {
 		return corrupt("it holds page %d with flags %#x", id, flags)
 	}
+	if m.freelist+overflow >= m.pgid { // its pages lie below the high-water mark, which the file holds (checkFile)
+		return corrupt("its %d overflow pages reach past the file's %d pages", overflow, m.pgid)
+	}
 	start := int64(boltPageHeader)
 	if count == 0xFFFF { // the count is the first id's place
 		count, start = le.Uint64(h[16:24]), boltPageHeader+8
@@ -147,14 +150,19 @@ func checkFreelist(f *os.File, path string, m boltMeta) error {
 	if room := (overflow+1)*uint64(m.pageSize) - uint64(start); count > room/8 {
 		return corrupt("%d ids do not fit its %d pages", count, overflow+1)
 	}
-	ids := make([]byte, count*8)
-	if _, err := f.ReadAt(ids, off+start); err != nil {
-		return fmt.Errorf("read the freelist page: %w", err)
-	}
-	for i := range count {
-		if p := le.Uint64(ids[8*i:]); p < 2 || p >= m.pgid {
-			return corrupt("it lists page %d, outside the file's %d pages", p, m.pgid)
+	// Read a piece at a time: a freelist of a large file is megabytes.
+	buf := make([]byte, 64<<10)
+	for at := uint64(0); at < count; {
+		n := min(count-at, uint64(len(buf)/8))
+		if _, err := f.ReadAt(buf[:n*8], off+start+int64(at*8)); err != nil {
+			return corrupt("its ids cannot be read: %v", err)
 		}
+		for i := range n {
+			if p := le.Uint64(buf[8*i:]); p < 2 || p >= m.pgid {
+				return corrupt("it lists page %d, outside the file's %d pages", p, m.pgid)
+			}
+		}
+		at += n
 	}
 	return nil
 }

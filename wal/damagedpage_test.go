@@ -168,6 +168,16 @@ func TestDamagedFreelist(t *testing.T) {
 			binary.LittleEndian.PutUint16(page[10:], 1)
 			binary.LittleEndian.PutUint64(page[16:], 1<<40)
 		}},
+		{"overflow past the file", func(page []byte) {
+			binary.LittleEndian.PutUint16(page[10:], 0xFFFF)
+			binary.LittleEndian.PutUint32(page[12:], 0xFFFFFFFF)
+			binary.LittleEndian.PutUint64(page[16:], 1<<40)
+		}},
+		{"more ids than the file holds", func(page []byte) {
+			binary.LittleEndian.PutUint16(page[10:], 0xFFFF)
+			binary.LittleEndian.PutUint32(page[12:], 1) // the file's last page
+			binary.LittleEndian.PutUint64(page[16:], 1000)
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
