@@ -199,11 +199,12 @@
 // stream that the sink may not create holds back its own records
 // (retried); a PutLogEvents refused whole with
 // an InvalidParameterException that checks before sending did not foresee
-// is sent again in halves (64 splits a batch, and 16 more per event found
+// is sent again in halves (64 splits a batch, and 16 more per record found
 // refused alone, up to 1,024) and dead-letters only the events refused
 // alone, unless, every call of the batch made, none was taken, 8 or more
-// were refused alone and no stream's call was taken for 30 s: the service
-// refuses every event, and the sink pauses; network errors, 5xx, clock skew, expired
+// records were refused alone and no stream's call was taken for 30 s: the
+// service refuses every event, and the sink pauses (for 9 tries in a row
+// of the batch at most; then it is dead-lettered); network errors, 5xx, clock skew, expired
 // credentials (fetched again), a credential service failing for a moment,
 // and creations refused for the sink's settings or the group quota are
 // retried.

@@ -1878,6 +1878,93 @@ func TestRefusedStreamAmongOthersDoesNotPause(t *testing.T) {
 	}
 }
 
+// More refused records at the head of a batch than the splits held on the
+// way to a pause find: the calls past them are set aside, not
+// dead-lettered, and split all the way once a later call lands. Only the
+// refused records are dead-lettered.
+func TestManyRefusedAtTheHead(t *testing.T) {
+	e := newEnv(t, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && bytes.Contains(body, []byte("POISON")) {
+			refuseEvent(w)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		e.emu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	e.restart(streamCfg(srv.URL))
+	recs := poisoned(1000, -1)
+	for i := range 100 {
+		recs[i].Body = fmt.Appendf(nil, `{"log":"POISON%d"}`, i)
+	}
+	e.append(recs...)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	if got := e.copies("g", "s"); len(got) != 900 {
+		t.Errorf("%d events stored, want 900", len(got))
+	}
+	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 100 {
+		t.Errorf("%v dead letters, want the 100 refused", n)
+	}
+}
+
+// A record whose message is split in parts, every part refused: one
+// record refused alone, not as many as its parts; it is dead-lettered and
+// the sink does not pause.
+func TestRefusedPartsAreOneRecord(t *testing.T) {
+	e := newEnv(t, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" {
+			refuseEvent(w)
+			return
+		}
+		e.emu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	e.restart(streamCfg(srv.URL))
+	big := fmt.Appendf(nil, `{"log":"%s"}`, strings.Repeat("x", 9<<20)) // 9 parts
+	e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "t", Body: big})
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 1 {
+		t.Errorf("%v dead letters, want the one record", n)
+	}
+	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "sink_permanent", "InvalidParameterException")); n != 0 {
+		t.Errorf("paused %v times for one record", n)
+	}
+}
+
+// A batch refused whole, record by record, at every try while no stream's
+// events are taken pauses the sink; after maxRefusedBatches tries in a row
+// it is dead-lettered as its stream's content (a stream of bad records
+// alone), with a warning, rather than holding the sink paused for good.
+func TestRefusedBatchDeadLetteredAfterTries(t *testing.T) {
+	e := newEnv(t, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" {
+			refuseEvent(w)
+			return
+		}
+		e.emu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	logs := e.restart(streamCfg(srv.URL))
+	e.appendLines(20, time.Now(), "m")
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint(), PauseRetry: 10 * time.Millisecond})
+	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 20 {
+		t.Errorf("%v dead letters, want 20", n)
+	}
+	if n := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "sink_permanent", "InvalidParameterException")); n != maxRefusedBatches-1 {
+		t.Errorf("paused %v times, want %d", n, maxRefusedBatches-1)
+	}
+	if !strings.Contains(logs.String(), "is dead-lettered as its stream's content") {
+		t.Errorf("no warning:\n%s", logs)
+	}
+}
+
 // Refusals of a batch whose splitting a throttle cut short are not kept:
 // the batch is sent again whole, and once the service takes events none of
 // them is dead-lettered.

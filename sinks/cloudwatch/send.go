@@ -46,101 +46,129 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	cs := calls(evs)
 	splits := 0
 	// landed: a call of the batch was taken (now, or by an earlier try);
-	// alone: events refused in calls of their own.
-	landed, alone := tookSome(known), 0
+	// alone: the records of events refused in calls of their own.
+	landed, alone := tookSome(known), map[uint64]bool{}
 	var refused *sinks.Error // the last refusal
-	for i := 0; i < len(cs); i++ {
-		call := cs[i]
-		tok, _ := s.tokens.get(group + "\x00" + stream)
-		body := newPutBody(group, stream, tok, call)
-		in := newIntent(b.Partition, b.First(), call, body, time.Now().UnixMilli())
-		in.after(known)
-		earlierTry := in.triedBefore(known)
-		in.startedWith(known)
-		s.setPrior(in, call)
-		if err := putIntent(ctx, b.State, in); err != nil {
-			releaseBody(body.b)
-			return sinks.Outcome{}, sinks.NewRetryable("state", err)
-		}
-		s.intents.add(in)
-		rj, err := s.put(ctx, group, stream, call, body)
-		if err == nil || sinks.Classify(err).Class != sinks.RecordPermanent && !refusedOutright(err) {
-			// Landed, or may have (an answer lost): counted as stored. A
-			// count too high only sends a later identical event again.
-			s.noteSent(b.Partition, call)
-		}
-		if err == nil {
-			landed = true
-		}
-		if err != nil && refusedOutright(err) && !earlierTry {
-			// The call did not land (throttled, or refused for its
-			// events): its intent goes, so that a crash before it is sent
-			// again leaves no call in doubt to read back at start. Kept
-			// when an earlier try of the call may have landed (its answer
-			// lost). A split's first half takes the key again.
-			if b.State.Delete(ctx, in.key()) == nil {
-				s.intents.remove(in)
-			}
-		}
-		if err != nil {
-			var e *sinks.Error
-			if !errors.As(err, &e) || e.Class != sinks.RecordPermanent {
-				return sinks.Outcome{}, err
-			}
-			refused = e
-			if len(call) == 1 {
-				alone++
-			}
-			// Splits: 64, and 16 more per event found refused alone, so
-			// that a batch with a few such events finds each; not more
-			// than 64 while the service has taken no call, of the batch or
-			// of another stream, and refused refusedToPause events alone
-			// (it may refuse every event: the sink pauses below).
-			budget := min(maxSplits+splitsPerRefused*alone, maxSplitsAll)
-			if !landed && alone >= refusedToPause && !s.takenWithin(takenWindow) {
-				budget = maxSplits
-			}
-			if len(call) > 1 && splits < budget {
-				// The service refused the call without saying for which
-				// event (InvalidParameterException): its halves are sent in
-				// its place, the first under its intent's key, so that only
-				// the events it refuses are dead-lettered.
-				splits++
-				s.m.splitCalls.Inc()
-				half := len(call) / 2
-				cs = slices.Replace(cs, i, i+1, call[:half], call[half:])
-				i--
-				continue
-			}
-			for _, ev := range call { // this call's records are refused for good
-				rj = append(rj, sinks.Rejection{Seq: ev.seq, Reason: e.Reason})
-			}
-		}
-		if err == nil && i < len(cs)-1 {
-			// Later calls may fail: this one is not to be sent again. Should
-			// the commit fail, a retry in this process still skips it, and
-			// after a crash Recover reads the stream for it. A refused call
-			// is not recorded: its events are sent again with the batch,
-			// should the batch not be delivered now.
-			done := *in
-			done.Delivered, done.Rejected = true, rj
-			s.intents.add(&done)
-			if err := putIntent(ctx, b.State, &done); err != nil {
+	// held: calls refused past the splits held on the way to a pause (see
+	// below), set aside rather than dead-lettered: split again with the
+	// whole budget once a call lands.
+	var held [][]event
+	holding := true
+	for {
+		for i := 0; i < len(cs); i++ {
+			call := cs[i]
+			tok, _ := s.tokens.get(group + "\x00" + stream)
+			body := newPutBody(group, stream, tok, call)
+			in := newIntent(b.Partition, b.First(), call, body, time.Now().UnixMilli())
+			in.after(known)
+			earlierTry := in.triedBefore(known)
+			in.startedWith(known)
+			s.setPrior(in, call)
+			if err := putIntent(ctx, b.State, in); err != nil {
+				releaseBody(body.b)
 				return sinks.Outcome{}, sinks.NewRetryable("state", err)
 			}
+			s.intents.add(in)
+			rj, err := s.put(ctx, group, stream, call, body)
+			if err == nil || sinks.Classify(err).Class != sinks.RecordPermanent && !refusedOutright(err) {
+				// Landed, or may have (an answer lost): counted as stored. A
+				// count too high only sends a later identical event again.
+				s.noteSent(b.Partition, call)
+			}
+			if err == nil {
+				landed = true
+			}
+			if err != nil && refusedOutright(err) && !earlierTry {
+				// The call did not land (throttled, or refused for its
+				// events): its intent goes, so that a crash before it is sent
+				// again leaves no call in doubt to read back at start. Kept
+				// when an earlier try of the call may have landed (its answer
+				// lost). A split's first half takes the key again.
+				if b.State.Delete(ctx, in.key()) == nil {
+					s.intents.remove(in)
+				}
+			}
+			if err != nil {
+				var e *sinks.Error
+				if !errors.As(err, &e) || e.Class != sinks.RecordPermanent {
+					return sinks.Outcome{}, err
+				}
+				refused = e
+				if len(call) == 1 {
+					alone[call[0].seq] = true
+				}
+				// Splits: 64, and 16 more per record found refused alone, so
+				// that a batch with a few such records finds each; held at 64
+				// while the service has taken no call, of the batch or of
+				// another stream, and refused refusedToPause records alone
+				// (it may refuse every event: the sink pauses below).
+				budget := min(maxSplits+splitsPerRefused*len(alone), maxSplitsAll)
+				hold := holding && !landed && len(alone) >= refusedToPause && !s.takenWithin(takenWindow)
+				if hold {
+					budget = maxSplits
+				}
+				if len(call) > 1 && splits < budget {
+					// The service refused the call without saying for which
+					// event (InvalidParameterException): its halves are sent in
+					// its place, the first under its intent's key, so that only
+					// the events it refuses are dead-lettered.
+					splits++
+					s.m.splitCalls.Inc()
+					half := len(call) / 2
+					cs = slices.Replace(cs, i, i+1, call[:half], call[half:])
+					i--
+					continue
+				}
+				if len(call) > 1 && hold {
+					held = append(held, call)
+					continue
+				}
+				for _, ev := range call { // this call's records are refused for good
+					rj = append(rj, sinks.Rejection{Seq: ev.seq, Reason: e.Reason})
+				}
+			}
+			if err == nil && (i < len(cs)-1 || len(held) > 0) {
+				// Later calls may fail: this one is not to be sent again. Should
+				// the commit fail, a retry in this process still skips it, and
+				// after a crash Recover reads the stream for it. A refused call
+				// is not recorded: its events are sent again with the batch,
+				// should the batch not be delivered now.
+				done := *in
+				done.Delivered, done.Rejected = true, rj
+				s.intents.add(&done)
+				if err := putIntent(ctx, b.State, &done); err != nil {
+					return sinks.Outcome{}, sinks.NewRetryable("state", err)
+				}
+			}
+			out.Rejected = append(out.Rejected, rj...)
 		}
-		out.Rejected = append(out.Rejected, rj...)
+		if len(held) == 0 || !landed && !s.takenWithin(takenWindow) {
+			break
+		}
+		cs, held, holding = held, nil, false // a call landed: split them all the way
 	}
-	if !landed && alone >= refusedToPause && !s.takenWithin(takenWindow) {
+	if (len(held) > 0 || len(alone) >= refusedToPause) && !landed && !s.takenWithin(takenWindow) {
 		// Not these events' content: the service took none of the batch's
-		// and refused each it was sent alone, and no stream's events for
-		// a while. Dead-lettered, every record would go (and the oldest
+		// and refused each record it was sent alone, and no stream's events
+		// for a while. Dead-lettered, every record would go (and the oldest
 		// dead letters with them, past their bound): the sink pauses, and
 		// the batch is sent again whole. While other streams' calls are
 		// taken, the batch's events are dead-lettered: its stream's
-		// content, which a pause of every stream would not mend.
-		return sinks.Outcome{}, sinks.NewSinkPermanent(refused.Reason, fmt.Errorf("the service refused each of %d events sent alone and took none of a batch of %d: it refuses every event (a rule of the endpoint's own, or a proxy), not their content; nothing is dead-lettered: %w", alone, len(evs), refused.Err))
+		// content, which a pause of every stream would not mend. So they
+		// are after maxRefusedBatches such pauses in a row for the
+		// partition: its content after all (a stream of bad records alone).
+		if s.refusedBatch(b.Partition) {
+			return sinks.Outcome{}, sinks.NewSinkPermanent(refused.Reason, fmt.Errorf("the service refused each of %d records sent alone and took none of a batch of %d events: it refuses every event (a rule of the endpoint's own, or a proxy), not their content; nothing is dead-lettered (after %d such tries in a row the batch is): %w", len(alone), len(evs), maxRefusedBatches, refused.Err))
+		}
+		s.log.Warn("a batch the service refused whole, record by record, is dead-lettered as its stream's content: it was refused at each of the sink's last tries, and no stream's events were taken meanwhile",
+			"group", group, "stream", stream, "events", len(evs), "tries", maxRefusedBatches, "error", refused.Err)
+		for _, call := range held {
+			for _, ev := range call {
+				out.Rejected = append(out.Rejected, sinks.Rejection{Seq: ev.seq, Reason: refused.Reason})
+			}
+		}
 	}
+	s.refusedBatchDone(b.Partition)
 	out.Rejected = dedupRejections(out.Rejected)
 	out.DeleteState = s.intents.done(b.Partition, b.Last())
 	return out, nil
@@ -176,6 +204,36 @@ const (
 	splitsPerRefused = 16
 	maxSplitsAll     = 1024
 )
+
+// maxRefusedBatches: a partition's batch refused whole this many Sends in
+// a row (a pause each) is dead-lettered after all.
+const maxRefusedBatches = 10
+
+// refusedBatch counts a Send of partition's batch that the service
+// refused whole and reports whether the sink is to pause for it (fewer
+// than maxRefusedBatches in a row); otherwise the count starts again.
+func (s *Sink) refusedBatch(partition string) bool {
+	s.refusedMu.Lock()
+	defer s.refusedMu.Unlock()
+	if s.refusedBatches == nil {
+		s.refusedBatches = map[string]int{}
+	}
+	n := s.refusedBatches[partition] + 1
+	if n >= maxRefusedBatches {
+		delete(s.refusedBatches, partition)
+		return false
+	}
+	s.refusedBatches[partition] = n
+	return true
+}
+
+// refusedBatchDone forgets partition's refusals in a row: its batch is
+// delivered (or dead-lettered).
+func (s *Sink) refusedBatchDone(partition string) {
+	s.refusedMu.Lock()
+	delete(s.refusedBatches, partition)
+	s.refusedMu.Unlock()
+}
 
 // takenWindow: a PutLogEvents taken within it, by any stream, says the
 // service takes events: a batch it refuses whole is its content.

@@ -56,20 +56,24 @@ type Sink struct {
 	outcomes groupOutcomes
 	// lastTaken is when a PutLogEvents was last taken (Unix nanoseconds),
 	// by any stream: see refusedEverywhere.
-	lastTaken  atomic.Int64
-	name       string
-	hostname   string
-	cfg        config.CloudWatch
-	api        logsAPI
-	log        *slog.Logger
-	group      *template.Template
-	timed      bool   // group or stream has strftime verbs (see Family)
-	overflow   string // the overflow partition, when not timed (see Overflow)
-	stream     *template.Template
-	fields     *template.Finder // the fields of group and stream, found in one pass
-	fallbacks  *template.FallbackLog
-	messageKey []string
-	now        func() time.Time
+	lastTaken atomic.Int64
+	// refusedBatches counts, by partition, Sends in a row whose batch the
+	// service refused whole (a pause each): see refusedBatch.
+	refusedMu      sync.Mutex
+	refusedBatches map[string]int
+	name           string
+	hostname       string
+	cfg            config.CloudWatch
+	api            logsAPI
+	log            *slog.Logger
+	group          *template.Template
+	timed          bool   // group or stream has strftime verbs (see Family)
+	overflow       string // the overflow partition, when not timed (see Overflow)
+	stream         *template.Template
+	fields         *template.Finder // the fields of group and stream, found in one pass
+	fallbacks      *template.FallbackLog
+	messageKey     []string
+	now            func() time.Time
 
 	tokens *lru // stream → last nextSequenceToken
 	last   *lru // stream → what this process's calls stored at its last millisecond (prior.go)
