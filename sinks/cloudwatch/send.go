@@ -53,7 +53,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	// below), set aside rather than dead-lettered: split again with the
 	// whole budget once a call lands.
 	var held [][]event
-	holding := true
+	holding, taken := true, false
 	for {
 		for i := 0; i < len(cs); i++ {
 			call := cs[i]
@@ -142,12 +142,16 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 			}
 			out.Rejected = append(out.Rejected, rj...)
 		}
-		if len(held) == 0 || !landed && !s.takenWithin(takenWindow) {
+		// Looked at once: what follows must not see another stream's call
+		// taken meanwhile, which would leave held calls neither sent nor
+		// refused.
+		taken = s.takenWithin(takenWindow)
+		if len(held) == 0 || !landed && !taken {
 			break
 		}
 		cs, held, holding = held, nil, false // a call landed: split them all the way
 	}
-	if (len(held) > 0 || len(alone) >= refusedToPause) && !landed && !s.takenWithin(takenWindow) {
+	if (len(held) > 0 || len(alone) >= refusedToPause) && !landed && !taken {
 		// Not these events' content: the service took none of the batch's
 		// and refused each record it was sent alone, and no stream's events
 		// for a while. Dead-lettered, every record would go (and the oldest
