@@ -171,6 +171,12 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 				out.Rejected = append(out.Rejected, sinks.Rejection{Seq: ev.seq, Reason: refused.Reason})
 			}
 		}
+		held = nil
+	}
+	if len(held) > 0 {
+		// Neither sent nor refused (cannot happen: held calls are left
+		// only on the way to a pause): sent again rather than passed.
+		return sinks.Outcome{}, sinks.NewRetryable("held", fmt.Errorf("%d calls of stream %q of group %q were set aside and not sent", len(held), stream, group))
 	}
 	s.refusedBatchDone(b.Partition)
 	out.Rejected = dedupRejections(out.Rejected)
