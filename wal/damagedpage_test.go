@@ -25,31 +25,7 @@ func TestDamagedPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendT(t, w, []Record{{Tag: "a", Body: []byte(`{"m":1}`)}}, "")
-	var b Batch
-	for i := range 2000 { // a state bucket of many pages, under a branch page
-		b.Put("s", fmt.Appendf(nil, "dead/%08d", i), []byte(strings.Repeat("x", 100)))
-	}
-	commitT(t, w, &b)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	path := filepath.Join(dir, FileName)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var root uint64
-	var pageSize int
-	_ = db.View(func(tx *bolt.Tx) error {
-		root = uint64(tx.Bucket(bucketState).Bucket([]byte("s")).RootPage())
-		pageSize = tx.DB().Info().PageSize
-		return nil
-	})
-	db.Close()
-	if root == 0 {
-		t.Fatal("the state bucket is inline: no page to damage")
-	}
+	path, root, pageSize := manyStatePages(t, w, dir)
 	garbage := make([]byte, 64)
 	rand.Read(garbage)
 	for i := range garbage {
@@ -59,7 +35,7 @@ func TestDamagedPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WriteAt(garbage, int64(root)*int64(pageSize)+16); err != nil { // past the page's header
+	if _, err := f.WriteAt(garbage, root*pageSize+16); err != nil { // past the page's header
 		t.Fatal(err)
 	}
 	f.Close()
@@ -95,25 +71,7 @@ func TestDamagedPage(t *testing.T) {
 func TestDamagedLeafPage(t *testing.T) {
 	dir := t.TempDir()
 	w := openT(t, dir, Options{})
-	var b Batch
-	for i := range 2000 {
-		b.Put("s", fmt.Appendf(nil, "dead/%08d", i), []byte(strings.Repeat("x", 100)))
-	}
-	commitT(t, w, &b)
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, FileName)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var root, pageSize int64
-	_ = db.View(func(tx *bolt.Tx) error {
-		root, pageSize = int64(tx.Bucket(bucketState).Bucket([]byte("s")).RootPage()), int64(tx.DB().Info().PageSize)
-		return nil
-	})
-	db.Close()
+	path, root, pageSize := manyStatePages(t, w, dir)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +96,35 @@ func TestDamagedLeafPage(t *testing.T) {
 	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "a page of the file is damaged") {
 		t.Errorf("ScanState over a leaf pointing past the file: %v, want a CorruptionError", err)
 	}
+}
+
+// manyStatePages commits to w, in dir, a state bucket of sink "s" of many
+// pages under a branch page, closes w, and returns the file, the bucket's
+// root page and the page size.
+func manyStatePages(t *testing.T, w *WAL, dir string) (path string, root, pageSize int64) {
+	t.Helper()
+	var b Batch
+	for i := range 2000 {
+		b.Put("s", fmt.Appendf(nil, "dead/%08d", i), []byte(strings.Repeat("x", 100)))
+	}
+	commitT(t, w, &b)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path = filepath.Join(dir, FileName)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_ = db.View(func(tx *bolt.Tx) error {
+		root, pageSize = int64(tx.Bucket(bucketState).Bucket([]byte("s")).RootPage()), int64(tx.DB().Info().PageSize)
+		return nil
+	})
+	if root == 0 {
+		t.Fatal("the state bucket is inline: no page to damage")
+	}
+	return path, root, pageSize
 }
 
 // A panic of the caller's own inside a read is not taken for damage.

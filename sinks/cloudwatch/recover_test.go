@@ -1619,19 +1619,7 @@ func (e *env) runUntil(cond func(*queue.Drainer) bool) *queue.Drainer {
 // each of the others is stored once.
 func TestRefusedCallSplit(t *testing.T) {
 	e := newEnv(t, nil)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			return
-		}
-		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && bytes.Contains(body, []byte("POISON")) {
-			refuseEvent(w)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		e.emu.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	srv := refusePoison(t, e)
 	e.restart(streamCfg(srv.URL))
 	e.append(poisoned(40, 17)...)
 	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
@@ -1806,19 +1794,7 @@ func TestRefusedEverythingPauses(t *testing.T) {
 // dead-lettered and the rest delivered, and the sink does not pause.
 func TestRefusedEventsAtTheHeadDoNotPause(t *testing.T) {
 	e := newEnv(t, nil)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			return
-		}
-		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && bytes.Contains(body, []byte("POISON")) {
-			refuseEvent(w)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		e.emu.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	srv := refusePoison(t, e)
 	e.restart(streamCfg(srv.URL))
 	recs := poisoned(1000, -1)
 	for i := range 2 * refusedToPause {
@@ -1842,19 +1818,7 @@ func TestRefusedEventsAtTheHeadDoNotPause(t *testing.T) {
 // sink does not pause, which would hold back every stream for it.
 func TestRefusedStreamAmongOthersDoesNotPause(t *testing.T) {
 	e := newEnv(t, nil)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			return
-		}
-		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && bytes.Contains(body, []byte("POISON")) {
-			refuseEvent(w)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		e.emu.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	srv := refusePoison(t, e)
 	cfg := streamCfg(srv.URL)
 	cfg.LogStream = "${tag}"
 	e.restart(cfg)
@@ -1884,19 +1848,7 @@ func TestRefusedStreamAmongOthersDoesNotPause(t *testing.T) {
 // refused records are dead-lettered.
 func TestManyRefusedAtTheHead(t *testing.T) {
 	e := newEnv(t, nil)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			return
-		}
-		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && bytes.Contains(body, []byte("POISON")) {
-			refuseEvent(w)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		e.emu.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	srv := refusePoison(t, e)
 	e.restart(streamCfg(srv.URL))
 	recs := poisoned(1000, -1)
 	for i := range 100 {
@@ -1917,14 +1869,7 @@ func TestManyRefusedAtTheHead(t *testing.T) {
 // the sink does not pause.
 func TestRefusedPartsAreOneRecord(t *testing.T) {
 	e := newEnv(t, nil)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" {
-			refuseEvent(w)
-			return
-		}
-		e.emu.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	srv := refuseAllPuts(t, e)
 	e.restart(streamCfg(srv.URL))
 	big := fmt.Appendf(nil, `{"log":"%s"}`, strings.Repeat("x", 9<<20)) // 9 parts
 	e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "t", Body: big})
@@ -1943,14 +1888,7 @@ func TestRefusedPartsAreOneRecord(t *testing.T) {
 // alone), with a warning, rather than holding the sink paused for good.
 func TestRefusedBatchDeadLetteredAfterTries(t *testing.T) {
 	e := newEnv(t, nil)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" {
-			refuseEvent(w)
-			return
-		}
-		e.emu.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	srv := refuseAllPuts(t, e)
 	logs := e.restart(streamCfg(srv.URL))
 	e.appendLines(20, time.Now(), "m")
 	e.run(queue.Options{Fingerprint: e.sink.Fingerprint(), PauseRetry: 10 * time.Millisecond})
@@ -2015,19 +1953,7 @@ func TestRefusalsCutShortAreNotKept(t *testing.T) {
 // unfound, their neighbours dead-lettered with them).
 func TestRefusedCallSplitFindsEach(t *testing.T) {
 	e := newEnv(t, nil)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			return
-		}
-		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && bytes.Contains(body, []byte("POISON")) {
-			refuseEvent(w)
-			return
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		e.emu.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
+	srv := refusePoison(t, e)
 	e.restart(streamCfg(srv.URL))
 	recs := poisoned(2000, -1)
 	for i := 50; i < 2000; i += 100 { // 20 of them
@@ -2100,6 +2026,39 @@ func poisoned(n, bad int) []wal.Record {
 		recs = append(recs, wal.Record{Time: now.Add(time.Duration(i) * time.Millisecond).UnixNano(), Tag: "t", Body: fmt.Appendf(nil, `{"log":%q}`, msg)})
 	}
 	return recs
+}
+
+// refusePoison is a server in front of e's emulator that refuses whole
+// (refuseEvent) every PutLogEvents holding POISON.
+func refusePoison(t *testing.T, e *env) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && bytes.Contains(body, []byte("POISON")) {
+			refuseEvent(w)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		e.emu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// refuseAllPuts is a server in front of e's emulator that refuses whole
+// (refuseEvent) every PutLogEvents.
+func refuseAllPuts(t *testing.T, e *env) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" {
+			refuseEvent(w)
+			return
+		}
+		e.emu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // refuseEvent answers a PutLogEvents as CloudWatch Logs refuses a call
