@@ -120,6 +120,14 @@
 // not take it) is made again as stored, and so are the reads after it (one
 // info line): masked events are then not found.
 //
+// A call whose answer is lost while the process runs (a timeout, a dropped
+// connection, a 5xx) keeps its intent, and is resolved in the same way at
+// the start of the next Send of its stream (settleLost), before anything
+// is sent: a call found whole is kept delivered, and the batch skips its
+// events. What noteSent counted of events not found is taken back (prior.go).
+// A call refused outright (a 4xx), or never sent (no connection, no
+// credentials), deletes its intent: it did not land.
+//
 // Other GetLogEvents errors fail Recover with their class; the drainer
 // calls it again (what was resolved stays resolved). At the end Recover
 // logs one line, "resolved PutLogEvents calls an earlier run left in doubt
@@ -158,8 +166,6 @@
 //   - another writer that stores in the stream, after the call started,
 //     events identical (millisecond and message) to some of the call's:
 //     those are taken as delivered;
-//   - a call whose answer is lost while the process runs (a timeout, a
-//     dropped connection) is sent again at once: at least once;
 //   - AccessDenied on GetLogEvents, drop_oldest and a change of the names
 //     or of message_key while calls are in doubt: at least once.
 //

@@ -111,29 +111,6 @@ func (in *intent) after(known []*intent) {
 	}
 }
 
-// triedBefore reports whether known holds an earlier try of in's call
-// that is not delivered: one whose answer was lost, which may have landed.
-func (in *intent) triedBefore(known []*intent) bool {
-	for _, k := range known {
-		if !k.Delivered && k.sameCall(in) {
-			return true
-		}
-	}
-	return false
-}
-
-// startedWith keeps in's Started as early as that of an earlier try of
-// the same call in known (its answer lost: a timeout): events that try
-// stored are this call's, and a crash during this try must not take them
-// for an earlier call's, nor for a clock running ahead.
-func (in *intent) startedWith(known []*intent) {
-	for _, k := range known {
-		if !k.Delivered && k.sameCall(in) {
-			in.Started = min(in.Started, k.Started)
-		}
-	}
-}
-
 // newIntent describes call, a slice of a batch's sorted events, whose
 // PutLogEvents body is body.
 func newIntent(partition string, batchFirst uint64, call []event, body putBody, startedMs int64) *intent {

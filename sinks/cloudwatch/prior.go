@@ -145,6 +145,42 @@ func (s *Sink) noteSent(partition string, call []event) {
 	s.last.put(partition, l.encode())
 }
 
+// unnote takes back from the stream's last millisecond what noteSent
+// counted of call's missing events (call's events not found in the
+// stream when it was read back): they did not land.
+func (s *Sink) unnote(partition string, call []event, missing [][2]uint64) {
+	if len(missing) == 0 {
+		return
+	}
+	v, ok := s.last.get(partition)
+	if !ok {
+		return
+	}
+	l, ok := decodeLast(v)
+	if !ok || l.overflow {
+		return
+	}
+	gone := make(map[[2]uint64]bool, len(missing))
+	for _, m := range missing {
+		gone[m] = true
+	}
+	changed := false
+	for _, e := range call {
+		if e.ts != l.ms || !gone[[2]uint64{e.seq, uint64(e.part)}] {
+			continue
+		}
+		if h := messageHash(e.msg); l.counts[h] > 0 {
+			if l.counts[h]--; l.counts[h] == 0 {
+				delete(l.counts, h)
+			}
+			changed = true
+		}
+	}
+	if changed {
+		s.last.put(partition, l.encode())
+	}
+}
+
 // priorCopies is how many events with key k's message earlier calls of
 // the process that sent in stored at k's millisecond, as in says.
 func (in *intent) priorCopies(k eventKey) int {

@@ -108,7 +108,7 @@ func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
 					if !s.intents.has(in) {
 						continue // a call resolved before it took it along
 					}
-					result, n, err := s.resolve(ctx, st, in, route, renamed)
+					result, n, err := s.resolve(ctx, st, in, route, renamed, false)
 					mu.Lock()
 					if err != nil {
 						if firstErr == nil {
@@ -168,7 +168,11 @@ type eventKey struct {
 // names, which the drainer reads after the change; every other batch is
 // sent again whole under the new names (its delivered calls' intents are
 // of streams it no longer sends to).
-func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route func(*sinks.Record) string, renamed bool) (string, int, error) {
+//
+// With live (a call of this run whose answer was lost, resolved before its
+// batch is sent again: settleLost), a call found whole is kept delivered
+// rather than marked so: the batch being sent skips its events.
+func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route func(*sinks.Record) string, renamed, live bool) (string, int, error) {
 	p := in.partition()
 	recs, err := st.ReadRange(in.BatchFirst, in.Last, func(r *sinks.Record) bool { return route(r) == p })
 	if err != nil {
@@ -192,7 +196,7 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route fu
 		// The WAL dropped records of the call (wal.when_full: drop_oldest),
 		// or the configuration changed: the sink's match, its names, or how
 		// messages are rendered (message_key).
-		s.log.Warn("a PutLogEvents call an earlier run left in doubt cannot be rebuilt from the WAL (drop_oldest dropped some of its records, or a damaged entry lost them, or the sink's match, log_group, log_stream or message_key changed since): what is left of its records is sent again, which may duplicate events",
+		s.log.Warn("a PutLogEvents call left in doubt (by a crash, or an answer lost) cannot be rebuilt from the WAL (drop_oldest dropped some of its records, or a damaged entry lost them, or the sink's match, log_group, log_stream or message_key changed since): what is left of its records is sent again, which may duplicate events",
 			"sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events, "rebuilt", len(call))
 		return resultUnresolved, len(call), s.forget(ctx, st, in)
 	}
@@ -230,6 +234,7 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route fu
 		}
 	}
 	missing := unmatched(call, found)
+	s.unnote(p, call, missing)
 	if len(missing) == len(call) && len(unmatched(call, earlier)) == 0 && s.skewed.CompareAndSwap(false, true) {
 		// Every event is there, ingested before the call started: this
 		// host's clock is ahead of the service's (or identical events came
@@ -241,7 +246,7 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route fu
 	case len(missing) == len(call):
 		s.log.Debug("a call in doubt did not land: it is sent again", "sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events)
 		return resultResent, len(call), s.forget(ctx, st, in)
-	case len(missing) == 0 && covered && !s.intents.rejected(p, in.Last):
+	case len(missing) == 0 && covered && !live && !s.intents.rejected(p, in.Last):
 		// All that was left of the batch: a delivered mark makes the
 		// drainer skip its records. (With events an earlier call of the
 		// batch had refused, the intent is kept delivered instead: the

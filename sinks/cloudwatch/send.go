@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"time"
@@ -26,6 +27,9 @@ import (
 // (Outcome.DeleteState).
 func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {
 	group, stream := splitPartition(b.Partition)
+	if err := s.settleLost(ctx, b.State, b.Partition); err != nil {
+		return sinks.Outcome{}, err
+	}
 	known := s.intents.of(b.Partition)
 	var delivered func(*event) bool
 	var out sinks.Outcome
@@ -61,8 +65,6 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 			body := newPutBody(group, stream, tok, call)
 			in := newIntent(b.Partition, b.First(), call, body, time.Now().UnixMilli())
 			in.after(known)
-			earlierTry := in.triedBefore(known)
-			in.startedWith(known)
 			s.setPrior(in, call)
 			if err := putIntent(ctx, b.State, in); err != nil {
 				releaseBody(body.b)
@@ -70,20 +72,20 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 			}
 			s.intents.add(in)
 			rj, err := s.put(ctx, group, stream, call, body)
-			if err == nil || sinks.Classify(err).Class != sinks.RecordPermanent && !refusedOutright(err) {
-				// Landed, or may have (an answer lost): counted as stored. A
-				// count too high only sends a later identical event again.
+			if err == nil || sinks.Classify(err).Class != sinks.RecordPermanent && !notSent(err) {
+				// Landed, or may have (an answer lost: settleLost reads it
+				// back before the batch is sent again, and takes back what
+				// did not land): counted as stored.
 				s.noteSent(b.Partition, call)
 			}
 			if err == nil {
 				landed = true
 			}
-			if err != nil && refusedOutright(err) && !earlierTry {
-				// The call did not land (throttled, or refused for its
-				// events): its intent goes, so that a crash before it is sent
-				// again leaves no call in doubt to read back at start. Kept
-				// when an earlier try of the call may have landed (its answer
-				// lost). A split's first half takes the key again.
+			if err != nil && notSent(err) {
+				// The call did not land (throttled, refused for its events,
+				// or never sent): its intent goes, so that it is not read
+				// back before the batch is sent again, nor at start after a
+				// crash. A split's first half takes the key again.
 				if b.State.Delete(ctx, in.key()) == nil {
 					s.intents.remove(in)
 				}
@@ -184,12 +186,52 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	return out, nil
 }
 
-// refusedOutright reports whether err is the service's answer refusing a
-// call (a 4xx: throttled, denied, a missing stream), which did not land;
-// not a 5xx or a lost answer, after which it may have.
-func refusedOutright(err error) bool {
+// notSent reports whether err says the call did not land: the service's
+// answer refusing it (a 4xx: throttled, denied, a missing stream), or a
+// connection that could not be made or no credentials to sign it with
+// (the request never left); not a 5xx
+// or a lost answer, after which it may have.
+func notSent(err error) bool {
 	var re *awshttp.ResponseError
-	return errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500
+	if errors.As(err, &re) {
+		return re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500
+	}
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns) || awserr.NoCredentials(err)
+}
+
+// settleLost resolves, before a batch of partition is sent, the calls of
+// this run whose answer was lost (a timeout, a dropped connection, a 5xx):
+// each is read back from its stream once settle old, as Recover does after
+// a crash, so that a call that landed is not sent again (kept delivered,
+// its batch skips its events), one that landed in part sends only what is
+// missing, and one that did not land is sent again. Without logs:GetLogEvents
+// the call is sent again (at least once).
+func (s *Sink) settleLost(ctx context.Context, st sinks.State, partition string) error {
+	var route func(*sinks.Record) string
+	for _, in := range s.intents.of(partition) {
+		if in.Delivered {
+			continue
+		}
+		if route == nil {
+			route = func(r *sinks.Record) string { return s.routed(st, r) }
+		}
+		result, n, err := s.resolve(ctx, st, in, route, false, true)
+		if err != nil {
+			if ctx.Err() != nil {
+				return sinks.NewRetryable("stopping", ctx.Err())
+			}
+			if se := (*sinks.Error)(nil); !errors.As(err, &se) {
+				err = sinks.NewRetryable("read_back", err)
+			}
+			return err
+		}
+		s.m.indoubt.WithLabelValues(result).Inc()
+		s.log.Debug("a call whose answer was lost is resolved by reading its stream back", "sink", s.name, "group", in.Group, "stream", in.Stream,
+			"events", in.Events, "result", result, "events_sent_again", n)
+	}
+	return nil
 }
 
 // tookSome reports whether one of known is a delivered call the service
@@ -429,7 +471,7 @@ func classify(err error, group, stream string) error {
 		return sinks.NewRetryable(fmt.Sprintf("http_%d", re.HTTPStatusCode()), fmt.Errorf("the endpoint answered HTTP %d without an AWS error (a load balancer or proxy in front of it?): %w", re.HTTPStatusCode(), err))
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return sinks.NewRetryable("timeout", fmt.Errorf("no answer within %s: the call may have landed and is sent again: %w", callTimeout, err))
+		return sinks.NewRetryable("timeout", fmt.Errorf("no answer within %s: the call may have landed (a PutLogEvents is read back from its stream before it is sent again): %w", callTimeout, err))
 	}
 	if errors.Is(err, context.Canceled) {
 		return sinks.NewRetryable("timeout", err)
