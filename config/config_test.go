@@ -555,6 +555,9 @@ var badConfigs = []struct {
 		`27: sink "cwaws": log_group: "aws/${tag}": begins with aws/, which AWS keeps for its own log groups`,
 		`31: sink "cwlong": log_group: "/` + strings.Repeat("g", 520) + `/${tag}": has 522 bytes of text, over the 512 a name may hold: every name would be cut there, and what the placeholders after the cut render lost`,
 		`35: sink "newline": bucket: "my-bucket\n" must not contain white space or control characters`,
+		`39: sink "s3long": key: "logs/${tag}/${seq}/` + strings.Repeat("a", 1000) + `": renders at least 1028 bytes before any value (its text, ${seq} as 20 digits, ${uuid} as 36, the date and time); S3 keys are at most 1024`,
+		`44: sink "cwfallback": fallback: "no pod:here" stands in a log group name for a missing value, and has ' ', ':', which log group names cannot hold (letters, digits and . - _ / #)`,
+		`48: sink "braces": key: "logs/{{ kubernetes.pod_name }}/${seq}": {{ kubernetes.pod_name }} at column 6: placeholders are written ${...}: for a field of the record, ${record.kubernetes.pod_name}`,
 	}},
 	{"cloudwatch_limits.yaml", []string{
 		`2: sink "cloudwatch": log_group is required`,

@@ -182,7 +182,7 @@ func (s3 *S3) validate(s section) {
 		s.invalid("key", "%q: %v", s3.Key, err)
 	} else if !t.UsesSeq() && !t.UsesUUID() {
 		s.invalid("key", "%q must contain ${seq} or ${uuid}", s3.Key)
-	} else if msg := keyText(s3.Key); msg != "" {
+	} else if msg := keyText(s3.Key, t); msg != "" {
 		s.invalid("key", "%q: %s", s3.Key, msg)
 	}
 	s.endpoint("endpoint", s3.Endpoint)
@@ -218,13 +218,15 @@ var cannedACLs = []string{"", "private", "public-read", "public-read-write", "au
 
 // keyText describes what is wrong with an S3 key template's own text, or returns "": a
 // leading /, an empty or . or .. segment (values of placeholders are cleaned of these when
-// rendered, the template's text is not), or more than S3's 1,024 bytes before any value.
-func keyText(key string) string {
+// rendered, the template's text is not), or more than S3's 1,024 bytes before any value
+// (values too long are shortened when rendered, the template's text is not).
+func keyText(key string, t *template.Template) string {
+	least, _ := t.Render(&template.Data{Body: []byte("{}"), SeqText: strings.Repeat("0", 20), UUID: strings.Repeat("0", 36)}, "")
 	switch {
 	case strings.HasPrefix(key, "/"):
 		return "must not begin with /: S3 would keep an empty first segment"
-	case len(key) > 1024:
-		return fmt.Sprintf("is %d bytes long; S3 keys are at most 1024", len(key))
+	case len(least) > 1024:
+		return fmt.Sprintf("renders at least %d bytes before any value (its text, ${seq} as 20 digits, ${uuid} as 36, the date and time); S3 keys are at most 1024", len(least))
 	}
 	for seg := range strings.SplitSeq(key, "/") {
 		switch seg {
@@ -283,7 +285,15 @@ func (cw *CloudWatch) validate(s section) {
 			}
 		}
 	}
-	s.required("fallback", cw.Fallback)
+	if s.required("fallback", cw.Fallback); cw.Fallback != "" {
+		// It stands in either name for a missing value: it must be one.
+		for _, key := range []string{"log_group", "log_stream"} {
+			if msg := nameText(key, "", cw.Fallback); msg != "" {
+				s.invalid("fallback", "%q stands in a %s for a missing value, and %s", cw.Fallback, strings.ReplaceAll(key, "_", " ")+" name", msg)
+				break
+			}
+		}
+	}
 	if cw.RetentionDays != 0 && !slices.Contains(retentionDays, cw.RetentionDays) {
 		s.invalid("retention_days", "%d is not 0 (don't set) or one of %s", cw.RetentionDays, joinInts(retentionDays))
 	}

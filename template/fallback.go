@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -75,4 +76,56 @@ func (l *FallbackLog) Note(t *Template, d *Data, fallback string) {
 	l.Log.Warn(fmt.Sprintf("records lack what the %s template names and go under the fallback %q: check the template against the records (a field name may be misspelt), or give the field a default with ${record.FIELD|default}", l.What, fallback),
 		"template", t.String(), "missing", strings.Join(t.Missing(d), ","), "tag", d.Tag, "records", st.count, "interval", interval)
 	st.count, st.next = 0, now.Add(interval)
+}
+
+// ChangedLog warns, at most once per Interval, that records rendered a
+// name or key of template T that the destination's rules do not allow, and
+// that it was sent changed (characters replaced, values shortened): two
+// values that differ only there share a name, which a counter alone would
+// not tell anyone.
+type ChangedLog struct {
+	Log      *slog.Logger
+	Interval time.Duration // default a minute
+	What     string        // what T renders: "log group name", "key"
+	T        *Template
+
+	next  atomic.Int64 // Unix nanoseconds when a line is due
+	count atomic.Int64 // records changed since the last line
+}
+
+// Due reports whether the next Note logs a line: the caller keeps what it
+// rendered for it only then.
+func (l *ChangedLog) Due() bool {
+	return l != nil && l.Log != nil && time.Now().UnixNano() >= l.next.Load()
+}
+
+// Note counts a record whose rendering was changed to sentAs, and logs a
+// line when one is due and rendered is known: the template, a tag, the
+// rendering and what was sent instead (each cut to 200 bytes), how, and
+// how many records were changed since the last line.
+func (l *ChangedLog) Note(tag string, rendered, sentAs []byte, how string) {
+	if l == nil || l.Log == nil {
+		return
+	}
+	l.count.Add(1)
+	now := time.Now().UnixNano()
+	next := l.next.Load()
+	if rendered == nil || now < next {
+		return
+	}
+	interval := l.Interval
+	if interval <= 0 {
+		interval = time.Minute
+	}
+	if !l.next.CompareAndSwap(next, now+int64(interval)) {
+		return // another record's line
+	}
+	cut := func(b []byte) string {
+		if len(b) > 200 {
+			return strings.ToValidUTF8(string(b[:200]), "") + "..."
+		}
+		return strings.ToValidUTF8(string(b), "\uFFFD")
+	}
+	l.Log.Warn(fmt.Sprintf("records render a %s that breaks the destination's rules; it is sent changed: %s", l.What, how),
+		"template", l.T.String(), "tag", tag, "rendered", cut(rendered), "sent_as", cut(sentAs), "records", l.count.Swap(0), "interval", interval)
 }

@@ -21,16 +21,22 @@
 // renders with "_" in place of each missing part or dot (logs/${tag}/x with
 // the tag ".." renders logs/__/x). Either is reported (Sanitised), so that
 // it can be counted. The template's own text is rendered as written.
+//
+// A caller bound to a length (CloudWatch's 512 bytes, S3's 1,024) renders
+// with AppendFoundWithin: values too long are shortened, with a hash of
+// each, rather than the template's own text cut (reported Shortened).
 package template
 
 import (
 	"bytes"
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Options say what a template may use.
@@ -54,6 +60,9 @@ const (
 	// Sanitised: a value held a "/", or left a path segment empty, "." or
 	// "..", and was rendered with "_" instead (see the package comment).
 	Sanitised
+	// Shortened: a value was longer than AppendFoundWithin's bound and was
+	// rendered shortened (see AppendFoundWithin).
+	Shortened
 )
 
 // Data is what a template renders from.
@@ -167,6 +176,11 @@ func Parse(s string, opts Options) (*Template, error) {
 			}
 			t.static = false
 			i++
+		case c == '{' && i+1 < len(s) && s[i+1] == '{' && (i == 0 || s[i-1] != '$') && strings.Contains(s[i+2:], "}}"):
+			// {{ .Tag }}, {{ kubernetes.pod_name }}: another tool's
+			// placeholders, which as text would name everything the same.
+			inner := strings.TrimSpace(s[i+2 : i+2+strings.Index(s[i+2:], "}}")])
+			return nil, fmt.Errorf("{{%s}} at column %d: placeholders are written ${...}%s", s[i+2:i+2+strings.Index(s[i+2:], "}}")], i+1, suggestPlaceholder(inner))
 		case c == '{' && (i == 0 || s[i-1] != '$') && missingDollar(s[i+1:]) != "": // $${tag} is the text ${tag}
 			// {tag} meant ${tag}: taken as text, it would name every
 			// object or stream the same.
@@ -178,6 +192,21 @@ func Parse(s string, opts Options) (*Template, error) {
 	}
 	flush()
 	return t, nil
+}
+
+// suggestPlaceholder names the placeholder another tool's expr (the inside
+// of {{ }}) likely meant, as ": such as ${...}", or says what they are.
+func suggestPlaceholder(expr string) string {
+	e := strings.TrimPrefix(strings.TrimPrefix(expr, "."), "record.")
+	switch {
+	case strings.EqualFold(e, "tag"):
+		return ": ${tag}"
+	case strings.EqualFold(e, "hostname") || strings.EqualFold(e, "host"):
+		return ": ${hostname}"
+	case e != "" && strings.IndexFunc(e, func(r rune) bool { return r == ' ' || r == '(' || r == '|' || r == '"' }) < 0:
+		return ": for a field of the record, ${record." + e + "}"
+	}
+	return " (${tag}, ${tag[N]}, ${record.FIELD}, ${hostname}, ${seq}, ${uuid})"
 }
 
 // missingDollar returns the placeholder s begins with (up to and with its
@@ -298,6 +327,53 @@ func (t *Template) Append(dst []byte, d *Data, fallback string) ([]byte, Notes) 
 // AppendFound is Append taking the values of the fields that a Finder of t
 // found in d.Body from fs (nil: none).
 func (t *Template) AppendFound(dst []byte, d *Data, fs *Fields, fallback string) ([]byte, Notes) {
+	return t.appendFound(dst, d, fs, fallback, 0)
+}
+
+// minValueBound is the least a value is shortened to: its first 7 bytes,
+// "~" and 8 hex digits.
+const minValueBound = 16
+
+// AppendFoundWithin renders as AppendFound, and when the rendering (as
+// measure makes of it: the caller's own rules may change its length) is
+// longer than limit, renders it again with its longest values shortened,
+// so that the template's own text (a ${hostname}, a ${seq}) is kept
+// whole. A value over its bound keeps its first bytes (not cutting a
+// UTF-8 sequence), then "~" and the 8 hex digits of the FNV-1a hash (32
+// bits) of the whole value: values that differ in the part cut off still
+// render differently, and a record renders the same name in every run.
+// The bound is the largest that fits, at least minValueBound bytes; with
+// that the rendering may still be over limit (the caller refuses it).
+// Shortened is noted when a value was.
+func (t *Template) AppendFoundWithin(dst []byte, d *Data, fs *Fields, fallback string, limit int, measure func([]byte) int) ([]byte, Notes) {
+	base := len(dst)
+	dst, notes := t.appendFound(dst, d, fs, fallback, 0)
+	n := measure(dst[base:])
+	if n <= limit || t.static {
+		return dst, notes
+	}
+	// The largest bound that fits, by halving: a value longer than the
+	// whole rendering is never shortened to more than that.
+	lo, hi := minValueBound, n
+	best := -1
+	for lo <= hi {
+		mid := (lo + hi) / 2
+		dst, _ = t.appendFound(dst[:base], d, fs, fallback, mid)
+		if measure(dst[base:]) <= limit {
+			best, lo = mid, mid+1
+		} else {
+			hi = mid - 1
+		}
+	}
+	if best < 0 {
+		best = minValueBound
+	}
+	return t.appendFound(dst[:base], d, fs, fallback, best)
+}
+
+// appendFound is AppendFound with values over bound bytes shortened (0:
+// none is); see AppendFoundWithin.
+func (t *Template) appendFound(dst []byte, d *Data, fs *Fields, fallback string, bound int) ([]byte, Notes) {
 	var notes Notes
 	base := len(dst)
 	// Values that are empty or all dots: with the text around them they may
@@ -354,6 +430,9 @@ func (t *Template) AppendFound(dst []byte, d *Data, fs *Fields, fallback string)
 		if t.unsanitised {
 			continue
 		}
+		if bound > 0 && len(dst)-start > bound {
+			dst, notes = shorten(dst, start, bound), notes|Shortened
+		}
 		v := dst[start:]
 		if bytes.IndexByte(v, '/') >= 0 {
 			for j, c := range v {
@@ -374,6 +453,24 @@ func (t *Template) AppendFound(dst []byte, d *Data, fs *Fields, fallback string)
 		}
 	}
 	return dst, notes
+}
+
+// shorten cuts the value dst[start:] to bound bytes: its first bytes, not
+// cutting a UTF-8 sequence, "~" and the hex FNV-1a hash of the whole value.
+func shorten(dst []byte, start, bound int) []byte {
+	h := fnv.New32a()
+	h.Write(dst[start:])
+	sum := h.Sum32()
+	keep := start + bound - 9
+	for keep > start && !utf8.RuneStart(dst[keep]) {
+		keep--
+	}
+	dst = append(dst[:keep], '~')
+	const digits = "0123456789abcdef"
+	for i := 28; i >= 0; i -= 4 {
+		dst = append(dst, digits[sum>>uint(i)&0xf])
+	}
+	return dst
 }
 
 // fixSegments renders "_" for each dot, or one "_" for nothing, in each

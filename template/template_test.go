@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestRender(t *testing.T) {
@@ -115,6 +116,10 @@ func TestParseErrors(t *testing.T) {
 		"{hostname}-x":        "{hostname} at column 1",
 		"a/{record.k8s.ns}/b": "{record.k8s.ns} at column 3",
 		"a/{tag[1]}/${seq}":   "{tag[1]} at column 3",
+		// Another tool's placeholders: the same.
+		"{{.Tag}}-${hostname}":         "{{.Tag}} at column 1: placeholders are written ${...}: ${tag}",
+		"logs/{{ kubernetes.pod }}/x":  "for a field of the record, ${record.kubernetes.pod}",
+		"a/{{ printf \"%s\" .Tag }}/x": "(${tag}, ${tag[N]}, ${record.FIELD}, ${hostname}, ${seq}, ${uuid})",
 	}
 	for tmpl, want := range tests {
 		_, err := Parse(tmpl, Options{})
@@ -171,5 +176,55 @@ func BenchmarkRenderStream(b *testing.B) {
 	var dst []byte
 	for i := 0; i < b.N; i++ {
 		dst, _ = tp.Append(dst[:0], d, "unknown")
+	}
+}
+
+// TestAppendFoundWithin: values too long for the bound are shortened, the
+// template's own text kept whole; values that differ only in what is cut
+// off render differently; a UTF-8 sequence is never cut.
+func TestAppendFoundWithin(t *testing.T) {
+	tm, err := Parse("/g/${tag}-${record.pod}-${hostname}", Options{Hostname: "replica-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	length := func(b []byte) int { return len(b) }
+	render := func(tag, pod string, limit int) (string, Notes) {
+		d := &Data{Tag: tag, Body: []byte(`{"pod":"` + pod + `"}`)}
+		b, notes := tm.AppendFoundWithin([]byte("prefix:"), d, nil, "FB", limit, length)
+		if !strings.HasPrefix(string(b), "prefix:") {
+			t.Fatalf("%q: what dst held is gone", b)
+		}
+		return strings.TrimPrefix(string(b), "prefix:"), notes
+	}
+	if got, notes := render("short", "p", 512); got != "/g/short-p-replica-0" || notes != 0 {
+		t.Errorf("within the limit: %q %v", got, notes)
+	}
+	long := strings.Repeat("t", 600)
+	a, notes := render(long+"a", "pod-1", 512)
+	b, _ := render(long+"b", "pod-1", 512)
+	switch {
+	case len(a) > 512 || len(b) > 512:
+		t.Errorf("over the limit: %d, %d bytes", len(a), len(b))
+	case !strings.HasSuffix(a, "-pod-1-replica-0") || !strings.HasPrefix(a, "/g/ttt"):
+		t.Errorf("the template's text or the short value was cut: %q", a)
+	case a == b:
+		t.Errorf("values that differ at their end render the same: %q", a)
+	case notes&Shortened == 0:
+		t.Errorf("notes %v: not Shortened", notes)
+	case len(a) < 500:
+		t.Errorf("shortened more than needed: %d bytes", len(a))
+	}
+	if again, _ := render(long+"a", "pod-1", 512); again != a {
+		t.Errorf("not the same rendering twice: %q, %q", again, a)
+	}
+	// Two long values: both cut, both kept apart.
+	c, _ := render(long, strings.Repeat("é", 300), 512)
+	if len(c) > 512 || !utf8.ValidString(c) || !strings.HasSuffix(c, "-replica-0") || strings.Count(c, "~") != 2 {
+		t.Errorf("two long values, one of 2-byte runes: %d bytes, valid UTF-8 %v: %q", len(c), utf8.ValidString(c), c)
+	}
+	// A limit the template's own text leaves no room for: values at their
+	// least, and the caller sees it is still over.
+	if d, _ := render(long, "p", 20); len(d) <= 20 || !strings.Contains(d, "~") {
+		t.Errorf("limit too small for the text: %q", d)
 	}
 }

@@ -190,12 +190,17 @@
 //
 // Rendered names are sanitised to CloudWatch's rules: a group keeps
 // [.-_/#A-Za-z0-9], anything else becomes "_", a leading "aws/" becomes
-// "_aws/", at most 512 bytes; a stream loses ":" and "*" (each becomes
-// "_"), at most 512 bytes. A field missing from a record renders the
-// sink's fallback, counted in forwarder_cloudwatch_name_fallback_total.
-// Before that, a tag or field never changes a name's path (package
-// template): a "/" inside it becomes "_", and a segment it leaves empty,
-// "." or ".." gets "_", counted in forwarder_cloudwatch_name_sanitised_total.
+// "_aws/"; a stream loses ":" and "*" (each becomes "_"). A name over 512
+// bytes is rendered again with its longest values shortened
+// (template.AppendFoundWithin), so that the template's own text (the
+// ${hostname} that keeps replicas apart) is kept; cut at 512 only when
+// that is not enough. A field missing from a record renders the sink's
+// fallback, counted in forwarder_cloudwatch_name_fallback_total. Before
+// that, a tag or field never changes a name's path (package template): a
+// "/" inside it becomes "_", and a segment it leaves empty, "." or ".."
+// gets "_". A record whose names any of this changed is counted in
+// forwarder_cloudwatch_name_sanitised_total, with a warning a minute for
+// each template (template.ChangedLog).
 //
 // # Errors
 //

@@ -8,21 +8,24 @@ const maxNameLen = 512
 
 // groupName sanitises a rendered log group name.
 func groupName(s, fallback string) string {
-	return string(appendGroupName(nil, []byte(s), fallback))
+	b, _ := appendGroupName(nil, []byte(s), fallback)
+	return string(b)
 }
 
 // streamName sanitises a rendered log stream name.
 func streamName(s, fallback string) string {
-	return string(appendStreamName(nil, []byte(s), fallback))
+	b, _ := appendStreamName(nil, []byte(s), fallback)
+	return string(b)
 }
 
 // appendGroupName appends the log group name name, sanitised: every byte
 // outside [.\-_/#A-Za-z0-9] becomes "_", a name starting "aws/" gets a "_"
-// before it, and the name is clipped (see clipAppended).
-func appendGroupName(dst, name []byte, fallback string) []byte {
+// before it, and the name is clipped (see clipAppended). changed reports
+// whether the name is not name.
+func appendGroupName(dst, name []byte, fallback string) (_ []byte, changed bool) {
 	start := len(dst)
 	if len(name) >= 4 && string(name[:4]) == "aws/" {
-		dst = append(dst, '_')
+		dst, changed = append(dst, '_'), true
 	}
 	i := 0 // the bytes kept as they are, appended at once
 	for i < len(name) && groupByte[name[i]] {
@@ -31,11 +34,39 @@ func appendGroupName(dst, name []byte, fallback string) []byte {
 	dst = append(dst, name[:i]...)
 	for _, c := range name[i:] {
 		if !groupByte[c] {
-			c = '_'
+			c, changed = '_', true
 		}
 		dst = append(dst, c)
 	}
-	return clipAppended(dst, start, fallback)
+	dst, clipped := clipAppended(dst, start, fallback)
+	return dst, changed || clipped
+}
+
+// groupLen is the length of name as appendGroupName makes it, before it
+// is clipped.
+func groupLen(name []byte) int {
+	if len(name) >= 4 && string(name[:4]) == "aws/" {
+		return len(name) + 1
+	}
+	return len(name)
+}
+
+// streamLen is the length of name as appendStreamName makes it, before it
+// is clipped: each byte of invalid UTF-8 becomes 3.
+func streamLen(name []byte) int {
+	n := len(name)
+	for i := 0; i < len(name); {
+		if name[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(name[i:])
+		if r == utf8.RuneError && size == 1 {
+			n += 2
+		}
+		i += size
+	}
+	return n
 }
 
 // groupByte and streamByte are whether a byte is kept as it is in a log
@@ -52,8 +83,9 @@ var groupByte, streamByte = func() (g, s [256]bool) {
 
 // appendStreamName appends the log stream name name, sanitised: ":" and
 // "*" become "_", each byte of invalid UTF-8 becomes U+FFFD, and the name
-// is clipped (see clipAppended).
-func appendStreamName(dst, name []byte, fallback string) []byte {
+// is clipped (see clipAppended). changed reports whether the name is not
+// name.
+func appendStreamName(dst, name []byte, fallback string) (_ []byte, changed bool) {
 	start := len(dst)
 	i := 0 // the bytes kept as they are, appended at once
 	for i < len(name) && streamByte[name[i]] {
@@ -65,7 +97,7 @@ func appendStreamName(dst, name []byte, fallback string) []byte {
 		c := name[0]
 		if c < utf8.RuneSelf {
 			if c == ':' || c == '*' {
-				c = '_'
+				c, changed = '_', true
 			}
 			dst = append(dst, c)
 			name = name[1:]
@@ -73,22 +105,26 @@ func appendStreamName(dst, name []byte, fallback string) []byte {
 		}
 		r, n := utf8.DecodeRune(name)
 		if r == utf8.RuneError && n == 1 {
-			dst = utf8.AppendRune(dst, utf8.RuneError)
+			dst, changed = utf8.AppendRune(dst, utf8.RuneError), true
 		} else {
 			dst = append(dst, name[:n]...)
 		}
 		name = name[n:]
 	}
-	return clipAppended(dst, start, fallback)
+	dst, clipped := clipAppended(dst, start, fallback)
+	return dst, changed || clipped
 }
 
 // clipAppended makes the name dst[start:] the fallback when it is empty,
-// and cuts it to 512 bytes, not within a UTF-8 sequence, when it is longer.
-func clipAppended(dst []byte, start int, fallback string) []byte {
+// and cuts it to 512 bytes, not within a UTF-8 sequence, when it is longer
+// (a name whose values were shortened as far as they go: see
+// Sink.partition). changed reports either.
+func clipAppended(dst []byte, start int, fallback string) (_ []byte, changed bool) {
 	if len(dst) == start {
-		dst = append(dst, fallback...)
+		dst, changed = append(dst, fallback...), true
 	}
 	if len(dst)-start > maxNameLen {
+		changed = true
 		dst = dst[:start+maxNameLen]
 		for len(dst) > start && dst[len(dst)-1]&0xc0 == 0x80 { // do not cut a UTF-8 sequence
 			dst = dst[:len(dst)-1]
@@ -97,5 +133,5 @@ func clipAppended(dst []byte, start int, fallback string) []byte {
 			dst = dst[:len(dst)-1]
 		}
 	}
-	return dst
+	return dst, changed
 }

@@ -59,11 +59,13 @@ func TestPartitionNamesAsBefore(t *testing.T) {
 	}
 	for _, fb := range []string{"unknown", strings.Repeat("é", 260), ""} {
 		for _, n := range names {
-			if got, want := string(appendGroupName([]byte("x\x00"), []byte(n), fb)), "x\x00"+refGroup(n, fb); got != want {
-				t.Errorf("group %q (fallback %q): %q, want %q", n, fb, got, want)
+			g, changed := appendGroupName([]byte("x\x00"), []byte(n), fb)
+			if got, want := string(g), "x\x00"+refGroup(n, fb); got != want || changed != (refGroup(n, fb) != n || n == "") {
+				t.Errorf("group %q (fallback %q): %q (changed %v), want %q", n, fb, got, changed, want)
 			}
-			if got, want := string(appendStreamName([]byte("x\x00"), []byte(n), fb)), "x\x00"+refStream(n, fb); got != want {
-				t.Errorf("stream %q (fallback %q): %q, want %q", n, fb, got, want)
+			st, changed := appendStreamName([]byte("x\x00"), []byte(n), fb)
+			if got, want := string(st), "x\x00"+refStream(n, fb); got != want || changed != (refStream(n, fb) != n || n == "") {
+				t.Errorf("stream %q (fallback %q): %q (changed %v), want %q", n, fb, got, changed, want)
 			}
 		}
 	}

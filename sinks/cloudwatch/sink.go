@@ -72,6 +72,8 @@ type Sink struct {
 	stream         *template.Template
 	fields         *template.Finder // the fields of group and stream, found in one pass
 	fallbacks      *template.FallbackLog
+	groupsChanged  *template.ChangedLog // names the rules changed (names.go)
+	streamsChanged *template.ChangedLog
 	messageKey     []string
 	now            func() time.Time
 
@@ -141,6 +143,8 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 		return nil, err
 	}
 	s.fallbacks = &template.FallbackLog{Log: s.log.With("sink", name), What: "log group or stream"}
+	s.groupsChanged = &template.ChangedLog{Log: s.log.With("sink", name), What: "log group name", T: s.group}
+	s.streamsChanged = &template.ChangedLog{Log: s.log.With("sink", name), What: "log stream name", T: s.stream}
 	if cfg.MessageKey != "" {
 		s.messageKey = strings.Split(cfg.MessageKey, ".")
 	}
@@ -190,7 +194,7 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 	s.m = metrics{
 		fallback: counter(opts.Registerer, "forwarder_cloudwatch_name_fallback_total", "Records whose group or stream name lacked a field and rendered the fallback.", label),
 		sanitised: counter(opts.Registerer, "forwarder_cloudwatch_name_sanitised_total",
-			"Records whose group or stream name had a value sanitised: a \"/\" in a tag or field rendered \"_\", or an empty, \".\" or \"..\" path segment rendered with \"_\".", label),
+			"Records whose group or stream name was changed: a \"/\" in a tag or field rendered \"_\", an empty, \".\" or \"..\" path segment rendered with \"_\", a character CloudWatch Logs does not allow replaced, or values shortened to fit 512 bytes.", label),
 		tokenRetries: counter(opts.Registerer, "forwarder_cloudwatch_sequence_token_retries_total",
 			"PutLogEvents sent again with the expectedSequenceToken of an InvalidSequenceTokenException (services that still use tokens).", label),
 		created: counter(opts.Registerer, "forwarder_cloudwatch_created_total", "Log groups and streams created.", label),
@@ -323,11 +327,22 @@ func (s *Sink) partition(r *sinks.Record, count bool) string {
 	d := &template.Data{Tag: r.Tag, Body: r.Body, Time: time.Unix(0, r.Time)}
 	var key [256]byte
 	s.scratchMu.Lock()
-	g, n1 := s.group.AppendFound(s.scratch[:0], d, &fields, s.cfg.Fallback)
-	k := appendGroupName(key[:0], g, s.cfg.Fallback)
+	// Values are shortened, rather than the name cut, when a name is over
+	// its 512 bytes: the template's own text (${hostname}) is kept.
+	g, n1 := s.group.AppendFoundWithin(s.scratch[:0], d, &fields, s.cfg.Fallback, maxNameLen, groupLen)
+	k, c1 := appendGroupName(key[:0], g, s.cfg.Fallback)
+	var gChanged []byte // the group as rendered, when the rules changed it and a line is due
+	if c1 && count && s.groupsChanged.Due() {
+		gChanged = append([]byte(nil), g...)
+	}
 	k = append(k, 0)
-	st, n2 := s.stream.AppendFound(g[:0], d, &fields, s.cfg.Fallback)
-	k = appendStreamName(k, st, s.cfg.Fallback)
+	gEnd := len(k) - 1
+	st, n2 := s.stream.AppendFoundWithin(g[:0], d, &fields, s.cfg.Fallback, maxNameLen, streamLen)
+	k, c2 := appendStreamName(k, st, s.cfg.Fallback)
+	var sChanged []byte
+	if c2 && count && s.streamsChanged.Due() {
+		sChanged = append([]byte(nil), st...)
+	}
 	if cap(st) <= 4096 {
 		s.scratch = st[:0]
 	}
@@ -335,6 +350,22 @@ func (s *Sink) partition(r *sinks.Record, count bool) string {
 	s.scratchMu.Unlock()
 	if !count {
 		return p
+	}
+	if c1 || c2 || (n1|n2)&template.Shortened != 0 {
+		const how = "characters CloudWatch Logs does not allow are replaced (records whose values differ only there share the name), values too long for its 512 bytes shortened (cut, with a hash of the whole value)"
+		if c1 || n1&template.Shortened != 0 {
+			if gChanged == nil && n1&template.Shortened != 0 && s.groupsChanged.Due() {
+				gChanged = []byte("(values shortened)")
+			}
+			s.groupsChanged.Note(r.Tag, gChanged, []byte(p[:gEnd]), how)
+		}
+		if c2 || n2&template.Shortened != 0 {
+			if sChanged == nil && n2&template.Shortened != 0 && s.streamsChanged.Due() {
+				sChanged = []byte("(values shortened)")
+			}
+			s.streamsChanged.Note(r.Tag, sChanged, []byte(p[gEnd+1:]), how)
+		}
+		n1 |= template.Sanitised
 	}
 	if (n1|n2)&template.Missing != 0 {
 		s.m.fallback.Inc()

@@ -382,6 +382,61 @@ func TestNameValuesSanitised(t *testing.T) {
 	}
 }
 
+// TestNamesChangedByTheRules: a name a value makes too long keeps the
+// template's own text (the host name that keeps replicas apart) and keeps
+// values that differ apart; characters the service refuses are replaced.
+// Each such record is counted, and one warning a minute says what was
+// rendered and what is sent instead; the records are delivered.
+func TestNamesChangedByTheRules(t *testing.T) {
+	e := newEnv(t, nil) // /eks/${record.kubernetes.namespace_name}, ${record.kubernetes.pod_name|unknown}-${hostname}
+	var buf syncbuf.Buffer
+	sink, err := New(context.Background(), "cw", baseCfg(e.url), Options{Hostname: "host1", AWS: staticAWS(), Registerer: prometheus.NewRegistry(),
+		Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sink = sink
+	long := strings.Repeat("p", 600)
+	for i, c := range []struct{ ns, pod string }{
+		{"shop", long + "-a"}, {"shop", long + "-b"}, {"shop", long + "-a"},
+		{"bad name:é", "web-1"}, {"shop", "web-1"},
+	} {
+		e.append(podRecord(c.ns, c.pod, time.Now(), fmt.Sprint("m", i)))
+	}
+	e.run(queue.Options{})
+	streams := map[string]int{}
+	for _, g := range e.emu.Groups() {
+		for _, st := range g.Streams {
+			streams[g.Name+" "+st.Name] = len(e.emu.Events(g.Name, st.Name))
+		}
+	}
+	long1, long2 := 0, 0
+	for k, n := range streams {
+		_, st, _ := strings.Cut(k, " ")
+		if strings.HasPrefix(st, "ppp") {
+			if len(st) > 512 || !strings.HasSuffix(st, "-host1") {
+				t.Errorf("stream of %d bytes without the host name at its end: %q", len(st), st)
+			}
+			if n == 2 {
+				long1++
+			} else {
+				long2++
+			}
+		}
+	}
+	if long1 != 1 || long2 != 1 || streams["/eks/bad_name___ web-1-host1"] != 1 || streams["/eks/shop web-1-host1"] != 1 {
+		t.Errorf("streams %v: want the two long pods apart (2 and 1 events), the group's bad characters replaced", streams)
+	}
+	if n := testutil.ToFloat64(e.sink.m.sanitised); n != 4 {
+		t.Errorf("changed names counted %v, want 4", n)
+	}
+	out := buf.String()
+	if strings.Count(out, `msg="records render a log stream name that breaks`) != 1 || strings.Count(out, `msg="records render a log group name that breaks`) != 1 ||
+		!strings.Contains(out, `template=/eks/${record.kubernetes.namespace_name} tag="pod.bad name:é" rendered="/eks/bad name:é" sent_as=/eks/bad_name___`) {
+		t.Errorf("want one warning for each template, naming what was rendered and sent:\n%s", out)
+	}
+}
+
 func TestMoto(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: moto_server, started for the test; make test runs it")

@@ -60,13 +60,17 @@
 // forwarder_s3_key_fallback_total. Control characters that a tag or field
 // would put in a key become "_". A tag or field never changes the key's
 // path (package template): a "/" inside it becomes "_", and a segment it
-// leaves empty, "." or ".." gets "_" in place of each missing part or dot,
-// counted in forwarder_s3_key_sanitised_total. Intents record the rules
+// leaves empty, "." or ".." gets "_" in place of each missing part or dot.
+// Values that would make a key over 1,024 bytes are shortened
+// (template.AppendFoundWithin), with a warning a minute. Each is counted
+// in forwarder_s3_key_sanitised_total. Intents record the rules
 // their key was rendered with (key_rules), so that an upload interrupted
 // before these rules existed is finished under the key it was given. An object's key is its partition with
 // ${seq} = the sequence number of its first record, 20 digits zero-padded,
-// and ${uuid} = a random UUID kept in the intent. A key over 1,024 bytes is
-// refused and its batch dead-lettered (reason key_too_long).
+// and ${uuid} = a random UUID kept in the intent. A key over 1,024 bytes
+// with its values shortened as far as they go (the template's own text too
+// long, which the configuration's check refuses) is refused and its batch
+// dead-lettered (reason key_too_long).
 //
 // An object is finished (uploaded) when it holds max_object_bytes of lines
 // before compression (Size counts each line with its newline; the drainer

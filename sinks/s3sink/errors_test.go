@@ -20,6 +20,7 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/internal/nettest"
@@ -175,20 +176,36 @@ func TestSendErrorsThroughTheSDK(t *testing.T) {
 	cfg = testConfig(url)
 	cfg.Key = "${record.msg}/${seq}"
 	long := newTestSink(t, cfg)
-	// A partition over the limit, and one that is not but whose key is.
+	// A value that would make the partition over the limit, and one that
+	// would make only its keys so: shortened to fit, delivered, apart.
+	keys := map[string]bool{}
 	for _, n := range []int{1100, 1010} {
 		recs := sinkRecs(wal.Record{Tag: "a", Body: []byte(`{"msg":"` + strings.Repeat("k", n) + `"}`)})
-		if p := long.Partition(&recs[0]); len(p) > 100 != (n == 1010) {
-			t.Errorf("partition of %d bytes for a key of %d", len(p), n)
+		p := long.Partition(&recs[0])
+		if k := objectKey(p, 1, ""); len(k) > maxKeyLen || !strings.HasSuffix(k, "/00000000000000000001") {
+			t.Errorf("key of %d bytes for a value of %d: %.40q...", len(k), n, k)
 		}
+		keys[p] = true
 		st := newMemState(recs)
-		_, err = send(t, long, st, recs)
-		if e := sinks.Classify(err); e.Class != sinks.RecordPermanent || e.Reason != "key_too_long" {
-			t.Errorf("long key: %v", err)
+		if _, err = send(t, long, st, recs); err != nil {
+			t.Errorf("long value: %v", err)
 		}
-		if len(st.intents()) != 0 {
-			t.Errorf("intents %v after a refused key", st.intents())
-		}
+	}
+	// Counted at each Partition: here and in send.
+	if len(keys) != 2 || testutil.ToFloat64(long.m.sanitised) != 4 {
+		t.Errorf("%d keys for two values, %v counted: want 2 and 4", len(keys), testutil.ToFloat64(long.m.sanitised))
+	}
+	// A key whose template's own text is too long is refused.
+	cfg.Key = strings.Repeat("k", 1010) + "/${tag}/${seq}"
+	longer := newTestSink(t, cfg)
+	tooLongRecs := sinkRecs(wal.Record{Tag: "a", Body: []byte(`{}`)})
+	tooLongSt := newMemState(tooLongRecs)
+	_, err = send(t, longer, tooLongSt, tooLongRecs)
+	if e := sinks.Classify(err); e.Class != sinks.RecordPermanent || e.Reason != "key_too_long" {
+		t.Errorf("long key: %v", err)
+	}
+	if len(tooLongSt.intents()) != 0 {
+		t.Errorf("intents %v after a refused key", tooLongSt.intents())
 	}
 
 	// And a send that works hands its intent back for deletion.

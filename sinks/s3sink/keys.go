@@ -57,6 +57,9 @@ type keyRenderer struct {
 	uuid           bool
 	markerControls int // control bytes the markers put in every rendering
 	cleanLiterals  bool
+	// limit is the longest partition whose object keys fit S3's maxKeyLen:
+	// ${seq} and ${uuid} render longer than their markers.
+	limit int
 
 	// A template without record fields, whose finest time unit is at most
 	// a day, renders the same partition for every record of one tag and
@@ -116,6 +119,7 @@ func newKeyRenderer(key, hostname string, rules int) (*keyRenderer, error) {
 		}
 	}
 	k.cleanLiterals = countControls(probe) == k.markerControls
+	k.limit = maxKeyLen - (len(objectKey(string(probe), 0, uuidLike)) - len(probe))
 	// "${record." anywhere (even after $$) conservatively means fields.
 	if !strings.Contains(key, "${record.") && t.Finest() <= 24*time.Hour {
 		k.bucket = t.Finest()
@@ -199,24 +203,34 @@ func bucketSpan(b, size int64) (lo, hi int64) {
 	return lo, hi
 }
 
+// render renders r's partition. Values that would make its object keys
+// longer than S3 takes are shortened (template.AppendFoundWithin: the
+// template's own text, ${hostname} and ${seq} among it, is kept whole);
+// a key still too long (the template's text alone) goes to the tooLong
+// partition, which Send refuses.
 func (k *keyRenderer) render(r *sinks.Record) (string, template.Notes) {
 	d := template.Data{Tag: r.Tag, Body: r.Body, Time: time.Unix(0, r.Time), SeqText: seqMarker, UUID: uuidMarker}
-	b, notes := k.tmpl.Append(make([]byte, 0, 128), &d, fallback)
+	b, notes := k.tmpl.AppendFoundWithin(make([]byte, 0, 128), &d, nil, fallback, k.limit, byteLen)
 	if !k.cleanLiterals || countControls(b) != k.markerControls {
+		// The markers are as long as the alternates: the values are
+		// shortened alike.
 		d.SeqText, d.UUID = altSeqMarker, altUUIDMarker
-		alt, _ := k.tmpl.Append(make([]byte, 0, len(b)), &d, fallback)
+		alt, _ := k.tmpl.AppendFoundWithin(make([]byte, 0, len(b)), &d, nil, fallback, k.limit, byteLen)
 		for i := range b {
 			if b[i] == alt[i] && isControl(b[i]) {
 				b[i] = '_'
+				notes |= template.Sanitised
 			}
 		}
 	}
-	if len(b) > maxKeyLen {
+	if len(b) > k.limit {
 		sum := sha256.Sum256(b)
 		return tooLong + hex.EncodeToString(sum[:]), notes
 	}
 	return string(b), notes
 }
+
+func byteLen(b []byte) int { return len(b) }
 
 // objectKey is the key of the object of partition that starts at first:
 // ${seq} as first in 20 zero-padded digits, ${uuid} as id.

@@ -88,7 +88,9 @@ type Sink struct {
 	m        *metrics
 	// fallbacks warns of keys that rendered the fallback for a missing field.
 	fallbacks *template.FallbackLog
-	staging   *staging // nil: open objects are held in memory
+	// keysChanged: keys whose values were shortened (keyRenderer.render).
+	keysChanged *template.ChangedLog
+	staging     *staging // nil: open objects are held in memory
 
 	maxBytes    int
 	memberBytes int // the largest batch: a member of an object (see openObject)
@@ -180,8 +182,9 @@ func New(ctx context.Context, name string, cfg config.S3, opts Options) (*Sink, 
 	}
 	s := &Sink{
 		name: name, cfg: cfg, bucket: cfg.Bucket, hostname: opts.Hostname, match: opts.Match, keys: keys, enc: enc,
-		fallbacks: &template.FallbackLog{Log: opts.Logger.With("sink", name), What: "key"},
-		log:       opts.Logger, m: m, open: map[string]*intent{},
+		fallbacks:   &template.FallbackLog{Log: opts.Logger.With("sink", name), What: "key"},
+		keysChanged: &template.ChangedLog{Log: opts.Logger.With("sink", name), What: "key", T: keys.tmpl},
+		log:         opts.Logger, m: m, open: map[string]*intent{},
 		maxBytes: int(min(int64(cfg.MaxObjectBytes), 1<<40)), threshold: int64(cfg.MultipartThreshold), partSize: minPartSize,
 	}
 	s.memberBytes = min(max(s.maxBytes/membersPerObject, 1), maxMemberBytes)
@@ -320,8 +323,15 @@ func (s *Sink) Partition(r *sinks.Record) string {
 		s.m.fallbacks.Inc()
 		s.fallbacks.Note(s.keys.tmpl, &template.Data{Tag: r.Tag, Body: r.Body, Time: time.Unix(0, r.Time)}, fallback)
 	}
-	if notes&template.Sanitised != 0 {
+	if notes&(template.Sanitised|template.Shortened) != 0 {
 		s.m.sanitised.Inc()
+	}
+	if notes&template.Shortened != 0 {
+		var rendered, shown []byte // only for a line that is due
+		if s.keysChanged.Due() {
+			rendered, shown = []byte("(values too long for the key)"), []byte(objectKey(p, 0, "${uuid}"))
+		}
+		s.keysChanged.Note(r.Tag, rendered, shown, "values too long for S3's 1,024 bytes are shortened (cut, with a hash of the whole value); ${seq} shown as zeros")
 	}
 	return p
 }
