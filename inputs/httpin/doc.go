@@ -53,9 +53,10 @@
 // WAL's dedup window is answered as the first time, with X-Duplicate: true,
 // and stores nothing. The same key with another tag or body is answered
 // 422 and stores nothing: a key names one request. In the WAL a key is
-// "http:" and the key (inputs.HTTPChunkID), apart from forward chunk ids. A request answered 503 after waiting for room may have
-// been stored nonetheless (the WAL took it as the wait ran out); sent again
-// with its Idempotency-Key, it is not stored twice.
+// "http:" and the key (inputs.HTTPChunkID), apart from forward chunk ids. A request answered 503 after waiting for room stored
+// nothing: the WAL takes a request whole or not at all, and one whose wait
+// ran out is not taken. Sent again with its Idempotency-Key, a request
+// whose answer was lost is not stored twice.
 //
 // A request's body, decompressed, and the records parsed from it are
 // reserved from the inputs' memory budget (inputs.Budget) before they are

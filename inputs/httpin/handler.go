@@ -33,6 +33,9 @@ const (
 	reasonCanceled       = "canceled"             // the client went away before its records were stored
 	reasonBadMethod      = "bad_method"           // not POST
 	reasonNotFound       = "not_found"            // not /v1/logs
+	reasonProtocol       = "unsupported_protocol" // HTTP/2 without TLS (h2c)
+	reasonTLSHandshake   = "tls_handshake"        // the TLS handshake failed
+	reasonHeaderTimeout  = "header_timeout"       // no request head within read_header_timeout
 	reasonTooManyRecords = "too_many_records"     // over max_records_per_request
 	reasonOverBudget     = "over_memory_budget"   // more than the inputs' memory budget holds for one request
 	reasonNoRoom         = "memory_full"          // no room in the inputs' memory budget in time
@@ -271,6 +274,13 @@ func (s *Server) shuttingDown(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleNotFound(w http.ResponseWriter, r *http.Request) {
+	if r.Method == "PRI" && r.URL.Path == "*" {
+		// HTTP/2 with prior knowledge on a port without TLS (h2c), which
+		// the input does not speak: HTTP/2 needs TLS here.
+		w.Header().Set("Connection", "close")
+		s.reject(w, r, http.StatusHTTPVersionNotSupported, reasonProtocol, "HTTP/2 without TLS (h2c) is not served: use HTTP/1.1, or HTTP/2 over TLS (tls.cert_file)")
+		return
+	}
 	s.reject(w, r, http.StatusNotFound, reasonNotFound, "not found: POST records to /v1/logs/{tag}")
 }
 

@@ -184,6 +184,9 @@ func TestReadHeaderTimeout(t *testing.T) {
 	if r := e.post("/v1/logs/app", []byte(`{"a":1}`)); r.status != 200 {
 		t.Fatalf("status %d %s", r.status, r.body)
 	}
+	if n := testutil.ToFloat64(e.m.Rejected.WithLabelValues(input, reasonHeaderTimeout)); n != 1 {
+		t.Errorf("%v connections counted as header_timeout, want 1", n)
+	}
 }
 
 // TestSlowBodyIsATimeout: a body that does not arrive whole within the

@@ -5,12 +5,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/logfwd/forwarder/config"
@@ -81,6 +84,11 @@ type Server struct {
 
 	rejects inputs.RateLog // the warnings of refused requests
 
+	// conns holds each open connection's connInfo (connContext): one closed
+	// without a request served, read_header_timeout or more after its
+	// accept, sent no request head in time (connState).
+	conns sync.Map
+
 	badTimeMu      sync.Mutex
 	badTimeNext    time.Time // when the next warning of bad times may be logged
 	badTimeRecords int       // records with a bad time since the last warning
@@ -117,6 +125,7 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 	// A refusal of a client's credentials has its series from the start,
 	// so that an alert's increase() sees the first.
 	p.Metrics.Rejected.WithLabelValues(input, reasonUnauth)
+	p.Metrics.Rejected.WithLabelValues(input, reasonTLSHandshake)
 	s := &Server{
 		cfg:             cfg,
 		p:               p,
@@ -138,11 +147,12 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return s.baseCtx },
-		ConnContext:       withSlot,
+		ConnContext:       s.connContext,
 		ConnState:         s.connState,
-		// The server's own complaints (TLS handshakes, bad request lines)
-		// are about clients: debug, never a flood at warn.
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		// The server's own complaints are about clients: a failed TLS
+		// handshake is counted and said as a refusal (serverLog), the rest
+		// at debug, never a flood at warn.
+		ErrorLog: stdlog.New(serverLog{s}, "", 0),
 		// Over TLS clients may speak HTTP/2, whose server buffers what a
 		// connection sends ahead of the handler's reads, up to its flow
 		// control window, and reads each frame whole, outside the memory
@@ -222,6 +232,9 @@ func (s *Server) tracked(h http.Handler) http.Handler {
 			return
 		}
 		defer s.inflight.Done()
+		if info, ok := r.Context().Value(connInfoKey{}).(*connInfo); ok {
+			info.served.Store(true)
+		}
 		h.ServeHTTP(w, r)
 	})
 }
@@ -335,11 +348,80 @@ func (s *Server) drain() {
 	s.inflight.Wait()
 }
 
-func (s *Server) connState(_ net.Conn, state http.ConnState) {
+func (s *Server) connState(c net.Conn, state http.ConnState) {
 	switch state {
 	case http.StateNew:
 		s.p.Metrics.Connections.WithLabelValues(input).Inc()
 	case http.StateClosed, http.StateHijacked:
 		s.p.Metrics.Connections.WithLabelValues(input).Dec()
+		if v, ok := s.conns.LoadAndDelete(c); ok && state == http.StateClosed && !v.(*connInfo).served.Load() {
+			s.closedUnused(c, time.Since(v.(*connInfo).opened))
+		}
 	}
+}
+
+// connInfo is what the server keeps of a connection: when it was
+// accepted, and whether a request of it reached the handler.
+type connInfo struct {
+	opened time.Time
+	served atomic.Bool
+}
+
+type connInfoKey struct{}
+
+// connContext is the context of c's requests: its slot (withSlot) and its
+// connInfo, which the handler marks served.
+func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
+	info := &connInfo{opened: time.Now()}
+	s.conns.Store(c, info)
+	return context.WithValue(withSlot(ctx, c), connInfoKey{}, info)
+}
+
+// closedUnused counts and says a connection closed without a request
+// served, open for d: one that sent no whole request head within
+// read_header_timeout (a client too slow, or one holding connections
+// open) is a refusal, header_timeout. Sooner, the client went away (a TCP
+// probe), its TLS handshake failed (serverLog says that), or net/http
+// refused its request head itself.
+func (s *Server) closedUnused(c net.Conn, d time.Duration) {
+	timeout := time.Duration(s.cfg.ReadHeaderTimeout)
+	s.mu.Lock()
+	stopped := s.stopped
+	s.mu.Unlock()
+	if stopped || d < timeout {
+		return
+	}
+	s.p.Metrics.Rejected.WithLabelValues(input, reasonHeaderTimeout).Inc()
+	if n, ok := s.rejects.Allow(reasonHeaderTimeout, time.Now()); ok {
+		s.log.Warn("http connection closed: no request head within read_header_timeout (a client too slow, or one holding connections open)",
+			"remote", c.RemoteAddr().String(), "read_header_timeout", timeout, "same_reason_not_logged_in_last_minute", n)
+	}
+}
+
+// serverLog takes what net/http logs about clients (http.Server.ErrorLog):
+// a failed TLS handshake (an untrusted or expired certificate on either
+// side, plain HTTP to the TLS port) is counted as tls_handshake and said
+// as a refusal; a connection closed before its handshake began (a TCP
+// probe) and a handshake that timed out (closedUnused counts that) are
+// not; the rest is logged at debug.
+type serverLog struct{ s *Server }
+
+func (l serverLog) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	rest, ok := strings.CutPrefix(line, "http: TLS handshake error from ")
+	if !ok {
+		l.s.log.Debug("http server", "said", line)
+		return len(p), nil
+	}
+	remote, why, _ := strings.Cut(rest, ": ")
+	if why == "EOF" || strings.HasSuffix(why, "connection reset by peer") || strings.HasSuffix(why, "i/o timeout") {
+		l.s.log.Debug("http connection closed in its TLS handshake", "remote", remote, "error", why)
+		return len(p), nil
+	}
+	l.s.p.Metrics.Rejected.WithLabelValues(input, reasonTLSHandshake).Inc()
+	if n, ok := l.s.rejects.Allow(reasonTLSHandshake, time.Now()); ok {
+		l.s.log.Warn("http connection refused: its TLS handshake failed (a certificate one side does not trust or that expired, or plain HTTP to the TLS port)",
+			"remote", remote, "error", why, "same_reason_not_logged_in_last_minute", n)
+	}
+	return len(p), nil
 }

@@ -204,6 +204,18 @@ func TestTLS(t *testing.T) {
 	if n := len(e.records()); n != 1 {
 		t.Errorf("WAL holds %d records, want 1", n)
 	}
+	// Both failed handshakes are counted, as the forward input counts its
+	// own; a connection closed before its handshake began (a TCP probe) is
+	// not.
+	probe, err := net.Dial("tcp", e.s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.Close()
+	time.Sleep(50 * time.Millisecond)
+	if n := testutil.ToFloat64(e.m.Rejected.WithLabelValues(input, reasonTLSHandshake)); n != 2 {
+		t.Errorf("%v TLS handshakes counted as refused, want 2 (plain HTTP, an untrusted certificate)", n)
+	}
 }
 
 func TestStartErrors(t *testing.T) {
@@ -475,12 +487,12 @@ func TestHTTP2BuffersLittle(t *testing.T) {
 	}
 }
 
-// A refusal of a client's token has its series (at 0) from the start: an
-// alert's increase() sees the first refusal after a restart.
+// A refusal of a client's token or certificate has its series (at 0) from
+// the start: an alert's increase() sees the first refusal after a restart.
 func TestUnauthorizedSeriesFromTheStart(t *testing.T) {
 	e := newEnv(t)
-	if n := testutil.CollectAndCount(e.m.Rejected, "forwarder_input_rejected_total"); n != 1 || e.rejected(reasonUnauth) != 0 {
-		t.Fatalf("%d series of forwarder_input_rejected_total at the start, want unauthorized's", n)
+	if n := testutil.CollectAndCount(e.m.Rejected, "forwarder_input_rejected_total"); n != 2 || e.rejected(reasonUnauth) != 0 || e.rejected(reasonTLSHandshake) != 0 {
+		t.Fatalf("%d series of forwarder_input_rejected_total at the start, want unauthorized's and tls_handshake's", n)
 	}
 }
 
@@ -622,4 +634,25 @@ func (l smallSendBuffer) Accept() (net.Conn, error) {
 		tc.SetWriteBuffer(4 << 10)
 	}
 	return c, err
+}
+
+// TestH2CIsRefusedAsSuch: HTTP/2 with prior knowledge on the port without
+// TLS is answered 505 and counted as unsupported_protocol, not as a path
+// not found.
+func TestH2CIsRefusedAsSuch(t *testing.T) {
+	e := newEnv(t)
+	c, err := net.Dial("tcp", e.s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, _ := io.ReadAll(c)
+	if !strings.HasPrefix(string(b), "HTTP/1.1 505 ") || !strings.Contains(string(b), "HTTP/2 without TLS") {
+		t.Errorf("answer %q", b)
+	}
+	if n := testutil.ToFloat64(e.m.Rejected.WithLabelValues(input, reasonProtocol)); n != 1 {
+		t.Errorf("%v counted as unsupported_protocol", n)
+	}
 }
