@@ -803,3 +803,20 @@ func TestUnknownRegion(t *testing.T) {
 		}
 	}
 }
+
+// TestNearestKey: a key one or two edits from a known one is suggested, a
+// swap of two neighbours counting as one edit; a key far from all is not.
+func TestNearestKey(t *testing.T) {
+	keys := []string{"level", "key", "format", "log_group", "max_object_bytes"}
+	for key, want := range map[string]string{
+		"levle": "level", "kye": "key", "fromat": "format", "log_gruop": "log_group",
+		"levl": "level", "max_object_byte": "max_object_bytes", "zzz": "", "lgo": "",
+	} {
+		if got := nearest(key, keys); got != want {
+			t.Errorf("nearest(%q) = %q, want %q", key, got, want)
+		}
+	}
+	if d := editDistance("ab", "ba"); d != 1 {
+		t.Errorf("distance of a swap: %d", d)
+	}
+}

@@ -29,8 +29,11 @@ func nearest(key string, keys []string) string {
 	return best
 }
 
-// editDistance is the Levenshtein distance of a and b.
+// editDistance is the distance of a and b in edits: a byte inserted,
+// deleted or replaced, or two neighbours swapped ("levle" is one from
+// "level"; optimal string alignment).
 func editDistance(a, b string) int {
+	prev2 := make([]int, len(b)+1) // the row before prev
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -44,8 +47,11 @@ func editDistance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(b)]
 }

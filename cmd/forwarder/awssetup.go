@@ -4,11 +4,16 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -29,6 +34,9 @@ import (
 // notes say, per sink, the region and the credentials' source, for check to print.
 func awsSetup(ctx context.Context, cfg *config.Config, path string) (problems config.Problems, ws []warning, notes []string) {
 	problems = tlsProblems(cfg, path)
+	if p := dataDirProblem(cfg, path); p != nil {
+		problems = append(problems, *p)
+	}
 	for i, s := range cfg.Sinks {
 		// line is that of the sink's key, or the sink's when it has none.
 		line := func(key string) int {
@@ -231,4 +239,21 @@ func tlsProblems(cfg *config.Config, path string) (problems config.Problems) {
 		add("http", in.TLS.ServerConfig)
 	}
 	return problems
+}
+
+// dataDirProblem says when data_dir cannot be the WAL's directory: it, or
+// the nearest of its parents that exists, is a file. (Whether the service's
+// user may write there is for run to find: check may run as another user.)
+func dataDirProblem(cfg *config.Config, path string) *config.Problem {
+	for d := filepath.Clean(cfg.DataDir); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		switch {
+		case err == nil && !fi.IsDir() && d == filepath.Clean(cfg.DataDir):
+			return &config.Problem{File: path, Line: cfg.Line("data_dir"), Msg: fmt.Sprintf("data_dir: %s is a file, not a directory", cfg.DataDir)}
+		case err == nil && !fi.IsDir():
+			return &config.Problem{File: path, Line: cfg.Line("data_dir"), Msg: fmt.Sprintf("data_dir: %s cannot be made: %s is a file, not a directory", cfg.DataDir, d)}
+		case err == nil || !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) || d == filepath.Dir(d):
+			return nil // a directory; or what the WAL's open will say
+		}
+	}
 }

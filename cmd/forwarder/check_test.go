@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -229,6 +230,34 @@ func TestCheckAndRunAgree(t *testing.T) {
 			r := forwarderCmdEnv(t, c.env, cmd, "-c", path)
 			if r.code != exitFail || r.stderr != want.String() {
 				t.Errorf("%s: %s: exit %d, stderr:\n%s\nwant exit 1 and:\n%s", c.name, cmd, r.code, r.stderr, want.String())
+			}
+		}
+	}
+}
+
+// A data_dir that is a file, or under one, is told by check as run finds
+// it, before the WAL is opened.
+func TestCheckDataDirIsAFile(t *testing.T) {
+	t.Parallel()
+	path, dataDir := writeConfig(t, inputsYAML, adminYAML, sinkYAML)
+	if err := os.WriteFile(dataDir, []byte("not a directory"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	under := filepath.Join(filepath.Dir(path), "under.yaml")
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(under, bytes.Replace(text, []byte(dataDir), []byte(dataDir+"/wal"), 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		path:  path + ":1: data_dir: " + dataDir + " is a file, not a directory\n" + path + ": 1 problem\n",
+		under: under + ":1: data_dir: " + dataDir + "/wal cannot be made: " + dataDir + " is a file, not a directory\n" + under + ": 1 problem\n",
+	} {
+		for _, cmd := range []string{"check", "run"} {
+			if r := forwarderCmdEnv(t, awsEnv, cmd, "-c", file); r.code != exitFail || r.stderr != want {
+				t.Errorf("%s -c %s: exit %d, stderr:\n%s\nwant exit 1 and:\n%s", cmd, file, r.code, r.stderr, want)
 			}
 		}
 	}
