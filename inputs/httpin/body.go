@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/logfwd/forwarder/inputs"
 )
@@ -49,13 +50,13 @@ func (e *bodyError) Error() string { return e.err.Error() }
 // past limit is stopped there. The buffer it returns is reserved from hold
 // (its capacity), grown as the body arrives, waiting for room until ctx
 // ends: an error that is inputs.ErrOverBudget or inputs.ErrNoRoom says so.
-func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, gzipped bool, limit int64, hold *inputs.Hold) ([]byte, error) {
+func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, gzipped bool, limit int64, hold *inputs.Hold, deadline *bodyDeadline) ([]byte, error) {
 	tooLarge := &bodyError{http.StatusRequestEntityTooLarge, reasonTooLarge,
 		fmt.Errorf("body larger than %d bytes", limit)}
 	if r.ContentLength > limit {
 		return nil, tooLarge
 	}
-	raw := &errReader{r: http.MaxBytesReader(w, r.Body, limit)}
+	raw := &errReader{r: http.MaxBytesReader(w, r.Body, limit), deadline: deadline}
 	if !gzipped {
 		b, err := readAll(ctx, raw, limit, r.ContentLength, hold)
 		return b, classify(err, raw, tooLarge)
@@ -88,7 +89,7 @@ func classify(err error, raw *errReader, tooLarge *bodyError) error {
 	case raw.err != nil && isTimeout(raw.err):
 		// A body slower than the request's time (a slow link): not bad
 		// input; 408 is what clients send again.
-		return &bodyError{http.StatusRequestTimeout, reasonReadTimeout, fmt.Errorf("read body: it did not arrive whole within the request's time: %w", raw.err)}
+		return &bodyError{http.StatusRequestTimeout, reasonReadTimeout, fmt.Errorf("read body: it did not arrive whole in time (%s): %w", raw.deadline.explain(), raw.err)}
 	case raw.err != nil && raw.err != io.EOF:
 		return &bodyError{http.StatusBadRequest, reasonReadError, fmt.Errorf("read body: %w", raw.err)}
 	default:
@@ -159,10 +160,12 @@ func releaseBuf(hold *inputs.Hold, b []byte) {
 }
 
 // errReader remembers the last error of the raw body, to tell a broken
-// connection from broken gzip data.
+// connection from broken gzip data, and moves the body's read deadline as
+// bytes arrive.
 type errReader struct {
-	r   io.Reader
-	err error
+	r        io.Reader
+	err      error
+	deadline *bodyDeadline // nil: the server's ReadTimeout alone
 }
 
 func (e *errReader) Read(p []byte) (int, error) {
@@ -170,7 +173,50 @@ func (e *errReader) Read(p []byte) (int, error) {
 	if err != nil {
 		e.err = err
 	}
+	if n > 0 {
+		e.deadline.progress()
+	}
 	return n, err
+}
+
+// bodyDeadline keeps a body that is still arriving from the server's
+// ReadTimeout, which counts from the request's start: after each read that
+// brought bytes (at most every quarter of idle), the connection's read deadline
+// moves to idle from then, never past max from the request's start. A
+// slow link's large body gets in; a client that stops sending does not
+// hold its connection past idle.
+type bodyDeadline struct {
+	rc        *http.ResponseController
+	idle, max time.Duration
+	end, next time.Time
+}
+
+func newBodyDeadline(w http.ResponseWriter, start time.Time, idle, max time.Duration) *bodyDeadline {
+	return &bodyDeadline{rc: http.NewResponseController(w), idle: idle, max: max, end: start.Add(max)}
+}
+
+func (d *bodyDeadline) progress() {
+	if d == nil {
+		return
+	}
+	now := time.Now()
+	if now.Before(d.next) {
+		return
+	}
+	d.next = now.Add(d.idle / 4) // the deadline stays at least three quarters of idle ahead
+	at := now.Add(d.idle)
+	if at.After(d.end) {
+		at = d.end
+	}
+	_ = d.rc.SetReadDeadline(at) // not supported: the server's ReadTimeout stands
+}
+
+// explain says what a body that timed out did not meet.
+func (d *bodyDeadline) explain() string {
+	if d == nil {
+		return "the request's read timeout"
+	}
+	return fmt.Sprintf("%s without a byte, or not whole within %s", d.idle, d.max)
 }
 
 func isTimeout(err error) bool {

@@ -100,7 +100,7 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 	defer hold.ReleaseAll()
 	ctx, cancel := context.WithTimeout(r.Context(), s.memoryWait)
 	defer cancel()
-	body, err := readBody(ctx, w, r, gzipped, int64(s.cfg.MaxBodyBytes), hold)
+	body, err := readBody(ctx, w, r, gzipped, int64(s.cfg.MaxBodyBytes), hold, newBodyDeadline(w, time.Now(), s.bodyIdle, s.bodyMax))
 	if err != nil {
 		var be *bodyError
 		switch {

@@ -67,9 +67,11 @@ type setup struct {
 	appender     func(w *wal.WAL) inputs.Appender // wraps the WAL; nil: the WAL itself
 	storeTimeout time.Duration
 	memoryWait   time.Duration
-	budget       int64          // the inputs' budget; 0: the default
-	stopTimeout  time.Duration  // Serve's grace for requests in flight
-	readTimeout  time.Duration  // the server's ReadTimeout (0: its own)
+	budget       int64         // the inputs' budget; 0: the default
+	stopTimeout  time.Duration // Serve's grace for requests in flight
+	readTimeout  time.Duration // the server's ReadTimeout (0: its own)
+	bodyIdle     time.Duration // 0: the server's own
+	bodyMax      time.Duration
 	writeTimeout time.Duration  // the server's WriteTimeout (0: its own)
 	certPool     *x509.CertPool // the client trusts it; set with TLS
 	log          *slog.Logger
@@ -86,9 +88,12 @@ func withMemoryWait(d time.Duration) option      { return func(s *setup) { s.mem
 func withBudget(n int64) option                  { return func(s *setup) { s.budget = n } }
 func withShutdownTimeout(d time.Duration) option { return func(s *setup) { s.stopTimeout = d } }
 func withReadTimeout(d time.Duration) option     { return func(s *setup) { s.readTimeout = d } }
-func withWriteTimeout(d time.Duration) option    { return func(s *setup) { s.writeTimeout = d } }
-func withCertPool(p *x509.CertPool) option       { return func(s *setup) { s.certPool = p } }
-func withLogger(l *slog.Logger) option           { return func(s *setup) { s.log = l } }
+func withBodyTimes(idle, max time.Duration) option {
+	return func(s *setup) { s.bodyIdle, s.bodyMax = idle, max }
+}
+func withWriteTimeout(d time.Duration) option { return func(s *setup) { s.writeTimeout = d } }
+func withCertPool(p *x509.CertPool) option    { return func(s *setup) { s.certPool = p } }
+func withLogger(l *slog.Logger) option        { return func(s *setup) { s.log = l } }
 func withListener(f func(net.Listener) net.Listener) option {
 	return func(s *setup) { s.listen = f }
 }
@@ -127,6 +132,9 @@ func newEnv(t testing.TB, opts ...option) *env {
 	}
 	if st.readTimeout > 0 {
 		s.srv.ReadTimeout = st.readTimeout
+	}
+	if st.bodyIdle > 0 {
+		s.bodyIdle, s.bodyMax = st.bodyIdle, st.bodyMax
 	}
 	if st.writeTimeout > 0 {
 		s.srv.WriteTimeout = st.writeTimeout

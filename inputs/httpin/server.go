@@ -28,11 +28,16 @@ const (
 	defaultMaxBody           = 16 << 20
 	defaultMaxConnections    = 1024
 	defaultReadHeaderTimeout = 10 * time.Second
-	readTimeout              = 60 * time.Second
-	idleTimeout              = 120 * time.Second
-	maxHeaderBytes           = 16 << 10
+	// readTimeout bounds a request's head and the start of its body; a
+	// body that keeps arriving has its deadline moved (bodyDeadline): no
+	// more than bodyIdle without a byte, whole within bodyMax of its start.
+	readTimeout    = 60 * time.Second
+	bodyIdle       = 60 * time.Second
+	bodyMax        = 3 * time.Minute
+	idleTimeout    = 120 * time.Second
+	maxHeaderBytes = 16 << 10
 	// writeTimeout bounds a request from its headers to the end of its
-	// answer: far more than its body's read (readTimeout), its waits for
+	// answer: far more than its body's read (bodyMax), its waits for
 	// the memory budget and the WAL, and a commit that stalls (a disk
 	// that stops for two minutes fails /healthz), so that only a client
 	// that does not read its answers meets it (its connection is closed):
@@ -68,6 +73,8 @@ type Server struct {
 	storeTimeout    time.Duration
 	memoryWait      time.Duration
 	shutdownTimeout time.Duration
+	bodyIdle        time.Duration // see bodyDeadline
+	bodyMax         time.Duration
 	// listen binds the address (a variable so that tests can put faults
 	// under the listener).
 	listen func(network, address string) (net.Listener, error)
@@ -133,6 +140,8 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 		storeTimeout:    storeTimeout,
 		memoryWait:      memoryWait,
 		shutdownTimeout: shutdownTimeout,
+		bodyIdle:        bodyIdle,
+		bodyMax:         bodyMax,
 		listen:          net.Listen,
 	}
 	if cfg.Token != "" {

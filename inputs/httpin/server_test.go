@@ -552,8 +552,8 @@ func TestClientThatDoesNotReadIsClosed(t *testing.T) {
 	// The server's own: longer than the longest a request may take
 	// before its answer (its body's read and its waits), so that only a
 	// client that does not read meets it.
-	if d := newEnv(t).s.srv.WriteTimeout; d <= readTimeout+2*memoryWait+storeTimeout {
-		t.Fatalf("WriteTimeout %v: a request reading its body for %v and waiting %v for memory and %v for the WAL could not be answered", d, readTimeout, 2*memoryWait, storeTimeout)
+	if d := newEnv(t).s.srv.WriteTimeout; d <= bodyMax+2*memoryWait+storeTimeout {
+		t.Fatalf("WriteTimeout %v: a request reading its body for %v and waiting %v for memory and %v for the WAL could not be answered", d, bodyMax, 2*memoryWait, storeTimeout)
 	}
 	// The server's socket buffers a few answers only, so that its writes
 	// block soon, however slowly it answers (a loaded machine, -race).
