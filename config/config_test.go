@@ -597,6 +597,7 @@ var badConfigs = []struct {
 	{"bad_syntax.yaml", []string{`4: invalid yaml: did not find expected key`}},
 	{"bad_syntax_first_line.yaml", []string{`1: invalid yaml: mapping values are not allowed in this context`}},
 	{"bad_syntax_tab.yaml", []string{`3: invalid yaml: found a tab character that violates indentation`}},
+	{"bad_syntax_tab_indent.yaml", []string{`2: invalid yaml: found character that cannot start any token (the line holds a tab: YAML indents with spaces only)`}},
 	{"bad_syntax_flow.yaml", []string{`6: invalid yaml: did not find expected ',' or ']'`}},
 	{"two_documents.yaml", []string{`2: invalid yaml: more than one document; the file must hold one`}},
 	{"two_documents_after_empty.yaml", []string{`5: invalid yaml: more than one document; the file must hold one`}},

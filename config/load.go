@@ -32,7 +32,12 @@ func Parse(data []byte, filename string) (*Config, error) {
 	c := newChecker(filename, nil)
 	root, err := parseYAML(data)
 	if err != nil {
-		c.add(syntaxErrorPosition(data, err), "invalid yaml: %s", yamlMessage(err))
+		pos := syntaxErrorPosition(data, err)
+		msg := yamlMessage(err)
+		if lines := bytes.Split(data, []byte("\n")); !strings.Contains(msg, "tab") && pos.line > 0 && pos.line <= len(lines) && bytes.IndexByte(lines[pos.line-1], '\t') >= 0 {
+			msg += " (the line holds a tab: YAML indents with spaces only)"
+		}
+		c.add(pos, "invalid yaml: %s", msg)
 		return nil, c.err()
 	}
 	unexpanded := expandEnv(c, root)

@@ -135,6 +135,11 @@ func Parse(s string, opts Options) (*Template, error) {
 			if strings.Contains(expr, "${") {
 				return nil, fmt.Errorf("unclosed ${ at column %d", i+1)
 			}
+			if t := strings.TrimSpace(expr); t != expr && t != "" {
+				// ${record.pod_name } would look for a field named with
+				// the space, and always render the fallback.
+				return nil, fmt.Errorf("${%s} at column %d: white space inside the braces: write ${%s}", expr, i+1, t)
+			}
 			p, err := parseExpr(expr, opts)
 			if err != nil {
 				return nil, fmt.Errorf("${%s} at column %d: %w", expr, i+1, err)
@@ -158,6 +163,8 @@ func Parse(s string, opts Options) (*Template, error) {
 			i += end
 		case c == '$':
 			return nil, fmt.Errorf("a lone $ at column %d: write $$ for a literal $", i+1)
+		case c == '%' && i+1 == len(s):
+			return nil, fmt.Errorf("a lone %% at column %d: write %%%% for a literal %%", i+1)
 		case c == '%' && i+1 < len(s):
 			v := s[i+1]
 			unit, ok := strftimeUnits[v]

@@ -112,10 +112,13 @@ func TestParseErrors(t *testing.T) {
 		"${env:CLUSTER}": "for the environment variable CLUSTER write ${env.CLUSTER}",
 		"x/${record.a.}": "empty field name",
 		// A placeholder without its $ would be text: every key the same.
-		"logs/{tag}/${seq}":   "{tag} at column 6: a placeholder is written ${tag}",
-		"{hostname}-x":        "{hostname} at column 1",
-		"a/{record.k8s.ns}/b": "{record.k8s.ns} at column 3",
-		"a/{tag[1]}/${seq}":   "{tag[1]} at column 3",
+		"logs/{tag}/${seq}":     "{tag} at column 6: a placeholder is written ${tag}",
+		"{hostname}-x":          "{hostname} at column 1",
+		"a/{record.k8s.ns}/b":   "{record.k8s.ns} at column 3",
+		"a/{tag[1]}/${seq}":     "{tag[1]} at column 3",
+		"logs/${tag}%":          "a lone % at column 12: write %% for a literal %",
+		"${record.pod_name }-x": "${record.pod_name } at column 1: white space inside the braces: write ${record.pod_name}",
+		"${ tag}":               "write ${tag}",
 		// Another tool's placeholders: the same.
 		"{{.Tag}}-${hostname}":         "{{.Tag}} at column 1: placeholders are written ${...}: ${tag}",
 		"logs/{{ kubernetes.pod }}/x":  "for a field of the record, ${record.kubernetes.pod}",
