@@ -103,7 +103,7 @@ func (l *ChangedLog) Due() bool {
 // line when one is due and rendered is known: the template, a tag, the
 // rendering and what was sent instead (each cut to 200 bytes), how, and
 // how many records were changed since the last line.
-func (l *ChangedLog) Note(tag string, rendered, sentAs []byte, how string) {
+func (l *ChangedLog) Note(tag string, rendered []byte, sentAs, how string) {
 	if l == nil || l.Log == nil {
 		return
 	}
@@ -120,12 +120,12 @@ func (l *ChangedLog) Note(tag string, rendered, sentAs []byte, how string) {
 	if !l.next.CompareAndSwap(next, now+int64(interval)) {
 		return // another record's line
 	}
-	cut := func(b []byte) string {
+	cut := func(b string) string {
 		if len(b) > 200 {
-			return strings.ToValidUTF8(string(b[:200]), "") + "..."
+			return strings.ToValidUTF8(b[:200], "") + "..."
 		}
-		return strings.ToValidUTF8(string(b), "\uFFFD")
+		return strings.ToValidUTF8(b, "\uFFFD")
 	}
 	l.Log.Warn(fmt.Sprintf("records render a %s that breaks the destination's rules; it is sent changed: %s", l.What, how),
-		"template", l.T.String(), "tag", tag, "rendered", cut(rendered), "sent_as", cut(sentAs), "records", l.count.Swap(0), "interval", interval)
+		"template", l.T.String(), "tag", tag, "rendered", cut(string(rendered)), "sent_as", cut(sentAs), "records", l.count.Swap(0), "interval", interval)
 }

@@ -37,6 +37,15 @@ const readTimeout = 30 * time.Second
 // errNoRead: GetLogEvents is refused (AccessDenied).
 var errNoRead = errors.New("cloudwatch: GetLogEvents refused")
 
+// errReadRefused: GetLogEvents refused this read's parameters (a
+// compatible service that does not take them): the call is sent again.
+var errReadRefused = errors.New("cloudwatch: GetLogEvents refused the read")
+
+// liveSettle bounds the wait for a call of this run whose answer was lost
+// (settleLost), whatever settle says: the stream's sends wait on it, in a
+// slot of the sink's.
+const liveSettle = time.Minute
+
 // Recover resolves the PutLogEvents calls a crash left in doubt, before the
 // drainer reads a record: for each intent not known to be delivered, it
 // waits until the call is settle old, reads the stream back over the
@@ -203,6 +212,9 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route fu
 	// Settle counts from the call's start; at most settle from now, should
 	// the clock have gone back since.
 	settle := time.Duration(s.cfg.Settle)
+	if live {
+		settle = min(settle, liveSettle)
+	}
 	if wait := min(time.Until(time.UnixMilli(in.Started).Add(settle)), settle); wait > 0 && !s.noRead.Load() {
 		t := time.NewTimer(wait)
 		select {
@@ -220,7 +232,7 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route fu
 		need[eventKey{e.ts, string(e.msg)}]++
 	}
 	found, earlier, err := s.readWindow(ctx, in, need)
-	if errors.Is(err, errNoRead) {
+	if errors.Is(err, errNoRead) || errors.Is(err, errReadRefused) {
 		return resultUnresolved, len(call), s.forget(ctx, st, in)
 	}
 	if err != nil {
@@ -403,6 +415,12 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 						"sink", s.name, "group", in.Group, "error", awserr.Clean(err))
 				}
 				return nil, nil, errNoRead
+			case errors.As(err, &ae) && (ae.ErrorCode() == "InvalidParameterException" || ae.ErrorCode() == "ValidationException"):
+				// Not the call's records (a PutLogEvents refused so would be
+				// theirs): the read is what the service does not take.
+				s.log.Warn("GetLogEvents refused the read of a call in doubt: it is sent again, which may duplicate its events",
+					"sink", s.name, "group", in.Group, "stream", in.Stream, "error", awserr.Clean(err))
+				return nil, nil, errReadRefused
 			case errors.As(err, &ae) && ae.ErrorCode() == "ThrottlingException" && ctx.Err() == nil && throttled < readThrottlesWaited:
 				// Waited out here a few times; then returned, so that the
 				// drainer counts it, says it and retries (the calls

@@ -1388,6 +1388,35 @@ func TestLostAnswerReadBack(t *testing.T) {
 	}
 }
 
+// TestLostAnswerReadRefused: a service that refuses the read back of a
+// call whose answer was lost (InvalidParameterException, with unmask and
+// without) has the call sent again (at least once): its batch is not
+// dead-lettered for the read's refusal, and nothing is lost.
+func TestLostAnswerReadRefused(t *testing.T) {
+	old := callTimeout
+	callTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { callTimeout = old })
+	for _, what := range []string{land, hang} {
+		t.Run(what, func(t *testing.T) {
+			e, p, _ := newProxied(t, setup{})
+			e.prime()
+			p.setRule(putRule(3, what))
+			p.setAnswer("GetLogEvents", "InvalidParameterException")
+			e.appendLines(20, time.Now(), "m")
+			e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+			got := e.copies("g", "s")
+			for i := range 20 {
+				if n := got[fmt.Sprintf(`{"log":"m%d"}`, i)]; n < 1 {
+					t.Errorf("m%d lost", i)
+				}
+			}
+			if d := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); d != 0 || e.indoubt(resultUnresolved) != 1 || e.intentsLeft() != 0 {
+				t.Errorf("%v dead letters (want 0), %v unresolved (want 1), %d intents left", d, e.indoubt(resultUnresolved), e.intentsLeft())
+			}
+		})
+	}
+}
+
 // TestLostAnswerReadBackMoto: as TestLostAnswerReadBack, against
 // moto_server: a call that landed and one that did not, both without an
 // answer, are each in the stream once.
@@ -1855,6 +1884,62 @@ func TestRefusedEverythingPauses(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException")); n != 0 {
 		t.Errorf("%v dead letters, want none", n)
+	}
+}
+
+// TestRefusedEverythingAtALowRatePauses: a service that refuses every
+// event, met by a stream sending one record at a time, each batch of one
+// record: refusedToPause of them refused in a row, with no call taken,
+// pause the sink, rather than each being dead-lettered (fewer than
+// refusedToPause are, before the pause).
+func TestRefusedEverythingAtALowRatePauses(t *testing.T) {
+	e := newEnv(t, nil)
+	var healed atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Amz-Target") == "Logs_20140328.PutLogEvents" && !healed.Load() {
+			refuseEvent(w)
+			return
+		}
+		e.emu.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	e.restart(streamCfg(srv.URL))
+	stop := make(chan struct{})
+	fed := make(chan int, 1)
+	go func() { // one record every 20 ms: batches of one
+		n := 0
+		defer func() { fed <- n }()
+		for ; n < 40; n++ {
+			e.appendLines(1, time.Now(), fmt.Sprintf("m%d-", n))
+			select {
+			case <-stop:
+				n++
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	paused := false
+	e.runUntil(func(d *queue.Drainer) bool {
+		paused = paused || d.Status().State == queue.StatePaused
+		return paused
+	})
+	close(stop)
+	n := <-fed
+	dead := testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException"))
+	if !paused || dead >= refusedToPause {
+		t.Fatalf("paused %v, %v records dead-lettered: want paused, with fewer than %d dead letters", paused, dead, refusedToPause)
+	}
+	healed.Store(true)
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint()})
+	got := e.copies("g", "s")
+	if float64(len(got))+dead != float64(n) {
+		t.Errorf("%d of %d records stored, %v dead-lettered", len(got), n, dead)
+	}
+	for msg, c := range got {
+		if c != 1 {
+			t.Errorf("%s stored %d times", msg, c)
+		}
 	}
 }
 

@@ -96,8 +96,9 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 					return sinks.Outcome{}, err
 				}
 				refused = e
-				if len(call) == 1 {
+				if len(call) == 1 && !alone[call[0].seq] { // a split message's parts are one record
 					alone[call[0].seq] = true
+					s.refusedAlone.Add(1)
 				}
 				// Splits: 64, and 16 more per record found refused alone, so
 				// that a batch with a few such records finds each; held at 64
@@ -105,7 +106,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 				// another stream, and refused refusedToPause records alone
 				// (it may refuse every event: the sink pauses below).
 				budget := min(maxSplits+splitsPerRefused*len(alone), maxSplitsAll)
-				hold := holding && !landed && len(alone) >= refusedToPause && !s.takenWithin(takenWindow)
+				hold := holding && !landed && s.refusingAll(len(alone)) && !s.takenWithin(takenWindow)
 				if hold {
 					budget = maxSplits
 				}
@@ -153,7 +154,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		}
 		cs, held, holding = held, nil, false // a call landed: split them all the way
 	}
-	if (len(held) > 0 || len(alone) >= refusedToPause) && !landed && !taken {
+	if (len(held) > 0 || s.refusingAll(len(alone))) && !landed && !taken {
 		// Not these events' content: the service took none of the batch's
 		// and refused each record it was sent alone, and no stream's events
 		// for a while. Dead-lettered, every record would go (and the oldest
@@ -222,8 +223,15 @@ func (s *Sink) settleLost(ctx context.Context, st sinks.State, partition string)
 			if ctx.Err() != nil {
 				return sinks.NewRetryable("stopping", ctx.Err())
 			}
-			if se := (*sinks.Error)(nil); !errors.As(err, &se) {
+			var se *sinks.Error
+			switch {
+			case !errors.As(err, &se):
 				err = sinks.NewRetryable("read_back", err)
+			case se.Class == sinks.RecordPermanent || se.Class == sinks.Throttled:
+				// About the read, not the batch's records (which a
+				// RecordPermanent would dead-letter) nor PutLogEvents' rate
+				// (which a throttle would slow for every stream).
+				err = sinks.NewRetryable("read_back_"+se.Reason, se.Err)
 			}
 			return err
 		}
@@ -303,6 +311,14 @@ func (s *Sink) takenWithin(d time.Duration) bool {
 // its head goes on to the calls after them, which land.
 const refusedToPause = 8
 
+// refusingAll reports whether the service looks to refuse every event:
+// alone records of the batch, or as many across batches (a low-rate
+// stream's), were refused each in a call of its own, refusedToPause or
+// more, with no call taken since.
+func (s *Sink) refusingAll(alone int) bool {
+	return alone >= refusedToPause || s.refusedAlone.Load() >= refusedToPause
+}
+
 // callTimeout bounds one call of the CloudWatch Logs API (PutLogEvents or
 // a creation): a call that has no answer by then (an endpoint or proxy that
 // took the request and went quiet) ends as a timeout and is retried, so
@@ -347,6 +363,7 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 			now := time.Now()
 			s.outcomes.note(group, false, now)
 			s.lastTaken.Store(now.UnixNano())
+			s.refusedAlone.Store(0)
 			s.tokens.put(key, aws.ToString(res.NextSequenceToken))
 			rj := rejections(res.RejectedLogEventsInfo, evs)
 			s.m.events.Add(float64(len(evs) - len(rj)))
@@ -369,6 +386,7 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 			now := time.Now()
 			s.outcomes.note(group, false, now)
 			s.lastTaken.Store(now.UnixNano())
+			s.refusedAlone.Store(0)
 			return nil, nil
 		case errors.As(err, &missing) && !created:
 			s.tokens.delete(key)

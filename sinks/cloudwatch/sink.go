@@ -57,6 +57,10 @@ type Sink struct {
 	// lastTaken is when a PutLogEvents was last taken (Unix nanoseconds),
 	// by any stream: see refusedEverywhere.
 	lastTaken atomic.Int64
+	// refusedAlone counts the events refused in calls of their own, by
+	// any stream, since a PutLogEvents was last taken: a low-rate stream's
+	// batches of a few records each add up to refusedToPause across them.
+	refusedAlone atomic.Int64
 	// refusedBatches counts, by partition, Sends in a row whose batch the
 	// service refused whole (a pause each): see refusedBatch.
 	refusedMu      sync.Mutex
@@ -357,13 +361,13 @@ func (s *Sink) partition(r *sinks.Record, count bool) string {
 			if gChanged == nil && n1&template.Shortened != 0 && s.groupsChanged.Due() {
 				gChanged = []byte("(values shortened)")
 			}
-			s.groupsChanged.Note(r.Tag, gChanged, []byte(p[:gEnd]), how)
+			s.groupsChanged.Note(r.Tag, gChanged, p[:gEnd], how)
 		}
 		if c2 || n2&template.Shortened != 0 {
 			if sChanged == nil && n2&template.Shortened != 0 && s.streamsChanged.Due() {
 				sChanged = []byte("(values shortened)")
 			}
-			s.streamsChanged.Note(r.Tag, sChanged, []byte(p[gEnd+1:]), how)
+			s.streamsChanged.Note(r.Tag, sChanged, p[gEnd+1:], how)
 		}
 		n1 |= template.Sanitised
 	}

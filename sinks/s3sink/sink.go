@@ -327,9 +327,10 @@ func (s *Sink) Partition(r *sinks.Record) string {
 		s.m.sanitised.Inc()
 	}
 	if notes&template.Shortened != 0 {
-		var rendered, shown []byte // only for a line that is due
+		var rendered []byte // only for a line that is due
+		var shown string
 		if s.keysChanged.Due() {
-			rendered, shown = []byte("(values too long for the key)"), []byte(objectKey(p, 0, "${uuid}"))
+			rendered, shown = []byte("(values too long for the key)"), objectKey(p, 0, "${uuid}")
 		}
 		s.keysChanged.Note(r.Tag, rendered, shown, "values too long for S3's 1,024 bytes are shortened (cut, with a hash of the whole value); ${seq} shown as zeros")
 	}
