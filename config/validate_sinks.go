@@ -274,6 +274,7 @@ func (cw *CloudWatch) validate(s section) {
 	s.endpoint("endpoint", cw.Endpoint)
 	s.required("log_group", cw.LogGroup)
 	s.required("log_stream", cw.LogStream)
+	fallsBack := map[string]bool{} // the names whose template may render the fallback
 	for key, v := range map[string]string{"log_group": cw.LogGroup, "log_stream": cw.LogStream} {
 		t, err := template.Parse(v, template.Options{})
 		switch {
@@ -283,12 +284,13 @@ func (cw *CloudWatch) validate(s section) {
 			if msg := nameText(key, v, t.Literal()); msg != "" {
 				s.invalid(key, "%q: %s", v, msg)
 			}
+			fallsBack[key] = t.MayFallBack()
 		}
 	}
 	if s.required("fallback", cw.Fallback); cw.Fallback != "" {
-		// It stands in either name for a missing value: it must be one.
+		// It stands in a name for a missing value: it must be one.
 		for _, key := range []string{"log_group", "log_stream"} {
-			if msg := nameText(key, "", cw.Fallback); msg != "" {
+			if msg := nameText(key, "", cw.Fallback); msg != "" && fallsBack[key] {
 				s.invalid("fallback", "%q stands in a %s for a missing value, and %s", cw.Fallback, strings.ReplaceAll(key, "_", " ")+" name", msg)
 				break
 			}

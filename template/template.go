@@ -303,6 +303,17 @@ func (t *Template) Literal() string {
 	return b.String()
 }
 
+// MayFallBack reports whether a rendering of t may hold the caller's
+// fallback: t has a field without a default, or a tag part.
+func (t *Template) MayFallBack() bool {
+	for _, p := range t.parts {
+		if p.kind == field && !p.hasDf || p.kind == tagPart {
+			return true
+		}
+	}
+	return false
+}
+
 // UsesSeq, UsesUUID and UsesHostname report whether the template has
 // ${seq}, ${uuid} or ${hostname} ($${hostname} is a literal).
 func (t *Template) UsesSeq() bool      { return t.seq }

@@ -369,6 +369,10 @@ func (s *Server) connState(c net.Conn, state http.ConnState) {
 	}
 }
 
+// headerTimeoutSlack: a connection closed this long past
+// read_header_timeout was closed for it (a busy machine's delay).
+const headerTimeoutSlack = 5 * time.Second
+
 // connInfo is what the server keeps of a connection: when it was
 // accepted, and whether a request of it reached the handler.
 type connInfo struct {
@@ -397,7 +401,9 @@ func (s *Server) closedUnused(c net.Conn, d time.Duration) {
 	s.mu.Lock()
 	stopped := s.stopped
 	s.mu.Unlock()
-	if stopped || d < timeout {
+	if stopped || d < timeout || d > timeout+headerTimeoutSlack {
+		// Sooner: see above. Much later: not the server's header timeout
+		// but another close (an HTTP/2 connection idle since its preface).
 		return
 	}
 	s.p.Metrics.Rejected.WithLabelValues(input, reasonHeaderTimeout).Inc()
