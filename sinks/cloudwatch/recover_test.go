@@ -1943,6 +1943,41 @@ func TestRefusedEverythingAtALowRatePauses(t *testing.T) {
 	}
 }
 
+// TestBadRecordsAtALowRateSeldomPause: a stream whose records the service
+// refuses for their content, a record a batch, while no stream's call is
+// taken: every refusedToPause-th record looks like a service refusing
+// everything and pauses the sink until it is dead-lettered as the stream's
+// content (maxRefusedBatches tries); the count starts again after it, and
+// a record refused at each try counts once.
+func TestBadRecordsAtALowRateSeldomPause(t *testing.T) {
+	e := newEnv(t, nil)
+	srv := refusePoison(t, e)
+	e.restart(streamCfg(srv.URL))
+	const records = 12
+	d := queue.New(e.w, "cw", e.sink, queue.Options{Metrics: e.qm, RetryMin: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		PauseRetry: 5 * time.Millisecond, ShutdownTimeout: 10 * time.Millisecond, Fingerprint: e.sink.Fingerprint()})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	dead := func() float64 {
+		return testutil.ToFloat64(e.qm.DeadLetters.WithLabelValues("cw", "InvalidParameterException"))
+	}
+	for i := range records { // one at a time: batches of one
+		e.append(wal.Record{Time: time.Now().UnixNano(), Tag: "t", Body: fmt.Appendf(nil, `{"log":"POISON-%d"}`, i)})
+		if !waitUntil(10*time.Second, func() bool { return dead() == float64(i+1) }) {
+			break
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	pauses := testutil.ToFloat64(e.qm.Retries.WithLabelValues("cw", "sink_permanent", "InvalidParameterException"))
+	if dead() != records || pauses > maxRefusedBatches-1 {
+		t.Errorf("%v of %d records dead-lettered, %v pauses: want all, and at most %d pauses (one record's)", dead(), records, pauses, maxRefusedBatches-1)
+	}
+}
+
 // Events the service refuses for their content, as many as would pause
 // the sink, at the head of a batch: the calls after them land, so they are
 // dead-lettered and the rest delivered, and the sink does not pause.

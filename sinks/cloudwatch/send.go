@@ -49,6 +49,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	out.Rejected = append(out.Rejected, rejected...)
 	cs := calls(evs)
 	splits := 0
+	retried := s.refusedBefore(b.Partition) // this batch was refused whole before: its refusals are counted
 	// landed: a call of the batch was taken (now, or by an earlier try);
 	// alone: the records of events refused in calls of their own.
 	landed, alone := tookSome(known), map[uint64]bool{}
@@ -98,7 +99,9 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 				refused = e
 				if len(call) == 1 && !alone[call[0].seq] { // a split message's parts are one record
 					alone[call[0].seq] = true
-					s.refusedAlone.Add(1)
+					if !retried {
+						s.refusedAlone.Add(1) // counted once, not at each try of the batch
+					}
 				}
 				// Splits: 64, and 16 more per record found refused alone, so
 				// that a batch with a few such records finds each; held at 64
@@ -169,6 +172,9 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		}
 		s.log.Warn("a batch the service refused whole, record by record, is dead-lettered as its stream's content: it was refused at each of the sink's last tries, and no stream's events were taken meanwhile",
 			"group", group, "stream", stream, "events", len(evs), "tries", maxRefusedBatches, "error", refused.Err)
+		// Taken for content: the refusals so far say nothing more of the
+		// service; the next pause needs refusedToPause more.
+		s.refusedAlone.Store(0)
 		for _, call := range held {
 			for _, ev := range call {
 				out.Rejected = append(out.Rejected, sinks.Rejection{Seq: ev.seq, Reason: refused.Reason})
@@ -285,6 +291,14 @@ func (s *Sink) refusedBatch(partition string) bool {
 	}
 	s.refusedBatches[partition] = n
 	return true
+}
+
+// refusedBefore reports whether partition's batch was refused whole at
+// the Send before (a pause).
+func (s *Sink) refusedBefore(partition string) bool {
+	s.refusedMu.Lock()
+	defer s.refusedMu.Unlock()
+	return s.refusedBatches[partition] > 0
 }
 
 // refusedBatchDone forgets partition's refusals in a row: its batch is
