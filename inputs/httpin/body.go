@@ -50,7 +50,8 @@ func (e *bodyError) Error() string { return e.err.Error() }
 // past limit is stopped there. The buffer it returns is reserved from hold
 // (its capacity), grown as the body arrives, waiting for room until ctx
 // ends: an error that is inputs.ErrOverBudget or inputs.ErrNoRoom says so.
-func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, gzipped bool, limit int64, hold *inputs.Hold, deadline *bodyDeadline) ([]byte, error) {
+func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, gzipped bool, limit int64, hold *inputs.Hold, deadline *bodyDeadline, memoryWait time.Duration) ([]byte, error) {
+	waits := &waitBudget{left: memoryWait}
 	tooLarge := &bodyError{http.StatusRequestEntityTooLarge, reasonTooLarge,
 		fmt.Errorf("body larger than %d bytes", limit)}
 	if r.ContentLength > limit {
@@ -58,7 +59,7 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, gzipp
 	}
 	raw := &errReader{r: http.MaxBytesReader(w, r.Body, limit), deadline: deadline}
 	if !gzipped {
-		b, err := readAll(ctx, raw, limit, r.ContentLength, hold)
+		b, err := readAll(ctx, raw, limit, r.ContentLength, hold, waits)
 		return b, classify(err, raw, tooLarge)
 	}
 	zr, err := inputs.GetGzip(raw)
@@ -70,7 +71,7 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, gzipp
 	}
 	defer inputs.PutGzip(zr)
 	// gzip.Reader reads concatenated members (multistream) by default.
-	b, err := readAll(ctx, zr, limit, -1, hold)
+	b, err := readAll(ctx, zr, limit, -1, hold, waits)
 	return b, classify(err, raw, tooLarge)
 }
 
@@ -106,12 +107,12 @@ const firstRead = 16 << 10
 // before it is allocated. hint (a Content-Length, -1: none) only ever
 // makes the first buffer smaller: the buffer grows from bytes that came,
 // never from what a client says it will send.
-func readAll(ctx context.Context, r io.Reader, limit, hint int64, hold *inputs.Hold) ([]byte, error) {
+func readAll(ctx context.Context, r io.Reader, limit, hint int64, hold *inputs.Hold, waits *waitBudget) ([]byte, error) {
 	first := int64(firstRead)
 	if hint >= 0 && hint+1 < first {
 		first = hint + 1 // room to see the end without growing
 	}
-	b, err := reserveBuf(ctx, hold, inputs.BufClass(int(min(first, limit+1))))
+	b, err := reserveBuf(ctx, hold, inputs.BufClass(int(min(first, limit+1))), waits)
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +120,7 @@ func readAll(ctx context.Context, r io.Reader, limit, hint int64, hold *inputs.H
 		if len(b) == cap(b) {
 			// Double, never past limit+1: one byte over is enough to know.
 			size := inputs.BufClass(int(min(2*int64(cap(b)), limit+1)))
-			bigger, err := reserveBuf(ctx, hold, size)
+			bigger, err := reserveBuf(ctx, hold, size, waits)
 			if err != nil {
 				releaseBuf(hold, b)
 				return nil, err
@@ -144,13 +145,31 @@ func readAll(ctx context.Context, r io.Reader, limit, hint int64, hold *inputs.H
 	}
 }
 
-// reserveBuf reserves size bytes from hold, then returns an empty buffer
-// of that capacity.
-func reserveBuf(ctx context.Context, hold *inputs.Hold, size int) ([]byte, error) {
-	if err := hold.Grow(ctx, int64(size)); err != nil {
+// reserveBuf reserves size bytes from hold, waiting for room within what
+// waits has left, then returns an empty buffer of that capacity.
+func reserveBuf(ctx context.Context, hold *inputs.Hold, size int, waits *waitBudget) ([]byte, error) {
+	if err := waits.grow(ctx, hold, int64(size)); err != nil {
 		return nil, err
 	}
 	return inputs.GetBuf(size), nil
+}
+
+// waitBudget is how long a body may wait for room in the inputs' memory
+// budget, in all its waits: counted while it waits, not while its bytes
+// arrive (a slow link's body grows its buffer long after it began). nil:
+// the context alone bounds the waits (the parse's own).
+type waitBudget struct{ left time.Duration }
+
+func (w *waitBudget) grow(ctx context.Context, hold *inputs.Hold, n int64) error {
+	if w == nil { // ctx alone bounds the wait
+		return hold.Grow(ctx, n)
+	}
+	wctx, cancel := context.WithTimeout(ctx, max(w.left, 0))
+	defer cancel()
+	start := time.Now()
+	err := hold.Grow(wctx, n)
+	w.left -= time.Since(start)
+	return err
 }
 
 // releaseBuf gives b back to its pool and its capacity to hold.
@@ -174,36 +193,50 @@ func (e *errReader) Read(p []byte) (int, error) {
 		e.err = err
 	}
 	if n > 0 {
-		e.deadline.progress()
+		e.deadline.progress(n)
 	}
 	return n, err
 }
 
 // bodyDeadline keeps a body that is still arriving from the server's
-// ReadTimeout, which counts from the request's start: after each read that
-// brought bytes (at most every quarter of idle), the connection's read deadline
-// moves to idle from then, never past max from the request's start. A
-// slow link's large body gets in; a client that stops sending does not
-// hold its connection past idle.
+// ReadTimeout, which counts from the request's start: after reads that
+// brought bytes (looked at every quarter of idle), when at least minRate
+// bytes a second came since the deadline last moved, the connection's
+// read deadline moves to idle from then, never past max from the
+// request's start. A slow link's large body gets in; a client that stops
+// sending, or trickles (holding its connection and memory), does not hold
+// them past idle.
 type bodyDeadline struct {
 	rc        *http.ResponseController
 	idle, max time.Duration
+	minRate   float64 // bytes a second
 	end, next time.Time
+	since     time.Time // when the deadline last moved (the request's start)
+	got       int64     // bytes since
 }
 
-func newBodyDeadline(w http.ResponseWriter, start time.Time, idle, max time.Duration) *bodyDeadline {
-	return &bodyDeadline{rc: http.NewResponseController(w), idle: idle, max: max, end: start.Add(max)}
+// minBodyRate is the least a body must keep arriving at, in bytes a
+// second, for its read deadline to move.
+const minBodyRate = 1024
+
+func newBodyDeadline(w http.ResponseWriter, start time.Time, idle, max time.Duration, minRate float64) *bodyDeadline {
+	return &bodyDeadline{rc: http.NewResponseController(w), idle: idle, max: max, minRate: minRate, end: start.Add(max), since: start}
 }
 
-func (d *bodyDeadline) progress() {
+func (d *bodyDeadline) progress(n int) {
 	if d == nil {
 		return
 	}
+	d.got += int64(n)
 	now := time.Now()
 	if now.Before(d.next) {
 		return
 	}
 	d.next = now.Add(d.idle / 4) // the deadline stays at least three quarters of idle ahead
+	if float64(d.got) < d.minRate*now.Sub(d.since).Seconds() {
+		return // too slow: the deadline stands
+	}
+	d.got, d.since = 0, now
 	at := now.Add(d.idle)
 	if at.After(d.end) {
 		at = d.end
@@ -216,7 +249,7 @@ func (d *bodyDeadline) explain() string {
 	if d == nil {
 		return "the request's read timeout"
 	}
-	return fmt.Sprintf("%s without a byte, or not whole within %s", d.idle, d.max)
+	return fmt.Sprintf("%s without %.0f bytes a second, or not whole within %s", d.idle, d.minRate, d.max)
 }
 
 func isTimeout(err error) bool {

@@ -40,8 +40,9 @@
 //	    memory than the inputs' budget gives one (nothing is stored)
 //	422 an Idempotency-Key already used for a request with another tag or body
 //	415 a Content-Encoding other than gzip or identity
-//	408 a body that stopped arriving (a minute without a byte) or was not
-//	    whole within 3 minutes; one that keeps arriving is read to its end
+//	408 a body that stopped arriving (a minute at less than 1 KiB a second)
+//	    or was not whole within 3 minutes; one that keeps arriving is read
+//	    to its end
 //	503 the WAL is full, the inputs' memory budget had no room for the
 //	    request in time, or the server is stopping (Retry-After: 1)
 //	500 the WAL failed

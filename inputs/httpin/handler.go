@@ -98,9 +98,7 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 	// once it is answered; the body as soon as it is parsed.
 	hold := s.p.Budget.Hold(input)
 	defer hold.ReleaseAll()
-	ctx, cancel := context.WithTimeout(r.Context(), s.memoryWait)
-	defer cancel()
-	body, err := readBody(ctx, w, r, gzipped, int64(s.cfg.MaxBodyBytes), hold, newBodyDeadline(w, time.Now(), s.bodyIdle, s.bodyMax))
+	body, err := readBody(r.Context(), w, r, gzipped, int64(s.cfg.MaxBodyBytes), hold, newBodyDeadline(w, time.Now(), s.bodyIdle, s.bodyMax, s.bodyRate), s.memoryWait)
 	if err != nil {
 		var be *bodyError
 		switch {

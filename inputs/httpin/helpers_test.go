@@ -72,6 +72,7 @@ type setup struct {
 	readTimeout  time.Duration // the server's ReadTimeout (0: its own)
 	bodyIdle     time.Duration // 0: the server's own
 	bodyMax      time.Duration
+	bodyRate     float64
 	writeTimeout time.Duration  // the server's WriteTimeout (0: its own)
 	certPool     *x509.CertPool // the client trusts it; set with TLS
 	log          *slog.Logger
@@ -88,8 +89,8 @@ func withMemoryWait(d time.Duration) option      { return func(s *setup) { s.mem
 func withBudget(n int64) option                  { return func(s *setup) { s.budget = n } }
 func withShutdownTimeout(d time.Duration) option { return func(s *setup) { s.stopTimeout = d } }
 func withReadTimeout(d time.Duration) option     { return func(s *setup) { s.readTimeout = d } }
-func withBodyTimes(idle, max time.Duration) option {
-	return func(s *setup) { s.bodyIdle, s.bodyMax = idle, max }
+func withBodyTimes(idle, max time.Duration, rate float64) option {
+	return func(s *setup) { s.bodyIdle, s.bodyMax, s.bodyRate = idle, max, rate }
 }
 func withWriteTimeout(d time.Duration) option { return func(s *setup) { s.writeTimeout = d } }
 func withCertPool(p *x509.CertPool) option    { return func(s *setup) { s.certPool = p } }
@@ -134,7 +135,7 @@ func newEnv(t testing.TB, opts ...option) *env {
 		s.srv.ReadTimeout = st.readTimeout
 	}
 	if st.bodyIdle > 0 {
-		s.bodyIdle, s.bodyMax = st.bodyIdle, st.bodyMax
+		s.bodyIdle, s.bodyMax, s.bodyRate = st.bodyIdle, st.bodyMax, st.bodyRate
 	}
 	if st.writeTimeout > 0 {
 		s.srv.WriteTimeout = st.writeTimeout

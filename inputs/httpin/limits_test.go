@@ -197,17 +197,21 @@ func TestReadHeaderTimeout(t *testing.T) {
 func TestSlowBodyIsATimeout(t *testing.T) {
 	body := []byte(`{"a":1}` + "\n" + `{"b":2}` + "\n" + `{"c":3}` + "\n")
 	for _, c := range []struct {
-		name   string
-		pauses []time.Duration // before each of the body's bytes after the first 5
-		status int
+		name    string
+		pauses  []time.Duration // before each of the body's bytes after the first 5
+		minRate float64         // bytes a second the body must keep to
+		status  int
 	}{
-		{"stops", []time.Duration{1500 * time.Millisecond}, http.StatusRequestTimeout},
-		{"slow link", slices.Repeat([]time.Duration{100 * time.Millisecond}, 16), http.StatusOK},
-		{"too slow in all", slices.Repeat([]time.Duration{150 * time.Millisecond}, 18), http.StatusRequestTimeout},
+		{"stops", []time.Duration{1500 * time.Millisecond}, 5, http.StatusRequestTimeout},
+		{"slow link", slices.Repeat([]time.Duration{100 * time.Millisecond}, 16), 5, http.StatusOK},
+		{"too slow in all", slices.Repeat([]time.Duration{150 * time.Millisecond}, 18), 5, http.StatusRequestTimeout},
+		// The same link, below the rate a body must keep: the request's
+		// read timeout stands.
+		{"trickle", slices.Repeat([]time.Duration{100 * time.Millisecond}, 16), 50, http.StatusRequestTimeout},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t, withReadTimeout(time.Second), withBodyTimes(time.Second, 2*time.Second))
+			e := newEnv(t, withReadTimeout(time.Second), withBodyTimes(time.Second, 2*time.Second, c.minRate))
 			conn := dialRaw(t, e)
 			fmt.Fprintf(conn, "POST /v1/logs/slow HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", len(body))
 			conn.Write(body[:5])
@@ -229,7 +233,7 @@ func TestSlowBodyIsATimeout(t *testing.T) {
 			stored := 3
 			if c.status == http.StatusRequestTimeout {
 				stored = 0
-				if e.rejected("read_timeout") != 1 || !strings.Contains(string(b), "did not arrive whole in time (1s without a byte, or not whole within 2s)") {
+				if e.rejected("read_timeout") != 1 || !strings.Contains(string(b), fmt.Sprintf("did not arrive whole in time (1s without %.0f bytes a second, or not whole within 2s)", c.minRate)) {
 					t.Errorf("answer %s, read_timeout counted %v; want it once", b, e.rejected("read_timeout"))
 				}
 			}

@@ -75,7 +75,7 @@ func parseInto(buf *[]byte, data []byte, tag, timeField string, now time.Time, l
 	if cap(out) < len(data) {
 		// Compacting never grows the bytes but for U+FFFD, which makes room for itself.
 		var err error
-		if out, err = reserveBuf(lim.context(), lim.hold, inputs.BufClass(len(data))); err != nil {
+		if out, err = reserveBuf(lim.context(), lim.hold, inputs.BufClass(len(data)), nil); err != nil {
 			return nil, parseStats{}, err
 		}
 		if cap(*buf) > 0 {
@@ -162,7 +162,7 @@ func (p *parser) growSpans(n int) error {
 func (p *parser) growOut(n int) error {
 	out := p.s.out
 	size := inputs.BufClass(max(len(out)+n, cap(out)+cap(out)/4))
-	grown, err := reserveBuf(p.lim.context(), p.lim.hold, size)
+	grown, err := reserveBuf(p.lim.context(), p.lim.hold, size, nil)
 	if err != nil {
 		return err
 	}

@@ -1,11 +1,16 @@
 package httpin
 
 import (
+	"bytes"
+	"context"
 	"errors"
+	"io"
 	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/logfwd/forwarder/inputs"
 )
 
 func TestEpochNanos(t *testing.T) {
@@ -90,4 +95,53 @@ func TestParseReceiveTime(t *testing.T) {
 			t.Errorf("record %d: time %d, want %d", i, r.Time, want[i])
 		}
 	}
+}
+
+// slowReader gives first at once, then waits pause, then gives rest.
+type slowReader struct {
+	first, rest []byte
+	pause       time.Duration
+	waited      bool
+}
+
+func (r *slowReader) Read(p []byte) (int, error) {
+	if len(r.first) > 0 {
+		n := copy(p, r.first)
+		r.first = r.first[n:]
+		return n, nil
+	}
+	if !r.waited {
+		time.Sleep(r.pause)
+		r.waited = true
+	}
+	if len(r.rest) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.rest)
+	r.rest = r.rest[n:]
+	return n, nil
+}
+
+// TestBodyWaitsForMemoryWhenItGrows: a body that arrives slowly may wait
+// for room in the inputs' memory budget when its buffer grows, however
+// long ago it began: the wait's bound counts time spent waiting, not the
+// time its bytes took to arrive.
+func TestBodyWaitsForMemoryWhenItGrows(t *testing.T) {
+	budget := inputs.NewBudget(64<<10, nil)
+	other := budget.Hold(input)
+	if err := other.Grow(context.Background(), 40<<10); err != nil {
+		t.Fatal(err)
+	}
+	hold := budget.Hold(input)
+	defer hold.ReleaseAll()
+	r := &slowReader{first: bytes.Repeat([]byte("a"), 10<<10), rest: bytes.Repeat([]byte("b"), 14<<10), pause: 400 * time.Millisecond}
+	go func() { // the other hold gives its room back once the body has waited a moment for it
+		time.Sleep(500 * time.Millisecond)
+		other.ReleaseAll()
+	}()
+	b, err := readAll(context.Background(), r, 1<<20, -1, hold, &waitBudget{left: 300 * time.Millisecond})
+	if err != nil || len(b) != 24<<10 {
+		t.Fatalf("read %d bytes, error %v: want the body whole, the buffer grown after a wait", len(b), err)
+	}
+	releaseBuf(hold, b)
 }

@@ -43,7 +43,7 @@ const (
 	// that does not read its answers meets it (its connection is closed):
 	// an answer cut off after the records were stored would have them
 	// sent again.
-	writeTimeout = 5 * time.Minute
+	writeTimeout = 6 * time.Minute
 	// h2Streams is how many requests an HTTP/2 connection may have at
 	// once: each holds a goroutine and its headers outside the memory
 	// budget, as an HTTP/1.1 connection holds one request's.
@@ -75,6 +75,7 @@ type Server struct {
 	shutdownTimeout time.Duration
 	bodyIdle        time.Duration // see bodyDeadline
 	bodyMax         time.Duration
+	bodyRate        float64
 	// listen binds the address (a variable so that tests can put faults
 	// under the listener).
 	listen func(network, address string) (net.Listener, error)
@@ -142,6 +143,7 @@ func New(cfg config.HTTP, p *inputs.Pipeline, log *slog.Logger) *Server {
 		shutdownTimeout: shutdownTimeout,
 		bodyIdle:        bodyIdle,
 		bodyMax:         bodyMax,
+		bodyRate:        minBodyRate,
 		listen:          net.Listen,
 	}
 	if cfg.Token != "" {
@@ -401,7 +403,11 @@ func (s *Server) closedUnused(c net.Conn, d time.Duration) {
 	s.mu.Lock()
 	stopped := s.stopped
 	s.mu.Unlock()
-	if stopped || d < timeout || d > timeout+headerTimeoutSlack {
+	latest := timeout + headerTimeoutSlack
+	if _, ok := c.(*tls.Conn); ok {
+		latest += timeout // the header's time starts after the handshake, which may take as long
+	}
+	if stopped || d < timeout || d > latest {
 		// Sooner: see above. Much later: not the server's header timeout
 		// but another close (an HTTP/2 connection idle since its preface).
 		return
