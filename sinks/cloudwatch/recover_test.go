@@ -1360,7 +1360,7 @@ func TestHungCallsTimeOut(t *testing.T) {
 // again, one that did not is.
 func TestLostAnswerReadBack(t *testing.T) {
 	old := callTimeout
-	callTimeout = 300 * time.Millisecond
+	callTimeout = time.Second // a call the proxy lets through must not take that long
 	t.Cleanup(func() { callTimeout = old })
 	for _, c := range []struct {
 		name, what string
@@ -1394,7 +1394,7 @@ func TestLostAnswerReadBack(t *testing.T) {
 // dead-lettered for the read's refusal, and nothing is lost.
 func TestLostAnswerReadRefused(t *testing.T) {
 	old := callTimeout
-	callTimeout = 300 * time.Millisecond
+	callTimeout = time.Second // a call the proxy lets through must not take that long
 	t.Cleanup(func() { callTimeout = old })
 	for _, what := range []string{land, hang} {
 		t.Run(what, func(t *testing.T) {
@@ -1425,7 +1425,7 @@ func TestLostAnswerReadBackMoto(t *testing.T) {
 		t.Skip("-short: moto_server, started for the test; make test runs it")
 	}
 	old := callTimeout
-	callTimeout = 300 * time.Millisecond
+	callTimeout = 2 * time.Second // a call the proxy lets through must not take that long
 	t.Cleanup(func() { callTimeout = old })
 	motoURL := mototest.Start(t)
 	e, p, _ := newProxied(t, setup{target: motoURL})
