@@ -100,7 +100,7 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("admin: listen on %s: %w", s.listen, err)
 	}
-	s.ln = ln
+	s.ln = newCapListener(ln, maxConns, s.log)
 	return nil
 }
 

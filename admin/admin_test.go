@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/queue"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
@@ -270,5 +271,62 @@ func TestIdleConnectionsClosed(t *testing.T) {
 	}
 	if d := time.Since(began); d > 3*time.Second {
 		t.Errorf("closed after %v", d)
+	}
+}
+
+// TestConnectionsCapped: connections beyond maxConns are closed as they are
+// accepted, with a warning, so that a client holding many cannot take the
+// process's file descriptors; one is served again once a slot is free.
+func TestConnectionsCapped(t *testing.T) {
+	old := maxConns
+	maxConns = 4
+	t.Cleanup(func() { maxConns = old })
+	w, err := wal.Open(t.TempDir(), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var logs syncbuf.Buffer
+	s := New("127.0.0.1:0", Sources{WAL: w, Gatherer: prometheus.NewRegistry()}, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	defer func() { cancel(); <-done }()
+	get := func() error {
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
+		resp, err := c.Get("http://" + s.Addr().String() + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	var held []net.Conn
+	for range maxConns {
+		c, err := net.Dial("tcp", s.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	time.Sleep(100 * time.Millisecond) // accepted
+	if err := get(); err == nil {
+		t.Errorf("a connection beyond the cap was served")
+	}
+	if !strings.Contains(logs.String(), "a connection beyond the admin server's limit was closed") {
+		t.Errorf("no warning:\n%s", logs.String())
+	}
+	held[0].Close()
+	ok := false
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && !ok; time.Sleep(20 * time.Millisecond) {
+		ok = get() == nil
+	}
+	if !ok {
+		t.Errorf("not served once a slot was free")
+	}
+	for _, c := range held[1:] {
+		c.Close()
 	}
 }
