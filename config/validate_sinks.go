@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -178,7 +179,7 @@ func (s3 *S3) validate(s section) {
 		// line's end, say): the sink would pause at its first upload.
 		s.invalid("bucket", "%q must not contain white space or control characters", s3.Bucket)
 	}
-	if t, err := template.Parse(s3.Key, template.Options{AllowSeq: true}); err != nil {
+	if t, err := template.Parse(s3.Key, template.Options{AllowSeq: true, Hostname: hostname()}); err != nil {
 		s.invalid("key", "%q: %v", s3.Key, err)
 	} else if !t.UsesSeq() && !t.UsesUUID() {
 		s.invalid("key", "%q must contain ${seq} or ${uuid}", s3.Key)
@@ -218,15 +219,14 @@ var cannedACLs = []string{"", "private", "public-read", "public-read-write", "au
 
 // keyText describes what is wrong with an S3 key template's own text, or returns "": a
 // leading /, an empty or . or .. segment (values of placeholders are cleaned of these when
-// rendered, the template's text is not), or more than S3's 1,024 bytes before any value
-// (values too long are shortened when rendered, the template's text is not).
+// rendered, the template's text is not), or more than S3's 1,024 bytes with its values at
+// the least they are shortened to (the template's text is not shortened).
 func keyText(key string, t *template.Template) string {
-	least, _ := t.Render(&template.Data{Body: []byte("{}"), SeqText: strings.Repeat("0", 20), UUID: strings.Repeat("0", 36)}, "")
 	switch {
 	case strings.HasPrefix(key, "/"):
 		return "must not begin with /: S3 would keep an empty first segment"
-	case len(least) > 1024:
-		return fmt.Sprintf("renders at least %d bytes before any value (its text, ${seq} as 20 digits, ${uuid} as 36, the date and time); S3 keys are at most 1024", len(least))
+	case leastLen(t) > 1024:
+		return fmt.Sprintf("renders at least %d bytes (%s); S3 keys are at most 1024", leastLen(t), leastWhat(t))
 	}
 	for seg := range strings.SplitSeq(key, "/") {
 		switch seg {
@@ -239,10 +239,51 @@ func keyText(key string, t *template.Template) string {
 	return ""
 }
 
+// hostname is what ${hostname} renders where the configuration is checked (check runs
+// where the service runs).
+func hostname() string {
+	h, _ := os.Hostname()
+	return h
+}
+
+// leastLen is the fewest bytes t renders: its text, ${seq} as 20 digits, ${uuid} as 36,
+// the date and time, the host name, and each value at the least a value too long for
+// the name or key is shortened to (template.MinValueBound).
+func leastLen(t *template.Template) int {
+	least, _ := t.Render(&template.Data{Body: []byte("{}"), Time: time.Unix(0, 0), SeqText: strings.Repeat("0", 20), UUID: strings.Repeat("0", 36)}, "")
+	return len(least) + template.MinValueBound*t.Values()
+}
+
+// leastWhat says what leastLen counts in t.
+func leastWhat(t *template.Template) string {
+	parts := []string{"its text"}
+	if t.UsesSeq() {
+		parts = append(parts, "${seq} as 20 digits")
+	}
+	if t.UsesUUID() {
+		parts = append(parts, "${uuid} as 36")
+	}
+	if t.Finest() > 0 {
+		parts = append(parts, "the date and time")
+	}
+	if t.UsesHostname() {
+		parts = append(parts, "the host name")
+	}
+	switch n := t.Values(); n {
+	case 0:
+	case 1:
+		parts = append(parts, fmt.Sprintf("its value at the %d bytes a long one is shortened to", template.MinValueBound))
+	default:
+		parts = append(parts, fmt.Sprintf("each of its %d values at the %d bytes a long one is shortened to", n, template.MinValueBound))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // nameText describes what in a log group's or stream's own text CloudWatch does not take
 // (the sink would rewrite it, out of the operator's sight), or returns "". Values of
-// placeholders are sanitised when rendered; the template's text is the operator's.
-func nameText(key, src, lit string) string {
+// placeholders are sanitised when rendered; the template's text is the operator's. t is
+// the template (nil: lit is a name, the fallback).
+func nameText(key, src, lit string, t *template.Template) string {
 	var bad []string
 	for _, r := range lit {
 		ok := r != ':' && r != '*' && r >= ' ' && r != 0x7f
@@ -261,8 +302,10 @@ func nameText(key, src, lit string) string {
 		return fmt.Sprintf("has %s, which log stream names cannot hold (no : or *)", strings.Join(bad, ", "))
 	case key == "log_group" && strings.HasPrefix(src, "aws/"):
 		return "begins with aws/, which AWS keeps for its own log groups"
-	case len(lit) > maxNameBytes:
-		return fmt.Sprintf("has %d bytes of text, over the %d a name may hold: every name would be cut there, and what the placeholders after the cut render lost", len(lit), maxNameBytes)
+	case t == nil && len(lit) > maxNameBytes:
+		return fmt.Sprintf("has %d bytes, over the %d a name may hold", len(lit), maxNameBytes)
+	case t != nil && leastLen(t) > maxNameBytes:
+		return fmt.Sprintf("renders at least %d bytes (%s), over the %d a name may hold: names would be cut there, and what the template renders after the cut (${hostname}) lost", leastLen(t), leastWhat(t), maxNameBytes)
 	}
 	return ""
 }
@@ -276,12 +319,12 @@ func (cw *CloudWatch) validate(s section) {
 	s.required("log_stream", cw.LogStream)
 	fallsBack := map[string]bool{} // the names whose template may render the fallback
 	for key, v := range map[string]string{"log_group": cw.LogGroup, "log_stream": cw.LogStream} {
-		t, err := template.Parse(v, template.Options{})
+		t, err := template.Parse(v, template.Options{Hostname: hostname()})
 		switch {
 		case v != "" && err != nil:
 			s.invalid(key, "%q: %v", v, err)
 		case err == nil:
-			if msg := nameText(key, v, t.Literal()); msg != "" {
+			if msg := nameText(key, v, t.Literal(), t); msg != "" {
 				s.invalid(key, "%q: %s", v, msg)
 			}
 			fallsBack[key] = t.MayFallBack()
@@ -290,7 +333,7 @@ func (cw *CloudWatch) validate(s section) {
 	if s.required("fallback", cw.Fallback); cw.Fallback != "" {
 		// It stands in a name for a missing value: it must be one.
 		for _, key := range []string{"log_group", "log_stream"} {
-			if msg := nameText(key, "", cw.Fallback); msg != "" && fallsBack[key] {
+			if msg := nameText(key, "", cw.Fallback, nil); msg != "" && fallsBack[key] {
 				s.invalid("fallback", "%q stands in a %s for a missing value, and %s", cw.Fallback, strings.ReplaceAll(key, "_", " ")+" name", msg)
 				break
 			}

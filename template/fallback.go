@@ -101,7 +101,8 @@ func (l *ChangedLog) Due() bool {
 
 // Note counts a record whose rendering was changed to sentAs, and logs a
 // line when one is due and rendered is known: the template, a tag, the
-// rendering and what was sent instead (each cut to 200 bytes), how, and
+// rendering and what was sent instead (each over 200 bytes cut to its
+// first and last 100), how, and
 // how many records were changed since the last line.
 func (l *ChangedLog) Note(tag string, rendered []byte, sentAs, how string) {
 	if l == nil || l.Log == nil {
@@ -120,9 +121,9 @@ func (l *ChangedLog) Note(tag string, rendered []byte, sentAs, how string) {
 	if !l.next.CompareAndSwap(next, now+int64(interval)) {
 		return // another record's line
 	}
-	cut := func(b string) string {
+	cut := func(b string) string { // its head and its tail, where ${hostname} is
 		if len(b) > 200 {
-			return strings.ToValidUTF8(b[:200], "") + "..."
+			return strings.ToValidUTF8(b[:100], "") + "..." + strings.ToValidUTF8(b[len(b)-100:], "")
 		}
 		return strings.ToValidUTF8(b, "\uFFFD")
 	}

@@ -303,6 +303,18 @@ func (t *Template) Literal() string {
 	return b.String()
 }
 
+// Values is how many values t renders: the tag, tag parts and fields
+// (each may be shortened by AppendFoundWithin, to MinValueBound at least).
+func (t *Template) Values() int {
+	n := 0
+	for _, p := range t.parts {
+		if p.kind == tagAll || p.kind == tagPart || p.kind == field {
+			n++
+		}
+	}
+	return n
+}
+
 // MayFallBack reports whether a rendering of t may hold the caller's
 // fallback: t has a field without a default, or a tag part.
 func (t *Template) MayFallBack() bool {
@@ -348,9 +360,9 @@ func (t *Template) AppendFound(dst []byte, d *Data, fs *Fields, fallback string)
 	return t.appendFound(dst, d, fs, fallback, 0)
 }
 
-// minValueBound is the least a value is shortened to: its first 7 bytes,
+// MinValueBound is the least a value is shortened to: its first 7 bytes,
 // "~" and 8 hex digits.
-const minValueBound = 16
+const MinValueBound = 16
 
 // AppendFoundWithin renders as AppendFound, and when the rendering (as
 // measure makes of it: the caller's own rules may change its length) is
@@ -360,7 +372,7 @@ const minValueBound = 16
 // UTF-8 sequence), then "~" and the 8 hex digits of the FNV-1a hash (32
 // bits) of the whole value: values that differ in the part cut off still
 // render differently, and a record renders the same name in every run.
-// The bound is the largest that fits, at least minValueBound bytes; with
+// The bound is the largest that fits, at least MinValueBound bytes; with
 // that the rendering may still be over limit (the caller refuses it).
 // Shortened is noted when a value was.
 func (t *Template) AppendFoundWithin(dst []byte, d *Data, fs *Fields, fallback string, limit int, measure func([]byte) int) ([]byte, Notes) {
@@ -372,7 +384,7 @@ func (t *Template) AppendFoundWithin(dst []byte, d *Data, fs *Fields, fallback s
 	}
 	// The largest bound that fits, by halving: a value longer than the
 	// whole rendering is never shortened to more than that.
-	lo, hi := minValueBound, n
+	lo, hi := MinValueBound, n
 	best := -1
 	for lo <= hi {
 		mid := (lo + hi) / 2
@@ -384,7 +396,7 @@ func (t *Template) AppendFoundWithin(dst []byte, d *Data, fs *Fields, fallback s
 		}
 	}
 	if best < 0 {
-		best = minValueBound
+		best = MinValueBound
 	}
 	return t.appendFound(dst[:base], d, fs, fallback, best)
 }

@@ -54,7 +54,7 @@ func newMetrics(reg prometheus.Registerer, sink string) (*metrics, error) {
 		{&m.stagingFull, "forwarder_s3_staging_full_total", "Members of open objects that staging had no room for (staging_max_bytes) or could not write: each finished its object early, or began one held in memory."},
 		{&m.stagingRebuilt, "forwarder_s3_staging_rebuilt_total", "Staged objects whose file was missing or damaged at upload, rebuilt from the WAL."},
 		{&m.stagingGivenUp, "forwarder_s3_staging_given_up_total", "Staged objects whose file was damaged at upload and whose records the WAL no longer held all of (a damaged entry, or drop_oldest): given up, the records left sent again in new objects."},
-		{&m.sanitised, "forwarder_s3_key_sanitised_total", "Records whose key had a value sanitised: a \"/\" in a tag or field rendered \"_\", or an empty, \".\" or \"..\" path segment rendered with \"_\"."},
+		{&m.sanitised, "forwarder_s3_key_sanitised_total", "Records whose key had a value changed: a \"/\" in a tag or field rendered \"_\", an empty, \".\" or \"..\" path segment rendered with \"_\", a control character replaced, or values shortened to fit 1,024 bytes."},
 	} {
 		v, err := vec(c.name, c.help)
 		if err != nil {
