@@ -196,8 +196,8 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 // notSent reports whether err says the call did not land: the service's
 // answer refusing it (a 4xx: throttled, denied, a missing stream), or a
 // connection that could not be made or no credentials to sign it with
-// (the request never left); not a 5xx
-// or a lost answer, after which it may have.
+// (the request never left); not a 5xx or a lost answer, after which it
+// may have.
 func notSent(err error) bool {
 	var re *awshttp.ResponseError
 	if errors.As(err, &re) {
