@@ -238,19 +238,7 @@ func TestIdleConnectionsClosed(t *testing.T) {
 	old := idleTimeout
 	idleTimeout = 200 * time.Millisecond
 	t.Cleanup(func() { idleTimeout = old })
-	w, err := wal.Open(t.TempDir(), wal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	s := New("127.0.0.1:0", Sources{WAL: w, Gatherer: prometheus.NewRegistry()}, slog.New(slog.DiscardHandler))
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
+	s := serveBare(t, slog.New(slog.DiscardHandler))
 	c, err := net.Dial("tcp", s.Addr().String())
 	if err != nil {
 		t.Fatal(err)
@@ -281,20 +269,8 @@ func TestConnectionsCapped(t *testing.T) {
 	old := maxConns
 	maxConns = 4
 	t.Cleanup(func() { maxConns = old })
-	w, err := wal.Open(t.TempDir(), wal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
 	var logs syncbuf.Buffer
-	s := New("127.0.0.1:0", Sources{WAL: w, Gatherer: prometheus.NewRegistry()}, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
+	s := serveBare(t, slog.New(slog.NewTextHandler(&logs, nil)))
 	get := func() error {
 		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
 		resp, err := c.Get("http://" + s.Addr().String() + "/healthz")
@@ -329,4 +305,24 @@ func TestConnectionsCapped(t *testing.T) {
 	for _, c := range held[1:] {
 		c.Close()
 	}
+}
+
+// serveBare serves an admin server over an empty WAL, logging to log,
+// until the test ends.
+func serveBare(t *testing.T, log *slog.Logger) *Server {
+	t.Helper()
+	w, err := wal.Open(t.TempDir(), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New("127.0.0.1:0", Sources{WAL: w, Gatherer: prometheus.NewRegistry()}, log)
+	if err := s.Start(); err != nil {
+		w.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; w.Close() })
+	return s
 }

@@ -4,8 +4,9 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/logfwd/forwarder/inputs"
 )
 
 // maxConns bounds the admin server's open connections: probes and
@@ -18,11 +19,9 @@ var maxConns = 128
 // capacity, and warns once a minute that it does.
 type capListener struct {
 	net.Listener
-	slots   chan struct{}
-	log     *slog.Logger
-	closed  atomic.Int64 // connections closed for want of a slot since the last warning
-	mu      sync.Mutex
-	warnNow time.Time // the next warning's earliest time
+	slots chan struct{}
+	log   *slog.Logger
+	warns inputs.RateLog
 }
 
 func newCapListener(ln net.Listener, n int, log *slog.Logger) *capListener {
@@ -39,21 +38,12 @@ func (l *capListener) Accept() (net.Conn, error) {
 		case l.slots <- struct{}{}:
 			return &capConn{Conn: c, release: func() { <-l.slots }}, nil
 		default:
+			if n, ok := l.warns.Allow("full", time.Now()); ok {
+				l.log.Warn("admin: a connection beyond the admin server's limit was closed: something opens many connections to it and keeps them (restrict who reaches the admin port)",
+					"remote", c.RemoteAddr().String(), "max_connections", cap(l.slots), "same_reason_not_logged_in_last_minute", n)
+			}
 			c.Close()
-			l.refused(c.RemoteAddr())
 		}
-	}
-}
-
-func (l *capListener) refused(remote net.Addr) {
-	n := l.closed.Add(1)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now := time.Now(); !now.Before(l.warnNow) {
-		l.warnNow = now.Add(time.Minute)
-		l.closed.Add(-n)
-		l.log.Warn("admin: a connection beyond the admin server's limit was closed: something opens many connections to it and keeps them (restrict who reaches the admin port)",
-			"remote", remote.String(), "max_connections", cap(l.slots), "closed_since_last_warning", n)
 	}
 }
 
@@ -68,4 +58,13 @@ func (c *capConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(c.release)
 	return err
+}
+
+// CloseWrite lets net/http end an error answer with a FIN before it
+// closes (its graceful close), as on the connection beneath.
+func (c *capConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
