@@ -48,8 +48,10 @@ func (e *bodyError) Error() string { return e.err.Error() }
 // readBody reads the request body, decompressed, refusing more than limit
 // bytes before and after decompression: a small gzip body that inflates
 // past limit is stopped there. The buffer it returns is reserved from hold
-// (its capacity), grown as the body arrives, waiting for room until ctx
-// ends: an error that is inputs.ErrOverBudget or inputs.ErrNoRoom says so.
+// (its capacity), grown as the body arrives, waiting for room for
+// memoryWait in all (waitBudget) or until ctx ends: an error that is
+// inputs.ErrOverBudget or inputs.ErrNoRoom says so. deadline moves the
+// connection's read deadline while the body keeps arriving.
 func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, gzipped bool, limit int64, hold *inputs.Hold, deadline *bodyDeadline, memoryWait time.Duration) ([]byte, error) {
 	waits := &waitBudget{left: memoryWait}
 	tooLarge := &bodyError{http.StatusRequestEntityTooLarge, reasonTooLarge,

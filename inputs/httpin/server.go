@@ -407,6 +407,7 @@ func (s *Server) closedUnused(c net.Conn, d time.Duration) {
 	if _, ok := c.(*tls.Conn); ok {
 		latest += timeout // the header's time starts after the handshake, which may take as long
 	}
+	latest = min(latest, idleTimeout-time.Second) // an HTTP/2 connection idle since its preface closes at idleTimeout
 	if stopped || d < timeout || d > latest {
 		// Sooner: see above. Much later: not the server's header timeout
 		// but another close (an HTTP/2 connection idle since its preface).
