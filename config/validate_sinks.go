@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"net"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -239,12 +238,10 @@ func keyText(key string, t *template.Template) string {
 	return ""
 }
 
-// hostname is what ${hostname} renders where the configuration is checked (check runs
-// where the service runs).
-func hostname() string {
-	h, _ := os.Hostname()
-	return h
-}
+// hostname stands for what ${hostname} renders when lengths are checked: a name as long
+// as a host's or pod's may be (63 bytes), so that a file passes or fails alike on every
+// machine, the one it is checked on and the one it runs on.
+func hostname() string { return strings.Repeat("h", 63) }
 
 // leastLen is the fewest bytes t renders: its text, ${seq} as 20 digits, ${uuid} as 36,
 // the date and time, the host name, and each value at the least a value too long for
@@ -267,7 +264,7 @@ func leastWhat(t *template.Template) string {
 		parts = append(parts, "the date and time")
 	}
 	if t.UsesHostname() {
-		parts = append(parts, "the host name")
+		parts = append(parts, "the host name at 63 bytes")
 	}
 	switch n := t.Values(); n {
 	case 0:
