@@ -100,7 +100,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 				if len(call) == 1 && !alone[call[0].seq] { // a split message's parts are one record
 					alone[call[0].seq] = true
 					if !retried {
-						s.refusedAlone.Add(1) // counted once, not at each try of the batch
+						s.noteRefusedAlone(b.Partition) // counted once, not at each try of the batch
 					}
 				}
 				// Splits: 64, and 16 more per record found refused alone, so
@@ -172,9 +172,9 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		}
 		s.log.Warn("a batch the service refused whole, record by record, is dead-lettered as its stream's content: it was refused at each of the sink's last tries, and no stream's events were taken meanwhile",
 			"group", group, "stream", stream, "events", len(evs), "tries", maxRefusedBatches, "error", refused.Err)
-		// Taken for content: the refusals so far say nothing more of the
-		// service; the next pause needs refusedToPause more.
-		s.refusedAlone.Store(0)
+		// Taken for content: this stream's refusals say nothing more of
+		// the service (other streams' still count).
+		s.forgetRefusedAlone(b.Partition)
 		for _, call := range held {
 			for _, ev := range call {
 				out.Rejected = append(out.Rejected, sinks.Rejection{Seq: ev.seq, Reason: refused.Reason})
@@ -293,6 +293,38 @@ func (s *Sink) refusedBatch(partition string) bool {
 	return true
 }
 
+// noteRefusedAlone counts a record of partition refused in a call of its
+// own.
+func (s *Sink) noteRefusedAlone(partition string) {
+	s.refusedMu.Lock()
+	defer s.refusedMu.Unlock()
+	if s.refusedBy == nil {
+		s.refusedBy = map[string]int64{}
+	}
+	s.refusedBy[partition]++
+	s.refusedAlone.Add(1)
+}
+
+// forgetRefusedAlone takes partition's refusals out of the count: its
+// batch was dead-lettered as its content.
+func (s *Sink) forgetRefusedAlone(partition string) {
+	s.refusedMu.Lock()
+	defer s.refusedMu.Unlock()
+	s.refusedAlone.Add(-s.refusedBy[partition])
+	delete(s.refusedBy, partition)
+}
+
+// clearRefusedAlone starts the count again: a call was taken.
+func (s *Sink) clearRefusedAlone() {
+	if s.refusedAlone.Load() == 0 {
+		return // the common case, without the lock
+	}
+	s.refusedMu.Lock()
+	defer s.refusedMu.Unlock()
+	s.refusedAlone.Store(0)
+	clear(s.refusedBy)
+}
+
 // refusedBefore reports whether partition's batch was refused whole at
 // the Send before (a pause).
 func (s *Sink) refusedBefore(partition string) bool {
@@ -377,7 +409,7 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 			now := time.Now()
 			s.outcomes.note(group, false, now)
 			s.lastTaken.Store(now.UnixNano())
-			s.refusedAlone.Store(0)
+			s.clearRefusedAlone()
 			s.tokens.put(key, aws.ToString(res.NextSequenceToken))
 			rj := rejections(res.RejectedLogEventsInfo, evs)
 			s.m.events.Add(float64(len(evs) - len(rj)))
@@ -400,7 +432,7 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 			now := time.Now()
 			s.outcomes.note(group, false, now)
 			s.lastTaken.Store(now.UnixNano())
-			s.refusedAlone.Store(0)
+			s.clearRefusedAlone()
 			return nil, nil
 		case errors.As(err, &missing) && !created:
 			s.tokens.delete(key)

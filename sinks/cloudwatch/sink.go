@@ -57,10 +57,12 @@ type Sink struct {
 	// lastTaken is when a PutLogEvents was last taken (Unix nanoseconds),
 	// by any stream: see refusedEverywhere.
 	lastTaken atomic.Int64
-	// refusedAlone counts the events refused in calls of their own, by
+	// refusedAlone counts the records refused in calls of their own, by
 	// any stream, since a PutLogEvents was last taken: a low-rate stream's
 	// batches of a few records each add up to refusedToPause across them.
+	// refusedBy holds each stream's part of it (under refusedMu).
 	refusedAlone atomic.Int64
+	refusedBy    map[string]int64
 	// refusedBatches counts, by partition, Sends in a row whose batch the
 	// service refused whole (a pause each): see refusedBatch.
 	refusedMu      sync.Mutex
