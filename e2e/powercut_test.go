@@ -40,7 +40,7 @@ func TestPowerCutLoop(t *testing.T) {
 	}
 	e, remount, m := powerCutEnv(t)
 	cfg := e.f.cfg
-	cfg.Sinks[0] = s3Sink("archive", slowProxy(t, e.s3URL, 150*time.Millisecond), bucket)
+	cfg.Sinks[0] = s3Sink("archive", slowProxy(t, e.s3URL, 150*time.Millisecond).URL, bucket)
 	e.f.setConfig(cfg)
 	e.cw.SetLatency(50 * time.Millisecond)
 	e.f.start()
