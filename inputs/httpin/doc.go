@@ -71,8 +71,12 @@
 // answered 413 (reason over_memory_budget).
 //
 // Bad input is answered and counted (forwarder_input_rejected_total, by
-// reason) and logged at debug level only; it never stops the server or
-// another client.
+// reason) and logged, the first of a minute for each reason as a warning
+// and the rest at debug level; it never stops the server or another
+// client. A request head Go's server refuses itself, before the handler
+// (400 a malformed line, 431 headers too large, 501, 417), is counted as
+// bad_request_head when its connection closes (Server.headRefused), from
+// what the connection saw (limitedConn).
 //
 // Connections beyond max_connections are closed at once, before any
 // answer (reason too_many_connections), except that a connection that has

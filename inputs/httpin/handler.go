@@ -36,6 +36,7 @@ const (
 	reasonProtocol       = "unsupported_protocol" // HTTP/2 without TLS (h2c)
 	reasonTLSHandshake   = "tls_handshake"        // the TLS handshake failed
 	reasonHeaderTimeout  = "header_timeout"       // no request head within read_header_timeout
+	reasonBadHead        = "bad_request_head"     // net/http refused the request head itself (400, 431, 501, 417)
 	reasonTooManyRecords = "too_many_records"     // over max_records_per_request
 	reasonOverBudget     = "over_memory_budget"   // more than the inputs' memory budget holds for one request
 	reasonNoRoom         = "memory_full"          // no room in the inputs' memory budget in time

@@ -3,6 +3,7 @@ package httpin
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -302,5 +303,133 @@ func TestEvictedBeforeItsHandlerStoresNothing(t *testing.T) {
 	}
 	if n := len(e.records()); n != 1 {
 		t.Errorf("%d records stored, want the newer connection's alone", n)
+	}
+}
+
+// TestRefusedHeadsAreCounted: a request head net/http refuses itself,
+// before the handler (400, 431, 501), is counted as bad_request_head and
+// said, also on a connection that served requests before it; a head not
+// whole within read_header_timeout is header_timeout; a client that goes
+// away in the middle of its head, and good requests, are neither.
+func TestRefusedHeadsAreCounted(t *testing.T) {
+	big := strings.Repeat("x", 20<<10)
+	for _, c := range []struct {
+		name, head string
+		good       bool // a good request first, on the same connection
+		status     int  // the answer; 0: none (the client closes first, or the head times out)
+		closeFirst bool // the client closes its side after the head
+		reason     string
+		why        string
+	}{
+		{name: "malformed", head: "GARBAGE\r\n\r\n", status: 400, reason: reasonBadHead, why: "a malformed request line or header"},
+		{name: "after a good request", head: "POST /v1/logs/app HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n", good: true, status: 400, reason: reasonBadHead, why: "a malformed request line or header"},
+		{name: "headers too large", head: "POST /v1/logs/app HTTP/1.1\r\nHost: x\r\nX-Big: " + big + "\r\n\r\n", status: 431, reason: reasonBadHead, why: "headers over 16 KiB"},
+		{name: "transfer encoding", head: "POST /v1/logs/app HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", status: 501, reason: reasonBadHead, why: "a Transfer-Encoding other than chunked"},
+		{name: "unfinished", head: "POST /v1/logs/app HTTP/1.1\r\nHost: x\r\n", reason: reasonHeaderTimeout, why: "no whole request head within read_header_timeout"},
+		{name: "unfinished after a good request", head: "POST /v1/logs/app HTTP/1.1\r\nHost: x\r\n", good: true, reason: reasonHeaderTimeout, why: "no whole request head within read_header_timeout"},
+		{name: "client gone", head: "POST /v1/logs/app HTTP/1.1\r\nHost: x\r\n", closeFirst: true},
+		{name: "good only", good: true, closeFirst: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var logs syncbuf.Buffer
+			e := newEnv(t, withLogger(slog.New(slog.NewTextHandler(&logs, nil))), withConfig(func(h *config.HTTP) {
+				h.ReadHeaderTimeout = config.Duration(300 * time.Millisecond)
+			}))
+			conn := dialRaw(t, e)
+			if c.good {
+				if status := keepAlive(t, conn, ""); status != 200 {
+					t.Fatalf("good request: %d", status)
+				}
+			}
+			io.WriteString(conn, c.head)
+			if c.closeFirst {
+				conn.Close()
+			} else {
+				conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+				b, _ := io.ReadAll(conn)
+				if got := string(b); c.status != 0 && !strings.HasPrefix(got, fmt.Sprintf("HTTP/1.1 %d ", c.status)) || c.status == 0 && got != "" {
+					t.Fatalf("answer %q, want status %d", got, c.status)
+				}
+			}
+			// The count follows the warning; the connection's close, both.
+			deadline := time.Now().Add(5 * time.Second)
+			for (testutil.ToFloat64(e.m.Connections.WithLabelValues(input)) != 0 || c.reason != "" && e.rejected(c.reason) == 0) && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(20 * time.Millisecond) // for a count that should not come
+			for _, r := range []string{reasonBadHead, reasonHeaderTimeout} {
+				want := 0.0
+				if r == c.reason {
+					want = 1
+				}
+				if n := e.rejected(r); n != want {
+					t.Errorf("%s counted %v times, want %v", r, n, want)
+				}
+			}
+			if c.why != "" && !strings.Contains(logs.String(), c.why) {
+				t.Errorf("log does not say %q:\n%s", c.why, logs.String())
+			}
+			if c.reason == reasonBadHead && !strings.Contains(logs.String(), fmt.Sprintf("status=%d", c.status)) {
+				t.Errorf("log does not name status %d:\n%s", c.status, logs.String())
+			}
+		})
+	}
+}
+
+// A request the handler refuses and whose connection it closes (a wrong
+// token) is counted once, as the handler's refusal: neither a head refused
+// nor one not whole in time.
+func TestHandlerRefusalIsNoRefusedHead(t *testing.T) {
+	e := newEnv(t, withConfig(func(h *config.HTTP) {
+		h.Token = "tok"
+		h.ReadHeaderTimeout = config.Duration(300 * time.Millisecond)
+	}))
+	for i := 0; i < 3; i++ {
+		conn := dialRaw(t, e)
+		if status := keepAlive(t, conn, "wrong"); status != 401 {
+			t.Fatalf("wrong token: %d", status)
+		}
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		io.ReadAll(conn) // until the server closes it
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(e.m.Connections.WithLabelValues(input)) != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if a, b, u := e.rejected(reasonBadHead), e.rejected(reasonHeaderTimeout), e.rejected(reasonUnauth); a != 0 || b != 0 || u != 3 {
+		t.Errorf("counted bad_request_head %v, header_timeout %v, unauthorized %v; want 0, 0, 3", a, b, u)
+	}
+}
+
+// Over TLS the status of net/http's refusal is not seen, but the refusal
+// is counted.
+func TestRefusedHeadOverTLS(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	var logs syncbuf.Buffer
+	e := newEnv(t, withCertPool(pool), withLogger(slog.New(slog.NewTextHandler(&logs, nil))), withConfig(func(c *config.HTTP) {
+		c.TLS = config.HTTPTLS{CertFile: certFile, KeyFile: keyFile}
+	}))
+	conn, err := tls.Dial("tcp", e.s.Addr().String(), &tls.Config{RootCAs: pool, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "GARBAGE\r\n\r\n")
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, _ := io.ReadAll(conn)
+	if !strings.HasPrefix(string(b), "HTTP/1.1 400 ") {
+		t.Fatalf("answer %q", b)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.rejected(reasonBadHead) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := e.rejected(reasonBadHead); n != 1 {
+		t.Errorf("bad_request_head counted %v times, want 1", n)
+	}
+	if !strings.Contains(logs.String(), "over TLS the status is not known") {
+		t.Errorf("log:\n%s", logs.String())
 	}
 }

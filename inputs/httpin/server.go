@@ -88,6 +88,7 @@ type Server struct {
 	ln       net.Listener
 	tls      *tls.Config
 	stopped  bool           // Serve is returning: no new request may start
+	closing  atomic.Bool    // the server is being shut down: its closes are not the clients' doing
 	inflight sync.WaitGroup // requests being handled; Add under mu, before stopped
 
 	rejects inputs.RateLog // the warnings of refused requests
@@ -245,6 +246,9 @@ func (s *Server) tracked(h http.Handler) http.Handler {
 		defer s.inflight.Done()
 		if info, ok := r.Context().Value(connInfoKey{}).(*connInfo); ok {
 			info.served.Store(true)
+			if info.lc != nil {
+				info.lc.handled()
+			}
 		}
 		h.ServeHTTP(w, r)
 	})
@@ -330,12 +334,14 @@ func (s *Server) Serve(ctx context.Context) error {
 	}()
 	select {
 	case err := <-errc:
+		s.closing.Store(true)
 		s.cancelBase()
 		_ = s.srv.Close()
 		s.drain()
 		return fmt.Errorf("serve http on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
+	s.closing.Store(true)
 	sctx, cancel := context.WithTimeout(context.Background(), s.shutdownTimeout)
 	defer cancel()
 	if err := s.srv.Shutdown(sctx); err != nil {
@@ -363,12 +369,37 @@ func (s *Server) connState(c net.Conn, state http.ConnState) {
 	switch state {
 	case http.StateNew:
 		s.p.Metrics.Connections.WithLabelValues(input).Inc()
+	case http.StateActive:
+		// net/http read a request head (HTTP/1.1), or an HTTP/2
+		// connection's first request began; the handler marks it taken.
+		if lc := limitedOf(c); lc != nil {
+			lc.headOpen.Store(true)
+		}
+	case http.StateIdle:
+		if lc := limitedOf(c); lc != nil {
+			lc.idle()
+		}
 	case http.StateClosed, http.StateHijacked:
 		s.p.Metrics.Connections.WithLabelValues(input).Dec()
-		if v, ok := s.conns.LoadAndDelete(c); ok && state == http.StateClosed && !v.(*connInfo).served.Load() {
-			s.closedUnused(c, time.Since(v.(*connInfo).opened))
+		v, ok := s.conns.LoadAndDelete(c)
+		if !ok || state != http.StateClosed || s.closing.Load() {
+			return
+		}
+		info := v.(*connInfo)
+		if lc := limitedOf(c); lc != nil && !isHTTP2(c) && s.headRefused(c, lc, info.served.Load()) {
+			return
+		}
+		if !info.served.Load() {
+			s.closedUnused(c, time.Since(info.opened))
 		}
 	}
+}
+
+// isHTTP2 reports whether c speaks HTTP/2, whose server refuses a bad
+// request on its stream and says nothing of it here.
+func isHTTP2(c net.Conn) bool {
+	tc, ok := c.(*tls.Conn)
+	return ok && tc.ConnectionState().NegotiatedProtocol == "h2"
 }
 
 // headerTimeoutSlack: a connection closed this long past
@@ -380,6 +411,7 @@ const headerTimeoutSlack = 5 * time.Second
 type connInfo struct {
 	opened time.Time
 	served atomic.Bool
+	lc     *limitedConn // under the connection (nil: none)
 }
 
 type connInfoKey struct{}
@@ -387,37 +419,92 @@ type connInfoKey struct{}
 // connContext is the context of c's requests: its slot (withSlot) and its
 // connInfo, which the handler marks served.
 func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
-	info := &connInfo{opened: time.Now()}
+	info := &connInfo{opened: time.Now(), lc: limitedOf(c)}
 	s.conns.Store(c, info)
 	return context.WithValue(withSlot(ctx, c), connInfoKey{}, info)
 }
 
 // closedUnused counts and says a connection closed without a request
-// served, open for d: one that sent no whole request head within
+// served or begun, open for d: one that sent no request head within
 // read_header_timeout (a client too slow, or one holding connections
 // open) is a refusal, header_timeout. Sooner, the client went away (a TCP
-// probe), its TLS handshake failed (serverLog says that), or net/http
-// refused its request head itself.
+// probe) or its TLS handshake failed (serverLog says that).
 func (s *Server) closedUnused(c net.Conn, d time.Duration) {
 	timeout := time.Duration(s.cfg.ReadHeaderTimeout)
-	s.mu.Lock()
-	stopped := s.stopped
-	s.mu.Unlock()
 	latest := timeout + headerTimeoutSlack
 	if _, ok := c.(*tls.Conn); ok {
 		latest += timeout // the header's time starts after the handshake, which may take as long
 	}
 	latest = min(latest, idleTimeout-time.Second) // an HTTP/2 connection idle since its preface closes at idleTimeout
-	if stopped || d < timeout || d > latest {
+	if s.closing.Load() || d < timeout || d > latest {
 		// Sooner: see above. Much later: not the server's header timeout
 		// but another close (an HTTP/2 connection idle since its preface).
 		return
 	}
-	s.p.Metrics.Rejected.WithLabelValues(input, reasonHeaderTimeout).Inc()
+	s.headerTimedOut(c)
+}
+
+func (s *Server) headerTimedOut(c net.Conn) {
+	timeout := time.Duration(s.cfg.ReadHeaderTimeout)
 	if n, ok := s.rejects.Allow(reasonHeaderTimeout, time.Now()); ok {
-		s.log.Warn("http connection closed: no request head within read_header_timeout (a client too slow, or one holding connections open)",
+		s.log.Warn("http connection closed: no whole request head within read_header_timeout (a client too slow, or one holding connections open)",
 			"remote", c.RemoteAddr().String(), "read_header_timeout", timeout, "same_reason_not_logged_in_last_minute", n)
 	}
+	// Counted once said: what reads the count finds the line written.
+	s.p.Metrics.Rejected.WithLabelValues(input, reasonHeaderTimeout).Inc()
+}
+
+// headRefused counts and says a connection (HTTP/1.1) closed with a
+// request head begun that never reached the handler, and reports whether
+// it was one: net/http refused the head with its own plain-text answer
+// (400 a malformed request line or header, 431 headers over
+// maxHeaderBytes, 501 a Transfer-Encoding other than chunked, 417 an
+// Expect other than 100-continue: bad_request_head), or the head was not
+// whole within read_header_timeout (header_timeout). A client that went
+// away in the middle of its head is not counted. served: a request of
+// the connection reached the handler before.
+func (s *Server) headRefused(c net.Conn, lc *limitedConn, served bool) bool {
+	status := int(lc.status.Load())
+	// A head begun: net/http answered one (plain HTTP), said it read one
+	// (not always after another request: the bytes it waited for may have
+	// been the whole head), or bytes came after a request answered.
+	if status == 0 && !lc.headOpen.Load() && !(served && lc.headBytes.Load() > 0) {
+		return false
+	}
+	switch lc.readEnd.Load() {
+	case readTimedOut:
+		s.headerTimedOut(c)
+		return true
+	case readClosed:
+		// Whatever net/http answered (400 to an unexpected EOF), no one
+		// read it.
+		s.log.Debug("http connection closed by its client in the middle of a request head", "remote", c.RemoteAddr().String())
+		return true
+	}
+	if status == 0 && !lc.headOpen.Load() {
+		return false // bytes after a request, and no answer: not a head net/http refused
+	}
+	why := "a malformed request line or header (400), headers over 16 KiB (431), a Transfer-Encoding other than chunked (501) or an Expect other than 100-continue (417); over TLS the status is not known"
+	switch status {
+	case http.StatusBadRequest:
+		why = "a malformed request line or header"
+	case http.StatusRequestHeaderFieldsTooLarge:
+		why = "headers over 16 KiB"
+	case http.StatusNotImplemented:
+		why = "a Transfer-Encoding other than chunked"
+	case http.StatusExpectationFailed:
+		why = "an Expect header other than 100-continue"
+	case http.StatusHTTPVersionNotSupported:
+		why = "an HTTP version the input does not serve"
+	}
+	msg, args := "http request refused before the input read it: "+why, []any{"remote", c.RemoteAddr().String(), "status", status}
+	if n, ok := s.rejects.Allow(reasonBadHead, time.Now()); ok {
+		s.log.Warn(msg, append(args, "same_reason_not_logged_in_last_minute", n)...)
+	} else {
+		s.log.Debug(msg, args...)
+	}
+	s.p.Metrics.Rejected.WithLabelValues(input, reasonBadHead).Inc()
+	return true
 }
 
 // serverLog takes what net/http logs about clients (http.Server.ErrorLog):
