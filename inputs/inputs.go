@@ -178,6 +178,24 @@ type Metrics struct {
 	MemoryWaits  *prometheus.CounterVec // reservations that waited for room in the Budget
 }
 
+// Init makes input's series of every metric labelled by input alone, at 0,
+// so that they are there from the start: an alert's increase() sees the
+// first count, a dashboard's rate() has no gap after a restart. The
+// forward input's own (chunk ids reused, nil and non-map records) are made
+// for it only.
+func (m *Metrics) Init(input string) {
+	for _, v := range []*prometheus.CounterVec{m.Records, m.Bytes, m.Deduplicated, m.Unrouted, m.InvalidUTF8, m.BadTime, m.AcceptErrors, m.MemoryWaits} {
+		v.WithLabelValues(input)
+	}
+	m.Connections.WithLabelValues(input)
+	m.MemoryHeld.WithLabelValues(input)
+	if input == "forward" {
+		m.ChunkReused.WithLabelValues(input)
+		m.NilRecords.WithLabelValues(input)
+		m.NotMaps.WithLabelValues(input)
+	}
+}
+
 // NewMetrics creates the metrics and registers them with reg (nil: none).
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	in := []string{"input"}

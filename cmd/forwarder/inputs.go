@@ -28,8 +28,7 @@ func inputActors(w *wal.WAL, cfg *config.Config, reg prometheus.Registerer, log 
 		on   bool
 	}{{"forward", cfg.Inputs.Forward != nil}, {"http", cfg.Inputs.HTTP != nil}} {
 		if in.on {
-			m.Records.WithLabelValues(in.name)
-			m.Unrouted.WithLabelValues(in.name)
+			m.Init(in.name)
 		}
 	}
 	if c := cfg.Inputs.Forward; c != nil {
