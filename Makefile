@@ -8,7 +8,7 @@ BIN      := bin/forwarder
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X main.version=$(VERSION)
 
-.PHONY: all build mods deps run test test-heavy vet fmt-check fuzz-short fuzz bench bench-go bench-e2e bench-catchup bench-partitions bench-tools crash powercut clean e2e soak image image-tools image-test
+.PHONY: all build mods deps run test test-heavy vet fmt-check fuzz-short fuzz alerts bench bench-go bench-e2e bench-catchup bench-partitions bench-tools crash powercut clean e2e soak image image-tools image-test
 
 # Fuzz targets: package, target name, and the number of inputs make test tries
 # (5 to 12 seconds each on 2 cores, most of it the seed corpus; make fuzz runs each for 5 minutes).
@@ -138,6 +138,15 @@ bench-catchup: bench-tools
 bench-tools: deps
 	@command -v curl >/dev/null 2>&1 && command -v ss >/dev/null 2>&1 || \
 		{ apt-get install -y curl iproute2 || { apt-get update && apt-get install -y curl iproute2; }; }
+
+# The alerting rules (deploy/prometheus/alerts.yaml) checked by promtool, and the
+# scenarios of deploy/prometheus/alerts_test.yaml run against them; promtool is
+# installed with go install the first time (a few minutes: it is a large program).
+PROMTOOL_VERSION := v0.316.0
+PROMTOOL = $(shell $(GO) env GOPATH | cut -d: -f1)/bin/promtool
+alerts:
+	@test -x $(PROMTOOL) || $(GO) install github.com/prometheus/prometheus/cmd/promtool@$(PROMTOOL_VERSION)
+	cd deploy/prometheus && $(PROMTOOL) check rules alerts.yaml && $(PROMTOOL) test rules alerts_test.yaml
 
 # Long crash loops: SIGKILL an appending process 200 times and check every
 # acknowledged record each time; SIGKILL an appending and draining process

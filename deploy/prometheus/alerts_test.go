@@ -87,6 +87,18 @@ func TestAlerts(t *testing.T) {
 	if n < 10 {
 		t.Errorf("%d rules", n)
 	}
+	// Each rule has its scenarios in alerts_test.yaml, which make alerts
+	// runs with promtool: one where it fires, at least.
+	scenarios, err := os.ReadFile("alerts_test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range seen {
+		fires := regexp.MustCompile(`(?m)^\s*alertname: ` + name + `\n\s*exp_alerts:\n\s*- exp_labels:`)
+		if !fires.Match(scenarios) {
+			t.Errorf("%s: no scenario of alerts_test.yaml where it fires", name)
+		}
+	}
 	if !bytes.Contains(readme, []byte("deploy/prometheus/alerts.yaml")) {
 		t.Error("README.md does not name deploy/prometheus/alerts.yaml")
 	}
