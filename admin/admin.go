@@ -100,7 +100,9 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("admin: listen on %s: %w", s.listen, err)
 	}
-	s.ln = newCapListener(ln, maxConns, s.log)
+	cl := newCapListener(ln, maxConns, s.log)
+	s.srv.ConnState = cl.connState
+	s.ln = cl
 	return nil
 }
 

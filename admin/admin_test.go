@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -262,9 +264,10 @@ func TestIdleConnectionsClosed(t *testing.T) {
 	}
 }
 
-// TestConnectionsCapped: connections beyond maxConns are closed as they are
-// accepted, with a warning, so that a client holding many cannot take the
-// process's file descriptors; one is served again once a slot is free.
+// TestConnectionsCapped: a client holding maxConns connections open
+// without requests cannot keep a probe out: the probe's connection takes
+// the place of the oldest, which is closed, with a warning, so that a
+// client holding many cannot take the process's file descriptors either.
 func TestConnectionsCapped(t *testing.T) {
 	old := maxConns
 	maxConns = 4
@@ -280,30 +283,110 @@ func TestConnectionsCapped(t *testing.T) {
 		return err
 	}
 	var held []net.Conn
-	for range maxConns {
+	for i := range maxConns {
 		c, err := net.Dial("tcp", s.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
+		defer c.Close()
+		if i == 1 {
+			io.WriteString(c, "GET /healthz HTTP/1.1\r\n") // a head begun, not finished
+		}
 		held = append(held, c)
+		time.Sleep(20 * time.Millisecond) // accepted in this order
 	}
-	time.Sleep(100 * time.Millisecond) // accepted
-	if err := get(); err == nil {
-		t.Errorf("a connection beyond the cap was served")
+	for i := range 2 {
+		if err := get(); err != nil {
+			t.Fatalf("probe %d with %d connections held: %v", i, maxConns, err)
+		}
+		// The oldest held, closed for the probe.
+		held[i].SetReadDeadline(time.Now().Add(2 * time.Second))
+		if n, err := held[i].Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("held connection %d: read %d, %v; want it closed", i, n, err)
+		}
+		// The client fills the place again.
+		c, err := net.Dial("tcp", s.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		held = append(held, c)
+		time.Sleep(20 * time.Millisecond)
 	}
-	if !strings.Contains(logs.String(), "a connection beyond the admin server's limit was closed") {
+	for _, c := range held[2:] {
+		c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("a newer held connection: %v, want it open", err)
+		}
+	}
+	if !strings.Contains(logs.String(), "closed the oldest connection without a request under way to make room for a new one") {
 		t.Errorf("no warning:\n%s", logs.String())
 	}
-	held[0].Close()
-	ok := false
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline) && !ok; time.Sleep(20 * time.Millisecond) {
-		ok = get() == nil
+}
+
+// TestConnectionsCappedAllBusy: with every connection serving a request, a
+// new one is closed as it is accepted, and one is accepted again once a
+// slot is free.
+func TestConnectionsCappedAllBusy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !ok {
-		t.Errorf("not served once a slot was free")
+	var logs syncbuf.Buffer
+	l := newCapListener(ln, 2, slog.New(slog.NewTextHandler(&logs, nil)))
+	defer l.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var clients []net.Conn
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+		return c
 	}
-	for _, c := range held[1:] {
-		c.Close()
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
+	var busy []net.Conn
+	for range 2 {
+		dial()
+		c := <-accepted
+		l.connState(c, http.StateActive)
+		busy = append(busy, c)
+	}
+	extra := dial()
+	extra.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if n, err := extra.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("a connection beyond 2 busy ones: read %d, %v; want it closed", n, err)
+	}
+	if !strings.Contains(logs.String(), "every open one is serving a request") {
+		t.Errorf("no warning:\n%s", logs.String())
+	}
+	l.connState(busy[0], http.StateIdle) // its request answered: it may give way
+	dial()
+	select {
+	case <-accepted:
+	case <-time.After(2 * time.Second):
+		t.Fatal("no connection accepted in the place of an idle one")
+	}
+	busy[1].Close()
+	dial()
+	select {
+	case <-accepted:
+	case <-time.After(2 * time.Second):
+		t.Fatal("no connection accepted once one closed")
 	}
 }
 
