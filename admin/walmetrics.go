@@ -45,7 +45,7 @@ func NewWALCollector(w *wal.WAL, maxBytes int64) *WALCollector {
 		fileFree:      prometheus.NewDesc("forwarder_wal_file_free_bytes", "Free pages inside the WAL file, reused before the file grows.", nil, nil),
 		minFree:       prometheus.NewDesc("forwarder_wal_min_free_bytes", "wal.min_free_bytes.", nil, nil),
 		commitSeconds: prometheus.NewDesc("forwarder_wal_commit_seconds_total", "Time the WAL's commits took, writes and fsyncs (divided by forwarder_wal_commits_total: a commit's mean time).", nil, nil),
-		commitPending: prometheus.NewDesc("forwarder_wal_commit_pending_seconds", "How long the commit under way has run (0: none): a disk that stalls shows here; /healthz fails past 2 minutes.", nil, nil),
+		commitPending: prometheus.NewDesc("forwarder_wal_commit_pending_seconds", "How long the WAL's work on the disk under way (page reads, commit, fsync) has run (0: none): a disk that stalls shows here; /healthz fails past 2 minutes.", nil, nil),
 		orphaned:      prometheus.NewDesc("forwarder_wal_unconfigured_cursor_lag_records", "Records behind the cursor of a sink the configuration no longer has: the WAL keeps them until the cursor is dropped (forwarder wal drop-cursor).", []string{"cursor"}, nil),
 		damaged:       prometheus.NewDesc("forwarder_wal_damaged_records_total", "Records lost to damaged WAL entries (a checksum mismatch: the disk returned other bytes than were written), replaced by placeholders so that the sinks go on past them.", nil, nil),
 		reads: prometheus.NewDesc("forwarder_wal_reads_total", "Reads of the WAL by the sinks that returned records, by where they were served from: memory (the entries committed last, kept uncompressed: a sink that keeps up with appends) or the file.",

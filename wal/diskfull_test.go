@@ -667,6 +667,37 @@ func TestStalledCommitIsSeen(t *testing.T) {
 	}
 }
 
+// A transaction whose page reads do not return before its commit (retention
+// reading leaves the cache no longer holds, on a disk that stalls) shows in
+// CommitPending and Stalled as a commit does; the time is not a commit's.
+func TestStalledApplyIsSeen(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	defer func(d time.Duration) { StallAfter = d }(StallAfter)
+	StallAfter = 200 * time.Millisecond
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { applyHook.Store(nil); once.Do(func() { close(release) }) }
+	defer unblock() // before Close, when a check below fails
+	hook := func() { <-release }
+	applyHook.Store(&hook)
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Append(context.Background(), []Record{{Tag: "t", Body: []byte(`{}`)}}, AppendOptions{})
+		done <- err
+	}()
+	waitUntil(t, 5*time.Second, "the group seen pending", func() bool { return w.CommitPending() > 0 })
+	waitUntil(t, 5*time.Second, "the group seen stalled", w.Stalled)
+	unblock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "nothing pending once the group committed", func() bool { return w.CommitPending() == 0 && !w.Stalled() })
+	if s := w.Stats().CommitSeconds; s >= StallAfter.Seconds() {
+		t.Errorf("commit time summed %vs: the stall before the commit counted as the commit's", s)
+	}
+}
+
 // An append held for room on the disk whose client gives up does not end
 // the hold while an append of its size would still not fit: the next
 // one would only be held again, and DiskFull (the metric, /readyz) would

@@ -176,8 +176,8 @@ type WAL struct {
 	commits  atomic.Uint64 // transactions committed since Open
 	damaged  atomic.Uint64 // records ReplaceDamaged replaced since Open
 	// commitNanos sums the time commits took since Open (writing and
-	// fsyncing); commitSince is when the commit under way began (Unix
-	// nanoseconds; 0: none).
+	// fsyncing); commitSince is when the writer's work on the disk under
+	// way began (writer.atDisk; Unix nanoseconds; 0: none).
 	commitNanos atomic.Int64
 	commitSince atomic.Int64
 	full        atomic.Bool // appends are waiting for room under max_bytes
@@ -599,9 +599,10 @@ var StallAfter = 2 * time.Minute
 // disk does not answer, and nothing can be acknowledged meanwhile.
 func (w *WAL) Stalled() bool { return w.CommitPending() >= StallAfter }
 
-// CommitPending is how long the commit under way has been running (its
-// writes and fsyncs), or 0 when none is: a disk that stalls shows here
-// long before anything fails.
+// CommitPending is how long the writer's work on the disk under way has
+// been running (a transaction's page reads and writes, its commit and
+// fsyncs), or 0 when none is: a disk that stalls shows here long before
+// anything fails.
 func (w *WAL) CommitPending() time.Duration {
 	since := w.commitSince.Load()
 	if since == 0 {

@@ -283,6 +283,7 @@ func (wr *writer) deleteProbe() {
 // commitAlone commits, with no open transaction, one that only does op on
 // the meta bucket.
 func (wr *writer) commitAlone(op func(meta *bolt.Bucket) error) error {
+	defer wr.atDisk()()
 	tx, err := wr.w.db.Begin(true)
 	if err != nil {
 		return err
@@ -363,6 +364,7 @@ func (wr *writer) setFull() {
 // begins if there is none. When it fails, the WAL has failed and it has
 // answered every request.
 func (wr *writer) applyGroup(appends []*appendReq, commits []*commitReq) (room *diskRoom, ok bool) {
+	defer wr.atDisk()()
 	wr.waiting = nil // those held before are in appends: answered once, here
 	if wr.failed == nil && wr.tx == nil {
 		tx, err := wr.w.db.Begin(true)
@@ -405,6 +407,9 @@ func (wr *writer) applyGroup(appends []*appendReq, commits []*commitReq) (room *
 // is the room on the disk that the appends left, when apply measured it
 // (nil: not measured).
 func (wr *writer) apply(tx *bolt.Tx, appends []*appendReq, commits []*commitReq) (now []func(), later []func(error), applied []pendingCommit, room *diskRoom, err error) {
+	if h := applyHook.Load(); h != nil {
+		(*h)()
+	}
 	if wr.probeLeft && !wr.txProbe {
 		// It sits in the meta bucket's leaf, which every transaction
 		// writes: out of it first.
@@ -1213,11 +1218,27 @@ func (wr *writer) flush() {
 // commitHook, when set, replaces tx.Commit: tests inject failures with it.
 var commitHook atomic.Pointer[func(*bolt.Tx) error]
 
+// applyHook, when set, runs as a group is applied to its transaction:
+// tests stall it with it.
+var applyHook atomic.Pointer[func()]
+
+// atDisk marks the writer at work that waits on the disk until the
+// function it returns is called: a transaction's begin, its page reads
+// (retention and the chunk index read pages the cache may not hold; a
+// stalled disk blocks them as it blocks an fsync), the file system's
+// free space, and the commit. CommitPending and Stalled time it. Nested
+// calls keep the outer start.
+func (wr *writer) atDisk() func() {
+	if !wr.w.commitSince.CompareAndSwap(0, time.Now().UnixNano()) {
+		return func() {}
+	}
+	return func() { wr.w.commitSince.Store(0) }
+}
+
 func (wr *writer) commitTx(tx *bolt.Tx) error {
 	start := time.Now().UnixNano()
-	wr.w.commitSince.Store(start)
+	defer wr.atDisk()()
 	defer func() {
-		wr.w.commitSince.Store(0)
 		wr.w.commitNanos.Add(time.Now().UnixNano() - start)
 	}()
 	if h := commitHook.Load(); h != nil {
