@@ -81,7 +81,7 @@ func TestWALFullBlock(t *testing.T) {
 	t.Logf("WAL full (%d of %d bytes) after %d records; %d more acknowledged in the %v it was held; forward chunk held %v; HTTP 503s %d; /readyz %d %s",
 		st.WAL.Bytes, st.WAL.MaxBytes, ackedFull, ackedHeld-ackedFull, held.Round(100*time.Millisecond), fwdPending.Round(100*time.Millisecond),
 		http503.Status[http.StatusServiceUnavailable], readyz, oneLine(readyBody))
-	t.Logf("S3 accepting again: the inputs resumed %v later (the paused sink probes every 30 s)", resumeAfter.Round(100*time.Millisecond))
+	t.Logf("S3 accepting again: the inputs resumed %v later (the paused sink probes after 1 s, doubling the wait up to 30 s)", resumeAfter.Round(100*time.Millisecond))
 	t.Logf("%v", tl)
 	t.Logf("forward: %v; http: %v", fwd, httpSt)
 	t.Logf("forwarder log: %s", e.f.logSummary())

@@ -305,6 +305,7 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 		}
 	}()
 	paused := false
+	refused := 0           // refusals in a row while paused: pauseWait's exponent
 	var lastWarn time.Time // the last warning of a failure that is retried
 	full := time.Second    // the next wait after a commit found the disk full
 	for attempt := 1; ; attempt++ {
@@ -343,9 +344,13 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 		state := StateRecovering
 		d.opts.Metrics.Retries.WithLabelValues(d.name, e.Class.String(), e.Reason).Inc()
 		if e.Class == sinks.SinkPermanent {
-			wait, state = d.opts.PauseRetry, StatePaused
 			if !paused {
-				d.log.Error("sink paused while finishing interrupted work: the destination refuses every request until this is fixed; "+d.keptSays()+"; retrying every "+wait.String(),
+				refused = 0
+			}
+			wait, state = pauseWait(d.opts.PauseRetry, refused), StatePaused
+			refused++
+			if !paused {
+				d.log.Error("sink paused while finishing interrupted work: the destination refuses every request until this is fixed; "+d.keptSays()+"; "+pauseSays(d.opts.PauseRetry),
 					"reason", e.Reason, "error", e.Err)
 				d.paused.Set(1)
 				paused = true

@@ -348,9 +348,10 @@ func sinkPermanentPausesWithOneLine(t *testing.T, whenFull wal.FullPolicy) {
 		}
 		_, _, sends := s.snapshot()
 		// The first batches of up to Concurrency partitions fail together;
-		// then one probe every 30s.
-		if sends < 4+5 || sends > 4+7 {
-			t.Fatalf("%d sends in 3 minutes while paused, want 4 and then a probe every 30s", sends)
+		// then one probe at a time, at 1, 3, 7, 15 and 31 s, then every 30s
+		// (61 ... 181 s): 10 in 3 minutes.
+		if sends < 4+9 || sends > 4+11 {
+			t.Fatalf("%d sends in 3 minutes while paused, want 4 and then 10 probes (1s, doubling to every 30s)", sends)
 		}
 		if n := strings.Count(logs.String(), "sink paused"); n != 1 || !strings.Contains(logs.String(), "level=ERROR") {
 			t.Fatalf("%d 'sink paused' lines:\n%s", n, logs.String())
@@ -720,8 +721,9 @@ func TestRecoverRefusedPausesSink(t *testing.T) {
 		calls := s.calls
 		s.allowed = true
 		s.mu.Unlock()
-		if calls < 4 || calls > 6 {
-			t.Fatalf("%d Recover calls in 2 minutes, want one every 30s", calls)
+		// At 0, 1, 3, 7, 15 and 31 s, then every 30s (61, 91, 121).
+		if calls < 8 || calls > 9 {
+			t.Fatalf("%d Recover calls in 2 minutes, want 8 or 9 (after 1s, doubling to every 30s)", calls)
 		}
 		time.Sleep(time.Minute)
 		synctest.Wait()
@@ -814,7 +816,7 @@ func TestDrainAnswersPausedRecovery(t *testing.T) {
 		s := &recoveringSink{testSink: newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})}
 		m := NewMetrics(nil)
 		r := start(w, "s", s, Options{Metrics: m})
-		time.Sleep(time.Second)
+		time.Sleep(500 * time.Millisecond) // before the first probe, at 1s
 		synctest.Wait()
 		if st := r.d.Status(); st.State != StatePaused {
 			t.Fatalf("status %+v, want paused", st)

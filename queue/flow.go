@@ -41,6 +41,7 @@ type flow struct {
 	failParts    map[*partition]bool // the partitions of the streak
 	paused       *sinks.Error        // set while a sink-permanent error pauses the sink
 	pauseRetryAt time.Time
+	pauseProbes  int // probes refused since the pause began: pauseWait's exponent
 
 	// unreached counts the failed sends in a row that could not connect to
 	// the destination (sinks.Error.Unreachable); spilled: partitions were
@@ -94,11 +95,11 @@ func (f *flow) holds(now time.Time, inflight int) bool {
 }
 
 // sending notes that p's batch is sent now. While the sink is paused it
-// is a probe (the result says so), and the next waits PauseRetry; while
+// is a probe (the result says so), and no other goes while it is out; while
 // it retries, it is the one batch whose failure lengthens the wait.
 func (f *flow) sending(p *partition, now time.Time) (probe bool) {
 	if f.paused != nil {
-		f.pauseRetryAt = now.Add(f.pauseRetry)
+		f.pauseRetryAt = now.Add(pauseWait(f.pauseRetry, f.pauseProbes))
 	}
 	if f.retrying() {
 		f.probe = p
@@ -152,14 +153,41 @@ func (f *flow) failed(p *partition, attempts int, now time.Time) time.Time {
 	return at
 }
 
-// pause: the destination refuses every request (a sink-permanent error).
-// It says whether the sink was not paused before, and returns when the
-// next probe may go.
-func (f *flow) pause(e *sinks.Error, now time.Time) (first bool, probeAt time.Time) {
+// pause: the destination refuses every request (a sink-permanent error),
+// answering a probe when probe is true. It says whether the sink was not
+// paused before, and returns when the next probe may go: pauseWait after
+// the refusals so far.
+func (f *flow) pause(e *sinks.Error, probe bool, now time.Time) (first bool, probeAt time.Time) {
 	first = f.paused == nil
+	if first {
+		f.pauseProbes = 0
+	} else if probe {
+		f.pauseProbes++
+	}
 	f.paused = e
-	f.pauseRetryAt = now.Add(f.pauseRetry)
+	f.pauseRetryAt = now.Add(pauseWait(f.pauseRetry, f.pauseProbes))
 	return first, f.pauseRetryAt
+}
+
+// pauseFirst is the wait before a paused sink's first probe. A refusal
+// often ends within seconds (a role's policy attached a moment after the
+// pod started, a bucket created by the same rollout): the probes start
+// soon and slow down, each wait twice the one before, to the pause's
+// interval (Options.PauseRetry).
+const pauseFirst = time.Second
+
+// pauseWait is the wait before a paused sink's next probe after refused
+// probes refused ones: pauseFirst doubled for each, at most retry.
+func pauseWait(retry time.Duration, refused int) time.Duration {
+	return min(retry, pauseFirst<<min(refused, 20))
+}
+
+// pauseSays describes a paused sink's probes, for its log lines.
+func pauseSays(retry time.Duration) string {
+	if retry <= pauseFirst {
+		return "retrying every " + retry.String()
+	}
+	return "retrying after " + pauseFirst.String() + ", then twice as long after each refusal up to every " + retry.String()
 }
 
 // succeeded: a send was delivered (or its records refused for their
@@ -279,9 +307,9 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		d.log.Debug("throttled: all partitions wait", "reason", e.Reason, "wait", until.Sub(now), "concurrency", l.limit)
 		l.schedule(p, until)
 	case sinks.SinkPermanent:
-		first, probeAt := l.flow.pause(e, now)
+		first, probeAt := l.flow.pause(e, r.probe, now)
 		if first {
-			d.log.Error("sink paused: the destination refuses every request until this is fixed; "+d.keptSays()+"; retrying every "+d.opts.PauseRetry.String(),
+			d.log.Error("sink paused: the destination refuses every request until this is fixed; "+d.keptSays()+"; "+pauseSays(d.opts.PauseRetry),
 				"reason", e.Reason, "error", e.Err)
 			d.paused.Set(1)
 		}

@@ -170,18 +170,21 @@ func TestRetryingAndProbe(t *testing.T) {
 	}
 }
 
-// A pause holds every send but one probe every PauseRetry; only a probe's
+// A pause holds every send but one probe, the first after pauseFirst and
+// each refused one doubling the wait up to PauseRetry; only a probe's
 // success lifts it.
 func TestPauseAndProbe(t *testing.T) {
 	f := testFlow()
 	now := time.Unix(1000, 0)
 	e := &sinks.Error{Class: sinks.SinkPermanent, Reason: "access_denied"}
-	first, probeAt := f.pause(e, now)
-	if !first || !probeAt.Equal(now.Add(30*time.Second)) {
-		t.Fatalf("pause: first %v, probe at %v; want true, %v", first, probeAt, now.Add(30*time.Second))
+	first, probeAt := f.pause(e, false, now)
+	if !first || !probeAt.Equal(now.Add(time.Second)) {
+		t.Fatalf("pause: first %v, probe at %v; want true, %v", first, probeAt, now.Add(time.Second))
 	}
-	if first, _ := f.pause(e, now); first {
-		t.Fatal("a second pause error is reported as the first")
+	// Sends in flight when the pause began are refused too: not probes,
+	// they do not lengthen the wait.
+	if first, probeAt := f.pause(e, false, now); first || !probeAt.Equal(now.Add(time.Second)) {
+		t.Fatalf("a second send's refusal: first %v, probe at %v; want false, %v", first, probeAt, now.Add(time.Second))
 	}
 	for _, c := range []struct {
 		at       time.Duration
@@ -189,18 +192,33 @@ func TestPauseAndProbe(t *testing.T) {
 		want     bool
 	}{
 		{0, 0, true},
-		{29 * time.Second, 0, true},
-		{30 * time.Second, 1, true}, // a send in flight: one probe at a time
-		{30 * time.Second, 0, false},
+		{999 * time.Millisecond, 0, true},
+		{time.Second, 1, true}, // a send in flight: one probe at a time
+		{time.Second, 0, false},
 	} {
 		if got := f.holds(now.Add(c.at), c.inflight); got != c.want {
 			t.Errorf("paused, at +%v with %d in flight: holds %v, want %v", c.at, c.inflight, got, c.want)
 		}
 	}
-	if w := f.wake(now, time.Second); w != 30*time.Second {
-		t.Fatalf("paused: wakes in %v, want at the probe, 30s", w)
+	if w := f.wake(now, 10*time.Millisecond); w != time.Second {
+		t.Fatalf("paused: wakes in %v, want at the probe, 1s", w)
 	}
-	probeTime := now.Add(30 * time.Second)
+	// Each refused probe doubles the wait, up to PauseRetry (30s).
+	at := now
+	for _, want := range []time.Duration{2, 4, 8, 16, 30, 30} {
+		at = probeAt
+		if probe := f.sending(&partition{key: "a"}, at); !probe {
+			t.Fatal("a send while paused is not a probe")
+		}
+		if !f.holds(at, 1) {
+			t.Fatal("a second send goes while the probe is out")
+		}
+		_, probeAt = f.pause(e, true, at.Add(100*time.Millisecond))
+		if got := probeAt.Sub(at.Add(100 * time.Millisecond)); got != want*time.Second {
+			t.Fatalf("after a refused probe: the next in %v, want %v", got, want*time.Second)
+		}
+	}
+	probeTime := probeAt
 	if probe := f.sending(&partition{key: "a"}, probeTime); !probe {
 		t.Fatal("a send while paused is not a probe")
 	}
@@ -217,5 +235,9 @@ func TestPauseAndProbe(t *testing.T) {
 	}
 	if f.holds(probeTime, 0) {
 		t.Fatal("sends held after the pause was lifted")
+	}
+	// A later pause starts again at pauseFirst.
+	if first, probeAt := f.pause(e, false, probeTime); !first || !probeAt.Equal(probeTime.Add(time.Second)) {
+		t.Fatalf("a new pause: first %v, probe at %v; want true, +1s", first, probeAt.Sub(probeTime))
 	}
 }

@@ -76,7 +76,7 @@ func TestPausedSendsAreCountedAsRetries(t *testing.T) {
 		})
 		last := appendN(t, w, 10, tagsOf(1), 10)
 		r := start(w, "s", s, Options{Logger: slog.New(slog.DiscardHandler), Metrics: m})
-		time.Sleep(100 * time.Second) // the first send and three probes (every 30s)
+		time.Sleep(100 * time.Second) // the first send and eight probes (1s, doubling to every 30s)
 		synctest.Wait()
 		n := calls.Load()
 		if n < 3 {
