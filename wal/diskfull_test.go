@@ -744,6 +744,37 @@ func TestDiskHoldOutlivesAGivenUpAppend(t *testing.T) {
 	}
 }
 
+// A WAL opened on a disk with less than MinFreeBytes free is full on the
+// disk before any append comes (/readyz fails before clients are sent to
+// it), and no longer once room is freed.
+func TestOpenOnAFullDisk(t *testing.T) {
+	mnt := tmpfstest.Mount(t, "16m")
+	const floor = 4 << 20
+	w := openT(t, mnt, Options{MinFreeBytes: floor})
+	if w.DiskFull() {
+		t.Fatalf("DiskFull() with %d bytes free", fsFree(t, mnt))
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ballast := filepath.Join(mnt, "ballast")
+	if err := os.WriteFile(ballast, make([]byte, fsFree(t, mnt)-2<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w = openT(t, mnt, Options{MinFreeBytes: floor})
+	defer w.Close()
+	if !w.DiskFull() || !w.Full() {
+		t.Fatalf("opened with %d bytes free, under min_free_bytes %d: DiskFull() %v, Full() %v; want both true", fsFree(t, mnt), floor, w.DiskFull(), w.Full())
+	}
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, "DiskFull() false once room was freed", func() bool { return !w.DiskFull() })
+	if _, err := w.Append(context.Background(), []Record{{Tag: "t", Body: []byte(`{}`)}}, AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // An Append whose context ends while its records are in a transaction
 // (a commit that takes long) returns that transaction's outcome, not the
 // context's end: records are never stored with their caller told they

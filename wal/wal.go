@@ -289,6 +289,7 @@ func Open(dir string, opts Options) (*WAL, error) {
 	w.kick = make(chan struct{}, 1)
 	w.quit = make(chan struct{})
 	wr := newWriter(w, st)
+	wr.openRoom() // before Open returns: /readyz reads DiskFull at once
 	go func() {
 		defer close(w.done)
 		wr.run()

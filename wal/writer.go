@@ -622,6 +622,19 @@ func (wr *writer) floor() int64 {
 // heldFor is Options.HoldFor's default (a variable for tests).
 var heldFor = 10 * time.Second // a variable for tests
 
+// openRoom sets DiskFull at open when less than MinFreeBytes is free on
+// the disk and in the file: no append has been held yet, but one would
+// be, and /readyz must say so before clients are sent here (a restart on
+// a full disk). The hold ends as any does (checkDisk), looked at every
+// second.
+func (wr *writer) openRoom() {
+	if wr.room().enough(wr.w.opts.MinFreeBytes) {
+		return
+	}
+	wr.setDiskFull(true, nil)
+	wr.noSpaceRetry = time.After(noSpaceRetryInterval)
+}
+
 // checkDisk updates DiskFull after a step. room is what apply left of the
 // room on the disk (nil: it stored nothing and did not measure). While
 // appends are held for room, the writer looks again every second, and
