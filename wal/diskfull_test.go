@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -852,12 +853,19 @@ func TestSyncIntervalRefusedCommit(t *testing.T) {
 	if pos, _ := w.Cursor("s"); pos != last {
 		t.Fatalf("cursor at %d once the disk has room, want %d", pos, last)
 	}
-	// Appends acknowledged and then refused: lost, and the WAL says so.
-	appendT(t, w, []Record{{Body: []byte(`{"a":2}`)}}, "")
+	// Appends acknowledged and then refused: lost, and the WAL says so,
+	// naming how many and which.
+	r1 := appendT(t, w, []Record{{Body: []byte(`{"a":2}`)}}, "")
+	r2 := appendT(t, w, []Record{{Body: []byte(`{"a":3}`)}, {Body: []byte(`{"a":4}`)}}, "")
 	_, stop = noSpaceCommits(t)
 	defer stop()
-	if err := w.Sync(context.Background()); !errors.Is(err, ErrFatal) {
+	err := w.Sync(context.Background())
+	if !errors.Is(err, ErrFatal) {
 		t.Fatalf("a commit of acknowledged appends on a full disk: %v, want ErrFatal", err)
+	}
+	want := fmt.Sprintf("3 acknowledged records (seq %d to %d) were not committed and are lost", r1.First, r2.Last)
+	if !strings.Contains(err.Error(), want) || !strings.Contains(w.Err().Error(), want) {
+		t.Fatalf("the WAL's failure: %v (Err: %v); want it to say %q", err, w.Err(), want)
 	}
 }
 

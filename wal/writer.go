@@ -1166,7 +1166,7 @@ func (wr *writer) flush() {
 	// stops. One without appends (cursors, sink state, retention) is
 	// refused and tried again as with SyncAlways.
 	if !isNoSpace(err) || wr.w.opts.Sync != SyncAlways && appended > 0 {
-		wr.fail(fmt.Errorf("commit: %w", err))
+		wr.fail(fmt.Errorf("commit: %w%s", err, wr.lost(appended)))
 		answer(wr.failed)
 		return
 	}
@@ -1273,9 +1273,28 @@ func isNoSpace(err error) bool {
 	return errors.As(err, &pe) && pe.Op == "write" && errors.Is(err, syscall.ENOSPC)
 }
 
+// lost says which acknowledged records a failure loses, when the open
+// transaction, which appended appends, is not committed: with SyncInterval
+// they were acknowledged when stored, after the last commit (the records
+// from the published state's next sequence number to the working
+// state's). "" when none were.
+func (wr *writer) lost(appended int) string {
+	if wr.w.opts.Sync == SyncAlways || appended == 0 {
+		return ""
+	}
+	first := wr.w.snapshot().nextSeq
+	if wr.st.nextSeq <= first {
+		return ""
+	}
+	return fmt.Sprintf("; %d acknowledged records (seq %d to %d) were not committed and are lost (wal.sync: interval)", wr.st.nextSeq-first, first, wr.st.nextSeq-1)
+}
+
 func (wr *writer) fail(err error) {
 	if wr.failed != nil {
 		return
+	}
+	if wr.tx != nil {
+		err = fmt.Errorf("%w%s", err, wr.lost(wr.txAppends))
 	}
 	wr.failed = fmt.Errorf("%w: %v", ErrFatal, err)
 	if wr.tx != nil {
