@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -16,12 +17,24 @@ import (
 )
 
 // signalsActor stops the service on SIGTERM or SIGINT. It subscribes to the signals at once,
-// so that a signal that arrives before the group runs is not lost; its stop unsubscribes,
-// after which a second signal ends the process the hard way. SIGHUP (a reload, a closed
-// terminal) does not stop it: the configuration is read at start only, which the log says.
-func signalsActor(log *slog.Logger, timeout time.Duration) actor {
+// so that a signal that arrives before the group runs is not lost. SIGHUP (a reload, a
+// closed terminal) does not stop it: the configuration is read at start only, which the
+// log says. Once the stop has begun, a second SIGTERM or SIGINT ends the process at once,
+// with a line saying what that leaves (the signals stay ours: a SIGINT ignored when the
+// process started, under nohup, would otherwise be ignored again). interval: wal.sync is
+// interval, so such an exit loses what was acknowledged since the last commit. release,
+// called once the service has stopped, ends the subscription.
+func signalsActor(log *slog.Logger, timeout time.Duration, interval bool) (a actor, release func()) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	released := make(chan struct{})
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			signal.Stop(sigs)
+			close(released)
+		})
+	}
 	return actor{
 		name: "signals",
 		run: func(ctx context.Context) error {
@@ -40,10 +53,21 @@ func signalsActor(log *slog.Logger, timeout time.Duration) actor {
 		},
 		stop: func(context.Context) error {
 			signal.Ignore(syscall.SIGHUP) // not the default, which ends the process, while it stops
-			signal.Stop(sigs)
+			go func() {
+				select {
+				case sig := <-sigs:
+					says := "second signal while stopping: exiting now, without waiting for the stop to end; what the sinks had not delivered stays in the WAL and is sent at the next start on this data_dir"
+					if interval {
+						says += "; wal.sync is interval: records acknowledged since the last commit (up to about one second of them) are lost"
+					}
+					log.Warn(says, "signal", sig.String())
+					os.Exit(exitFail)
+				case <-released:
+				}
+			}()
 			return nil
 		},
-	}
+	}, release
 }
 
 // durableLog is what walActor needs of the WAL.

@@ -305,7 +305,8 @@ func TestWALFatalStopsTheService(t *testing.T) {
 
 func TestSignalsActorStopsOnContext(t *testing.T) {
 	log, logs := testLogger()
-	a := signalsActor(log, time.Second)
+	a, release := signalsActor(log, time.Second, false)
+	defer release()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := a.run(ctx); err != nil {

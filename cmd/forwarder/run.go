@@ -79,7 +79,8 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	timeout := time.Duration(cfg.ShutdownTimeout)
 	// Subscribed first, so that a signal during a long start (a WAL compaction) is a
 	// clean stop once the group runs.
-	signals := signalsActor(log, timeout)
+	signals, releaseSignals := signalsActor(log, timeout, cfg.WAL.Sync == config.SyncInterval)
+	defer releaseSignals()
 	w, stopped, err := openUnlessStopped(log, func() (*wal.WAL, error) { return openWaitingForLock(cfg, log) })
 	if stopped {
 		return exitOK

@@ -73,6 +73,51 @@ func TestRunIgnoresSIGHUP(t *testing.T) {
 	}
 }
 
+// A second SIGTERM while the stop waits (a drain of a sink that cannot reach its
+// destination) ends the process at once, exit status 1, with a line saying so; what was
+// stored stays in the WAL.
+func TestRunSecondSignalExits(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	inputs := "inputs:\n  forward: {listen: \"" + addr + "\"}\n"
+	path, dataDir := writeConfig(t, "shutdown_timeout: 2m\ndrain_on_shutdown: true\n", inputs, adminYAML, sinkYAML)
+	s := startService(t, path)
+	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	logger, err := fluent.New(fluent.Config{FluentHost: host, FluentPort: p, RequestAck: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := logger.Post("pod.web", map[string]any{"i": 1}); err != nil {
+		t.Fatal(err)
+	}
+	logger.Close()
+	s.signal(syscall.SIGTERM)
+	s.waitFor("msg=\"shutting down\"", filepath.Join(dataDir, wal.FileName))
+	time.Sleep(500 * time.Millisecond) // the stop is under way: the drain waits for the sink
+	select {
+	case <-s.done:
+		t.Fatalf("the service stopped before the second signal; stderr:\n%s", s.stderr.String())
+	default:
+	}
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(5 * time.Second); code != exitFail {
+		t.Fatalf("exit status %d after a second SIGTERM, want %d; stderr:\n%s", code, exitFail, s.stderr.String())
+	}
+	if want := `level=WARN msg="second signal while stopping: exiting now, without waiting for the stop to end; what the sinks had not delivered stays in the WAL and is sent at the next start on this data_dir" signal=terminated`; !strings.Contains(s.stderr.String(), want) {
+		t.Fatalf("log lacks %q:\n%s", want, s.stderr.String())
+	}
+	if r := forwarderCmd(t, "wal", "dump", "-c", path); r.code != exitOK || strings.Count(r.stdout, `"tag":"pod.web"`) != 1 {
+		t.Fatalf("dump: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // TestStopWhileTheWALOpens: a SIGTERM while the WAL opens (a long compaction at start) ends
 // the start at once, said in the log, rather than once the open is over; an open that
 // returns first is the WAL's, with no signal seen. Not parallel: it signals the test
