@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
 	"time"
@@ -90,6 +91,7 @@ func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
 		return nil
 	}
 	start := time.Now()
+	s.unbuilt.Store(0)
 	var (
 		mu       sync.Mutex
 		counts   = map[string]int{}
@@ -137,9 +139,15 @@ func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
 	}
 	wg.Wait()
 	if n := counts[resultDelivered] + counts[resultResent] + counts[resultPartial] + counts[resultUnresolved]; n > 0 {
-		s.log.Info("resolved PutLogEvents calls an earlier run left in doubt (a crash, or a stop that cut them short), by reading their streams back", "sink", s.name,
+		args := []any{"sink", s.name,
 			"calls", n, resultDelivered, counts[resultDelivered], resultResent, counts[resultResent], resultPartial, counts[resultPartial],
-			resultUnresolved, counts[resultUnresolved], "events_sent_again", again, "took", time.Since(start).Round(time.Millisecond))
+			resultUnresolved, counts[resultUnresolved], "events_sent_again", again, "took", time.Since(start).Round(time.Millisecond)}
+		level := slog.LevelInfo
+		if u := s.unbuilt.Load(); u > 0 {
+			// Sent again without knowing whether they had landed.
+			args, level = append(args, "cannot_rebuild", u), slog.LevelWarn
+		}
+		s.log.Log(ctx, level, "resolved PutLogEvents calls an earlier run left in doubt (a crash, or a stop that cut them short), by reading their streams back", args...)
 	}
 	return firstErr
 }
@@ -205,8 +213,19 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route fu
 		// The WAL dropped records of the call (wal.when_full: drop_oldest),
 		// or the configuration changed: the sink's match, its names, or how
 		// messages are rendered (message_key).
-		s.log.Warn("a PutLogEvents call left in doubt (by a crash, or an answer lost) cannot be rebuilt from the WAL (drop_oldest dropped some of its records, or a damaged entry lost them, or the sink's match, log_group, log_stream or message_key changed since): what is left of its records is sent again, which may duplicate events",
-			"sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events, "rebuilt", len(call))
+		// At start, a change of the configuration makes every call in
+		// doubt so: the first is warned, the others counted in the summary.
+		if live || s.unbuilt.Add(1) == 1 {
+			says := "what is left of its records is sent again, which may duplicate events"
+			if len(call) == 0 {
+				says = "none of its records is left to send again"
+			}
+			if !live {
+				says += "; other calls like it are counted in the summary line once the calls in doubt are resolved (cannot_rebuild)"
+			}
+			s.log.Warn("a PutLogEvents call left in doubt (by a crash, or an answer lost) cannot be rebuilt from the WAL (drop_oldest dropped some of its records, or a damaged entry lost them, or the sink's match, log_group, log_stream or message_key changed since): "+says,
+				"sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events, "rebuilt", len(call))
+		}
 		return resultUnresolved, len(call), s.forget(ctx, st, in)
 	}
 	// Settle counts from the call's start; at most settle from now, should

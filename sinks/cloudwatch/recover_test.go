@@ -667,6 +667,36 @@ func TestRecoverAccessDeniedSendsAgain(t *testing.T) {
 	}
 }
 
+// Calls in doubt that a changed message_key keeps from being rebuilt are
+// sent again (at least once) with one warning for the first, not one per
+// call, and their count in the summary line, a warning then.
+func TestRecoverUnbuiltCallsWarnOnce(t *testing.T) {
+	e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) {
+		c.LogStream = "${tag}"
+	}})
+	e.prime("s0", "s1", "s2")
+	p.setRule(landPuts)
+	now := time.Now()
+	for i := range 3 {
+		e.append(wal.Record{Time: now.UnixNano(), Tag: fmt.Sprint("s", i), Body: []byte(`{"log":"x"}`)})
+	}
+	e.runUntilHung(p, 3)
+	cfg.MessageKey = "log"
+	logs := e.rerun(cfg)
+	for i := range 3 {
+		if got := e.copiesOf(fmt.Sprint("s", i)); got[`{"log":"x"}`] != 1 || got["x"] != 1 {
+			t.Errorf("stream s%d: %v, want the call that landed and x sent again", i, got)
+		}
+	}
+	if n := strings.Count(logs.String(), "cannot be rebuilt from the WAL"); n != 1 {
+		t.Errorf("%d warnings of a call that cannot be rebuilt, want 1:\n%s", n, logs)
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="resolved PutLogEvents calls an earlier run left in doubt (a crash, or a stop that cut them short), by reading their streams back" sink=cw calls=3 delivered=0 resent=0 partial=0 unresolved=3 events_sent_again=3 took=`) ||
+		!strings.Contains(logs.String(), " cannot_rebuild=3\n") {
+		t.Errorf("no summary warning counting 3 calls that cannot be rebuilt:\n%s", logs)
+	}
+}
+
 // TestRecoverMaskedEvents: in a log group with a data protection policy,
 // the events of a call in doubt are read back unmasked, found, and not sent
 // again. Without logs:Unmask the read is made again as stored: the masked

@@ -93,6 +93,10 @@ type Sink struct {
 	// noRead is set once GetLogEvents was refused (AccessDenied): calls in
 	// doubt are then sent again, for the rest of the run.
 	noRead atomic.Bool
+	// unbuilt counts the calls in doubt at start that could not be rebuilt
+	// from the WAL (resolve): the first is warned in full, the count is in
+	// Recover's summary line.
+	unbuilt atomic.Int64
 	// noUnmask is set once GetLogEvents with unmask was refused (no
 	// logs:Unmask): the streams are then read as stored, masked.
 	noUnmask atomic.Bool
