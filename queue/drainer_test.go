@@ -1093,7 +1093,9 @@ func TestRunStoppedBeforeStart(t *testing.T) {
 }
 
 // A send the stop cancels (its time ran out) leaves the status's last
-// error as the destination last said it, not "context canceled".
+// error as the destination last said it, not "context canceled", and is
+// no failure of the destination's: not counted in retries_total nor in the
+// summary of failed sends.
 func TestStopKeepsTheLastError(t *testing.T) {
 	w := openWAL(t, wal.Options{})
 	defer w.Close()
@@ -1105,7 +1107,10 @@ func TestStopKeepsTheLastError(t *testing.T) {
 		}
 		return nil
 	})
-	r := start(w, "s", s, Options{RetryMin: time.Millisecond, RetryMax: time.Millisecond, ShutdownTimeout: 50 * time.Millisecond})
+	var logs syncbuf.Buffer
+	m := NewMetrics(nil)
+	r := start(w, "s", s, Options{RetryMin: time.Millisecond, RetryMax: time.Millisecond, ShutdownTimeout: 50 * time.Millisecond,
+		Metrics: m, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	appendN(t, w, 1, tagsOf(1), 10)
 	for deadline := time.Now().Add(5 * time.Second); fails.Load() < 1; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -1124,5 +1129,11 @@ func TestStopKeepsTheLastError(t *testing.T) {
 	r.stop(t)
 	if st := r.d.Status(); !strings.Contains(st.LastError, "503") {
 		t.Errorf("last error %q after a stop that canceled a send, want the destination's 503", st.LastError)
+	}
+	if n := testutil.CollectAndCount(m.Retries); n != 1 || testutil.ToFloat64(m.Retries.WithLabelValues("s", "retryable", "http_503")) != 1 {
+		t.Errorf("retries_total has %d series (want the 503's alone, 1):\n%s", n, logs.String())
+	}
+	if strings.Contains(logs.String(), "unclassified") || !strings.Contains(logs.String(), "cancelling in-flight sends") {
+		t.Errorf("the canceled send counted as a failure, or no line of the cancel:\n%s", logs.String())
 	}
 }

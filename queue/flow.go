@@ -290,6 +290,12 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		l.deliver(p, nil, nil, e.Reason, now) // the whole batch is dead-lettered
 		return
 	}
+	if l.sendsCanceled && errors.Is(r.err, context.Canceled) {
+		// The stop canceled it: no failure of the destination's, neither
+		// counted nor summed up as one; its records stay in the WAL.
+		l.sendFailed(p)
+		return
+	}
 	l.failures[e.Class.String()+"/"+e.Reason]++
 	if e.Unreachable() {
 		l.flow.unreached++
