@@ -308,6 +308,26 @@ func TestShutdownBounded(t *testing.T) {
 	}
 }
 
+// TestShutdownCutsABodyShort: a body still arriving when the stop's grace
+// ends is cut off as the service stops: counted as shutting_down, not as
+// the client's read_error.
+func TestShutdownCutsABodyShort(t *testing.T) {
+	e := newEnv(t, withShutdownTimeout(200*time.Millisecond))
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := fmt.Fprintf(c, "POST /v1/logs/app HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\":"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the handler reads the body
+	e.shutdown()
+	if n, r := e.rejected(reasonShutdown), e.rejected(reasonReadError); n != 1 || r != 0 {
+		t.Fatalf("rejected: shutting_down %v, read_error %v; want 1 and 0", n, r)
+	}
+}
+
 // logRecorder keeps every log record's level and attributes.
 type logRecorder struct {
 	mu   sync.Mutex
