@@ -48,6 +48,30 @@ func (l *loop) cutOldest(now time.Time) {
 	}
 }
 
+// cutHolding makes the open partition whose records waited longest due
+// now, with a final batch: the WAL is full (max_bytes with when_full:
+// block, or its disk) and this sink's cursor is the furthest behind, so
+// appends wait for what it delivers. An open object or a batch waiting
+// for its age (max_object_age, flush_interval) would hold them until
+// then: with a WAL small for the partitions' share of it, for minutes.
+// As many partitions close at once as the sink sends at once.
+func (l *loop) cutHolding(now time.Time) {
+	if l.closing >= max(1, l.lim.Concurrency) {
+		return
+	}
+	if oldest, _ := l.oldest.top(); oldest != nil {
+		oldest.finalize = true
+		l.schedule(oldest, now) // and touched: it is closing
+		l.d.earlyCuts.Inc()
+		l.holdingCuts++
+		if now.Sub(l.holdingLogged) >= l.d.opts.SummaryInterval {
+			l.d.log.Info("the WAL is full and this sink's cursor is the furthest behind: appends wait for what it delivers, so it finishes its oldest batches and objects now rather than at their age (counted in forwarder_sink_early_cuts_total); a larger wal.max_bytes, or room on its disk, lets them fill",
+				"cut", l.holdingCuts)
+			l.holdingLogged, l.holdingCuts = now, 0
+		}
+	}
+}
+
 // scheduleQueue makes p due when its queue holds a full batch, when the
 // oldest record it queues or carries has waited MaxAge, or at once when
 // its carry is to be delivered.

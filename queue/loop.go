@@ -52,6 +52,9 @@ type loop struct {
 	mem             memAccount   // recordMem of every record held (queued and in batches) and the sink's carries
 	open            int          // partitions with queued or carried records
 	closing         int          // of which closing: a final batch is due (finalize) or in flight
+	// cutHolding's cuts since its last log line, and that line's time.
+	holdingCuts   int
+	holdingLogged time.Time
 	// Partitions by what cutLargest, cutOldest and spill look for (see
 	// index.go): gathering, by their queues' and their carries' memory;
 	// gathering and open, not closing, by their oldest record; waiting with
@@ -192,6 +195,12 @@ func (l *loop) run(ctx context.Context) error {
 		if !stopping && l.lim.MaxOpen > 0 && l.open > l.lim.MaxOpen {
 			// More objects are open than the sink may have: close the oldest.
 			l.cutOldest(now)
+		}
+		if !stopping && d.w.Holding(d.name) {
+			// Appends wait for what this sink delivers: close the oldest
+			// rather than wait for its age (looked at every second at
+			// least: the status tick).
+			l.cutHolding(now)
 		}
 		if l.mem.buffered() >= d.opts.MaxBufferedBytes {
 			// Free what partitions waiting out a retry have queued, so that

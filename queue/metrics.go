@@ -12,7 +12,7 @@ type Metrics struct {
 	Evicted      *prometheus.CounterVec   // dead letters removed to keep the bound
 	DeadStored   *prometheus.GaugeVec     // dead letters the WAL keeps for the sink
 	Skipped      *prometheus.CounterVec   // records skipped after a restart: their partition had delivered them
-	EarlyCuts    *prometheus.CounterVec   // batches sent before they were full or old, to keep open partitions within the sink's bound
+	EarlyCuts    *prometheus.CounterVec   // batches sent before they were full or old: open partitions' bound, memory, a full WAL
 	Spills       *prometheus.CounterVec   // times a partition's queued records were released from memory while it waited out a retry
 	Reread       *prometheus.CounterVec   // records the catch-up reader read again for spilled partitions
 	LagRecords   *prometheus.GaugeVec     // records in the WAL the sink has not passed
@@ -44,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_skipped_delivered_records_total",
 			Help: "Records skipped after a restart because their partition had already delivered them."}, sink),
 		EarlyCuts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_early_cuts_total",
-			Help: "Batches (S3 objects) sent before they were full or old, to keep the open ones within the sink's bound (max_open_objects)."}, sink),
+			Help: "Batches (S3 objects) sent before they were full or old: to keep the open ones within the sink's bound (max_open_objects) or its memory, or to free a full WAL whose furthest cursor is the sink's."}, sink),
 		Spills: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_spills_total",
 			Help: "Times a partition's queued records were released from memory while it waited out a retry and the sink's memory share was full; they stay in the WAL and are read again once it can send (not lost)."}, sink),
 		Reread: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "forwarder_sink_reread_records_total",

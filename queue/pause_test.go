@@ -90,3 +90,34 @@ func TestPausedSendsAreCountedAsRetries(t *testing.T) {
 		s.deliveredOnce(t, last)
 	})
 }
+
+// A WAL full under max_bytes (when_full: block) whose cursor furthest
+// behind is a sink's that holds its records in batches waiting for their
+// age: the sink finishes its oldest batches at once, so that appends go on
+// within seconds rather than at the batches' age (an hour here).
+func TestFullWALCutsTheHoldingSink(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{MaxBytes: 64 << 10, WhenFull: wal.Block})
+		defer w.Close()
+		var logs syncbuf.Buffer
+		m := NewMetrics(nil)
+		s := newTestSink(sinks.Limits{MaxRecords: 1 << 20, MaxBytes: 64 << 20, MaxAge: time.Hour, Concurrency: 2})
+		r := start(w, "s", s, Options{Metrics: m, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		began := time.Now()
+		last := appendN(t, w, 4000, tagsOf(8), 200) // about 4 times max_bytes
+		// The sink looks at the WAL at least every second (its status
+		// tick): each time the WAL fills, appends may wait that long.
+		if took := time.Since(began); took > time.Minute {
+			t.Fatalf("4,000 records into a 64 KiB WAL took %v: the sink held its batches for their age", took)
+		}
+		if n := testutil.ToFloat64(m.EarlyCuts.WithLabelValues("s")); n == 0 {
+			t.Error("no early cut counted")
+		}
+		if !strings.Contains(logs.String(), "the WAL is full and this sink's cursor is the furthest behind") {
+			t.Errorf("no line says why batches were cut early:\n%s", logs.String())
+		}
+		s.heal(t, w, last, 2*time.Hour)
+		r.stop(t)
+		s.deliveredOnce(t, last)
+	})
+}

@@ -547,6 +547,27 @@ func (w *WAL) Fatal() <-chan struct{} { return w.fatal }
 // push back on clients early.
 func (w *WAL) Full() bool { return w.full.Load() || w.diskFull.Load() }
 
+// Holding reports whether appends wait for room (Full) while cursor name is
+// the furthest behind of the WAL's cursors (or level with it): what its
+// sink delivers is what retention frees room with.
+func (w *WAL) Holding(name string) bool {
+	if !w.Full() {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	pos, ok := w.st.cursors[name]
+	if !ok {
+		return false
+	}
+	for _, p := range w.st.cursors {
+		if p < pos {
+			return false
+		}
+	}
+	return true
+}
+
 // DiskFull reports whether appends are waiting because storing them would
 // leave less than MinFreeBytes free (whatever WhenFull says). Commits that
 // are not appends go on, so that sinks can move their cursors and
