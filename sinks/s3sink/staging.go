@@ -41,6 +41,11 @@ type staging struct {
 // errStagingFull is what stage returns when a member does not fit.
 var errStagingFull = errors.New("s3 staging: full")
 
+// errStagingSmall is errStagingFull for a member larger than all of
+// staging: staging_max_bytes too small for anything to be staged (a small
+// wal.max_bytes, of which it is an eighth by default).
+var errStagingSmall = fmt.Errorf("%w: staging_max_bytes is smaller than one piece of an object", errStagingFull)
+
 // errStagingDisk is what stage returns when a member would leave less
 // than minFree on the file system.
 var errStagingDisk = errors.New("s3 staging: the disk is nearly full")
@@ -68,6 +73,9 @@ func (st *staging) stage(path string, off int64, body []byte) error {
 		if free, ok := diskfree.Free(st.dir); ok && free-(end-off) < st.minFree {
 			return errStagingDisk
 		}
+	}
+	if int64(len(body)) > st.max {
+		return fmt.Errorf("%w (%d bytes)", errStagingSmall, len(body))
 	}
 	st.mu.Lock()
 	was := st.sizes[path]
@@ -198,6 +206,11 @@ func (st *staging) full(cause error, what string) {
 		free, _ := diskfree.Free(st.dir)
 		st.log.Warn("S3 staging leaves the disk's last free space (twice wal.min_free_bytes) to the WAL: "+what+"; counted in forwarder_s3_staging_full_total, said at most once a minute",
 			"dir", st.dir, "staged_bytes", total, "disk_free_bytes", free, "kept_free_bytes", st.minFree)
+		return
+	}
+	if errors.Is(cause, errStagingSmall) {
+		st.log.Warn("S3 staging cannot hold one piece of an object (the records of a batch, compressed): staging_max_bytes is smaller, so nothing is staged and "+what+"; raise staging_max_bytes (by default an eighth of wal.max_bytes); counted in forwarder_s3_staging_full_total, said at most once a minute",
+			"dir", st.dir, "staging_max_bytes", st.max, "error", cause)
 		return
 	}
 	if errors.Is(cause, errStagingFull) {

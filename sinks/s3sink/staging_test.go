@@ -858,6 +858,31 @@ func TestStagingLeavesTheDiskReserve(t *testing.T) {
 	}
 }
 
+// TestStagingSmallerThanAPiece: staging_max_bytes smaller than one piece
+// stages nothing, and the warning says so (not "full" with nothing staged).
+func TestStagingSmallerThanAPiece(t *testing.T) {
+	m, err := newMetrics(prometheus.NewRegistry(), "archive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged syncBuffer
+	st, err := newStaging(filepath.Join(t.TempDir(), "archive"), 100, 0, slog.New(slog.NewTextHandler(&logged, nil)), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = st.stage(st.path("p"), 0, make([]byte, 101))
+	if !errors.Is(err, errStagingSmall) || !errors.Is(err, errStagingFull) {
+		t.Fatalf("a 101-byte piece into 100 bytes of staging: %v", err)
+	}
+	st.full(err, "new objects are held in memory")
+	if !strings.Contains(logged.String(), "S3 staging cannot hold one piece of an object") || !strings.Contains(logged.String(), "staging_max_bytes=100") || st.bytes() != 0 {
+		t.Errorf("staged %d bytes; log:\n%s", st.bytes(), logged.String())
+	}
+	if err := st.stage(st.path("p"), 0, make([]byte, 100)); err != nil {
+		t.Fatalf("a piece of staging_max_bytes: %v", err)
+	}
+}
+
 // TestStagingDirectoryMadeAgain: the staging directory removed while the
 // sink runs is made again at the next object, with a warning, rather than
 // staging nothing until a restart.
