@@ -1185,3 +1185,34 @@ func TestRefusedCommitSaysWhy(t *testing.T) {
 		t.Fatalf("log:\n%s\nwant the refusal said as such", out)
 	}
 }
+
+// A WAL full under max_bytes whose cursor furthest behind is of a sink no
+// longer configured (not in CursorTags) says that no delivery will free
+// room, and how to drop it.
+func TestFullByAnUnconfiguredCursor(t *testing.T) {
+	var logs syncbuf.Buffer
+	all := func(string) bool { return true }
+	w := openT(t, t.TempDir(), Options{MaxBytes: 64 << 10, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		CursorTags: map[string]func(string) bool{"archive": all}})
+	defer w.Close()
+	ctx := context.Background()
+	for _, c := range []string{"archive", "gone"} {
+		if _, err := w.RegisterCursor(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := rand.New(rand.NewSource(5))
+	for w.Stats().Bytes < 48<<10 {
+		appendT(t, w, makeRecords(r, "f", 20, 250), "")
+	}
+	hctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := w.Append(hctx, makeRecords(r, "big", 300, 250), AppendOptions{}); !errors.Is(err, ErrFull) {
+		t.Fatalf("an append over max_bytes: %v, want ErrFull", err)
+	}
+	waitUntil(t, 5*time.Second, "the max_bytes warning", func() bool { return strings.Contains(logs.String(), "max_bytes reached") })
+	out := logs.String()
+	if !strings.Contains(out, "the cursor furthest behind is of a sink no longer configured") || !strings.Contains(out, "furthest_behind=gone") {
+		t.Errorf("the max_bytes warning does not say the cursor holding the WAL is no configured sink's:\n%s", out)
+	}
+}

@@ -347,14 +347,25 @@ func (wr *writer) setFull() {
 		wr.maxHolds++
 		return
 	}
-	// The cursor furthest behind holds the oldest records.
+	// The cursor furthest behind holds the oldest records; of cursors level
+	// with it, one of a sink no longer configured (CursorTags knows the
+	// configured ones), which no delivery moves.
+	gone := func(name string) bool {
+		_, ok := wr.w.opts.CursorTags[name]
+		return wr.w.opts.CursorTags != nil && !ok
+	}
 	behind, pos := "", uint64(0)
 	for name, p := range wr.st.cursors {
-		if behind == "" || p < pos || p == pos && name < behind {
+		if behind == "" || p < pos || p == pos && (gone(name) && !gone(behind) || gone(name) == gone(behind) && name < behind) {
 			behind, pos = name, p
 		}
 	}
-	wr.w.log.Warn("wal: max_bytes reached (when_full: block): appends wait and the inputs push back on clients until the sinks deliver and retention frees room",
+	says := "wal: max_bytes reached (when_full: block): appends wait and the inputs push back on clients until the sinks deliver and retention frees room"
+	if behind != "" && gone(behind) {
+		// No sink will ever move it: only dropping it frees room.
+		says = "wal: max_bytes reached (when_full: block): appends wait and the inputs push back on clients; the cursor furthest behind is of a sink no longer configured, which no delivery moves: list it under wal.drop_cursors and restart, or run forwarder wal drop-cursor with the service stopped"
+	}
+	wr.w.log.Warn(says,
 		"path", wr.w.path, "live_bytes", wr.st.liveBytes, "max_bytes", max, "furthest_behind", behind,
 		"its_records_behind", wr.st.nextSeq-1-min(pos, wr.st.nextSeq-1), "times_not_logged", wr.maxHolds)
 	wr.lastMaxLog, wr.maxLogged, wr.maxHolds = now, true, 0
