@@ -41,7 +41,8 @@ type flow struct {
 	failParts    map[*partition]bool // the partitions of the streak
 	paused       *sinks.Error        // set while a sink-permanent error pauses the sink
 	pauseRetryAt time.Time
-	pauseProbes  int // probes refused since the pause began: pauseWait's exponent
+	pauseProbes  int       // probes refused since the pause began: pauseWait's exponent
+	liftedAt     time.Time // when a probe's success last lifted a pause
 
 	// unreached counts the failed sends in a row that could not connect to
 	// the destination (sinks.Error.Unreachable); spilled: partitions were
@@ -159,9 +160,16 @@ func (f *flow) failed(p *partition, attempts int, now time.Time) time.Time {
 // the refusals so far.
 func (f *flow) pause(e *sinks.Error, probe bool, now time.Time) (first bool, probeAt time.Time) {
 	first = f.paused == nil
-	if first {
+	switch {
+	case first && !f.liftedAt.IsZero() && now.Sub(f.liftedAt) < f.pauseRetry:
+		// Paused again soon after a lift: a refusal of some partitions
+		// only (a key another writer holds, a log group the role may not
+		// write), lifted by the others' probes. The waits go on growing,
+		// or each lift and pause would cost a request a second.
+		f.pauseProbes++
+	case first:
 		f.pauseProbes = 0
-	} else if probe {
+	case probe:
 		f.pauseProbes++
 	}
 	f.paused = e
@@ -195,9 +203,10 @@ func pauseSays(retry time.Duration) string {
 // (only a probe's success does: a send begun before the pause says nothing
 // of what paused the sink) and whether the partitions waiting out the
 // outage should be retried now. The streak of failures ends.
-func (f *flow) succeeded(probe bool) (lifted *sinks.Error, retryNow bool) {
+func (f *flow) succeeded(probe bool, now time.Time) (lifted *sinks.Error, retryNow bool) {
 	if f.paused != nil && probe {
 		lifted = f.paused
+		f.liftedAt = now
 	}
 	retryNow = f.retrying() || lifted != nil
 	f.endStreak()
@@ -253,7 +262,7 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		return
 	}
 	if r.err == nil {
-		lifted, retry := l.flow.succeeded(r.probe)
+		lifted, retry := l.flow.succeeded(r.probe, now)
 		if retry {
 			l.retryNow(now)
 		}
@@ -294,6 +303,7 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		// The stop canceled it: no failure of the destination's, neither
 		// counted nor summed up as one; its records stay in the WAL.
 		l.sendFailed(p)
+		l.dropPart(p, l.cursor, now) // what the WAL dropped while it was sent
 		return
 	}
 	l.failures[e.Class.String()+"/"+e.Reason]++

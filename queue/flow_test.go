@@ -156,7 +156,7 @@ func TestRetryingAndProbe(t *testing.T) {
 			t.Fatalf("after failed probe %d: sink-wide wait %v, want within [%v, %v]", i, w, full/2, full)
 		}
 	}
-	lifted, retryNow := f.succeeded(false)
+	lifted, retryNow := f.succeeded(false, now)
 	if lifted != nil || !retryNow {
 		t.Fatalf("success while retrying: lifted %v, retry now %v; want nil, true", lifted, retryNow)
 	}
@@ -165,7 +165,7 @@ func TestRetryingAndProbe(t *testing.T) {
 			f.retrying(), f.failStreak, f.probeFails, f.retryUntil)
 	}
 	// A success with no streak asks for nothing.
-	if _, retryNow := f.succeeded(false); retryNow {
+	if _, retryNow := f.succeeded(false, now); retryNow {
 		t.Fatal("a success with no failures before it retries every partition")
 	}
 }
@@ -226,18 +226,26 @@ func TestPauseAndProbe(t *testing.T) {
 		t.Fatal("the next probe may go before PauseRetry has passed")
 	}
 	// A send begun before the pause succeeds: the pause stays.
-	if lifted, _ := f.succeeded(false); lifted != nil || f.paused == nil {
+	if lifted, _ := f.succeeded(false, now); lifted != nil || f.paused == nil {
 		t.Fatal("a success that was not a probe lifted the pause")
 	}
-	lifted, retryNow := f.succeeded(true)
+	lifted, retryNow := f.succeeded(true, probeTime)
 	if lifted != e || !retryNow || f.paused != nil {
 		t.Fatalf("a probe's success: lifted %v, retry now %v, paused %v; want the error, true, nil", lifted, retryNow, f.paused)
 	}
 	if f.holds(probeTime, 0) {
 		t.Fatal("sends held after the pause was lifted")
 	}
-	// A later pause starts again at pauseFirst.
-	if first, probeAt := f.pause(e, false, probeTime); !first || !probeAt.Equal(probeTime.Add(time.Second)) {
-		t.Fatalf("a new pause: first %v, probe at %v; want true, +1s", first, probeAt.Sub(probeTime))
+	// Paused again within PauseRetry of the lift (some partitions refused,
+	// the others' probes lift it): the waits go on from where they were.
+	again := probeTime.Add(time.Second)
+	if first, probeAt := f.pause(e, false, again); !first || !probeAt.Equal(again.Add(30*time.Second)) {
+		t.Fatalf("paused again 1s after the lift: first %v, probe in %v; want true, 30s", first, probeAt.Sub(again))
+	}
+	f.succeeded(true, again.Add(30*time.Second))
+	// A pause longer after the lift starts again at pauseFirst.
+	later := again.Add(time.Minute)
+	if first, probeAt := f.pause(e, false, later); !first || !probeAt.Equal(later.Add(time.Second)) {
+		t.Fatalf("a new pause: first %v, probe in %v; want true, 1s", first, probeAt.Sub(later))
 	}
 }

@@ -1,7 +1,9 @@
 package queue
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -119,5 +121,95 @@ func TestFullWALCutsTheHoldingSink(t *testing.T) {
 		s.heal(t, w, last, 2*time.Hour)
 		r.stop(t)
 		s.deliveredOnce(t, last)
+	})
+}
+
+// Some partitions refused sink-permanently (an S3 key another writer holds,
+// a CloudWatch group the role may not write), the others accepted: each
+// healthy probe lifts the pause and the refused partition's send pauses the
+// sink again. The waits between go on growing across those pauses, so the
+// refused partition costs a request every 30 s at most, not every second.
+func TestPartialRefusalDoesNotFlap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		var logs syncbuf.Buffer
+		s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+		var refusals atomic.Int32
+		s.setFail(func(b *sinks.Batch) error {
+			if b.Partition == "p00" {
+				refusals.Add(1)
+				return sinks.NewSinkPermanent("PreconditionFailed", errors.New("another writer's object"))
+			}
+			return nil
+		})
+		r := start(w, "s", s, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		for range 240 { // 2 minutes
+			appendN(t, w, 8, tagsOf(4), 50)
+			time.Sleep(500 * time.Millisecond)
+		}
+		synctest.Wait()
+		r.stop(t)
+		// At 0, then 1, 2, 4, 8, 16 s and every 30 s after: about 9.
+		if n, p := refusals.Load(), strings.Count(logs.String(), "sink paused"); n > 12 || p > 12 {
+			t.Errorf("in 2 minutes: %d refused sends, %d 'sink paused' lines; want at most 12 of each", n, p)
+		}
+	})
+}
+
+// A send the stop cancels after the WAL dropped its records (drop_oldest)
+// leaves its partition as a failed send does: what the cursor passed is
+// dropped from it (the invariants are checked at every step).
+func TestCanceledSendAfterDrop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{MaxBytes: 64 << 10, WhenFull: wal.DropOldest})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 1})
+		s.delay = time.Hour // sends hang until the stop cancels them
+		r := start(w, "s", s, Options{ShutdownTimeout: 50 * time.Millisecond})
+		appendN(t, w, 100, tagsOf(1), 200)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if r.d.Status().InFlight == 0 {
+			t.Fatal("no send in flight")
+		}
+		appendN(t, w, 2000, func(int) string { return "b" }, 200)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if w.Stats().Dropped["s"] == 0 {
+			t.Fatal("nothing dropped")
+		}
+		r.stop(t)
+	})
+}
+
+// The WAL is full while another sink, paused, has its cursor level with
+// this one's: of level cursors only the first by name holds the WAL, so
+// this sink does not finish its objects early for nothing.
+func TestLevelCursorDoesNotCut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{MaxBytes: 64 << 10, WhenFull: wal.Block})
+		defer w.Close()
+		m := NewMetrics(nil)
+		s := newTestSink(sinks.Limits{MaxRecords: 1 << 20, MaxBytes: 64 << 20, MaxAge: time.Hour, Concurrency: 2})
+		s.carryBytes = 1 << 20
+		o := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 2})
+		o.setFail(func(*sinks.Batch) error { return sinks.NewSinkPermanent("AccessDenied", errors.New("denied")) })
+		rs := start(w, "s", s, Options{Metrics: m})
+		ro := start(w, "other", o, Options{Logger: slog.New(slog.DiscardHandler)})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		for i := 0; ctx.Err() == nil; i++ {
+			recs := []wal.Record{{Time: time.Now().UnixNano(), Tag: fmt.Sprintf("p%02d", i%8), Body: fmt.Appendf(nil, `{"i":%d,"pad":"%0200d"}`, i, i)}}
+			if _, err := w.Append(ctx, recs, wal.AppendOptions{}); err != nil {
+				break
+			}
+		}
+		cancel()
+		synctest.Wait()
+		if n := testutil.ToFloat64(m.EarlyCuts.WithLabelValues("s")); n != 0 {
+			t.Errorf("%v early cuts while a paused sink's cursor, level with this one's, holds the WAL", n)
+		}
+		rs.stop(t)
+		ro.stop(t)
 	})
 }

@@ -548,8 +548,10 @@ func (w *WAL) Fatal() <-chan struct{} { return w.fatal }
 func (w *WAL) Full() bool { return w.full.Load() || w.diskFull.Load() }
 
 // Holding reports whether appends wait for room (Full) while cursor name is
-// the furthest behind of the WAL's cursors (or level with it): what its
-// sink delivers is what retention frees room with.
+// the furthest behind of the WAL's cursors: what its sink delivers is what
+// retention frees room with. Of cursors level with it, only the first by
+// name holds: the others' sinks may be paused, and one sink's early cuts
+// are enough to move it ahead, after which the next is furthest behind.
 func (w *WAL) Holding(name string) bool {
 	if !w.Full() {
 		return false
@@ -560,8 +562,8 @@ func (w *WAL) Holding(name string) bool {
 	if !ok {
 		return false
 	}
-	for _, p := range w.st.cursors {
-		if p < pos {
+	for n, p := range w.st.cursors {
+		if p < pos || p == pos && n < name {
 			return false
 		}
 	}
