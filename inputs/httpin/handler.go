@@ -102,9 +102,9 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(r.Context(), w, r, gzipped, int64(s.cfg.MaxBodyBytes), hold, newBodyDeadline(w, time.Now(), s.bodyIdle, s.bodyMax, s.bodyRate), s.memoryWait)
 	if err != nil {
 		var be *bodyError
-		cut := s.closing.Load() && (!errors.As(err, &be) || be.reason == reasonReadError || be.reason == reasonReadTimeout)
+		isBody := errors.As(err, &be)
 		switch {
-		case cut:
+		case isBody && s.cutOff.Load() && (be.reason == reasonReadError || be.reason == reasonReadTimeout):
 			// The stop's grace ended while the body arrived: its
 			// connection was closed under it, no fault of the client's.
 			s.shuttingDown(w, r)

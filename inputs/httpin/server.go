@@ -89,6 +89,7 @@ type Server struct {
 	tls      *tls.Config
 	stopped  bool           // Serve is returning: no new request may start
 	closing  atomic.Bool    // the server is being shut down: its closes are not the clients' doing
+	cutOff   atomic.Bool    // the stop's grace ended: requests under way are cut off (their connections closed)
 	inflight sync.WaitGroup // requests being handled; Add under mu, before stopped
 
 	rejects inputs.RateLog // the warnings of refused requests
@@ -335,6 +336,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	select {
 	case err := <-errc:
 		s.closing.Store(true)
+		s.cutOff.Store(true)
 		s.cancelBase()
 		_ = s.srv.Close()
 		s.drain()
@@ -347,6 +349,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	if err := s.srv.Shutdown(sctx); err != nil {
 		// Requests still waiting (for room in the WAL, or a slow client):
 		// end them unacknowledged.
+		s.cutOff.Store(true)
 		s.cancelBase()
 		_ = s.srv.Close()
 	}

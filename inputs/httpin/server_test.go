@@ -328,6 +328,60 @@ func TestShutdownCutsABodyShort(t *testing.T) {
 	}
 }
 
+// A client that breaks its own connection mid-body during the stop's
+// grace (its connection is not closed by the stop) is a read_error, not
+// shutting_down.
+func TestClientErrorDuringTheGrace(t *testing.T) {
+	e := newEnv(t, withShutdownTimeout(5*time.Second))
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fprintf(c, "POST /v1/logs/app HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\":"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	e.stop() // the stop begins; its grace is 5 s
+	time.Sleep(100 * time.Millisecond)
+	c.Close() // the client's own fault, well within the grace
+	e.shutdown()
+	if e.rejected(reasonReadError) != 1 || e.rejected(reasonShutdown) != 0 {
+		t.Errorf("client broke its connection during the grace: counted shutting_down %v, read_error %v", e.rejected(reasonShutdown), e.rejected(reasonReadError))
+	}
+}
+
+// A body over the memory budget, arriving during the stop, is still a 413
+// over_memory_budget (a retry cannot succeed), not 503 shutting_down.
+func TestOverBudgetDuringTheStop(t *testing.T) {
+	e := newEnv(t, withShutdownTimeout(5*time.Second), withConfig(func(c *config.HTTP) { c.MaxBodyBytes = 16 * config.MiB }), withBudget(4<<20))
+	body := bytes.Repeat([]byte(`{"log":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}`+"\n"), 50_000)
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/logs/app HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(body))
+	if _, err := c.Write(body[:1000]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	e.stop()
+	time.Sleep(100 * time.Millisecond)
+	go func() { _, _ = c.Write(body[1000:]) }()
+	if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	e.shutdown()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || e.rejected(reasonOverBudget) != 1 || e.rejected(reasonShutdown) != 0 {
+		t.Errorf("a body over the budget during the stop: %d; over_memory_budget %v, shutting_down %v; want 413, 1, 0", resp.StatusCode, e.rejected(reasonOverBudget), e.rejected(reasonShutdown))
+	}
+}
+
 // logRecorder keeps every log record's level and attributes.
 type logRecorder struct {
 	mu   sync.Mutex
