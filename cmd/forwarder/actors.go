@@ -19,9 +19,10 @@ import (
 // signalsActor stops the service on SIGTERM or SIGINT. It subscribes to the signals at once,
 // so that a signal that arrives before the group runs is not lost. SIGHUP (a reload, a
 // closed terminal) does not stop it: the configuration is read at start only, which the
-// log says. Once the stop has begun, a second SIGTERM or SIGINT ends the process at once,
-// with a line saying what that leaves (the signals stay ours: a SIGINT ignored when the
-// process started, under nohup, would otherwise be ignored again). interval: wal.sync is
+// log says. Once the stop has begun (for a signal, or an actor's failure), a SIGTERM or
+// SIGINT ends the process at once, with a line saying what that leaves (the signals stay
+// ours: a SIGINT ignored when the process started, a background job of a script, would
+// otherwise be ignored again). interval: wal.sync is
 // interval, so such an exit loses what was acknowledged since the last commit. release,
 // called once the service has stopped, ends the subscription.
 func signalsActor(log *slog.Logger, timeout time.Duration, interval bool) (a actor, release func()) {
@@ -54,15 +55,21 @@ func signalsActor(log *slog.Logger, timeout time.Duration, interval bool) (a act
 		stop: func(context.Context) error {
 			signal.Ignore(syscall.SIGHUP) // not the default, which ends the process, while it stops
 			go func() {
-				select {
-				case sig := <-sigs:
-					says := "second signal while stopping: exiting now, without waiting for the stop to end; what the sinks had not delivered stays in the WAL and is sent at the next start on this data_dir"
-					if interval {
-						says += "; wal.sync is interval: records acknowledged since the last commit (up to about one second of them) are lost"
+				for {
+					select {
+					case sig := <-sigs:
+						if sig == syscall.SIGHUP {
+							continue // one that came before Ignore: still not a stop
+						}
+						says := "signal while stopping: exiting now, without waiting for the stop to end; what the sinks had not delivered stays in the WAL and is sent at the next start on this data_dir"
+						if interval {
+							says += "; wal.sync is interval: records acknowledged since the last commit (up to about one second of them) are lost"
+						}
+						log.Warn(says, "signal", sig.String())
+						os.Exit(exitFail)
+					case <-released:
+						return
 					}
-					log.Warn(says, "signal", sig.String())
-					os.Exit(exitFail)
-				case <-released:
 				}
 			}()
 			return nil

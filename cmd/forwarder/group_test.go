@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -317,5 +320,31 @@ func TestSignalsActorStopsOnContext(t *testing.T) {
 	}
 	if logs.String() != "" {
 		t.Errorf("logged without a signal:\n%s", logs)
+	}
+}
+
+// A SIGHUP (ignored) that arrives after the first SIGTERM, before the stop
+// reaches the signals actor, is not taken for a second signal: the process
+// is not ended at once. Run in a child process, which signals itself.
+func TestSignalsActorSIGHUPWhileStopping(t *testing.T) {
+	if os.Getenv("FORWARDER_TEST_SIGNALS_CHILD") == "1" {
+		log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+		a, release := signalsActor(log, time.Second, false)
+		done := make(chan struct{})
+		go func() { _ = a.run(context.Background()); close(done) }()
+		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		<-done                                        // the first signal: the stop begins
+		_ = syscall.Kill(os.Getpid(), syscall.SIGHUP) // a terminal closed while other actors stop
+		time.Sleep(200 * time.Millisecond)
+		_ = a.stop(context.Background()) // the group reaches the signals actor
+		time.Sleep(500 * time.Millisecond)
+		release()
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSignalsActorSIGHUPWhileStopping$")
+	cmd.Env = append(os.Environ(), "FORWARDER_TEST_SIGNALS_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.Contains(string(out), "signal while stopping") {
+		t.Fatalf("a SIGHUP during the stop ended the process (%v):\n%s", err, out)
 	}
 }

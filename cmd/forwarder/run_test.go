@@ -110,7 +110,7 @@ func TestRunSecondSignalExits(t *testing.T) {
 	if code := s.wait(5 * time.Second); code != exitFail {
 		t.Fatalf("exit status %d after a second SIGTERM, want %d; stderr:\n%s", code, exitFail, s.stderr.String())
 	}
-	if want := `level=WARN msg="second signal while stopping: exiting now, without waiting for the stop to end; what the sinks had not delivered stays in the WAL and is sent at the next start on this data_dir" signal=terminated`; !strings.Contains(s.stderr.String(), want) {
+	if want := `level=WARN msg="signal while stopping: exiting now, without waiting for the stop to end; what the sinks had not delivered stays in the WAL and is sent at the next start on this data_dir" signal=terminated`; !strings.Contains(s.stderr.String(), want) {
 		t.Fatalf("log lacks %q:\n%s", want, s.stderr.String())
 	}
 	if r := forwarderCmd(t, "wal", "dump", "-c", path); r.code != exitOK || strings.Count(r.stdout, `"tag":"pod.web"`) != 1 {

@@ -213,6 +213,9 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route fu
 		// The WAL dropped records of the call (wal.when_full: drop_oldest),
 		// or the configuration changed: the sink's match, its names, or how
 		// messages are rendered (message_key).
+		if err := s.forget(ctx, st, in); err != nil {
+			return "", 0, err
+		}
 		// At start, a change of the configuration makes every call in
 		// doubt so: the first is warned, the others counted in the summary.
 		if live || s.unbuilt.Add(1) == 1 {
@@ -226,7 +229,7 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route fu
 			s.log.Warn("a PutLogEvents call left in doubt (by a crash, or an answer lost) cannot be rebuilt from the WAL (drop_oldest dropped some of its records, or a damaged entry lost them, or the sink's match, log_group, log_stream or message_key changed since): "+says,
 				"sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events, "rebuilt", len(call))
 		}
-		return resultUnresolved, len(call), s.forget(ctx, st, in)
+		return resultUnresolved, len(call), nil
 	}
 	// Settle counts from the call's start; at most settle from now, should
 	// the clock have gone back since.
