@@ -295,9 +295,23 @@ func TestConnectionsCapped(t *testing.T) {
 		held = append(held, c)
 		time.Sleep(20 * time.Millisecond) // accepted in this order
 	}
+	cl := s.ln.(*capListener)
+	open := func() int {
+		cl.mu.Lock()
+		defer cl.mu.Unlock()
+		return len(cl.conns)
+	}
 	for i := range 2 {
 		if err := get(); err != nil {
 			t.Fatalf("probe %d with %d connections held: %v", i, maxConns, err)
+		}
+		// The server closes the probe's connection after its answer, which
+		// the client may read first: a connection dialled before that
+		// would take the place of another held one.
+		for deadline := time.Now().Add(2 * time.Second); open() >= maxConns; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the probe's connection still counted 2s after its answer")
+			}
 		}
 		// The oldest held, closed for the probe.
 		held[i].SetReadDeadline(time.Now().Add(2 * time.Second))
