@@ -185,7 +185,7 @@ func (f *flow) pause(e *sinks.Error, probe bool, now time.Time) (first bool, pro
 const pauseFirst = time.Second
 
 // pauseWait is the wait before a paused sink's next probe after refused
-// probes refused ones: pauseFirst doubled for each, at most retry.
+// refusals: pauseFirst doubled for each, at most retry.
 func pauseWait(retry time.Duration, refused int) time.Duration {
 	return min(retry, pauseFirst<<min(refused, 20))
 }

@@ -1249,9 +1249,9 @@ var applyHook atomic.Pointer[func()]
 // atDisk marks the writer at work that waits on the disk until the
 // function it returns is called: a transaction's begin, its page reads
 // (retention and the chunk index read pages the cache may not hold; a
-// stalled disk blocks them as it blocks an fsync), and the commit. (The
-// free space read between steps, statfs, is not timed.) CommitPending and Stalled time it. Nested
-// calls keep the outer start.
+// stalled disk blocks them as it blocks an fsync), and the commit; not the
+// free space read between steps (statfs). CommitPending and Stalled time
+// it. Nested calls keep the outer start.
 func (wr *writer) atDisk() func() {
 	if !wr.w.commitSince.CompareAndSwap(0, time.Now().UnixNano()) {
 		return func() {}

@@ -22,9 +22,9 @@ import (
 // log says. Once the stop has begun (for a signal, or an actor's failure), a SIGTERM or
 // SIGINT ends the process at once, with a line saying what that leaves (the signals stay
 // ours: a SIGINT ignored when the process started, a background job of a script, would
-// otherwise be ignored again). interval: wal.sync is
-// interval, so such an exit loses what was acknowledged since the last commit. release,
-// called once the service has stopped, ends the subscription.
+// otherwise be ignored again). interval: wal.sync is interval, so such an exit loses what
+// was acknowledged since the last commit. release, called once the service has stopped,
+// ends the subscription.
 func signalsActor(log *slog.Logger, timeout time.Duration, interval bool) (a actor, release func()) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

@@ -108,7 +108,7 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 			// The stop's grace ended while the body arrived: its
 			// connection was closed under it, no fault of the client's.
 			s.shuttingDown(w, r)
-		case errors.As(err, &be):
+		case isBody:
 			s.reject(w, r, be.status, be.reason, be.Error())
 		case s.budgetRefused(w, r, err):
 		default:
