@@ -1216,3 +1216,27 @@ func TestFullByAnUnconfiguredCursor(t *testing.T) {
 		t.Errorf("the max_bytes warning does not say the cursor holding the WAL is no configured sink's:\n%s", out)
 	}
 }
+
+// drop_oldest's losses are said once a dropLogInterval: those after a line
+// get theirs when the interval ends, also when the writer has nothing
+// else to do by then (the sinks paused, the clients gone).
+func TestDropsLoggedWhenIdle(t *testing.T) {
+	defer func(d time.Duration) { dropLogInterval = d }(dropLogInterval)
+	dropLogInterval = 300 * time.Millisecond
+	var logs syncbuf.Buffer
+	w := openT(t, t.TempDir(), Options{MaxBytes: 64 << 10, WhenFull: DropOldest, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer w.Close()
+	if _, err := w.RegisterCursor(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewSource(7))
+	const line = "wal full: dropped the oldest records"
+	for strings.Count(logs.String(), line) == 0 {
+		appendT(t, w, makeRecords(r, "f", 20, 250), "")
+	}
+	dropped := w.Stats().Dropped["s"]
+	for w.Stats().Dropped["s"] == dropped { // more, within the interval
+		appendT(t, w, makeRecords(r, "f", 20, 250), "")
+	}
+	waitUntil(t, 3*time.Second, "the second line, with the writer idle", func() bool { return strings.Count(logs.String(), line) == 2 })
+}

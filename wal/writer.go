@@ -72,7 +72,6 @@ const (
 	maxGroupBytes        = 64 << 20 // stored bytes in one transaction
 	maxDeletesPerTx      = 4096     // retention deletes per transaction
 	intervalFlushBytes   = 32 << 20 // SyncInterval commits early above this
-	dropLogInterval      = time.Minute
 	chunkExpiryInterval  = 10 * time.Second
 	noSpaceRetryInterval = time.Second
 	diskLogInterval      = time.Minute
@@ -133,6 +132,7 @@ type writer struct {
 	droppedSince map[string]uint64 // DropOldest losses not yet logged
 	txDropped    map[string]uint64 // DropOldest losses of the open transaction: logged once it commits
 	lastDropLog  time.Time
+	dropLogDue   <-chan time.Time // set while losses wait for their line: it comes even when the writer idles
 	lastExpire   time.Time
 	noSpaceRetry <-chan time.Time // set after a commit refused for lack of space
 	failed       error
@@ -205,6 +205,8 @@ func (wr *writer) run() {
 			case <-wr.noSpaceRetry:
 				wr.noSpaceRetry = nil
 				wr.moreWork = true // retention, and what waits, once more
+			case <-wr.dropLogDue:
+				wr.dropLogDue = nil // logDrops below says what was lost
 			case <-wr.maxRecheck:
 				wr.maxRecheck = nil // the step below sets Full again
 			case <-wr.w.quit:
@@ -629,6 +631,9 @@ func (wr *writer) floor() int64 {
 	}
 	return f
 }
+
+// dropLogInterval spaces drop_oldest's lines (a variable for tests).
+var dropLogInterval = time.Minute
 
 // heldFor is Options.HoldFor's default (a variable for tests).
 var heldFor = 10 * time.Second // a variable for tests
@@ -1095,7 +1100,13 @@ func (wr *writer) countTaken(taken map[string]uint64, first, last uint64, v []by
 }
 
 func (wr *writer) logDrops(force bool) {
-	if len(wr.droppedSince) == 0 || (!force && time.Since(wr.lastDropLog) < dropLogInterval) {
+	if len(wr.droppedSince) == 0 {
+		return
+	}
+	if wait := dropLogInterval - time.Since(wr.lastDropLog); !force && wait > 0 {
+		if wr.dropLogDue == nil {
+			wr.dropLogDue = time.After(wait)
+		}
 		return
 	}
 	names := make([]string, 0, len(wr.droppedSince))
