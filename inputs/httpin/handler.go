@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/logfwd/forwarder/inputs"
@@ -308,6 +309,14 @@ func (s *Server) reject(w http.ResponseWriter, r *http.Request, status int, reas
 func (s *Server) rejectErr(w http.ResponseWriter, r *http.Request, status int, reason, msg string, err error) {
 	s.p.Metrics.Rejected.WithLabelValues(input, reason).Inc()
 	args := []any{"remote", r.RemoteAddr, "path", r.URL.Path, "reason", reason, "status", status, "detail", msg}
+	// Behind a proxy or a load balancer the remote address is its own:
+	// what the client says of itself helps find it.
+	if ua := r.Header.Get("User-Agent"); ua != "" {
+		args = append(args, "user_agent", clipHeader(ua))
+	}
+	if xff := r.Header.Get("X-Forwarded-For"); xff != "" {
+		args = append(args, "forwarded_for", clipHeader(xff))
+	}
 	if err != nil {
 		args = append(args, "error", err)
 	}
@@ -321,6 +330,18 @@ func (s *Server) rejectErr(w http.ResponseWriter, r *http.Request, status int, r
 	}{msg})
 	writeJSON(w, status, append(b, '\n'))
 }
+
+// clipHeader is a header's value for a log line: valid UTF-8, at most
+// maxLoggedHeader bytes (a client's header can be long).
+func clipHeader(v string) string {
+	if len(v) > maxLoggedHeader {
+		v = v[:maxLoggedHeader] + "..."
+	}
+	return strings.ToValidUTF8(v, "\uFFFD")
+}
+
+// maxLoggedHeader bounds a header's value in a log line.
+const maxLoggedHeader = 200
 
 func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()

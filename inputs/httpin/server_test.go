@@ -398,6 +398,33 @@ func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
 
+// A refused request's log line carries what the client says of itself,
+// its User-Agent and X-Forwarded-For (behind a load balancer the remote
+// address is the balancer's), cut to a bound.
+func TestRefusalLogsTheClient(t *testing.T) {
+	rec := &logRecorder{}
+	e := newEnv(t, withLogger(slog.New(rec)))
+	long := strings.Repeat("x", 300)
+	e.post("/v1/logs/app", []byte(`{"a":`), "User-Agent", "fluent-bit/4.0", "X-Forwarded-For", "10.1.2.3, "+long)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var ua, xff string
+	for _, r := range rec.recs {
+		r.Attrs(func(a slog.Attr) bool {
+			switch a.Key {
+			case "user_agent":
+				ua = a.Value.String()
+			case "forwarded_for":
+				xff = a.Value.String()
+			}
+			return true
+		})
+	}
+	if ua != "fluent-bit/4.0" || !strings.HasPrefix(xff, "10.1.2.3, xxx") || len(xff) != maxLoggedHeader+3 {
+		t.Errorf("user_agent %q, forwarded_for %q (%d bytes); want the client's, cut to %d bytes and \"...\"", ua, xff, len(xff), maxLoggedHeader)
+	}
+}
+
 // TestBadInputQuiet: a client's bad requests are logged with its address
 // and the reason, the first of each reason in a minute as a warning and
 // the others at debug level only, and the server keeps serving.
