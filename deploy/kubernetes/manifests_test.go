@@ -640,10 +640,16 @@ func checkDataVolume(b *bundle) []string {
 		p = append(p, fmt.Sprintf("access modes %v, want ReadWriteOnce: one replica's WAL", pvc.Spec.AccessModes))
 	}
 	size := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
-	need := int64(b.cfg.WAL.MaxBytes)*5/4 + int64(b.cfg.WAL.MinFreeBytes)
+	var staging int64 // the S3 sinks' staged objects share the volume (README.md, Kubernetes)
+	for _, s := range b.cfg.Sinks {
+		if s.S3 != nil {
+			staging += int64(s.S3.StagingMaxBytes)
+		}
+	}
+	need := int64(b.cfg.WAL.MaxBytes)*5/4 + int64(b.cfg.WAL.MinFreeBytes) + staging
 	if size.Value() < need {
-		p = append(p, fmt.Sprintf("volume of %s: wal.max_bytes %s stored (x1.25) plus min_free_bytes %s need %s",
-			size.String(), b.cfg.WAL.MaxBytes, b.cfg.WAL.MinFreeBytes, resource.NewQuantity(need, resource.BinarySI)))
+		p = append(p, fmt.Sprintf("volume of %s: wal.max_bytes %s stored (x1.25) plus min_free_bytes %s plus the S3 sinks' staging_max_bytes (%d bytes) need %s",
+			size.String(), b.cfg.WAL.MaxBytes, b.cfg.WAL.MinFreeBytes, staging, resource.NewQuantity(need, resource.BinarySI)))
 	}
 	return p
 }
