@@ -22,6 +22,7 @@ import (
 	"github.com/fluent/fluent-logger-golang/fluent"
 
 	"github.com/logfwd/forwarder/config"
+	"github.com/logfwd/forwarder/internal/nettest"
 	"github.com/logfwd/forwarder/sinks/s3sink"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -78,26 +79,12 @@ func TestRunIgnoresSIGHUP(t *testing.T) {
 // stored stays in the WAL.
 func TestRunSecondSignalExits(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := nettest.ClosedAddr(t)
 	inputs := "inputs:\n  forward: {listen: \"" + addr + "\"}\n"
 	path, dataDir := writeConfig(t, "shutdown_timeout: 2m\ndrain_on_shutdown: true\n", inputs, adminYAML, sinkYAML)
 	s := startService(t, path)
 	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
-	host, port, _ := net.SplitHostPort(addr)
-	p, _ := strconv.Atoi(port)
-	logger, err := fluent.New(fluent.Config{FluentHost: host, FluentPort: p, RequestAck: true, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := logger.Post("pod.web", map[string]any{"i": 1}); err != nil {
-		t.Fatal(err)
-	}
-	logger.Close()
+	postForward(t, addr, "pod.web", 1)
 	s.signal(syscall.SIGTERM)
 	s.waitFor("msg=\"shutting down\"", filepath.Join(dataDir, wal.FileName))
 	time.Sleep(500 * time.Millisecond) // the stop is under way: the drain waits for the sink
@@ -476,28 +463,12 @@ var testRecords = []wal.Record{
 // the WAL, and they are there after it stops.
 func TestRunAcceptsForwardRecords(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := nettest.ClosedAddr(t)
 	inputs := "inputs:\n  forward: {listen: \"" + addr + "\"}\n"
 	path, dataDir := writeConfig(t, shortShutdownYAML, inputs, adminYAML, sinkYAML)
 	s := startService(t, path)
 	s.waitFor("msg=started", filepath.Join(dataDir, wal.FileName))
-	host, port, _ := net.SplitHostPort(addr)
-	p, _ := strconv.Atoi(port)
-	logger, err := fluent.New(fluent.Config{FluentHost: host, FluentPort: p, RequestAck: true, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 5; i++ {
-		if err := logger.Post("pod.web", map[string]any{"i": i}); err != nil {
-			t.Fatalf("post %d: %v", i, err)
-		}
-	}
-	logger.Close()
+	postForward(t, addr, "pod.web", 5)
 	s.signal(syscall.SIGTERM)
 	if code := s.wait(5 * time.Second); code != exitOK {
 		t.Fatalf("exit status %d; stderr:\n%s", code, s.stderr.String())
@@ -863,6 +834,24 @@ func TestLogWALStateWarnsOfASmallVolume(t *testing.T) {
 		warned := strings.Contains(logs.String(), "smaller than wal.max_bytes needs")
 		if warned != (size < need) {
 			t.Errorf("file system of %d bytes, %d needed: warned %v\n%s", size, need, warned, logs.String())
+		}
+	}
+}
+
+// postForward sends n records {"i": 0..n-1} of tag to the forward input at addr with a real
+// forward client, each acknowledged.
+func postForward(t *testing.T, addr, tag string, n int) {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	logger, err := fluent.New(fluent.Config{FluentHost: host, FluentPort: p, RequestAck: true, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logger.Close()
+	for i := range n {
+		if err := logger.Post(tag, map[string]any{"i": i}); err != nil {
+			t.Fatalf("post %d: %v", i, err)
 		}
 	}
 }

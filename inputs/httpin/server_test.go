@@ -396,7 +396,20 @@ func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
+
+// attrOf is the value of r's attribute key, "" without one.
+func attrOf(r slog.Record, key string) string {
+	v := ""
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == key {
+			v = a.Value.String()
+			return false
+		}
+		return true
+	})
+	return v
+}
+func (l *logRecorder) WithGroup(string) slog.Handler { return l }
 
 // A refused request's log line carries what the client says of itself,
 // its User-Agent and X-Forwarded-For (behind a load balancer the remote
@@ -410,15 +423,9 @@ func TestRefusalLogsTheClient(t *testing.T) {
 	defer rec.mu.Unlock()
 	var ua, xff string
 	for _, r := range rec.recs {
-		r.Attrs(func(a slog.Attr) bool {
-			switch a.Key {
-			case "user_agent":
-				ua = a.Value.String()
-			case "forwarded_for":
-				xff = a.Value.String()
-			}
-			return true
-		})
+		if r.Message == "http request refused" {
+			ua, xff = attrOf(r, "user_agent"), attrOf(r, "forwarded_for")
+		}
 	}
 	if ua != "fluent-bit/4.0" || !strings.HasPrefix(xff, "10.1.2.3, xxx") || len(xff) != maxLoggedHeader+3 {
 		t.Errorf("user_agent %q, forwarded_for %q (%d bytes); want the client's, cut to %d bytes and \"...\"", ua, xff, len(xff), maxLoggedHeader)
@@ -453,16 +460,7 @@ func TestBadInputQuiet(t *testing.T) {
 		if r.Level > slog.LevelDebug && (r.Level != slog.LevelWarn || r.Message != "http request refused") {
 			t.Errorf("logged at %s: %s", r.Level, r.Message)
 		}
-		var remote, reason string
-		r.Attrs(func(a slog.Attr) bool {
-			switch a.Key {
-			case "remote":
-				remote = a.Value.String()
-			case "reason":
-				reason = a.Value.String()
-			}
-			return true
-		})
+		remote, reason := attrOf(r, "remote"), attrOf(r, "reason")
 		if remote == "" || reason == "" {
 			t.Errorf("log %q without remote address or reason", r.Message)
 		}

@@ -636,9 +636,11 @@ func TestRecoverWaitsSettle(t *testing.T) {
 	}
 }
 
-// GetLogEvents refused: one warning naming the permission, and the calls
-// in doubt are sent again (at least once, as without reads).
-func TestRecoverAccessDeniedSendsAgain(t *testing.T) {
+// threeCallsInDoubt leaves three calls in doubt, one per stream s0, s1 and
+// s2 (log_stream "${tag}"), each of one event {"log":"x"} that landed and
+// whose answer a crash lost.
+func threeCallsInDoubt(t *testing.T) (*env, *proxy, config.CloudWatch) {
+	t.Helper()
 	e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) {
 		c.LogStream = "${tag}"
 	}})
@@ -649,6 +651,13 @@ func TestRecoverAccessDeniedSendsAgain(t *testing.T) {
 		e.append(wal.Record{Time: now.UnixNano(), Tag: fmt.Sprint("s", i), Body: []byte(`{"log":"x"}`)})
 	}
 	e.runUntilHung(p, 3)
+	return e, p, cfg
+}
+
+// GetLogEvents refused: one warning naming the permission, and the calls
+// in doubt are sent again (at least once, as without reads).
+func TestRecoverAccessDeniedSendsAgain(t *testing.T) {
+	e, p, cfg := threeCallsInDoubt(t)
 	p.setAnswer("GetLogEvents", "AccessDeniedException")
 	logs := e.rerun(cfg)
 	for i := range 3 {
@@ -671,16 +680,7 @@ func TestRecoverAccessDeniedSendsAgain(t *testing.T) {
 // sent again (at least once) with one warning for the first, not one per
 // call, and their count in the summary line, a warning then.
 func TestRecoverUnbuiltCallsWarnOnce(t *testing.T) {
-	e, p, cfg := newProxied(t, setup{mod: func(c *config.CloudWatch) {
-		c.LogStream = "${tag}"
-	}})
-	e.prime("s0", "s1", "s2")
-	p.setRule(landPuts)
-	now := time.Now()
-	for i := range 3 {
-		e.append(wal.Record{Time: now.UnixNano(), Tag: fmt.Sprint("s", i), Body: []byte(`{"log":"x"}`)})
-	}
-	e.runUntilHung(p, 3)
+	e, _, cfg := threeCallsInDoubt(t)
 	cfg.MessageKey = "log"
 	logs := e.rerun(cfg)
 	for i := range 3 {
