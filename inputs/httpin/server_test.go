@@ -397,6 +397,8 @@ func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 }
 func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
 
+func (l *logRecorder) WithGroup(string) slog.Handler { return l }
+
 // attrOf is the value of r's attribute key, "" without one.
 func attrOf(r slog.Record, key string) string {
 	v := ""
@@ -409,7 +411,6 @@ func attrOf(r slog.Record, key string) string {
 	})
 	return v
 }
-func (l *logRecorder) WithGroup(string) slog.Handler { return l }
 
 // A refused request's log line carries what the client says of itself,
 // its User-Agent and X-Forwarded-For (behind a load balancer the remote
