@@ -396,8 +396,7 @@ func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return l }
-
-func (l *logRecorder) WithGroup(string) slog.Handler { return l }
+func (l *logRecorder) WithGroup(string) slog.Handler      { return l }
 
 // attrOf is the value of r's attribute key, "" without one.
 func attrOf(r slog.Record, key string) string {
