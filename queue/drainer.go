@@ -313,7 +313,7 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 		if err == nil || ctx.Err() != nil {
 			if paused {
 				d.log.Info("sink recovered: interrupted work finished")
-				d.paused.Set(0)
+				d.setPaused(false)
 			}
 			return nil
 		}
@@ -322,7 +322,7 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 			// (commitWaiting), wait for room; what was done is done again.
 			d.log.Warn("finishing interrupted work: the WAL's disk is full; retrying", "retry_in", full, "error", err)
 			if paused { // the destination took what it refused before
-				d.paused.Set(0)
+				d.setPaused(false)
 				paused = false
 			}
 			d.setState(func(s *Status) { s.State, s.LastError, s.LastErrorAt = StateRecovering, err.Error(), time.Now() })
@@ -352,13 +352,13 @@ func (d *Drainer) finishInterrupted(ctx context.Context, r sinks.Recoverer, curs
 			if !paused {
 				d.log.Error("sink paused while finishing interrupted work: the destination refuses every request until this is fixed; "+d.keptSays()+"; "+pauseSays(d.opts.PauseRetry),
 					"reason", e.Reason, "error", e.Err)
-				d.paused.Set(1)
+				d.setPaused(true)
 				paused = true
 			}
 		} else {
 			if paused { // the destination no longer refuses: it fails otherwise
 				d.log.Info("sink no longer refused while finishing interrupted work; retrying", "reason", e.Reason, "error", e.Err)
-				d.paused.Set(0)
+				d.setPaused(false)
 				paused = false
 			}
 			if now := time.Now(); now.Sub(lastWarn) >= d.opts.SummaryInterval {
@@ -396,6 +396,17 @@ func (d *Drainer) setState(f func(*Status)) {
 	d.mu.Lock()
 	f(&d.status)
 	d.mu.Unlock()
+}
+
+// setPaused sets forwarder_sink_paused and tells the WAL, whose full
+// state its level cursors then leave alone (wal.WAL.Holding).
+func (d *Drainer) setPaused(on bool) {
+	if on {
+		d.paused.Set(1)
+	} else {
+		d.paused.Set(0)
+	}
+	d.w.SetPaused(d.name, on)
 }
 
 // keptSays is what becomes of the records a sink cannot deliver: kept in

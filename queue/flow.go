@@ -43,6 +43,8 @@ type flow struct {
 	pauseRetryAt time.Time
 	pauseProbes  int       // probes refused since the pause began: pauseWait's exponent
 	liftedAt     time.Time // when a probe's success last lifted a pause
+	liftedReason string    // the reason of the pause it lifted
+	repauses     int       // pauses in a row that began soon after a lift, for its reason
 
 	// unreached counts the failed sends in a row that could not connect to
 	// the destination (sinks.Error.Unreachable); spilled: partitions were
@@ -161,14 +163,18 @@ func (f *flow) failed(p *partition, attempts int, now time.Time) time.Time {
 func (f *flow) pause(e *sinks.Error, probe bool, now time.Time) (first bool, probeAt time.Time) {
 	first = f.paused == nil
 	switch {
-	case first && !f.liftedAt.IsZero() && now.Sub(f.liftedAt) < f.pauseRetry:
-		// Paused again soon after a lift: a refusal of some partitions
-		// only (a key another writer holds, a log group the role may not
-		// write), lifted by the others' probes. The waits go on growing,
-		// or each lift and pause would cost a request a second.
-		f.pauseProbes++
+	case first && !f.liftedAt.IsZero() && now.Sub(f.liftedAt) < f.pauseRetry && e.Reason == f.liftedReason:
+		// Paused again for the same reason soon after a lift: a refusal
+		// of some partitions only (a key another writer holds, a log group
+		// the role may not write), lifted by the others' probes. The first
+		// wait grows with each such pause, or each lift and pause would
+		// cost a request a second; not from the waits the pause before
+		// reached (a policy that takes a moment to apply everywhere after
+		// a long outage is tried again within seconds).
+		f.repauses++
+		f.pauseProbes = f.repauses
 	case first:
-		f.pauseProbes = 0
+		f.repauses, f.pauseProbes = 0, 0
 	case probe:
 		f.pauseProbes++
 	}
@@ -206,7 +212,7 @@ func pauseSays(retry time.Duration) string {
 func (f *flow) succeeded(probe bool, now time.Time) (lifted *sinks.Error, retryNow bool) {
 	if f.paused != nil && probe {
 		lifted = f.paused
-		f.liftedAt = now
+		f.liftedAt, f.liftedReason = now, f.paused.Reason
 	}
 	retryNow = f.retrying() || lifted != nil
 	f.endStreak()
@@ -268,7 +274,7 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		}
 		if lifted != nil {
 			d.log.Info("sink recovered: deliveries resumed", "was", lifted.Reason)
-			d.paused.Set(0)
+			d.setPaused(false)
 		}
 		l.deliver(p, r.out.Rejected, r.out.DeleteState, "", now)
 		return
@@ -327,7 +333,7 @@ func (l *loop) onResult(r sendResult, now time.Time) {
 		if first {
 			d.log.Error("sink paused: the destination refuses every request until this is fixed; "+d.keptSays()+"; "+pauseSays(d.opts.PauseRetry),
 				"reason", e.Reason, "error", e.Err)
-			d.paused.Set(1)
+			d.setPaused(true)
 		}
 		l.schedule(p, probeAt)
 	default:

@@ -236,15 +236,29 @@ func TestPauseAndProbe(t *testing.T) {
 	if f.holds(probeTime, 0) {
 		t.Fatal("sends held after the pause was lifted")
 	}
-	// Paused again within PauseRetry of the lift (some partitions refused,
-	// the others' probes lift it): the waits go on from where they were.
-	again := probeTime.Add(time.Second)
-	if first, probeAt := f.pause(e, false, again); !first || !probeAt.Equal(again.Add(30*time.Second)) {
-		t.Fatalf("paused again 1s after the lift: first %v, probe in %v; want true, 30s", first, probeAt.Sub(again))
+	// Paused again for the same reason within PauseRetry of the lift
+	// (some partitions refused, the others' probes lift it): each such
+	// pause's first wait is twice the one before, whatever the waits of the
+	// long pause before it had reached.
+	at = probeTime
+	for _, want := range []time.Duration{2, 4, 8} {
+		at = at.Add(time.Second)
+		first, next := f.pause(e, false, at)
+		if !first || next.Sub(at) != want*time.Second {
+			t.Fatalf("paused again 1s after a lift: first %v, probe in %v; want true, %v", first, next.Sub(at), want*time.Second)
+		}
+		at = next
+		f.succeeded(true, at)
 	}
-	f.succeeded(true, again.Add(30*time.Second))
+	// Another reason soon after a lift is a new pause: 1s.
+	other := &sinks.Error{Class: sinks.SinkPermanent, Reason: "NoSuchBucket"}
+	at = at.Add(time.Second)
+	if first, probeAt := f.pause(other, false, at); !first || probeAt.Sub(at) != time.Second {
+		t.Fatalf("another reason 1s after a lift: first %v, probe in %v; want true, 1s", first, probeAt.Sub(at))
+	}
+	f.succeeded(true, at)
 	// A pause longer after the lift starts again at pauseFirst.
-	later := again.Add(time.Minute)
+	later := at.Add(time.Minute)
 	if first, probeAt := f.pause(e, false, later); !first || !probeAt.Equal(later.Add(time.Second)) {
 		t.Fatalf("a new pause: first %v, probe in %v; want true, 1s", first, probeAt.Sub(later))
 	}

@@ -187,6 +187,7 @@ type WAL struct {
 	st       state         // committed state, published by the writer
 	notify   chan struct{} // closed when records are committed
 	fatalErr error
+	paused   map[string]bool // cursors of paused sinks (SetPaused)
 }
 
 // state is what the writer knows about the file; the writer owns a working
@@ -548,10 +549,11 @@ func (w *WAL) Fatal() <-chan struct{} { return w.fatal }
 func (w *WAL) Full() bool { return w.full.Load() || w.diskFull.Load() }
 
 // Holding reports whether appends wait for room (Full) while cursor name is
-// the furthest behind of the WAL's cursors: what its sink delivers is what
-// retention frees room with. Of cursors level with it, only the first by
-// name holds: the others' sinks may be paused, and one sink's early cuts
-// are enough to move it ahead, after which the next is furthest behind.
+// the furthest behind of the WAL's cursors, or level with the others that
+// are, and what its sink delivers moves it: its sink is not paused, and
+// no cursor level with it is of a paused sink or of one no longer
+// configured (CursorTags), which no delivery moves: retention frees
+// nothing until they do.
 func (w *WAL) Holding(name string) bool {
 	if !w.Full() {
 		return false
@@ -559,15 +561,34 @@ func (w *WAL) Holding(name string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	pos, ok := w.st.cursors[name]
-	if !ok {
+	if !ok || w.paused[name] {
 		return false
 	}
 	for n, p := range w.st.cursors {
-		if p < pos || p == pos && n < name {
+		if p < pos {
+			return false
+		}
+		if _, configured := w.opts.CursorTags[n]; p == pos && (w.paused[n] || w.opts.CursorTags != nil && !configured) {
 			return false
 		}
 	}
 	return true
+}
+
+// SetPaused records whether cursor name's sink is paused (a sink-permanent
+// error): it delivers nothing, so that the cursors level with its own do
+// not hold the WAL (Holding).
+func (w *WAL) SetPaused(name string, paused bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.paused == nil {
+		w.paused = map[string]bool{}
+	}
+	if paused {
+		w.paused[name] = true
+	} else {
+		delete(w.paused, name)
+	}
 }
 
 // DiskFull reports whether appends are waiting because storing them would

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/logfwd/forwarder/inputs"
 	"github.com/logfwd/forwarder/wal"
@@ -154,6 +155,8 @@ func (s *Server) budgetRefused(w http.ResponseWriter, r *http.Request, err error
 	case errors.Is(err, inputs.ErrOverBudget):
 		s.rejectErr(w, r, http.StatusRequestEntityTooLarge, reasonOverBudget,
 			"request needs more memory than the forwarder gives one request (its memory_limit): nothing was stored; send fewer or smaller records per request", err)
+	case errors.Is(err, inputs.ErrNoRoom) && s.baseCtx.Err() != nil:
+		s.shuttingDown(w, r) // the stop's grace ended while it waited
 	case errors.Is(err, inputs.ErrNoRoom) && r.Context().Err() != nil:
 		s.reject(w, r, http.StatusServiceUnavailable, reasonCanceled, "request canceled")
 	case errors.Is(err, inputs.ErrNoRoom):
@@ -335,7 +338,11 @@ func (s *Server) rejectErr(w http.ResponseWriter, r *http.Request, status int, r
 // maxLoggedHeader bytes (a client's header can be long).
 func clipHeader(v string) string {
 	if len(v) > maxLoggedHeader {
-		v = v[:maxLoggedHeader] + "..."
+		n := maxLoggedHeader
+		for n > 0 && !utf8.RuneStart(v[n]) {
+			n-- // not within a character
+		}
+		v = v[:n] + "..."
 	}
 	return strings.ToValidUTF8(v, "\uFFFD")
 }

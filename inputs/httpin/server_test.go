@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -382,6 +383,31 @@ func TestOverBudgetDuringTheStop(t *testing.T) {
 	}
 }
 
+// TestMemoryWaitCutByStop: a request waiting for room in the memory budget
+// when the stop's grace ends is cut by the stop: shutting_down, not the
+// client's canceled.
+func TestMemoryWaitCutByStop(t *testing.T) {
+	e := newEnv(t, withShutdownTimeout(300*time.Millisecond), withBudget(128<<10), withMemoryWait(10*time.Second))
+	addr := strings.TrimPrefix(e.url, "http://")
+	send := func(length, sent int) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := fmt.Fprintf(c, "POST /v1/logs/app HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", length, bytes.Repeat([]byte(" "), sent)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	send(900<<10, 50<<10) // holds most of the budget, its body stalled
+	send(60<<10, 40<<10)  // waits for room
+	e.shutdown()
+	if c, n := e.rejected(reasonCanceled), e.rejected(reasonShutdown); c != 0 || n == 0 {
+		t.Errorf("a request waiting for memory when the stop's grace ended: canceled %v, shutting_down %v; want 0 and more", c, n)
+	}
+}
+
 // logRecorder keeps every log record's level and attributes.
 type logRecorder struct {
 	mu   sync.Mutex
@@ -429,6 +455,12 @@ func TestRefusalLogsTheClient(t *testing.T) {
 	}
 	if ua != "fluent-bit/4.0" || !strings.HasPrefix(xff, "10.1.2.3, xxx") || len(xff) != maxLoggedHeader+3 {
 		t.Errorf("user_agent %q, forwarded_for %q (%d bytes); want the client's, cut to %d bytes and \"...\"", ua, xff, len(xff), maxLoggedHeader)
+	}
+	// Cut before a character that would not fit whole, not within it.
+	for _, v := range []string{strings.Repeat("é", 150), "a" + strings.Repeat("€", 100)} {
+		if c := clipHeader(v); !utf8.ValidString(c) || strings.ContainsRune(c, utf8.RuneError) || len(c) > maxLoggedHeader+3 {
+			t.Errorf("clipHeader of %d bytes: %q (%d bytes)", len(v), c, len(c))
+		}
 	}
 }
 
