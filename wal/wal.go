@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -118,6 +119,12 @@ type Options struct {
 	// only counts what DropOldest drops: a cursor loses the records of the
 	// dropped entries its sink would have taken, not the others.
 	CursorTags map[string]func(tag string) bool
+
+	// Sinks names the configured sinks, whose cursors their deliveries
+	// move; nil: not known (the wal tools, tests). A cursor not in it is
+	// one no delivery moves: the max_bytes warning names it as such, and
+	// the cursors level with it do not hold the WAL (Holding).
+	Sinks []string
 
 	// Compaction at Open: when the file is at least CompactMinFileBytes and
 	// live entries take less than CompactRatio of it, the file is rewritten
@@ -568,11 +575,17 @@ func (w *WAL) Holding(name string) bool {
 		if p < pos {
 			return false
 		}
-		if _, configured := w.opts.CursorTags[n]; p == pos && (w.paused[n] || w.opts.CursorTags != nil && !configured) {
+		if p == pos && (w.paused[n] || !w.configured(n)) {
 			return false
 		}
 	}
 	return true
+}
+
+// configured reports whether cursor name is a configured sink's (Options.Sinks;
+// every cursor is when they are not known).
+func (w *WAL) configured(name string) bool {
+	return w.opts.Sinks == nil || slices.Contains(w.opts.Sinks, name)
 }
 
 // SetPaused records whether cursor name's sink is paused (a sink-permanent

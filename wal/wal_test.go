@@ -1187,13 +1187,11 @@ func TestRefusedCommitSaysWhy(t *testing.T) {
 }
 
 // A WAL full under max_bytes whose cursor furthest behind is of a sink no
-// longer configured (not in CursorTags) says that no delivery will free
+// longer configured (not in Options.Sinks) says that no delivery will free
 // room, and how to drop it.
 func TestFullByAnUnconfiguredCursor(t *testing.T) {
 	var logs syncbuf.Buffer
-	all := func(string) bool { return true }
-	w := openT(t, t.TempDir(), Options{MaxBytes: 64 << 10, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-		CursorTags: map[string]func(string) bool{"archive": all}})
+	w := openT(t, t.TempDir(), Options{MaxBytes: 64 << 10, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Sinks: []string{"archive"}})
 	defer w.Close()
 	ctx := context.Background()
 	for _, c := range []string{"archive", "gone"} {
@@ -1239,4 +1237,48 @@ func TestDropsLoggedWhenIdle(t *testing.T) {
 		appendT(t, w, makeRecords(r, "f", 20, 250), "")
 	}
 	waitUntil(t, 3*time.Second, "the second line, with the writer idle", func() bool { return strings.Count(logs.String(), line) == 2 })
+}
+
+// Holding: with the WAL full, the cursors furthest behind hold it when their
+// sinks' deliveries can move them: not a paused sink's, nor those level with
+// a paused sink's or with a cursor no configured sink has.
+func TestHolding(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{MaxBytes: 64 << 10, Sinks: []string{"a", "b", "c"}})
+	defer w.Close()
+	ctx := context.Background()
+	for _, c := range []string{"a", "b", "c"} {
+		if _, err := w.RegisterCursor(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := rand.New(rand.NewSource(9))
+	var last Result
+	for w.Stats().Bytes < 48<<10 {
+		last = appendT(t, w, makeRecords(r, "f", 20, 250), "")
+	}
+	if w.Holding("a") {
+		t.Fatal("Holding while the WAL is not full")
+	}
+	b := &Batch{}
+	b.SetCursor("c", last.Last) // c is ahead: never holding
+	commitT(t, w, b)
+	hctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := w.Append(hctx, makeRecords(r, "big", 300, 250), AppendOptions{}); !errors.Is(err, ErrFull) {
+		t.Fatalf("an append over max_bytes: %v, want ErrFull", err)
+	}
+	if !w.Holding("a") || !w.Holding("b") || w.Holding("c") {
+		t.Errorf("a and b level, c ahead: Holding %v %v %v, want true true false", w.Holding("a"), w.Holding("b"), w.Holding("c"))
+	}
+	w.SetPaused("b", true)
+	if w.Holding("a") || w.Holding("b") {
+		t.Errorf("b paused, level with a: Holding a %v, b %v; want false, false", w.Holding("a"), w.Holding("b"))
+	}
+	w.SetPaused("b", false)
+	if _, err := w.RegisterCursor(ctx, "gone"); err != nil { // a cursor no configured sink has, at 0
+		t.Fatal(err)
+	}
+	if w.Holding("a") {
+		t.Error("a level with a cursor of no configured sink: Holding true")
+	}
 }

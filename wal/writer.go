@@ -350,12 +350,9 @@ func (wr *writer) setFull() {
 		return
 	}
 	// The cursor furthest behind holds the oldest records; of cursors level
-	// with it, one of a sink no longer configured (CursorTags knows the
-	// configured ones), which no delivery moves.
-	gone := func(name string) bool {
-		_, ok := wr.w.opts.CursorTags[name]
-		return wr.w.opts.CursorTags != nil && !ok
-	}
+	// with it, one of a sink no longer configured (Options.Sinks), which no
+	// delivery moves.
+	gone := func(name string) bool { return !wr.w.configured(name) }
 	behind, pos := "", uint64(0)
 	for name, p := range wr.st.cursors {
 		if behind == "" || p < pos || p == pos && (gone(name) && !gone(behind) || gone(name) == gone(behind) && name < behind) {

@@ -184,6 +184,7 @@ func walOptions(cfg *config.Config, log *slog.Logger) wal.Options {
 		MinFreeBytes: int64(c.MinFreeBytes),
 		Logger:       log,
 		FirstSeq:     wal.NewFirstSeq(time.Now()),
+		Sinks:        sinkNames(cfg),
 	}
 	if c.WhenFull == config.WhenFullDropOldest {
 		o.WhenFull = wal.DropOldest
@@ -322,7 +323,7 @@ func isSink(cfg *config.Config, name string) bool {
 
 // sinkNames are the configured sinks' names.
 func sinkNames(cfg *config.Config) []string {
-	var names []string
+	names := []string{} // not nil: none configured is known
 	for _, s := range cfg.Sinks {
 		names = append(names, s.Name)
 	}

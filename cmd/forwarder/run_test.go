@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -853,5 +854,20 @@ func postForward(t *testing.T, addr, tag string, n int) {
 		if err := logger.Post(tag, map[string]any{"i": i}); err != nil {
 			t.Fatalf("post %d: %v", i, err)
 		}
+	}
+}
+
+// The WAL knows the configured sinks, whose cursors their deliveries move (the
+// max_bytes warning and the early cuts of a full WAL tell them from a removed sink's);
+// none configured is known as none, not as unknown.
+func TestWALOptionsNameTheSinks(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.DiscardHandler)
+	cfg := &config.Config{Sinks: []config.Sink{{Name: "archive", Type: config.SinkS3}, {Name: "cw", Type: config.SinkCloudWatch}}}
+	if got := walOptions(cfg, log).Sinks; !slices.Equal(got, []string{"archive", "cw"}) {
+		t.Errorf("Sinks %q, want archive and cw", got)
+	}
+	if got := walOptions(&config.Config{}, log).Sinks; got == nil || len(got) != 0 {
+		t.Errorf("no sinks configured: Sinks %#v, want empty, not nil", got)
 	}
 }
