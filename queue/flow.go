@@ -34,17 +34,18 @@ type flow struct {
 	// partition unlucky: the sink waits until retryUntil and sends one
 	// batch at a time, instead of every partition building and sending its
 	// request on its own schedule.
-	failStreak   int
-	retryUntil   time.Time
-	probe        *partition          // the one batch sent while retrying
-	probeFails   int                 // failed probes in a row: the sink-wide backoff's exponent
-	failParts    map[*partition]bool // the partitions of the streak
-	paused       *sinks.Error        // set while a sink-permanent error pauses the sink
-	pauseRetryAt time.Time
-	pauseProbes  int       // probes refused since the pause began: pauseWait's exponent
-	liftedAt     time.Time // when a probe's success last lifted a pause
-	liftedReason string    // the reason of the pause it lifted
-	repauses     int       // pauses in a row that began soon after a lift, for its reason
+	failStreak    int
+	retryUntil    time.Time
+	probe         *partition          // the one batch sent while retrying
+	probeFails    int                 // failed probes in a row: the sink-wide backoff's exponent
+	failParts     map[*partition]bool // the partitions of the streak
+	paused        *sinks.Error        // set while a sink-permanent error pauses the sink
+	pauseRetryAt  time.Time
+	pauseProbes   int             // probes refused since the pause began: pauseWait's exponent
+	liftedAt      time.Time       // when a probe's success last lifted a pause
+	liftedReasons map[string]bool // the reasons of the pause it lifted
+	pauseReasons  map[string]bool // the reasons of the refusals of this pause
+	repauses      int             // pauses in a row that began soon after a lift, for one of its reasons
 
 	// unreached counts the failed sends in a row that could not connect to
 	// the destination (sinks.Error.Unreachable); spilled: partitions were
@@ -163,14 +164,15 @@ func (f *flow) failed(p *partition, attempts int, now time.Time) time.Time {
 func (f *flow) pause(e *sinks.Error, probe bool, now time.Time) (first bool, probeAt time.Time) {
 	first = f.paused == nil
 	switch {
-	case first && !f.liftedAt.IsZero() && now.Sub(f.liftedAt) < f.pauseRetry && e.Reason == f.liftedReason:
-		// Paused again for the same reason soon after a lift: a refusal
-		// of some partitions only (a key another writer holds, a log group
-		// the role may not write), lifted by the others' probes. The first
-		// wait grows with each such pause, or each lift and pause would
-		// cost a request a second; not from the waits the pause before
-		// reached (a policy that takes a moment to apply everywhere after
-		// a long outage is tried again within seconds).
+	case first && !f.liftedAt.IsZero() && now.Sub(f.liftedAt) < f.pauseRetry && f.liftedReasons[e.Reason]:
+		// Paused again soon after a lift, for a reason of the pause
+		// before: a refusal of some partitions only (a key another writer
+		// holds, a log group the role may not write), lifted by the
+		// others' probes. The first wait grows with each such pause, or
+		// each lift and pause would cost a request a second; not from the
+		// waits the pause before reached (a policy that takes a moment to
+		// apply everywhere after a long outage is tried again within
+		// seconds).
 		f.repauses++
 		f.pauseProbes = f.repauses
 	case first:
@@ -178,6 +180,10 @@ func (f *flow) pause(e *sinks.Error, probe bool, now time.Time) (first bool, pro
 	case probe:
 		f.pauseProbes++
 	}
+	if first {
+		f.pauseReasons = map[string]bool{}
+	}
+	f.pauseReasons[e.Reason] = true
 	f.paused = e
 	f.pauseRetryAt = now.Add(pauseWait(f.pauseRetry, f.pauseProbes))
 	return first, f.pauseRetryAt
@@ -212,7 +218,7 @@ func pauseSays(retry time.Duration) string {
 func (f *flow) succeeded(probe bool, now time.Time) (lifted *sinks.Error, retryNow bool) {
 	if f.paused != nil && probe {
 		lifted = f.paused
-		f.liftedAt, f.liftedReason = now, f.paused.Reason
+		f.liftedAt, f.liftedReasons = now, f.pauseReasons
 	}
 	retryNow = f.retrying() || lifted != nil
 	f.endStreak()

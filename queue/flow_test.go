@@ -263,3 +263,34 @@ func TestPauseAndProbe(t *testing.T) {
 		t.Fatalf("a new pause: first %v, probe in %v; want true, 1s", first, probeAt.Sub(later))
 	}
 }
+
+// Two partitions refused for different reasons (a log group the role may
+// not write, another that is missing) while the others deliver: each lift
+// is followed by both refusals, in the same order. The re-pauses' first
+// waits must grow, or every lift and pause costs requests each second.
+func TestRepauseOfTwoReasons(t *testing.T) {
+	f := newFlow(4, 200*time.Millisecond, 30*time.Second, 30*time.Second)
+	a := &sinks.Error{Class: sinks.SinkPermanent, Reason: "AccessDeniedException"}
+	b := &sinks.Error{Class: sinks.SinkPermanent, Reason: "ResourceNotFoundException"}
+	now := time.Unix(1000, 0)
+	var waits []time.Duration
+	for i := 0; i < 5; i++ {
+		first, probeAt := f.pause(a, false, now) // P1, sent after the lift
+		if !first {
+			t.Fatal("not a new pause")
+		}
+		waits = append(waits, probeAt.Sub(now))
+		f.pause(b, false, now.Add(10*time.Millisecond)) // P2, sent with it
+		now = probeAt
+		f.sending(&partition{key: "ok"}, now)
+		if lifted, _ := f.succeeded(true, now); lifted == nil { // P3's probe lifts it
+			t.Fatal("not lifted")
+		}
+		now = now.Add(50 * time.Millisecond)
+	}
+	for i := 1; i < len(waits); i++ {
+		if waits[i] <= waits[i-1] && waits[i] < 30*time.Second {
+			t.Fatalf("first waits of the re-pauses %v: do not grow", waits)
+		}
+	}
+}
