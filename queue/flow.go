@@ -41,7 +41,7 @@ type flow struct {
 	failParts     map[*partition]bool // the partitions of the streak
 	paused        *sinks.Error        // set while a sink-permanent error pauses the sink
 	pauseRetryAt  time.Time
-	pauseProbes   int             // probes refused since the pause began: pauseWait's exponent
+	pauseProbes   int             // pauseWait's exponent: probes refused since the pause began, and re-pauses before it
 	liftedAt      time.Time       // when a probe's success last lifted a pause
 	liftedReasons map[string]bool // the reasons of the pause it lifted
 	pauseReasons  map[string]bool // the reasons of the refusals of this pause
@@ -196,10 +196,10 @@ func (f *flow) pause(e *sinks.Error, probe bool, now time.Time) (first bool, pro
 // interval (Options.PauseRetry).
 const pauseFirst = time.Second
 
-// pauseWait is the wait before a paused sink's next probe after refused
-// refusals: pauseFirst doubled for each, at most retry.
-func pauseWait(retry time.Duration, refused int) time.Duration {
-	return min(retry, pauseFirst<<min(refused, 20))
+// pauseWait is the wait before a paused sink's next probe after n
+// refusals: pauseFirst doubled n times, at most retry.
+func pauseWait(retry time.Duration, n int) time.Duration {
+	return min(retry, pauseFirst<<min(n, 20))
 }
 
 // pauseSays describes a paused sink's probes, for its log lines.

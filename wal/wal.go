@@ -559,7 +559,7 @@ func (w *WAL) Full() bool { return w.full.Load() || w.diskFull.Load() }
 // the furthest behind of the WAL's cursors, or level with the others that
 // are, and what its sink delivers moves it: its sink is not paused, and
 // no cursor level with it is of a paused sink or of one no longer
-// configured (CursorTags), which no delivery moves: retention frees
+// configured (Options.Sinks), which no delivery moves: retention frees
 // nothing until they do.
 func (w *WAL) Holding(name string) bool {
 	if !w.Full() {
