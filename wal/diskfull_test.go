@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/logfwd/forwarder/internal/diskfree"
 	"github.com/logfwd/forwarder/internal/racedetect"
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/internal/tmpfstest"
 	bolt "go.etcd.io/bbolt"
 )
@@ -923,5 +925,68 @@ func TestSyncWithNothingToCommit(t *testing.T) {
 			t.Fatalf("sync %v: %d commits (%d tried) for three Syncs with nothing to commit", o.Sync, n, calls.Load())
 		}
 		w.Close()
+	}
+}
+
+// A hold for room on the disk that begins within diskLogInterval of the
+// last hold's line is not logged at once, but once the interval is over if
+// it lasts: the log must not end on "appends resume" while they wait. Its
+// end is logged then, as a logged hold's is.
+func TestDiskHoldSoonAfterAResumeIsLogged(t *testing.T) {
+	mnt := tmpfstest.Mount(t, "16m")
+	defer func(d time.Duration) { diskLogInterval = d }(diskLogInterval)
+	diskLogInterval = 1500 * time.Millisecond
+	const floor = 4 << 20
+	var logs syncbuf.Buffer
+	w := openT(t, mnt, Options{MinFreeBytes: floor, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer w.Close()
+	ballast := filepath.Join(mnt, "ballast")
+	fill := func() {
+		t.Helper()
+		if err := os.WriteFile(ballast, make([]byte, fsFree(t, mnt)-2<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		if _, err := w.Append(ctx, []Record{{Tag: "t", Body: []byte(`{}`)}}, AppendOptions{}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("an append with %d bytes free: %v, want it held", fsFree(t, mnt), err)
+		}
+		if !w.DiskFull() {
+			t.Fatal("DiskFull() false while an append was held")
+		}
+	}
+	free := func() {
+		t.Helper()
+		if err := os.Remove(ballast); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 5*time.Second, "DiskFull() false once room was freed", func() bool { return !w.DiskFull() })
+	}
+	const held, resumed = "wal: the disk is nearly full", "wal: room on the disk again: appends resume"
+	fill()
+	free()
+	if out := logs.String(); strings.Count(out, held) != 1 || strings.Count(out, resumed) != 1 {
+		t.Fatalf("a hold and its end, want one line each:\n%s", out)
+	}
+	fill() // within diskLogInterval of the first line
+	if out := logs.String(); strings.Count(out, held) != 1 {
+		t.Fatalf("a second hold within the interval logged at once:\n%s", out)
+	}
+	waitUntil(t, 5*time.Second, "the second hold's line once the interval is over", func() bool {
+		return strings.Count(logs.String(), held) == 2
+	})
+	if out := logs.String(); !strings.Contains(out[strings.LastIndex(out, held):], "holds_not_logged=0") {
+		t.Errorf("the late line counts itself as not logged:\n%s", out)
+	}
+	free()
+	if out := logs.String(); strings.Count(out, resumed) != 2 {
+		t.Errorf("the end of the hold logged late, want its line:\n%s", out)
+	}
+	// A hold that ends within the interval is not logged late.
+	fill()
+	free()
+	time.Sleep(diskLogInterval + 500*time.Millisecond)
+	if out := logs.String(); strings.Count(out, held) != 2 || strings.Count(out, resumed) != 2 {
+		t.Errorf("a hold that ended within the interval was logged:\n%s", out)
 	}
 }

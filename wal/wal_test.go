@@ -1282,3 +1282,60 @@ func TestHolding(t *testing.T) {
 		t.Error("a level with a cursor of no configured sink: Holding true")
 	}
 }
+
+// A hold under max_bytes that begins within diskLogInterval of the last
+// hold's line is logged once the interval is over, if it lasts, and then
+// its end too: the log must not end on "appends resume" while they wait.
+func TestMaxBytesHoldSoonAfterAResumeIsLogged(t *testing.T) {
+	defer func(h, d time.Duration) { heldFor, diskLogInterval = h, d }(heldFor, diskLogInterval)
+	heldFor, diskLogInterval = 10*time.Second, 1500*time.Millisecond
+	var logs syncbuf.Buffer
+	w := openT(t, t.TempDir(), Options{MaxBytes: 64 << 10, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer w.Close()
+	ctx := context.Background()
+	if _, err := w.RegisterCursor(ctx, "sink"); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewSource(5))
+	fill := func() {
+		t.Helper()
+		for w.Stats().Bytes < 48<<10 {
+			appendT(t, w, makeRecords(r, "f", 20, 250), "")
+		}
+		hctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		if _, err := w.Append(hctx, makeRecords(r, "big", 300, 250), AppendOptions{}); !errors.Is(err, ErrFull) {
+			t.Fatalf("an append over max_bytes: %v, want ErrFull", err)
+		}
+		if !w.Full() {
+			t.Fatal("Full() false the moment the held append gave up")
+		}
+	}
+	free := func() {
+		t.Helper()
+		b := &Batch{}
+		b.SetCursor("sink", w.Stats().NextSeq-1)
+		commitT(t, w, b)
+		waitUntil(t, 5*time.Second, "Full() false once the cursor passed everything", func() bool { return !w.Full() })
+	}
+	const held, resumed = "wal: max_bytes reached", "wal: room under max_bytes again: appends resume"
+	fill()
+	free()
+	if out := logs.String(); strings.Count(out, held) != 1 || strings.Count(out, resumed) != 1 {
+		t.Fatalf("a hold and its end, want one line each:\n%s", out)
+	}
+	fill() // within diskLogInterval of the first line
+	if out := logs.String(); strings.Count(out, held) != 1 {
+		t.Fatalf("a second hold within the interval logged at once:\n%s", out)
+	}
+	waitUntil(t, 5*time.Second, "the second hold's line once the interval is over", func() bool {
+		return strings.Count(logs.String(), held) == 2
+	})
+	if out := logs.String(); !strings.Contains(out[strings.LastIndex(out, held):], "times_not_logged=0") {
+		t.Errorf("the late line counts itself as not logged:\n%s", out)
+	}
+	free()
+	if out := logs.String(); strings.Count(out, resumed) != 2 {
+		t.Errorf("the end of the hold logged late, want its line:\n%s", out)
+	}
+}

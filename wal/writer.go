@@ -74,8 +74,13 @@ const (
 	intervalFlushBytes   = 32 << 20 // SyncInterval commits early above this
 	chunkExpiryInterval  = 10 * time.Second
 	noSpaceRetryInterval = time.Second
-	diskLogInterval      = time.Minute
 )
+
+// diskLogInterval is the least time between two lines saying that appends
+// wait for room (on the disk, under max_bytes): a hold that begins within
+// it of the last line is logged once it is over, if the hold lasts that
+// long. A variable for the tests.
+var diskLogInterval = time.Minute
 
 // noSpaceProbeInterval is how often, while appends are held after a
 // refused commit (see writer.noSpace), the writer tries whether the file
@@ -126,8 +131,10 @@ type writer struct {
 	diskHeldSince time.Time        // when the current hold began
 	diskLogged    bool             // the current hold was logged: log its end
 	lastDiskLog   time.Time
-	diskHolds     int  // holds not logged since lastDiskLog
-	noStatfs      bool // the file system cannot tell its free space (logged once)
+	diskHolds     int              // holds not logged since lastDiskLog
+	diskRefused   error            // the refused commit's error of the current hold (nil: below the floor)
+	holdLogDue    <-chan time.Time // set while a hold, of either kind, waits for its line (the minute since the last one)
+	noStatfs      bool             // the file system cannot tell its free space (logged once)
 
 	droppedSince map[string]uint64 // DropOldest losses not yet logged
 	txDropped    map[string]uint64 // DropOldest losses of the open transaction: logged once it commits
@@ -173,6 +180,7 @@ func newWriter(w *WAL, st state) *writer {
 func (wr *writer) run() {
 	var timer *time.Timer
 	var timerC <-chan time.Time
+	lateLog := false // a hold's deferred line is due (lateHoldLine)
 	defer func() {
 		wr.flush() // commit what SyncInterval holds
 		wr.logDrops(true)
@@ -209,6 +217,8 @@ func (wr *writer) run() {
 				wr.dropLogDue = nil // logDrops below says what was lost
 			case <-wr.maxRecheck:
 				wr.maxRecheck = nil // the step below sets Full again
+			case <-wr.holdLogDue:
+				wr.holdLogDue, lateLog = nil, true // after the step, which measures the room again
 			case <-wr.w.quit:
 				return
 			}
@@ -243,6 +253,10 @@ func (wr *writer) run() {
 			}
 		}
 		wr.logDrops(false)
+		if lateLog {
+			lateLog = false
+			wr.logLateHolds(time.Now())
+		}
 		if m := wr.noSpace; m != nil && wr.w.diskFull.Load() && wr.tx == nil && wr.failed == nil && !time.Now().Before(m.probeAt) {
 			wr.probeRoom()
 		}
@@ -347,8 +361,44 @@ func (wr *writer) setFull() {
 	}
 	if now.Sub(wr.lastMaxLog) < diskLogInterval {
 		wr.maxHolds++
+		wr.lateHoldLine(wr.lastMaxLog, now)
 		return
 	}
+	wr.logMaxHold(now)
+}
+
+// lateHoldLine makes sure that a hold not logged because a line came
+// within the minute before (last) is logged once the minute is over, if it
+// lasts: the log must not say that appends resumed while they wait.
+func (wr *writer) lateHoldLine(last, now time.Time) {
+	if wr.holdLogDue == nil {
+		wr.holdLogDue = time.After(last.Add(diskLogInterval).Sub(now) + time.Millisecond)
+	}
+}
+
+// logLateHolds logs the holds lateHoldLine deferred that still last.
+func (wr *writer) logLateHolds(now time.Time) {
+	if wr.w.full.Load() && !wr.maxLogged && wr.maxHolds > 0 {
+		if now.Sub(wr.lastMaxLog) < diskLogInterval {
+			wr.lateHoldLine(wr.lastMaxLog, now)
+		} else {
+			wr.maxHolds-- // this one is logged now
+			wr.logMaxHold(now)
+		}
+	}
+	if wr.w.diskFull.Load() && !wr.diskLogged && wr.diskHolds > 0 {
+		if now.Sub(wr.lastDiskLog) < diskLogInterval {
+			wr.lateHoldLine(wr.lastDiskLog, now)
+		} else {
+			wr.diskHolds-- // this one is logged now
+			wr.logDiskHold(now)
+		}
+	}
+}
+
+// logMaxHold logs that appends wait for room under max_bytes.
+func (wr *writer) logMaxHold(now time.Time) {
+	max := wr.w.opts.MaxBytes
 	// The cursor furthest behind holds the oldest records; of cursors level
 	// with it, one of a sink no longer configured (Options.Sinks), which no
 	// delivery moves.
@@ -366,7 +416,8 @@ func (wr *writer) setFull() {
 	}
 	wr.w.log.Warn(says,
 		"path", wr.w.path, "live_bytes", wr.st.liveBytes, "max_bytes", max, "furthest_behind", behind,
-		"its_records_behind", wr.st.nextSeq-1-min(pos, wr.st.nextSeq-1), "times_not_logged", wr.maxHolds)
+		"its_records_behind", wr.st.nextSeq-1-min(pos, wr.st.nextSeq-1), "times_not_logged", wr.maxHolds,
+		"full_for", now.Sub(wr.maxFullSince).Round(time.Millisecond))
 	wr.lastMaxLog, wr.maxLogged, wr.maxHolds = now, true, 0
 }
 
@@ -689,21 +740,30 @@ func (wr *writer) checkDisk(room *diskRoom) {
 func (wr *writer) setDiskFull(full bool, refused error) {
 	wr.w.diskFull.Store(full)
 	now := time.Now()
-	disk, file, _ := wr.w.space()
 	if !full {
 		if wr.diskLogged {
 			wr.diskLogged = false
+			disk, file, _ := wr.w.space()
 			wr.w.log.Info("wal: room on the disk again: appends resume", "path", wr.w.path, "disk_free_bytes", disk,
 				"file_free_bytes", file, "min_free_bytes", wr.w.opts.MinFreeBytes, "held_for", now.Sub(wr.diskHeldSince).Round(time.Millisecond))
 		}
 		return
 	}
-	wr.diskHeldSince = now
+	wr.diskHeldSince, wr.diskRefused = now, refused
 	if now.Sub(wr.lastDiskLog) < diskLogInterval {
 		wr.diskHolds++
+		wr.lateHoldLine(wr.lastDiskLog, now)
 		return
 	}
-	args := []any{"path", wr.w.path, "disk_free_bytes", disk, "file_free_bytes", file, "min_free_bytes", wr.w.opts.MinFreeBytes, "holds_not_logged", wr.diskHolds}
+	wr.logDiskHold(now)
+}
+
+// logDiskHold logs that appends wait for room on the disk.
+func (wr *writer) logDiskHold(now time.Time) {
+	disk, file, _ := wr.w.space()
+	refused := wr.diskRefused
+	args := []any{"path", wr.w.path, "disk_free_bytes", disk, "file_free_bytes", file, "min_free_bytes", wr.w.opts.MinFreeBytes,
+		"holds_not_logged", wr.diskHolds, "held_for", now.Sub(wr.diskHeldSince).Round(time.Millisecond)}
 	if refused != nil {
 		// The figures say there is room: say why appends wait all the same.
 		wr.w.log.Warn(fmt.Sprintf("wal: the file system refused a commit of appends (no space) although it reports room (another process took it, a quota, a thin volume): appends wait and the inputs push back on clients, while sinks go on delivering and committing; the room is tried every %s", noSpaceProbeInterval),
