@@ -28,6 +28,8 @@ import (
 )
 
 // memState is a sink state in memory: Send only puts and deletes intents.
+// A put or delete with a cancelled context fails, as a commit of the WAL
+// may.
 type memState struct {
 	mu sync.Mutex
 	m  map[string][]byte
@@ -58,14 +60,20 @@ func (st *memState) Scan(prefix []byte, fn func(key, value []byte) error) error 
 	return nil
 }
 
-func (st *memState) Put(_ context.Context, key, value []byte) error {
+func (st *memState) Put(ctx context.Context, key, value []byte) error {
+	if err := ctx.Err(); err != nil { // as the WAL's commit may refuse it
+		return err
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.m[string(key)] = append([]byte(nil), value...)
 	return nil
 }
 
-func (st *memState) Delete(_ context.Context, key []byte) error {
+func (st *memState) Delete(ctx context.Context, key []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	delete(st.m, string(key))

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -72,8 +74,9 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 				return sinks.Outcome{}, sinks.NewRetryable("state", err)
 			}
 			s.intents.add(in)
-			rj, err := s.put(ctx, group, stream, call, body)
-			if err == nil || sinks.Classify(err).Class != sinks.RecordPermanent && !notSent(err) {
+			rj, connected, err := s.putTraced(ctx, group, stream, call, body)
+			unsent := err != nil && (notSent(err) || !connected)
+			if err == nil || sinks.Classify(err).Class != sinks.RecordPermanent && !unsent {
 				// Landed, or may have (an answer lost: settleLost reads it
 				// back before the batch is sent again, and takes back what
 				// did not land): counted as stored.
@@ -82,14 +85,17 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 			if err == nil {
 				landed = true
 			}
-			if err != nil && notSent(err) {
+			if unsent {
 				// The call did not land (throttled, refused for its events,
 				// or never sent): its intent goes, so that it is not read
 				// back before the batch is sent again, nor at start after a
-				// crash. A split's first half takes the key again.
-				if b.State.Delete(ctx, in.key()) == nil {
+				// crash. A split's first half takes the key again. Also when
+				// the stop cancelled the call: it is why it never connected.
+				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stateTimeout)
+				if b.State.Delete(dctx, in.key()) == nil {
 					s.intents.remove(in)
 				}
+				cancel()
 			}
 			if err != nil {
 				var e *sinks.Error
@@ -193,6 +199,27 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	return out, nil
 }
 
+// stateTimeout bounds the removal of the intent of a call that did not
+// land, which is made also when the stop cancelled the call.
+const stateTimeout = 5 * time.Second
+
+// putTraced is put, and whether it may have sent a request: false when
+// none of the call's requests got a connection (a dial refused or timed
+// out, a DNS failure, a TLS handshake or proxy that failed, a stop that
+// cancelled the dial), whatever error the SDK wraps that in. That is
+// believed only once the sink's HTTP client was seen to report its
+// connections (an HTTP client given in Options.AWS may not): until then
+// only the errors notSent knows of say it.
+func (s *Sink) putTraced(ctx context.Context, group, stream string, evs []event, body putBody) (_ []sinks.Rejection, connected bool, _ error) {
+	var conn atomic.Bool
+	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { conn.Store(true) }})
+	rj, err := s.put(tctx, group, stream, evs, body)
+	if conn.Load() {
+		s.connTraced.Store(true)
+	}
+	return rj, conn.Load() || !s.connTraced.Load(), err
+}
+
 // notSent reports whether err says the call did not land: the service's
 // answer refusing it (a 4xx: throttled, denied, a missing stream), or a
 // connection that could not be made or no credentials to sign it with
@@ -200,7 +227,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 // may have.
 func notSent(err error) bool {
 	var re *awshttp.ResponseError
-	if errors.As(err, &re) {
+	if errors.As(err, &re) && re.HTTPStatusCode() != 0 { // 0: no answer (the request failed to be sent, or its answer was lost)
 		return re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500
 	}
 	var op *net.OpError

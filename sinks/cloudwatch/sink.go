@@ -57,6 +57,9 @@ type Sink struct {
 	// lastTaken is when a PutLogEvents was last taken (Unix nanoseconds),
 	// by any stream: see refusedEverywhere.
 	lastTaken atomic.Int64
+	// connTraced: a call's trace saw a connection (putTraced): the HTTP
+	// client reports them.
+	connTraced atomic.Bool
 	// refusedAlone counts the records refused in calls of their own, by
 	// any stream, since a PutLogEvents was last taken: a low-rate stream's
 	// batches of a few records each add up to refusedToPause across them.
