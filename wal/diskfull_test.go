@@ -935,7 +935,7 @@ func TestSyncWithNothingToCommit(t *testing.T) {
 func TestDiskHoldSoonAfterAResumeIsLogged(t *testing.T) {
 	mnt := tmpfstest.Mount(t, "16m")
 	defer func(d time.Duration) { diskLogInterval = d }(diskLogInterval)
-	diskLogInterval = 1500 * time.Millisecond
+	diskLogInterval = 3 * time.Second // the room is looked at every second: margins for a busy machine
 	const floor = 4 << 20
 	var logs syncbuf.Buffer
 	w := openT(t, mnt, Options{MinFreeBytes: floor, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -988,5 +988,28 @@ func TestDiskHoldSoonAfterAResumeIsLogged(t *testing.T) {
 	time.Sleep(diskLogInterval + 500*time.Millisecond)
 	if out := logs.String(); strings.Count(out, held) != 2 || strings.Count(out, resumed) != 2 {
 		t.Errorf("a hold that ended within the interval was logged:\n%s", out)
+	}
+}
+
+// The deferred line of a hold of one kind does not wait for the other
+// kind's, which may be due later: the earlier deadline wins.
+func TestLateHoldLinesTakeTheEarlierDeadline(t *testing.T) {
+	wr := &writer{}
+	now := time.Now()
+	wr.lateHoldLine(now.Add(-diskLogInterval/6), now) // a disk hold's last line, 10 s ago
+	disk := wr.holdLogAt
+	wr.lateHoldLine(now.Add(-diskLogInterval/2), now) // max_bytes' last line, 30 s ago
+	if !wr.holdLogAt.Before(disk) {
+		t.Fatalf("due at %s, after the disk hold's %s: the max_bytes line waits for it", wr.holdLogAt, disk)
+	}
+	at := wr.holdLogAt
+	wr.lateHoldLine(now, now) // a later deadline does not put it off
+	if !wr.holdLogAt.Equal(at) {
+		t.Fatalf("due at %s, was %s", wr.holdLogAt, at)
+	}
+	select {
+	case <-wr.holdLogDue:
+		t.Fatal("fired before its time")
+	default:
 	}
 }

@@ -134,6 +134,7 @@ type writer struct {
 	diskHolds     int              // holds not logged since lastDiskLog
 	diskRefused   error            // the refused commit's error of the current hold (nil: below the floor)
 	holdLogDue    <-chan time.Time // set while a hold, of either kind, waits for its line (the minute since the last one)
+	holdLogAt     time.Time        // when holdLogDue fires
 	noStatfs      bool             // the file system cannot tell its free space (logged once)
 
 	droppedSince map[string]uint64 // DropOldest losses not yet logged
@@ -371,8 +372,9 @@ func (wr *writer) setFull() {
 // within the minute before (last) is logged once the minute is over, if it
 // lasts: the log must not say that appends resumed while they wait.
 func (wr *writer) lateHoldLine(last, now time.Time) {
-	if wr.holdLogDue == nil {
-		wr.holdLogDue = time.After(last.Add(diskLogInterval).Sub(now) + time.Millisecond)
+	at := last.Add(diskLogInterval + time.Millisecond)
+	if wr.holdLogDue == nil || at.Before(wr.holdLogAt) { // the other kind's line may be due later
+		wr.holdLogDue, wr.holdLogAt = time.After(at.Sub(now)), at
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/logfwd/forwarder/internal/awserr"
 	"github.com/logfwd/forwarder/sinks"
@@ -74,8 +75,8 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 				return sinks.Outcome{}, sinks.NewRetryable("state", err)
 			}
 			s.intents.add(in)
-			rj, connected, err := s.putTraced(ctx, group, stream, call, body)
-			unsent := err != nil && (notSent(err) || !connected)
+			rj, mayHaveSent, err := s.putTraced(ctx, group, stream, call, body)
+			unsent := err != nil && (notSent(err) || !mayHaveSent)
 			if err == nil || sinks.Classify(err).Class != sinks.RecordPermanent && !unsent {
 				// Landed, or may have (an answer lost: settleLost reads it
 				// back before the batch is sent again, and takes back what
@@ -207,32 +208,65 @@ const stateTimeout = 5 * time.Second
 // none of the call's requests got a connection (a dial refused or timed
 // out, a DNS failure, a TLS handshake or proxy that failed, a stop that
 // cancelled the dial), whatever error the SDK wraps that in. That is
-// believed only once the sink's HTTP client was seen to report its
-// connections (an HTTP client given in Options.AWS may not): until then
-// only the errors notSent knows of say it.
-func (s *Sink) putTraced(ctx context.Context, group, stream string, evs []event, body putBody) (_ []sinks.Rejection, connected bool, _ error) {
+// learnt from the requests' connections (connTrace) once the sink's HTTP
+// client is known to report them (a net/http client whose connection was
+// seen, Sink.traceable); until then, from the error: a dial or name
+// lookup that failed.
+func (s *Sink) putTraced(ctx context.Context, group, stream string, evs []event, body putBody) (_ []sinks.Rejection, mayHaveSent bool, _ error) {
 	var conn atomic.Bool
-	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { conn.Store(true) }})
-	rj, err := s.put(tctx, group, stream, evs, body)
-	if conn.Load() {
+	rj, err := s.put(context.WithValue(ctx, connSeenKey{}, &conn), group, stream, evs, body)
+	if conn.Load() && s.traceable {
 		s.connTraced.Store(true)
 	}
-	return rj, conn.Load() || !s.connTraced.Load(), err
+	if err == nil {
+		return rj, true, nil
+	}
+	if s.connTraced.Load() {
+		return rj, conn.Load(), err
+	}
+	return rj, !neverConnected(err), err
+}
+
+// neverConnected reports whether err is a dial or a name lookup that
+// failed: the request never left.
+func neverConnected(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns)
+}
+
+// connSeenKey is the context key of the flag connTrace sets when a
+// request of the call gets a connection.
+type connSeenKey struct{}
+
+// connTrace, the last middleware before the HTTP client, sets the flag a
+// call's context carries (connSeenKey) when one of its requests gets a
+// connection. Only the requests' own: credentials are fetched before, with
+// a context without the trace.
+type connTrace struct{}
+
+func (connTrace) ID() string { return "forwarder.connTrace" }
+
+func (connTrace) HandleDeserialize(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (
+	middleware.DeserializeOutput, middleware.Metadata, error,
+) {
+	if seen, ok := ctx.Value(connSeenKey{}).(*atomic.Bool); ok {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { seen.Store(true) }})
+	}
+	return next.HandleDeserialize(ctx, in)
 }
 
 // notSent reports whether err says the call did not land: the service's
-// answer refusing it (a 4xx: throttled, denied, a missing stream), or a
-// connection that could not be made or no credentials to sign it with
-// (the request never left); not a 5xx or a lost answer, after which it
-// may have.
+// answer refusing it (a 4xx: throttled, denied, a missing stream), or no
+// credentials to sign it with (the request never left); not a 5xx or a
+// lost answer, after which it may have. A connection that could not be
+// made is putTraced's to tell.
 func notSent(err error) bool {
 	var re *awshttp.ResponseError
 	if errors.As(err, &re) && re.HTTPStatusCode() != 0 { // 0: no answer (the request failed to be sent, or its answer was lost)
 		return re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500
 	}
-	var op *net.OpError
-	var dns *net.DNSError
-	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns) || awserr.NoCredentials(err)
+	return awserr.NoCredentials(err)
 }
 
 // settleLost resolves, before a batch of partition is sent, the calls of

@@ -19,6 +19,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/cloudwatchlogs"
+	"github.com/aws/smithy-go/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/logfwd/forwarder/config"
@@ -57,8 +58,9 @@ type Sink struct {
 	// lastTaken is when a PutLogEvents was last taken (Unix nanoseconds),
 	// by any stream: see refusedEverywhere.
 	lastTaken atomic.Int64
-	// connTraced: a call's trace saw a connection (putTraced): the HTTP
-	// client reports them.
+	// traceable: the HTTP client is net/http's, which reports connections
+	// (connTrace); connTraced: a call's trace saw one (putTraced).
+	traceable  bool
 	connTraced atomic.Bool
 	// refusedAlone counts the records refused in calls of their own, by
 	// any stream, since a PutLogEvents was last taken: a low-rate stream's
@@ -187,6 +189,14 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 	// fails the call (retried). The SDK's own kind of client is copied with
 	// these settings; a client of another kind given in Options.AWS is used
 	// as it is.
+	// A net/http client reports its requests' connections (connTrace);
+	// another kind may not, or not for the request's own context.
+	switch c := awsCfg.HTTPClient.(type) {
+	case nil, *awshttp.BuildableClient:
+		s.traceable = true
+	case *http.Client:
+		_, s.traceable = c.Transport.(*http.Transport)
+	}
 	if bc, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient); ok || awsCfg.HTTPClient == nil {
 		if bc == nil {
 			bc = awshttp.NewBuildableClient()
@@ -202,6 +212,7 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error { return st.Deserialize.Add(connTrace{}, middleware.After) })
 	})
 	label := prometheus.Labels{"sink": name}
 	s.m = metrics{

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/logfwd/forwarder/emulator/cloudwatchlogs"
@@ -165,5 +166,75 @@ func TestRefusedConnectionsLeaveNothingToReadBack(t *testing.T) {
 		if evs := e.emu.Events("/eks/shop", fmt.Sprint("web-", i, "-host1")); len(evs) != 1 {
 			t.Errorf("stream web-%d: %d events, want 1", i, len(evs))
 		}
+	}
+}
+
+// untraced is an HTTP client that sends each request with a context of its
+// own: its connections are not reported to the call.
+type untraced struct{ c *http.Client }
+
+func (u untraced) Do(r *http.Request) (*http.Response, error) {
+	return u.c.Do(r.Clone(context.Background()))
+}
+
+// A call whose answer is lost (stored, then the connection closed) keeps
+// its intent, to be read back before its batch is sent again (the recover
+// tests check what the read back does), whatever the HTTP client: also one that does not report connections to the call,
+// when the credentials are fetched over HTTP with the call's context.
+func TestLostAnswerKeepsItsIntent(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		client func() aws.HTTPClient
+	}{
+		{"net/http client", func() aws.HTTPClient { return &http.Client{Transport: &http.Transport{}} }},
+		{"client that does not report connections", func() aws.HTTPClient { return untraced{&http.Client{Transport: &http.Transport{}}} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			credSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+			defer credSrv.Close()
+			emu := cloudwatchlogs.New(cloudwatchlogs.Options{})
+			srv := httptest.NewServer(emu)
+			defer srv.Close()
+			awsCfg := staticAWS()
+			awsCfg.Credentials = aws.NewCredentialsCache(aws.CredentialsProviderFunc(func(ctx context.Context) (aws.Credentials, error) {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, credSrv.URL, nil)
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					resp.Body.Close()
+				}
+				return aws.Credentials{AccessKeyID: "AKIDTEST", SecretAccessKey: "secret"}, nil
+			}))
+			awsCfg.HTTPClient = c.client()
+			s, err := New(context.Background(), "cw", baseCfg(srv.URL), Options{Hostname: "host1", AWS: awsCfg,
+				Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := &memState{m: map[string][]byte{}}
+			send := func(seq uint64) error {
+				r := podRecord("shop", "web-1", time.Now(), fmt.Sprint("line ", seq))
+				rec := sinks.Record{Seq: seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
+				out, err := s.Send(context.Background(), &sinks.Batch{Partition: s.Partition(&rec), Records: []sinks.Record{rec}, State: st, Final: true})
+				for _, k := range out.DeleteState {
+					_ = st.Delete(context.Background(), k)
+				}
+				return err
+			}
+			if err := send(1); err != nil { // the credentials fetched
+				t.Fatal(err)
+			}
+			emu.SetDropResponses(1) // stored, then the connection closed
+			if err := send(2); err == nil {
+				t.Fatal("a call whose answer was dropped succeeded")
+			}
+			st.mu.Lock()
+			n := len(st.m)
+			st.mu.Unlock()
+			if n != 1 {
+				t.Errorf("%d intents after a call whose answer was lost, want its own (the call landed: sent again without a read back, it would land twice)", n)
+			}
+			if evs := emu.Events("/eks/shop", "web-1-host1"); len(evs) != 2 {
+				t.Errorf("%d events, want 2: the call whose answer was lost landed", len(evs))
+			}
+		})
 	}
 }
