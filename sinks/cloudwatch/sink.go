@@ -196,6 +196,7 @@ func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) 
 		s.traceable = true
 	case *http.Client:
 		_, s.traceable = c.Transport.(*http.Transport)
+		s.traceable = s.traceable || c.Transport == nil // http.DefaultTransport
 	}
 	if bc, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient); ok || awsCfg.HTTPClient == nil {
 		if bc == nil {
