@@ -137,8 +137,25 @@ func (s *Sink) recoverOne(ctx context.Context, st sinks.State, ik []byte, in *in
 		// The WAL dropped records of the batch before it was delivered
 		// (wal.when_full: drop_oldest, which counts them), or lost them
 		// to a damaged entry (counted too). The object cannot be
-		// rebuilt; whatever of it reached S3 stays.
-		s.log.Warn("not finishing an interrupted upload: the WAL dropped some of its records (wal.when_full: drop_oldest) or lost them to a damaged entry; the records left are sent again under a new key",
+		// rebuilt; whatever of it reached S3 stays. Should the upload
+		// have landed before the crash, the batch is delivered, every
+		// record with it: sent again, the records left would go under
+		// the same key when the first survived, taken by this very
+		// object (a false "another writer's object" pause).
+		landed, err := s.landed(ctx, in)
+		if err != nil {
+			return err
+		}
+		if landed {
+			if err := st.Delivered(ctx, in.Partition, in.Last, [][]byte{ik}); err != nil {
+				return fatal("record delivery of %q: %w", in.Key, err)
+			}
+			s.m.recovered.Inc()
+			s.log.Warn("an interrupted upload had landed, though the WAL no longer holds all of its records (wal.when_full: drop_oldest, or a damaged entry): delivered",
+				"key", in.Key, "records", in.Records, "left", len(kept))
+			return nil
+		}
+		s.log.Warn("not finishing an interrupted upload: the WAL dropped some of its records (wal.when_full: drop_oldest) or lost them to a damaged entry; the records left are sent again (their object's key is the first one's, which may be the same)",
 			"key", in.Key, "records", in.Records, "left", len(kept))
 		if in.UploadID != "" {
 			_ = s.abort(ctx, s.bucketOf(in), in.Key, in.UploadID)

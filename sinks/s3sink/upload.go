@@ -49,8 +49,13 @@ func callTimeout(n int64) time.Duration {
 func (s *Sink) upload(ctx context.Context, st sinks.State, ik []byte, in *intent, body *io.SectionReader) (already bool, err error) {
 	if in.UploadID != "" {
 		// Best effort, as below: an upload left open costs storage until
-		// the bucket's lifecycle rule ends it, and stops nothing.
-		_ = s.abort(ctx, s.bucketOf(in), in.Key, in.UploadID)
+		// the bucket's lifecycle rule ends it, and stops nothing. One that
+		// could not be aborted is looked for among the key's open uploads
+		// before the next is created (its id is forgotten here, and the
+		// next one's replaces it in the intent).
+		if err := s.abort(ctx, s.bucketOf(in), in.Key, in.UploadID); err != nil {
+			in.createLost = true
+		}
 		in.UploadID = ""
 	}
 	if body.Size() > s.threshold {
@@ -177,8 +182,8 @@ func (s *Sink) uploadParts(ctx context.Context, st sinks.State, ik []byte, in *i
 	cancel()
 	if err != nil {
 		var re *awshttp.ResponseError
-		if !errors.As(err, &re) || re.HTTPStatusCode() >= 500 {
-			in.createLost = true // no answer, or a 5xx: S3 may have created it
+		if !errors.As(err, &re) || re.HTTPStatusCode() == 0 || re.HTTPStatusCode() >= 500 {
+			in.createLost = true // no answer (status 0: sent, or not, and its answer lost), or a 5xx: S3 may have created it
 		}
 		return fmt.Errorf("create multipart upload of %q: %w", in.Key, err)
 	}

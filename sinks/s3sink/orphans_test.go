@@ -1,0 +1,134 @@
+package s3sink
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/logfwd/forwarder/config"
+	s3emu "github.com/logfwd/forwarder/emulator/s3emu"
+	"github.com/logfwd/forwarder/sinks"
+)
+
+// Multipart uploads left open by failures on the wire: each is aborted
+// before the object is stored again, so that none costs storage until the
+// bucket's lifecycle rule.
+
+// The answer to CreateMultipartUpload is lost on the wire (S3 created the
+// upload; the connection drops before the answer): the SDK's error has no
+// status, which is no answer, not a refusal.
+func TestLostCreateAnswerOnTheWireAborted(t *testing.T) {
+	emu, err := s3emu.New(s3emu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close()
+	if err := emu.CreateBucket(bucket); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	lost := false
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, isCreate := r.URL.Query()["uploads"]
+		mu.Lock()
+		drop := r.Method == http.MethodPost && isCreate && !lost
+		if drop {
+			lost = true
+		}
+		mu.Unlock()
+		if drop {
+			emu.ServeHTTP(httptest.NewRecorder(), r) // S3 creates the upload
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close() // and its answer is lost
+			}
+			return
+		}
+		emu.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+
+	cfg := testConfig(front.URL)
+	cfg.Compression = config.CompressionNone
+	cfg.MultipartThreshold = 5 * config.MiB
+	cfg.MaxObjectBytes = 32 * config.MiB
+	s := newTestSink(t, cfg)
+	recs := batchRecs("a", 80000)
+	st := newMemState(recs)
+	b := &sinks.Batch{Partition: s.Partition(&recs[0]), Records: recs, State: st, Final: true}
+	_, err = s.Send(t.Context(), b)
+	if err == nil || !lost {
+		t.Fatalf("first send: %v (lost %v)", err, lost)
+	}
+	t.Logf("first send: %v (class %v reason %s)", err, sinks.Classify(err).Class, sinks.Classify(err).Reason)
+	if _, err := s.Send(t.Context(), b); err != nil {
+		t.Fatalf("send again: %v", err)
+	}
+	if objs, _ := emu.Objects(bucket); len(objs) != 1 {
+		t.Fatalf("objects %+v, want one", objs)
+	}
+	if up, err := newReader(t, front.URL).ListMultipartUploads(t.Context(), &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket)}); err != nil || len(up.Uploads) != 0 {
+		t.Errorf("uploads left open after the object was stored: %d, %v", len(up.Uploads), err)
+	}
+}
+
+// A part fails (500) and the aborts of the upload fail for a moment (503):
+// the upload whose id the next attempt replaces is looked for among the
+// key's open uploads and aborted.
+func TestFailedAbortLookedForAgain(t *testing.T) {
+	emu, err := s3emu.New(s3emu.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emu.Close()
+	if err := emu.CreateBucket(bucket); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	partFails, abortFails := 1, 2
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		mu.Lock()
+		var fail int
+		switch {
+		case r.Method == http.MethodPut && q.Get("partNumber") != "" && partFails > 0:
+			partFails--
+			fail = http.StatusInternalServerError
+		case r.Method == http.MethodDelete && q.Get("uploadId") != "" && abortFails > 0:
+			abortFails--
+			fail = http.StatusServiceUnavailable
+		}
+		mu.Unlock()
+		if fail != 0 {
+			w.WriteHeader(fail)
+			return
+		}
+		emu.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+
+	cfg := testConfig(front.URL)
+	cfg.Compression = config.CompressionNone
+	cfg.MultipartThreshold = 5 * config.MiB
+	cfg.MaxObjectBytes = 32 * config.MiB
+	s := newTestSink(t, cfg)
+	recs := batchRecs("a", 80000)
+	st := newMemState(recs)
+	b := &sinks.Batch{Partition: s.Partition(&recs[0]), Records: recs, State: st, Final: true}
+	if _, err = s.Send(t.Context(), b); err == nil {
+		t.Fatal("first send succeeded")
+	}
+	if _, err := s.Send(t.Context(), b); err != nil {
+		t.Fatalf("send again: %v", err)
+	}
+	if objs, _ := emu.Objects(bucket); len(objs) != 1 {
+		t.Fatalf("objects %+v, want one", objs)
+	}
+	if up, err := newReader(t, front.URL).ListMultipartUploads(t.Context(), &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket)}); err != nil || len(up.Uploads) != 0 {
+		t.Errorf("uploads left open after the object was stored and its intent done with: %d, %v", len(up.Uploads), err)
+	}
+}
