@@ -748,6 +748,10 @@ var errTooBig = errors.New("too large once decompressed")
 // decompressed) as they come out of the decompressor: what is held of them
 // is a window as large as the largest entry, not the whole payload.
 func (d *decoder) gzipEntries(full, packed []byte) error {
+	if err := d.hold.Grow(d.context(), gzipReaderBytes); err != nil {
+		return d.budgetErr(err)
+	}
+	defer d.hold.Release(gzipReaderBytes)
 	zr, err := inputs.GetGzip(bytes.NewReader(packed))
 	if err != nil {
 		return bad("bad_gzip", full, nil, "compressed entries: %v", err)
@@ -755,6 +759,17 @@ func (d *decoder) gzipEntries(full, packed []byte) error {
 	defer inputs.PutGzip(zr)
 	return d.streamEntries(full, zr, "bad_gzip")
 }
+
+// gzipReaderBytes is what a gzip reader holds while it decompresses (its
+// 32 KiB window and its tables: about 66 KiB measured), held from the
+// inputs' budget.
+const gzipReaderBytes = 80 << 10
+
+// zstdDecoderBytes is what a zstd decoder holds besides its window while
+// it decodes a frame (its block buffers: about 400 KiB measured with the
+// low-memory decoder of one goroutine, whatever the window), held from the
+// inputs' budget with the window.
+const zstdDecoderBytes = 512 << 10
 
 // maxZstdWindow is the largest window a zstd frame of a forward message
 // may ask for (Fluentd's zstd, level 3, uses 2 MiB at most): the decoder
@@ -767,7 +782,7 @@ var zstdDecoders sync.Pool // *zstd.Decoder
 // zstdEntries decodes the entries of a CompressedPackedForward payload in
 // zstd (one or more frames), as gzipEntries does gzip's. The first frame's
 // window, which every frame of the payload must keep within, is held from
-// the inputs' budget while it decodes.
+// the inputs' budget while it decodes, with what the decoder holds besides.
 func (d *decoder) zstdEntries(full, packed []byte) error {
 	var h zstd.Header
 	if err := h.Decode(packed); err != nil {
@@ -781,10 +796,10 @@ func (d *decoder) zstdEntries(full, packed []byte) error {
 	if window > maxZstdWindow {
 		return bad("bad_zstd", full, nil, "compressed entries: a zstd window of %d bytes, at most %d", window, maxZstdWindow)
 	}
-	if err := d.hold.Grow(d.context(), int64(window)); err != nil {
+	if err := d.hold.Grow(d.context(), int64(window)+zstdDecoderBytes); err != nil {
 		return d.budgetErr(err)
 	}
-	defer d.hold.Release(int64(window))
+	defer d.hold.Release(int64(window) + zstdDecoderBytes)
 	zr, _ := zstdDecoders.Get().(*zstd.Decoder)
 	if zr == nil {
 		var err error
