@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -30,17 +31,10 @@ func TestLostCreateAnswerOnTheWireAborted(t *testing.T) {
 	if err := emu.CreateBucket(bucket); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	lost := false
+	var lost atomic.Bool
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, isCreate := r.URL.Query()["uploads"]
-		mu.Lock()
-		drop := r.Method == http.MethodPost && isCreate && !lost
-		if drop {
-			lost = true
-		}
-		mu.Unlock()
-		if drop {
+		if r.Method == http.MethodPost && isCreate && lost.CompareAndSwap(false, true) {
 			emu.ServeHTTP(httptest.NewRecorder(), r) // S3 creates the upload
 			conn, _, err := w.(http.Hijacker).Hijack()
 			if err == nil {
@@ -61,8 +55,8 @@ func TestLostCreateAnswerOnTheWireAborted(t *testing.T) {
 	st := newMemState(recs)
 	b := &sinks.Batch{Partition: s.Partition(&recs[0]), Records: recs, State: st, Final: true}
 	_, err = s.Send(t.Context(), b)
-	if err == nil || !lost {
-		t.Fatalf("first send: %v (lost %v)", err, lost)
+	if err == nil || !lost.Load() {
+		t.Fatalf("first send: %v (lost %v)", err, lost.Load())
 	}
 	t.Logf("first send: %v (class %v reason %s)", err, sinks.Classify(err).Class, sinks.Classify(err).Reason)
 	if _, err := s.Send(t.Context(), b); err != nil {
