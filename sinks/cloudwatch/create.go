@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -260,8 +261,9 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 		c.owed[group] = true
 		c.mu.Unlock()
 	}
+	var conn atomic.Bool // a request of the call got a connection
 	err := s.createCall(ctx, kindGroup, s.creates.groups, func(ctx context.Context) error {
-		_, err := s.api.CreateLogGroup(ctx, in)
+		_, err := s.api.CreateLogGroup(context.WithValue(ctx, connSeenKey{}, &conn), in)
 		return err
 	})
 	var exists *types.ResourceAlreadyExistsException
@@ -272,7 +274,7 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 	case errors.As(err, &exists):
 		// This sink made it before, and its retention is not set yet.
 	case err != nil:
-		if !owed && !mayHaveMade(err) {
+		if !owed && (!mayHaveMade(err) || !s.mayHaveSent(conn.Load(), err)) {
 			// Refused (AccessDenied, a name the service does not take)
 			// or never sent: not this sink's group, should another make
 			// it. Forgotten even as the sink stops.
@@ -301,9 +303,13 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 		}
 		return nil
 	}
-	if e := sinks.Classify(classify(err, group, "")); e.Class == sinks.SinkPermanent || e.Class == sinks.RecordPermanent {
-		// Refused for good (logs:PutRetentionPolicy not granted, say): the
-		// group's records are not held back for its retention.
+	var ae smithy.APIError
+	if errors.As(err, &ae) && (ae.ErrorCode() == "AccessDeniedException" || ae.ErrorCode() == "AccessDenied" ||
+		ae.ErrorCode() == "InvalidParameterException" || ae.ErrorCode() == "ValidationException") {
+		// Refused for good (logs:PutRetentionPolicy not granted, a
+		// retention the service does not take): the group's records are
+		// not held back for its retention. Not credentials that failed
+		// for a moment, which the next try sets it with.
 		s.forgetOwed(ctx, group)
 		s.log.Warn("could not set the retention of log group: its events never expire; grant logs:PutRetentionPolicy, or set retention_days: 0 and set the retention by hand",
 			"sink", s.name, "group", group, "retention_days", s.cfg.RetentionDays, "error", err)

@@ -346,8 +346,9 @@ func (f *failFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // A group this sink made gets its retention once the retention call goes
 // through, although CreateLogGroup then answers that the group exists:
 // after PutRetentionPolicy failed, and after the answer to CreateLogGroup
-// was lost. A retention refused for good does not hold the group's records
-// back: it is logged. A group someone else made keeps its own settings.
+// was lost, and after credentials were refused for a moment. A retention
+// refused for good does not hold the group's records back: it is logged. A
+// group someone else made keeps its own settings.
 func TestRetentionSetAfterItFailed(t *testing.T) {
 	for _, c := range []struct {
 		name      string
@@ -360,6 +361,8 @@ func TestRetentionSetAfterItFailed(t *testing.T) {
 		{"creation's answer lost", &failFirst{op: "CreateLogGroup", status: 500, code: "ServiceUnavailableException", made: true}, true, 30, false},
 		{"retention limited", &failFirst{op: "PutRetentionPolicy", status: 400, code: "LimitExceededException"}, true, 30, false},
 		{"retention refused", &failFirst{op: "PutRetentionPolicy", status: 400, code: "AccessDeniedException"}, false, 0, true},
+		// Credentials that fail for a moment refuse nothing for good.
+		{"credentials refused once", &failFirst{op: "PutRetentionPolicy", status: 400, code: "UnrecognizedClientException"}, true, 30, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -32,8 +32,8 @@ const (
 // waits out (1 s, then 2 s) before Recover returns the throttling.
 const readThrottlesWaited = 2
 
-// readTimeout bounds one GetLogEvents page.
-const readTimeout = 30 * time.Second
+// readTimeout bounds one GetLogEvents page. A variable for the tests.
+var readTimeout = 30 * time.Second
 
 // errNoRead: GetLogEvents is refused (AccessDenied).
 var errNoRead = errors.New("cloudwatch: GetLogEvents refused")
@@ -405,6 +405,7 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 		left += n + in.priorCopies(k) // with copies earlier calls stored, the whole window is read
 	}
 	throttled := 0
+	var unmaskErr error // the refusal of a read with unmask, until a read without it is taken
 	for {
 		if err := s.reads.wait(ctx); err != nil {
 			return nil, nil, err
@@ -422,13 +423,11 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 			case input.Unmask && unmaskRefused(err):
 				// Refused with unmask: for want of logs:Unmask (AccessDenied),
 				// or a log group that does not take it (its class): read as
-				// stored, and so are the reads after. Other errors (a 5xx,
-				// credentials) are not about unmask: as without it.
-				if s.noUnmask.CompareAndSwap(false, true) {
-					s.log.Info("GetLogEvents with unmask is refused (logs:Unmask is not granted, or the log group does not take it): calls a crash left in doubt are resolved by reading their events as stored; "+
-						"in a log group with a data protection policy, events whose messages are masked are not recognised and are sent again, which may duplicate them: grant logs:Unmask on the sink's log groups to resolve those exactly once",
-						"sink", s.name, "group", in.Group, "error", awserr.Clean(err))
-				}
+				// stored, and so are the reads after, once a read without it
+				// is taken (an AccessDenied may be for GetLogEvents itself).
+				// Other errors (a 5xx, credentials) are not about unmask: as
+				// without it.
+				unmaskErr = err
 				input.Unmask = false
 				continue
 			case errors.As(err, &ae) && (ae.ErrorCode() == "AccessDeniedException" || ae.ErrorCode() == "AccessDenied"):
@@ -458,8 +457,17 @@ func (s *Sink) readWindow(ctx context.Context, in *intent, need map[eventKey]int
 				}
 				continue
 			}
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				return nil, nil, sinks.NewRetryable("timeout", fmt.Errorf("GetLogEvents of a call in doubt: no answer within %s: %w", readTimeout, awserr.Clean(err)))
+			}
 			return nil, nil, classify(err, in.Group, in.Stream)
 		}
+		if unmaskErr != nil && s.noUnmask.CompareAndSwap(false, true) {
+			s.log.Info("GetLogEvents with unmask is refused (logs:Unmask is not granted, or the log group does not take it): calls a crash left in doubt are resolved by reading their events as stored; "+
+				"in a log group with a data protection policy, events whose messages are masked are not recognised and are sent again, which may duplicate them: grant logs:Unmask on the sink's log groups to resolve those exactly once",
+				"sink", s.name, "group", in.Group, "error", awserr.Clean(unmaskErr))
+		}
+		unmaskErr = nil
 		throttled = 0
 		for _, e := range out.Events {
 			k := eventKey{aws.ToInt64(e.Timestamp), aws.ToString(e.Message)}

@@ -668,6 +668,9 @@ func TestRecoverAccessDeniedSendsAgain(t *testing.T) {
 	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "grant logs:GetLogEvents") {
 		t.Errorf("%d warnings, want one naming logs:GetLogEvents:\n%s", n, logs)
 	}
+	if strings.Contains(logs.String(), "logs:Unmask is not granted") {
+		t.Errorf("the refusal of GetLogEvents itself said to be for want of logs:Unmask:\n%s", logs)
+	}
 	// Streams are resolved a few at once: those already reading when the
 	// first was refused are refused too; none reads after.
 	// Each is refused unmasked (logs:Unmask), then as stored.
@@ -2362,5 +2365,31 @@ func TestProxyPageIsRetriedByStatus(t *testing.T) {
 	}
 	if st := d.Status(); !strings.Contains(st.LastError, "answered HTTP 502 without an AWS error") {
 		t.Errorf("last error %q, want it to say what answered", st.LastError)
+	}
+}
+
+// A read back whose page gets no answer is retried, and says so: not the
+// words of a PutLogEvents without an answer (which may have landed).
+func TestRecoverReadTimeoutSaysSo(t *testing.T) {
+	defer func(d time.Duration) { readTimeout = d }(readTimeout)
+	readTimeout = 200 * time.Millisecond
+	e, p, cfg := threeCallsInDoubt(t)
+	p.setRule(func(op string, n int) string {
+		if op == "GetLogEvents" && n <= 2 {
+			return hang
+		}
+		return pass
+	})
+	logs := e.restart(cfg)
+	var drained syncbuf.Buffer
+	e.run(queue.Options{Fingerprint: e.sink.Fingerprint(), Logger: slog.New(slog.NewTextHandler(&drained, nil))})
+	for i := range 3 {
+		if got := e.copiesOf(fmt.Sprint("s", i)); got[`{"log":"x"}`] != 1 {
+			t.Errorf("stream s%d: %v, want x once (landed, found once read)", i, got)
+		}
+	}
+	out := logs.String() + drained.String()
+	if !strings.Contains(out, "GetLogEvents of a call in doubt: no answer within 200ms") || strings.Contains(out, "a PutLogEvents is read back from its stream before it is sent again") {
+		t.Errorf("the read's timeout not said as one, or said as a PutLogEvents':\n%s", out)
 	}
 }

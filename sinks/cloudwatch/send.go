@@ -215,17 +215,33 @@ const stateTimeout = 5 * time.Second
 func (s *Sink) putTraced(ctx context.Context, group, stream string, evs []event, body putBody) (_ []sinks.Rejection, mayHaveSent bool, _ error) {
 	var conn atomic.Bool
 	rj, err := s.put(context.WithValue(ctx, connSeenKey{}, &conn), group, stream, evs, body)
-	if conn.Load() && s.traceable {
+	return rj, s.mayHaveSent(conn.Load(), err), err
+}
+
+// mayHaveSent reports whether a call that ended with err (nil: it
+// succeeded) may have sent a request, connected telling whether its trace
+// (a context with connSeenKey) saw a connection.
+func (s *Sink) mayHaveSent(connected bool, err error) bool {
+	if connected && s.traceable {
 		s.connTraced.Store(true)
 	}
-	if err == nil {
-		return rj, true, nil
+	switch {
+	case err == nil:
+		return true
+	case s.connTraced.Load():
+		return connected
+	default:
+		return !neverConnected(err)
 	}
-	if s.connTraced.Load() {
-		return rj, conn.Load(), err
-	}
-	return rj, !neverConnected(err), err
 }
+
+// notLanded is the error of a call none of whose requests landed (each
+// was answered with a refusal), though the error is another call's: the
+// creation of its stream or group that failed.
+type notLanded struct{ err error }
+
+func (e notLanded) Error() string { return e.err.Error() }
+func (e notLanded) Unwrap() error { return e.err }
 
 // neverConnected reports whether err is a dial or a name lookup that
 // failed: the request never left.
@@ -262,6 +278,10 @@ func (connTrace) HandleDeserialize(ctx context.Context, in middleware.Deserializ
 // lost answer, after which it may have. A connection that could not be
 // made is putTraced's to tell.
 func notSent(err error) bool {
+	var nl notLanded
+	if errors.As(err, &nl) {
+		return true
+	}
 	var re *awshttp.ResponseError
 	if errors.As(err, &re) && re.HTTPStatusCode() != 0 { // 0: no answer (the request failed to be sent, or its answer was lost)
 		return re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500
@@ -498,7 +518,9 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 		case errors.As(err, &missing) && !created:
 			s.tokens.delete(key)
 			if err := s.create(ctx, group, stream); err != nil {
-				return nil, err
+				// Every PutLogEvents of the call was answered (refused):
+				// none landed, whatever the creation's error says.
+				return nil, notLanded{err}
 			}
 			created = true
 			continue
