@@ -202,17 +202,23 @@ func (e *errReader) Read(p []byte) (int, error) {
 
 // bodyDeadline keeps a body that is still arriving from the server's
 // ReadTimeout, which counts from the request's start: after reads that
-// brought bytes (looked at every quarter of idle), when at least minRate
-// bytes a second came since the deadline last moved, the connection's
-// read deadline moves to idle from then, never past max from the
-// request's start. A slow link's large body gets in; a client that stops
+// brought bytes (looked at every quarter of idle, and at each read until
+// the deadline first moves and in the last quarter of idle before it),
+// when at least minRate bytes a second came since the deadline last
+// moved, the connection's read deadline moves to idle from then, never
+// past max from the request's start. A slow link's large body gets in,
+// also one that resumes at full speed after a pause; a client that stops
 // sending, or trickles (holding its connection and memory), does not hold
-// them past idle.
+// them past idle. Once the body is read (done), the deadline is cleared:
+// net/http's read of the connection in the background, which ends the
+// request's context when it fails, must not meet it while the request
+// waits for memory or for the WAL.
 type bodyDeadline struct {
 	rc        *http.ResponseController
 	idle, max time.Duration
 	minRate   float64 // bytes a second
 	end, next time.Time
+	at        time.Time // the deadline as this moved it (zero: the server's ReadTimeout)
 	since     time.Time // when the deadline last moved (the request's start)
 	got       int64     // bytes since
 }
@@ -231,7 +237,7 @@ func (d *bodyDeadline) progress(n int) {
 	}
 	d.got += int64(n)
 	now := time.Now()
-	if now.Before(d.next) {
+	if now.Before(d.next) && now.Before(d.at.Add(-d.idle/4)) {
 		return
 	}
 	d.next = now.Add(d.idle / 4) // the deadline stays at least three quarters of idle ahead
@@ -243,7 +249,16 @@ func (d *bodyDeadline) progress(n int) {
 	if at.After(d.end) {
 		at = d.end
 	}
-	_ = d.rc.SetReadDeadline(at) // not supported: the server's ReadTimeout stands
+	if d.rc.SetReadDeadline(at) == nil { // not supported: the server's ReadTimeout stands
+		d.at = at
+	}
+}
+
+// done clears the read deadline once the body is read.
+func (d *bodyDeadline) done() {
+	if d != nil {
+		_ = d.rc.SetReadDeadline(time.Time{})
+	}
 }
 
 // explain says what a body that timed out did not meet.

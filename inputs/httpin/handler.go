@@ -101,7 +101,9 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 	// once it is answered; the body as soon as it is parsed.
 	hold := s.p.Budget.Hold(input)
 	defer hold.ReleaseAll()
-	body, err := readBody(r.Context(), w, r, gzipped, int64(s.cfg.MaxBodyBytes), hold, newBodyDeadline(w, time.Now(), s.bodyIdle, s.bodyMax, s.bodyRate), s.memoryWait)
+	deadline := newBodyDeadline(w, time.Now(), s.bodyIdle, s.bodyMax, s.bodyRate)
+	body, err := readBody(r.Context(), w, r, gzipped, int64(s.cfg.MaxBodyBytes), hold, deadline, s.memoryWait)
+	deadline.done()
 	if err != nil {
 		var be *bodyError
 		isBody := errors.As(err, &be)
