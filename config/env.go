@@ -17,14 +17,27 @@ import (
 // place, for the settings that must not be empty by accident (section.notEmptyEnv).
 func expandEnv(c *checker, n *yaml.Node) (unexpanded map[*yaml.Node]bool) {
 	unexpanded = map[*yaml.Node]bool{}
-	var walk func(n *yaml.Node, key string)
-	walk = func(n *yaml.Node, key string) {
+	// Where a node is: the top level, the list under sinks, a sink of it,
+	// or anywhere else. A template is a sink's own key, log_group or
+	// log_stream, not a key of that name elsewhere (a tag named key).
+	const (
+		atTop = iota
+		atSinks
+		atSink
+		elsewhere
+	)
+	var walk func(n *yaml.Node, at int, template bool)
+	walk = func(n *yaml.Node, at int, template bool) {
 		if n.Kind == yaml.MappingNode {
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i], n.Content[i+1]
-				walk(k, "")
+				walk(k, elsewhere, false)
 				before := v.Value
-				walk(v, k.Value)
+				child := elsewhere
+				if at == atTop && k.Value == "sinks" {
+					child = atSinks
+				}
+				walk(v, child, at == atSink && templateKeys[k.Value])
 				if v.Kind == yaml.ScalarNode && v.Value == "" && before != "" && !unexpanded[v] {
 					if c.emptyEnv == nil {
 						c.emptyEnv = map[position]string{}
@@ -35,13 +48,17 @@ func expandEnv(c *checker, n *yaml.Node) (unexpanded map[*yaml.Node]bool) {
 			return
 		}
 		if n.Kind != yaml.ScalarNode {
-			for _, child := range n.Content {
-				walk(child, key)
+			child := elsewhere
+			if at == atSinks {
+				child = atSink
+			}
+			for _, c := range n.Content {
+				walk(c, child, template)
 			}
 			return
 		}
 		// The templates report ${NAME} themselves, with their placeholders.
-		value, problems := expandEnvString(n.Value, os.LookupEnv, !templateKeys[key])
+		value, problems := expandEnvString(n.Value, os.LookupEnv, !template)
 		for _, msg := range problems {
 			c.add(position{n.Line, n.Column}, "%s", msg)
 		}
@@ -51,14 +68,18 @@ func expandEnv(c *checker, n *yaml.Node) (unexpanded map[*yaml.Node]bool) {
 		}
 		n.Value = value
 	}
-	walk(n, "") // an alias is visited where its anchor is, so each scalar is expanded once
+	at := atTop
+	if n.Kind == yaml.DocumentNode {
+		at = elsewhere // not expected: parseYAML gives the document's content
+	}
+	walk(n, at, false) // an alias is visited where its anchor is, so each scalar is expanded once
 	return unexpanded
 }
 
 // templateText escapes a value for a template, where it is taken as text.
 var templateText = strings.NewReplacer("$", "$$", "%", "%%")
 
-// templateKeys are the keys whose values are templates (package template).
+// templateKeys are the keys of a sink whose values are templates (package template).
 var templateKeys = map[string]bool{"key": true, "log_group": true, "log_stream": true}
 
 // expandEnvString expands ${env.NAME} in s, once: a value is not expanded again. "$$" is kept as

@@ -58,18 +58,26 @@ func Parse(data []byte, filename string) (*Config, error) {
 	return cfg, nil
 }
 
-// parseYAML parses the one document of a file into a tree. An empty file, or one with only
-// comments, gives a null node.
+// parseYAML parses the one document of a file into a tree, passing empty documents around
+// it. An empty file, or one with only comments, gives an empty node.
 func parseYAML(data []byte) (*yaml.Node, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
-	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-		return &yaml.Node{}, nil
-	} else if err != nil {
-		return nil, err
+	for {
+		// Empty documents before the first that holds something (a file
+		// that begins ---, or with a document of comments) are passed.
+		if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+			return &yaml.Node{}, nil
+		} else if err != nil {
+			return nil, err
+		}
+		if !emptyDocument(&doc) {
+			break
+		}
+		doc = yaml.Node{}
 	}
 	for {
-		// Empty documents after the first (a --- that ends the file) hold
+		// Empty documents after it (a --- that ends the file) hold
 		// nothing to take or lose.
 		var next yaml.Node
 		err := dec.Decode(&next)
@@ -175,10 +183,24 @@ func LoadWAL(path string) (*Config, error) {
 	used := &yaml.Node{Kind: yaml.MappingNode}
 	var sinks *yaml.Node
 	cfg := Default()
+	if root.Kind != yaml.MappingNode && !(root.Kind == yaml.ScalarNode && root.Tag == "!!null") && !(root.Kind == yaml.DocumentNode && len(root.Content) == 0) {
+		// Not a configuration (an environment file given by mistake): its
+		// defaults would point the command at another WAL.
+		c.add(position{root.Line, root.Column}, "expected a mapping at the top level, got %s", describe(root))
+		return nil, c.err()
+	}
 	if root.Kind == yaml.MappingNode {
 		top := yamlKeys(reflect.TypeOf(*cfg))
+		seen := map[string]int{} // key -> line
 		for i := 0; i+1 < len(root.Content); i += 2 {
 			key := resolve(root.Content[i])
+			if line, ok := seen[key.Value]; ok {
+				// Which one counts is no command's to guess (the last
+				// sinks would make the first's sinks look removed).
+				c.add(position{key.Line, key.Column}, "%s is repeated (first at line %d)", key.Value, line)
+				continue
+			}
+			seen[key.Value] = key.Line
 			switch key.Value {
 			case "data_dir", "wal", "admin":
 				used.Content = append(used.Content, root.Content[i], root.Content[i+1])

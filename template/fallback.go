@@ -21,7 +21,7 @@ func (t *Template) Missing(d *Data) []string {
 				out = append(out, fmt.Sprintf("${tag[%d]}", p.n))
 			}
 		case field:
-			if v, ok := Lookup(d.Body, p.path); !p.hasDf && (!ok || len(v) == 0) {
+			if v, ok := lookupScalar(d.Body, p.path); !p.hasDf && (!ok || len(v) == 0) { // as rendering looks it up: an object or a list is no value
 				out = append(out, "${record."+strings.Join(p.path, ".")+"}")
 			}
 		}

@@ -1,0 +1,101 @@
+package config
+
+import (
+	"os"
+	"testing"
+)
+
+// An S3 object tag (or CloudWatch tag) named "key" is no template: its
+// ${env.NAME} is expanded as any value's, its $ and % as they are.
+func TestEnvInATagNamedKeyIsNoTemplate(t *testing.T) {
+	t.Setenv("OWNER", "team$1%x")
+	cfg := load(t, `
+sinks:
+  - name: a
+    type: s3
+    bucket: my-logs
+    region: us-east-1
+    tags:
+      key: "${env.OWNER}"
+      other: "${env.OWNER}"
+`)
+	tags := cfg.Sinks[0].S3.Tags
+	if tags["other"] != "team$1%x" {
+		t.Errorf("other: %q", tags["other"])
+	}
+	if tags["key"] != "team$1%x" {
+		t.Errorf("tag named key: got %q, want %q", tags["key"], "team$1%x")
+	}
+}
+
+// Outside the templates, ${...} that is not ${env.NAME} is an error, also
+// under a tag named key.
+func TestOtherRefInATagNamedKeyIsAnError(t *testing.T) {
+	_, err := Parse([]byte(`
+sinks:
+  - name: a
+    type: s3
+    bucket: my-logs
+    region: us-east-1
+    tags:
+      key: "${OWNER}"
+`), "f.yaml")
+	if err == nil {
+		t.Errorf("${OWNER} in tags.key accepted as text")
+	}
+}
+
+// A file that is not a mapping (an EnvironmentFile given by mistake: its
+// KEY=value lines are one YAML scalar) is refused by the wal commands as
+// by check: its defaults would point them at another WAL.
+func TestLoadWALRefusesANonMapping(t *testing.T) {
+	path := t.TempDir() + "/forwarder.env"
+	if err := os.WriteFile(path, []byte("AWS_REGION=eu-west-1\nFWD_TOKEN=abc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil {
+		t.Fatal("Load accepted it")
+	} else {
+		t.Logf("Load: %v", err)
+	}
+	cfg, err := LoadWAL(path)
+	if err == nil {
+		t.Errorf("LoadWAL accepted a file that is not a mapping: data_dir %q", cfg.DataDir)
+	}
+}
+
+// README: "The file holds one YAML document (empty ones around it aside)".
+func TestEmptyDocumentsAroundTheOne(t *testing.T) {
+	for _, text := range []string{
+		"data_dir: /x\n---\n",
+		"---\ndata_dir: /x\n---\n",
+		"---\n---\ndata_dir: /x\n",
+		"# c\n---\n# only a comment\n---\ndata_dir: /x\n",
+	} {
+		cfg, err := Parse([]byte(text), "f.yaml")
+		if err != nil {
+			t.Errorf("%q: %v", text, err)
+		} else if cfg.DataDir != "/x" {
+			t.Errorf("%q: data_dir %q", text, cfg.DataDir)
+		}
+	}
+}
+
+// Repeated sinks are refused by the wal commands as by check: the last
+// list would make the first's sinks look removed.
+func TestLoadWALRefusesRepeatedSinks(t *testing.T) {
+	path := t.TempDir() + "/f.yaml"
+	text := "data_dir: /x\nsinks:\n  - {name: archive, type: s3, bucket: abc, region: us-east-1}\nsinks:\n  - {name: pods, type: cloudwatch, log_group: g, log_stream: s, region: us-east-1}\n"
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil {
+		t.Fatal("Load accepted repeated sinks")
+	} else {
+		t.Logf("Load: %v", err)
+	}
+	cfg, err := LoadWAL(path)
+	if err == nil {
+		t.Errorf("LoadWAL accepted repeated sinks: sinks %+v", cfg.Sinks)
+	}
+}
