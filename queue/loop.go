@@ -65,6 +65,10 @@ type loop struct {
 	// most one, so that the commit queue's room for deliveries holds).
 	idlePending bool
 	inflight    int // partitions sending or committing
+	committing  int // of them, committing
+	// commitsGivenUp: the stop's hard deadline passed with deliveries
+	// waiting to be committed (a full disk): the committer gave them up.
+	commitsGivenUp bool
 
 	flow // retries, throttling, the concurrency limit, pauses (flow.go)
 
@@ -181,7 +185,7 @@ func (l *loop) run(ctx context.Context) error {
 		l.checkDrain()
 		if !stopping {
 			l.dispatch(now, sendCtx)
-		} else if l.inflight == 0 {
+		} else if l.inflight == 0 || l.commitsGivenUp && l.inflight == l.committing {
 			l.updateStatus()
 			return nil
 		}
@@ -223,7 +227,7 @@ func (l *loop) run(ctx context.Context) error {
 			// spilled partitions back when they may send.
 			in = nil
 		}
-		resetTimer(timer, l.nextWake(now))
+		resetTimer(timer, l.nextWake(now, stopping))
 		select {
 		case rd := <-in:
 			err := l.ingest(rd.recs, now, false) // copies what it keeps
@@ -282,6 +286,14 @@ func (l *loop) run(ctx context.Context) error {
 			cancelSends()
 			l.sendsCanceled = true
 			hardStop = nil
+			if l.committing > 0 {
+				// Deliveries waiting to be committed (the WAL's disk is
+				// full): given up, as the sends are, rather than holding
+				// the stop until the process's own deadline.
+				d.log.Warn("shutdown timeout: giving up deliveries that wait to be recorded (the WAL's disk is full); their records are sent again at the next start", "deliveries", l.committing)
+				stopCommitter()
+				l.commitsGivenUp = true
+			}
 		}
 	}
 }
@@ -296,11 +308,13 @@ func resetTimer(t *time.Timer, d time.Duration) {
 	t.Reset(max(d, 0))
 }
 
-func (l *loop) nextWake(now time.Time) time.Duration {
+func (l *loop) nextWake(now time.Time, stopping bool) time.Duration {
 	wake := time.Hour
 	// With every send slot taken (or a paused sink's probe in flight) a
-	// due partition waits for a send to end, whose result wakes the loop.
-	if len(l.due) > 0 && l.inflight < l.limit && (l.flow.paused == nil || l.inflight == 0) {
+	// due partition waits for a send to end, whose result wakes the loop;
+	// while stopping, nothing is sent (the loop waits for what is in
+	// flight, whose results wake it).
+	if !stopping && len(l.due) > 0 && l.inflight < l.limit && (l.flow.paused == nil || l.inflight == 0) {
 		wake = l.due[0].dueAt.Sub(now)
 	}
 	return max(l.flow.wake(now, wake), time.Millisecond)
