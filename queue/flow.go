@@ -38,7 +38,7 @@ type flow struct {
 	retryUntil    time.Time
 	probe         *partition          // the one batch sent while retrying
 	probeFails    int                 // failed probes in a row: the sink-wide backoff's exponent
-	failParts     map[*partition]bool // the partitions of the streak
+	failParts     map[*partition]bool // partitions of the streak, two at most
 	paused        *sinks.Error        // set while a sink-permanent error pauses the sink
 	pauseRetryAt  time.Time
 	pauseProbes   int             // pauseWait's exponent: probes refused since the pause began, and re-pauses before it
@@ -143,7 +143,9 @@ func (f *flow) failed(p *partition, attempts int, now time.Time) time.Time {
 	if f.failParts == nil {
 		f.failParts = map[*partition]bool{}
 	}
-	f.failParts[p] = true
+	if len(f.failParts) < 2 { // all retrying asks: a streak of partitions is not held past its end
+		f.failParts[p] = true
+	}
 	if f.retrying() {
 		// Sends that were in flight together fail together: only a
 		// failed probe makes the sink-wide wait longer.

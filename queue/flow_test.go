@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -292,5 +293,19 @@ func TestRepauseOfTwoReasons(t *testing.T) {
 		if waits[i] <= waits[i-1] && waits[i] < 30*time.Second {
 			t.Fatalf("first waits of the re-pauses %v: do not grow", waits)
 		}
+	}
+}
+
+// A streak of failures over many partitions (an outage, a partition per
+// pod) holds two of them at most: the streak only asks whether more than
+// one failed, and forgotten partitions are not kept alive by it.
+func TestFailStreakHoldsTwoPartitions(t *testing.T) {
+	var f flow
+	now := time.Now()
+	for i := range 1000 {
+		f.failed(&partition{key: fmt.Sprint(i)}, 1, now)
+	}
+	if !f.retrying() || len(f.failParts) != 2 {
+		t.Fatalf("retrying %v, %d partitions held", f.retrying(), len(f.failParts))
 	}
 }
