@@ -80,8 +80,33 @@ func New(listen string, src Sources, log *slog.Logger) *Server {
 		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
-	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout}
+	s.srv = &http.Server{Handler: noBody(mux), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout}
 	return s
+}
+
+// noBody answers a request that announces a body (no admin route takes
+// one) with 400 and closes its connection at once. Otherwise net/http
+// would read the body after the answer, for the connection's next request,
+// with no deadline: a client that never sends it would keep the
+// connection serving a request, which the connection cap does not evict,
+// and enough of them would keep the kubelet's probes out.
+func noBody(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil { // not HTTP/1: answered, and the connection closed by net/http
+			w.Header().Set("Connection", "close")
+			http.Error(w, "admin routes take no request body", http.StatusBadRequest)
+			return
+		}
+		defer conn.Close()
+		const msg = "admin routes take no request body\n"
+		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+		fmt.Fprintf(conn, "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", len(msg), msg)
+	})
 }
 
 // Start binds the listener.
