@@ -925,6 +925,9 @@ func (w *WAL) commit(ctx context.Context, ops []op) (uint64, error) {
 		if o.name == "" {
 			return 0, errors.New("wal: empty cursor or state name")
 		}
+		if len(o.name) > bolt.MaxKeySize { // refused alone, not a failure of the WAL
+			return 0, fmt.Errorf("wal: cursor or state name of %d bytes", len(o.name))
+		}
 		if (o.kind == opPut || o.kind == opDelete) && (len(o.key) == 0 || len(o.key) > bolt.MaxKeySize) {
 			return 0, fmt.Errorf("wal: state key of %d bytes for %q", len(o.key), o.name)
 		}

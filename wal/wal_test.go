@@ -1339,3 +1339,16 @@ func TestMaxBytesHoldSoonAfterAResumeIsLogged(t *testing.T) {
 		t.Errorf("the end of the hold logged late, want its line:\n%s", out)
 	}
 }
+
+// A cursor name longer than bbolt takes as a key is refused alone: the
+// WAL goes on taking appends.
+func TestOverlongCursorNameIsRefusedAlone(t *testing.T) {
+	w := openT(t, t.TempDir(), Options{})
+	defer w.Close()
+	if _, err := w.RegisterCursor(context.Background(), strings.Repeat("s", 40000)); err == nil {
+		t.Fatal("a cursor name of 40,000 bytes registered")
+	}
+	if _, err := w.Append(context.Background(), []Record{{Tag: "t", Body: []byte(`{}`)}}, AppendOptions{}); err != nil {
+		t.Fatalf("an append after the refused name: %v", err)
+	}
+}
