@@ -290,6 +290,7 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route fu
 		if err := st.Delivered(ctx, p, in.Last, keys); err != nil {
 			return "", 0, sinks.NewRetryable("state", fmt.Errorf("record delivery of the call in doubt to stream %q of group %q: %w", in.Stream, in.Group, err))
 		}
+		s.countLanded(len(call))
 		return resultDelivered, 0, nil
 	}
 	if renamed {
@@ -307,12 +308,20 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route fu
 		return "", 0, sinks.NewRetryable("state", err)
 	}
 	s.intents.add(&done)
+	s.countLanded(len(call) - len(missing))
 	if len(missing) > 0 {
 		s.log.Info("a call in doubt landed in part: the events not found in the stream are sent again",
 			"sink", s.name, "group", in.Group, "stream", in.Stream, "events", in.Events, "not_found", len(missing))
 		return resultPartial, len(missing), nil
 	}
 	return resultDelivered, 0, nil
+}
+
+// countLanded counts a call in doubt found landed, with the events of it
+// found, as the call's answer would have been counted.
+func (s *Sink) countLanded(events int) {
+	s.m.puts.Inc()
+	s.m.events.Add(float64(events))
 }
 
 // checkDelivered forgets the intent of a delivered call none of whose

@@ -164,7 +164,9 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 		}
 		cs, held, holding = held, nil, false // a call landed: split them all the way
 	}
-	if (len(held) > 0 || s.refusingAll(len(alone))) && !landed && !taken {
+	if refused != nil && (len(held) > 0 || s.refusingAll(len(alone))) && !landed && !taken {
+		// (Only a batch of calls refused: one that made no call, its
+		// records dropped before any, as too old, says nothing.)
 		// Not these events' content: the service took none of the batch's
 		// and refused each record it was sent alone, and no stream's events
 		// for a while. Dead-lettered, every record would go (and the oldest
@@ -510,6 +512,7 @@ func (s *Sink) put(ctx context.Context, group, stream string, evs []event, body 
 			// This very batch was accepted before (a resend after a lost answer).
 			s.tokens.put(key, aws.ToString(dup.ExpectedSequenceToken))
 			s.m.puts.Inc()
+			s.m.events.Add(float64(len(evs)))
 			now := time.Now()
 			s.outcomes.note(group, false, now)
 			s.lastTaken.Store(now.UnixNano())

@@ -347,6 +347,11 @@ func TestLostResponsesResendOnlyThatBatch(t *testing.T) {
 			t.Fatalf("m%d lost", i)
 		}
 	}
+	// Calls whose answer was lost and that were found landed count as
+	// their answers would have.
+	if got, stored := testutil.ToFloat64(e.sink.m.events), len(e.emu.Events("g", "s")); int(got) != stored {
+		t.Errorf("forwarder_cloudwatch_events_total %v, the stream holds %d events", got, stored)
+	}
 }
 
 func TestNamesSanitised(t *testing.T) {
