@@ -2,6 +2,8 @@ package queue
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/logfwd/forwarder/sinks"
@@ -197,7 +199,7 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 		go func() {
 			defer l.wg.Done()
 			start := time.Now()
-			out, err := l.d.sink.Send(ctx, b)
+			out, err := l.d.send(ctx, b)
 			if err != nil || out.Carry == nil {
 				// A send to the destination, not a batch only taken into
 				// the sink's carry (an S3 member compressed).
@@ -209,4 +211,25 @@ func (l *loop) dispatch(now time.Time, ctx context.Context) {
 			}
 		}()
 	}
+}
+
+// send is the sink's Send, with a panic of it (a bug, met by one batch)
+// made the batch's failure: the batch stays in the WAL and is sent again
+// with backoff, counted as reason "panic", the panic logged with its stack
+// (at most once a minute), rather than every input and sink stopping, and
+// again at each start while the WAL holds the batch.
+func (d *Drainer) send(ctx context.Context, b *sinks.Batch) (out sinks.Outcome, err error) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		out, err = sinks.Outcome{}, sinks.NewRetryable("panic", fmt.Errorf("the sink panicked sending a batch of partition %q (a bug): %v", b.Partition, r))
+		if now := time.Now().UnixNano(); now >= d.panicLogAt.Load() {
+			d.panicLogAt.Store(now + int64(time.Minute))
+			d.log.Error("the sink panicked sending a batch (a bug): the batch stays in the WAL and is sent again; the other partitions and sinks go on",
+				"partition", b.Partition, "records", len(b.Records), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+		}
+	}()
+	return d.sink.Send(ctx, b)
 }

@@ -125,6 +125,8 @@ type Drainer struct {
 	status Status
 
 	steps atomic.Int64 // the loop's steps, counted with Options.checkInvariants
+
+	panicLogAt atomic.Int64 // Unix nanoseconds when a sink's panic is logged again (send)
 }
 
 // New returns a Drainer for sink, whose cursor in w is named name.

@@ -1,15 +1,20 @@
 package queue
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/logfwd/forwarder/internal/syncbuf"
 	"github.com/logfwd/forwarder/sinks"
 	"github.com/logfwd/forwarder/wal"
 )
@@ -110,4 +115,42 @@ func TestSpillFreesMemory(t *testing.T) {
 		s.setFail(nil)
 		r.stop(t)
 	})
+}
+
+// panicky panics sending a batch of partition "p00" while panics is above
+// zero; other partitions are delivered.
+type panicky struct {
+	*testSink
+	panics atomic.Int32
+}
+
+func (s *panicky) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {
+	if b.Partition == "p00" && s.panics.Add(-1) >= 0 {
+		panic("a bug met by this batch")
+	}
+	return s.testSink.Send(ctx, b)
+}
+
+// A sink that panics sending one partition's batch (a bug) does not stop
+// the service: the other partitions are delivered, the batch stays in the
+// WAL and is sent again, counted as reason "panic", the panic logged.
+func TestSendPanicIsTheBatchsFailure(t *testing.T) {
+	w := openWAL(t, wal.Options{})
+	defer w.Close()
+	s := &panicky{testSink: newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 64 << 10, MaxAge: 10 * time.Millisecond, Concurrency: 2})}
+	s.panics.Store(3)
+	var logs syncbuf.Buffer
+	m := NewMetrics(prometheus.NewRegistry())
+	r := start(w, "s", s, Options{Metrics: m, RetryMin: 5 * time.Millisecond, RetryMax: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	last := appendN(t, w, 40, tagsOf(4), 100)
+	waitCursor(t, w, "s", last, 10*time.Second)
+	r.stop(t)
+	if got := testutil.ToFloat64(m.Retries.WithLabelValues("s", "retryable", "panic")); got != 3 {
+		t.Errorf("%v retries for a panic, want 3", got)
+	}
+	if n := strings.Count(logs.String(), "level=ERROR msg=\"the sink panicked sending a batch"); n != 1 || !strings.Contains(logs.String(), "a bug met by this batch") {
+		t.Errorf("%d panic lines, want one, with the panic:\n%s", n, logs.String())
+	}
+	s.check(t)
+	s.deliveredOnce(t, last)
 }
