@@ -78,7 +78,7 @@ func TestCatchUpAfterOutage(t *testing.T) {
 		{"100 partitions carried", 100, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			opts := Options{MaxBufferedBytes: catchUpMem, RetryMin: 200 * time.Millisecond, RetryMax: 5 * time.Second}
+			opts := Options{MaxBufferedBytes: catchUpMem, RetryMin: time.Second, RetryMax: 5 * time.Second} // waits long enough to be spilled
 			var fresh, caught int
 			var last uint64
 			synctest.Test(t, func(t *testing.T) {
@@ -252,5 +252,35 @@ func TestUnreachableDestinationWithDropOldest(t *testing.T) {
 		}
 		r.stop(t)
 		s.check(t)
+	})
+}
+
+// Throttled sends (a wait of 100 ms) under memory pressure do not spill:
+// reading a partition back would read again all the WAL read meanwhile,
+// for a moment's memory. The reader waits for the throttled partitions to
+// send instead, and nothing is read twice.
+func TestShortWaitsAreNotSpilled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{})
+		defer w.Close()
+		s := catchUpCase{parts: 100}.sink()
+		var n atomic.Int64
+		s.setFail(func(b *sinks.Batch) error {
+			if n.Add(1)%10 == 0 {
+				return sinks.NewThrottled("ThrottlingException", 100*time.Millisecond, errors.New("rate exceeded"))
+			}
+			return nil
+		})
+		m := NewMetrics(nil)
+		last := appendN(t, w, catchUpRecords, tagsOf(100), 250)
+		r := start(w, "s", s, Options{MaxBufferedBytes: catchUpMem, Metrics: m})
+		drainedAfter(t, w, r, s, last, time.Hour)
+		s.deliveredOnce(t, last)
+		if spills, reread := testutil.ToFloat64(m.Spills.WithLabelValues("s")), testutil.ToFloat64(m.Reread.WithLabelValues("s")); spills != 0 || reread != 0 {
+			t.Errorf("%v partitions spilled, %v records read again, for waits of 100 ms", spills, reread)
+		}
+		if n.Load() < 20 {
+			t.Fatalf("%d sends: too few throttled to measure anything", n.Load())
+		}
 	})
 }

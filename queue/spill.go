@@ -10,13 +10,16 @@ import (
 // records they hold are read again from the WAL when they can send. They
 // come from the heap of waiting partitions with records queued, the one
 // that may send last first (index.go); spilled, a partition leaves it.
+// Not one that may send within spillMinWait (a throttle's wait, a short
+// retry's): reading it back would read again all the WAL read meanwhile,
+// for a moment's memory; the reader waits for it instead.
 func (l *loop) spill(now time.Time) {
 	if l.paused != nil {
 		return
 	}
 	for l.mem.buffered() >= l.d.opts.MaxBufferedBytes {
 		p, _ := l.stuck.top()
-		if p == nil || !p.dueAt.After(now) {
+		if p == nil || p.dueAt.Sub(now) < l.spillMinWait() {
 			return
 		}
 		l.unjoin(p)
@@ -26,6 +29,13 @@ func (l *loop) spill(now time.Time) {
 		p.batch = detach(p.batch)
 		l.dropQueue(p)
 	}
+}
+
+// spillMinWait is the least wait before its next send for which a
+// partition's queue is spilled: a second, or a quarter of RetryMax when
+// retries are that short.
+func (l *loop) spillMinWait() time.Duration {
+	return min(time.Second, l.d.opts.RetryMax/4)
 }
 
 // detach gives a batch records and bodies of its own, so that the queue's
