@@ -209,7 +209,7 @@ func (e *errReader) Read(p []byte) (int, error) {
 // past max from the request's start. A slow link's large body gets in,
 // also one that resumes at full speed after a pause; a client that stops
 // sending, or trickles (holding its connection and memory), does not hold
-// them past idle. Once the body is read (done), the deadline is cleared:
+// them past idle. Once the body is read whole (done), the deadline is cleared:
 // net/http's read of the connection in the background, which ends the
 // request's context when it fails, must not meet it while the request
 // waits for memory or for the WAL.

@@ -56,3 +56,22 @@ func TestBodyDeadlineDoesNotCancelAWaitingRequest(t *testing.T) {
 			got.status, got.body, got.header.Get("Retry-After"), e.rejected("canceled"), e.rejected("wal_full"))
 	}
 }
+
+// A body that stops arriving is answered 408 at its deadline and its
+// connection is not held: net/http's read of the rest of the body after
+// the answer keeps the deadline.
+func TestStalledBodyIsAnswered(t *testing.T) {
+	e := newEnv(t, withReadTimeout(2*time.Second), withBodyTimes(2*time.Second, 20*time.Second, 1024))
+	conn := dialRaw(t, e)
+	fmt.Fprintf(conn, "POST /v1/logs/slow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+	conn.Write([]byte(`{"msg":"x`))
+	conn.SetReadDeadline(time.Now().Add(8 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a body that stopped arriving: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Errorf("answer %d, want 408", resp.StatusCode)
+	}
+}

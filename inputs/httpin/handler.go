@@ -103,7 +103,12 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 	defer hold.ReleaseAll()
 	deadline := newBodyDeadline(w, time.Now(), s.bodyIdle, s.bodyMax, s.bodyRate)
 	body, err := readBody(r.Context(), w, r, gzipped, int64(s.cfg.MaxBodyBytes), hold, deadline, s.memoryWait)
-	deadline.done()
+	if err == nil {
+		// Read whole: the deadline has nothing more to bound. (A body not
+		// read whole keeps it: net/http reads what is left of it after
+		// the answer, which must not wait without end.)
+		deadline.done()
+	}
 	if err != nil {
 		var be *bodyError
 		isBody := errors.As(err, &be)
