@@ -27,7 +27,7 @@ type commitReq struct {
 // one may delete a mark an earlier one wrote), gathering whatever is
 // waiting into one WAL commit. It also keeps the dead letters within their
 // bound, removing the oldest.
-func (l *loop) commitLoop(ctx context.Context) {
+func (l *loop) commitLoop(ctx, waitCtx context.Context) {
 	d := l.d
 	dead := d.countDeadLetters()
 	stored := d.opts.Metrics.DeadStored.WithLabelValues(d.name)
@@ -66,9 +66,12 @@ func (l *loop) commitLoop(ctx context.Context) {
 		}
 		// A full disk is waited out: these deliveries happened and must be
 		// recorded; their partitions stay busy until they are.
-		err := d.commitWaiting(ctx, &b, "cannot record deliveries")
+		err := d.commitWaiting(waitCtx, &b, "cannot record deliveries")
 		if err != nil && ctx.Err() != nil {
 			return
+		}
+		if err != nil && waitCtx.Err() != nil && errors.Is(err, context.Canceled) {
+			err = errCommitGivenUp
 		}
 		if err == nil {
 			stored.Set(float64(dead))
@@ -128,6 +131,25 @@ func (d *Drainer) countDeadLetters() int {
 }
 
 func be64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
+
+// errCommitGivenUp is the result of a delivery whose commit waited for
+// room on a full disk when the stop's hard deadline passed.
+var errCommitGivenUp = errors.New("the delivery's commit was given up at the stop's deadline")
+
+// commitGivenUp ends a delivery whose commit the stop gave up: not
+// recorded, its records are sent again at the next start (as a cancelled
+// send's are). Only the loop's stop follows.
+func (l *loop) commitGivenUp(c *commitReq) {
+	if c.p == nil {
+		l.idlePending = false
+		return
+	}
+	if l.givenUp == 0 {
+		l.d.log.Warn("shutdown timeout: giving up deliveries that wait to be recorded (the WAL's disk is full); their records are sent again at the next start")
+	}
+	l.givenUp++
+	l.deliveryCommitted(c.p)
+}
 
 func (l *loop) onCommitted(c *commitReq, now time.Time) {
 	d, p := l.d, c.p

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -66,9 +67,7 @@ type loop struct {
 	idlePending bool
 	inflight    int // partitions sending or committing
 	committing  int // of them, committing
-	// commitsGivenUp: the stop's hard deadline passed with deliveries
-	// waiting to be committed (a full disk): the committer gave them up.
-	commitsGivenUp bool
+	givenUp     int // deliveries whose commit the stop gave up
 
 	flow // retries, throttling, the concurrency limit, pauses (flow.go)
 
@@ -160,10 +159,14 @@ func (l *loop) run(ctx context.Context) error {
 	defer cancelSends()
 	commitCtx, stopCommitter := context.WithCancel(context.Background())
 	defer stopCommitter()
+	// waitCtx bounds the committer's waits for room on a full disk: ended
+	// at the stop's hard deadline, as the sends are.
+	waitCtx, giveUpWaits := context.WithCancel(context.Background())
+	defer giveUpWaits()
 	defer l.stopCatchUp()
 	l.wg.Add(2)
 	go func() { defer l.wg.Done(); l.read(readCtx, l.readPos, l.in, 0) }()
-	go func() { defer l.wg.Done(); l.commitLoop(commitCtx) }()
+	go func() { defer l.wg.Done(); l.commitLoop(commitCtx, waitCtx) }()
 
 	d.setState(func(s *Status) { s.State = StateRunning; s.Cursor = l.cursor })
 	l.updateStatus() // lag is right from the start, not after the first tick
@@ -185,7 +188,7 @@ func (l *loop) run(ctx context.Context) error {
 		l.checkDrain()
 		if !stopping {
 			l.dispatch(now, sendCtx)
-		} else if l.inflight == 0 || l.commitsGivenUp && l.inflight == l.committing {
+		} else if l.inflight == 0 {
 			l.updateStatus()
 			return nil
 		}
@@ -248,10 +251,14 @@ func (l *loop) run(ctx context.Context) error {
 		case r := <-l.results:
 			l.onResult(r, time.Now())
 		case c := <-l.committed:
-			if c.err != nil {
+			switch {
+			case errors.Is(c.err, errCommitGivenUp):
+				l.commitGivenUp(c)
+			case c.err != nil:
 				return fmt.Errorf("commit delivery of sink %q: %w", d.name, c.err)
+			default:
+				l.onCommitted(c, time.Now())
 			}
-			l.onCommitted(c, time.Now())
 		case err := <-l.readErr:
 			return fmt.Errorf("read wal for sink %q: %w", d.name, err)
 		case <-drain:
@@ -286,14 +293,11 @@ func (l *loop) run(ctx context.Context) error {
 			cancelSends()
 			l.sendsCanceled = true
 			hardStop = nil
-			if l.committing > 0 {
-				// Deliveries waiting to be committed (the WAL's disk is
-				// full): given up, as the sends are, rather than holding
-				// the stop until the process's own deadline.
-				d.log.Warn("shutdown timeout: giving up deliveries that wait to be recorded (the WAL's disk is full); their records are sent again at the next start", "deliveries", l.committing)
-				stopCommitter()
-				l.commitsGivenUp = true
-			}
+			// Deliveries waiting to be recorded on a full disk, now or
+			// after a send that ends now: given up, as the sends are
+			// (each tried once), rather than holding the stop until the
+			// process's own deadline.
+			giveUpWaits()
 		}
 	}
 }

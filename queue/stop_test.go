@@ -88,3 +88,47 @@ func TestStopGivesUpCommitsOnAFullDisk(t *testing.T) {
 		t.Fatal("Run did not return within 5s of the stop (ShutdownTimeout 500ms): the stop waits for a commit on a full disk")
 	}
 }
+
+// lateDeliver: p00's send ends only when cancelled, and is delivered all the same
+// (its answer arrived as the stop cancelled it).
+type lateDeliver struct{ *testSink }
+
+func (s *lateDeliver) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) {
+	if b.Partition == "p00" {
+		<-ctx.Done()
+		return s.testSink.Send(context.Background(), b)
+	}
+	return s.testSink.Send(ctx, b)
+}
+
+// A send delivered after ShutdownTimeout's cancel, its commit on a full
+// disk: tried once, and given up, not waited on.
+func TestStopGivesUpALateDeliverysCommit(t *testing.T) {
+	w := openWAL(t, wal.Options{})
+	defer w.Close()
+	s := &lateDeliver{newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 64 << 10, MaxAge: 10 * time.Millisecond, Concurrency: 2})}
+	var full atomic.Bool
+	commit := walCommit
+	walCommit = func(w *wal.WAL, b *wal.Batch) error {
+		if full.Load() {
+			return fmt.Errorf("commit: %w", wal.ErrNoSpace)
+		}
+		return commit(w, b)
+	}
+	defer func() { walCommit = commit }()
+	r := start(w, "s", s, Options{ShutdownTimeout: 500 * time.Millisecond})
+	appendN(t, w, 10, func(int) string { return "p00" }, 100)
+	time.Sleep(200 * time.Millisecond) // p00 in flight, held
+	full.Store(true)
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		full.Store(false)
+		<-r.done
+		t.Fatal("Run did not return within 5s of the stop (ShutdownTimeout 500ms): a delivery that reached its commit after the hard stop waits on the full disk")
+	}
+}
