@@ -217,16 +217,27 @@ func (s *Sink) ensureGroup(ctx context.Context, group, groupKey string) error {
 		gc := &groupCreation{done: make(chan struct{})}
 		c.inflight[group] = gc
 		c.mu.Unlock()
-		gc.err = s.createGroup(ctx, group)
-		if gc.err == nil {
-			s.known.put(groupKey, "")
-		}
+		return s.createGroupOnce(ctx, group, groupKey, gc)
+	}
+}
+
+// createGroupOnce makes group for the sends waiting on gc, and lets them
+// go however it ends, a panic included (a drainer that recovers it would
+// otherwise leave every later send to the group waiting on gc).
+func (s *Sink) createGroupOnce(ctx context.Context, group, groupKey string, gc *groupCreation) error {
+	c := s.creates
+	gc.err = errors.New("the creation of the log group ended abruptly")
+	defer func() {
 		c.mu.Lock()
 		delete(c.inflight, group)
 		c.mu.Unlock()
 		close(gc.done)
-		return gc.err
+	}()
+	gc.err = s.createGroup(ctx, group)
+	if gc.err == nil {
+		s.known.put(groupKey, "")
 	}
+	return gc.err
 }
 
 // groupCheckedHook, when set (by tests), is called by ensureGroup between
@@ -261,8 +272,9 @@ func (s *Sink) createGroup(ctx context.Context, group string) error {
 		c.owed[group] = true
 		c.mu.Unlock()
 	}
-	var conn atomic.Bool // a request of the call got a connection
+	var conn atomic.Bool // a request of the last attempt got a connection
 	err := s.createCall(ctx, kindGroup, s.creates.groups, func(ctx context.Context) error {
+		conn.Store(false) // an attempt throttled before made no group
 		_, err := s.api.CreateLogGroup(context.WithValue(ctx, connSeenKey{}, &conn), in)
 		return err
 	})
