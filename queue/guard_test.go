@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -327,15 +326,7 @@ func TestStopWhileTheGuardWaitsForRoom(t *testing.T) {
 	s := &overflowSink{testSink: ts}
 	var logs syncbuf.Buffer
 	opts := Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Fingerprint: "tags"}
-	var full atomic.Bool
-	commit := walCommit
-	walCommit = func(w *wal.WAL, b *wal.Batch) error {
-		if full.Load() {
-			return fmt.Errorf("commit: %w", wal.ErrNoSpace)
-		}
-		return commit(w, b)
-	}
-	defer func() { walCommit = commit }()
+	full := diskFullSwitch(t)
 	first := appendN(t, w, 20, tagsOf(2), 40)
 	r := start(w, "s", s, opts)
 	waitCursor(t, w, "s", first, 10*time.Second)

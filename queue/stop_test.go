@@ -58,15 +58,7 @@ func TestStopGivesUpCommitsOnAFullDisk(t *testing.T) {
 	w := openWAL(t, wal.Options{})
 	defer w.Close()
 	s := newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 64 << 10, MaxAge: 10 * time.Millisecond, Concurrency: 2})
-	var full atomic.Bool
-	commit := walCommit
-	walCommit = func(w *wal.WAL, b *wal.Batch) error {
-		if full.Load() {
-			return fmt.Errorf("commit: %w", wal.ErrNoSpace)
-		}
-		return commit(w, b)
-	}
-	defer func() { walCommit = commit }()
+	full := diskFullSwitch(t)
 	r := start(w, "s", s, Options{ShutdownTimeout: 500 * time.Millisecond})
 	first := appendN(t, w, 10, tagsOf(1), 100)
 	waitCursor(t, w, "s", first, 10*time.Second)
@@ -107,15 +99,7 @@ func TestStopGivesUpALateDeliverysCommit(t *testing.T) {
 	w := openWAL(t, wal.Options{})
 	defer w.Close()
 	s := &lateDeliver{newTestSink(sinks.Limits{MaxRecords: 10, MaxBytes: 64 << 10, MaxAge: 10 * time.Millisecond, Concurrency: 2})}
-	var full atomic.Bool
-	commit := walCommit
-	walCommit = func(w *wal.WAL, b *wal.Batch) error {
-		if full.Load() {
-			return fmt.Errorf("commit: %w", wal.ErrNoSpace)
-		}
-		return commit(w, b)
-	}
-	defer func() { walCommit = commit }()
+	full := diskFullSwitch(t)
 	r := start(w, "s", s, Options{ShutdownTimeout: 500 * time.Millisecond})
 	appendN(t, w, 10, func(int) string { return "p00" }, 100)
 	time.Sleep(200 * time.Millisecond) // p00 in flight, held
@@ -131,4 +115,19 @@ func TestStopGivesUpALateDeliverysCommit(t *testing.T) {
 		<-r.done
 		t.Fatal("Run did not return within 5s of the stop (ShutdownTimeout 500ms): a delivery that reached its commit after the hard stop waits on the full disk")
 	}
+}
+
+// diskFullSwitch makes the drainers' commits fail for a full disk while
+// the switch it returns is on, until the test ends.
+func diskFullSwitch(t *testing.T) *atomic.Bool {
+	var full atomic.Bool
+	commit := walCommit
+	walCommit = func(w *wal.WAL, b *wal.Batch) error {
+		if full.Load() {
+			return fmt.Errorf("commit: %w", wal.ErrNoSpace)
+		}
+		return commit(w, b)
+	}
+	t.Cleanup(func() { walCommit = commit })
+	return &full
 }
