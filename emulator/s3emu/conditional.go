@@ -41,6 +41,14 @@ func (s *Server) serveWrite(w http.ResponseWriter, r *http.Request, op string) {
 	if r.Method == http.MethodPut && !verifyChecksum(w, r) {
 		return
 	}
+	if conditional && s.conflicts.Add(-1) >= 0 {
+		discardBody(r)
+		if op == "CompleteMultipartUpload" {
+			s.abortUpload(r)
+		}
+		writeError(w, r, http.StatusConflict, "ConditionalRequestConflict", conflictMessage)
+		return
+	}
 	// S3 answers what the request would get without the condition when
 	// that is an error (no such bucket, no such upload) rather than 412:
 	// gofakes3 answers those.
@@ -136,6 +144,21 @@ func (s *Server) bucketExists(bucket string) bool {
 func (s *Server) uploadExists(r *http.Request) bool {
 	rec := s.listParts(r, 1)
 	return rec != nil && rec.Code == http.StatusOK
+}
+
+// conflictMessage is S3's message of a 409 ConditionalRequestConflict.
+const conflictMessage = "A conflicting conditional operation is currently in progress against this resource. Please try again."
+
+// abortUpload aborts the upload request r names, in gofakes3.
+func (s *Server) abortUpload(r *http.Request) {
+	u := *r.URL
+	u.RawQuery = url.Values{"uploadId": {r.URL.Query().Get("uploadId")}}.Encode()
+	probe, err := http.NewRequestWithContext(r.Context(), http.MethodDelete, u.String(), nil)
+	if err != nil {
+		return
+	}
+	probe.Host = r.Host
+	s.s3.ServeHTTP(httptest.NewRecorder(), probe)
 }
 
 // listParts is gofakes3's answer to a ListParts, of at most max parts, of

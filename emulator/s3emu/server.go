@@ -65,13 +65,14 @@ type Server struct {
 	disk    *diskBackend // nil in memory
 	s3      http.Handler
 
-	failBits atomic.Uint64 // math.Float64bits of the failure rate
-	deny     atomic.Bool
-	noList   atomic.Bool // SetNoListBucket
-	deniedMu sync.Mutex
-	denied   map[string]bool // SetDenyBucket
-	rngMu    sync.Mutex
-	rng      *rand.Rand
+	failBits  atomic.Uint64 // math.Float64bits of the failure rate
+	conflicts atomic.Int64  // SetConflicts: conditional writes left to answer 409
+	deny      atomic.Bool
+	noList    atomic.Bool // SetNoListBucket
+	deniedMu  sync.Mutex
+	denied    map[string]bool // SetDenyBucket
+	rngMu     sync.Mutex
+	rng       *rand.Rand
 
 	callsMu sync.Mutex
 	calls   map[string]int
@@ -155,6 +156,13 @@ func (s *Server) Close() error {
 func (s *Server) SetFailures(rate float64) {
 	s.failBits.Store(floatBits(min(max(rate, 0), 1)))
 }
+
+// SetConflicts makes the next n conditional writes (PutObject or
+// CompleteMultipartUpload with If-None-Match) answer 409
+// ConditionalRequestConflict, as S3 does while another conditional write
+// of the key is in progress; the upload a refused completion names is
+// aborted, since S3 asks the client to begin the upload again.
+func (s *Server) SetConflicts(n int) { s.conflicts.Store(int64(n)) }
 
 // SetDenyAll makes every request fail with 403 AccessDenied while on.
 func (s *Server) SetDenyAll(on bool) { s.deny.Store(on) }

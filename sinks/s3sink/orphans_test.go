@@ -126,3 +126,49 @@ func TestFailedAbortLookedForAgain(t *testing.T) {
 		t.Errorf("uploads left open after the object was stored and its intent done with: %d, %v", len(up.Uploads), err)
 	}
 }
+
+// A 409 ConditionalRequestConflict (another conditional write of the key
+// in progress) is retried: a PutObject is made again, a multipart upload
+// begun again (S3 asks it; the emulator aborts the upload whose completion
+// it refused). The object is stored once and no upload is left open.
+func TestConditionalConflictRetried(t *testing.T) {
+	for _, multipart := range []bool{false, true} {
+		t.Run(map[bool]string{false: "PutObject", true: "multipart"}[multipart], func(t *testing.T) {
+			emu, err := s3emu.New(s3emu.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer emu.Close()
+			if err := emu.CreateBucket(bucket); err != nil {
+				t.Fatal(err)
+			}
+			front := httptest.NewServer(emu)
+			defer front.Close()
+			cfg := testConfig(front.URL)
+			recs := batchRecs("a", 100)
+			if multipart {
+				cfg.Compression = config.CompressionNone
+				cfg.MultipartThreshold = 5 * config.MiB
+				cfg.MaxObjectBytes = 32 * config.MiB
+				recs = batchRecs("a", 80000)
+			}
+			s := newTestSink(t, cfg)
+			st := newMemState(recs)
+			b := &sinks.Batch{Partition: s.Partition(&recs[0]), Records: recs, State: st, Final: true}
+			emu.SetConflicts(1)
+			_, err = s.Send(t.Context(), b)
+			if e := sinks.Classify(err); err == nil || e.Class != sinks.Retryable || e.Reason != "ConditionalRequestConflict" {
+				t.Fatalf("first send: %v (%v %s), want a retryable ConditionalRequestConflict", err, e.Class, e.Reason)
+			}
+			if _, err := s.Send(t.Context(), b); err != nil {
+				t.Fatalf("send again: %v", err)
+			}
+			if objs, _ := emu.Objects(bucket); len(objs) != 1 {
+				t.Fatalf("objects %+v, want one", objs)
+			}
+			if up, err := newReader(t, front.URL).ListMultipartUploads(t.Context(), &s3.ListMultipartUploadsInput{Bucket: aws.String(bucket)}); err != nil || len(up.Uploads) != 0 {
+				t.Errorf("uploads left open: %d, %v", len(up.Uploads), err)
+			}
+		})
+	}
+}
