@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -97,5 +98,25 @@ func TestLoadWALRefusesRepeatedSinks(t *testing.T) {
 	cfg, err := LoadWAL(path)
 	if err == nil {
 		t.Errorf("LoadWAL accepted repeated sinks: sinks %+v", cfg.Sinks)
+	}
+}
+
+// An S3 sink's tag_key and time_key under one name would write it twice
+// in each line, the time lost to readers that keep the last.
+func TestTagKeyIsNotTimeKey(t *testing.T) {
+	_, err := Parse([]byte(`
+sinks:
+  - name: a
+    type: s3
+    bucket: my-logs
+    region: us-east-1
+    time_key: ts
+    tag_key: ts
+`), "f.yaml")
+	if err == nil || !strings.Contains(err.Error(), `sink "a": tag_key: "ts" is time_key too`) {
+		t.Errorf("tag_key equal to time_key: %v", err)
+	}
+	if _, err := Parse([]byte("sinks:\n  - {name: a, type: s3, bucket: my-logs, region: us-east-1, time_key: ts, tag_key: tag}\n"), "f.yaml"); err != nil {
+		t.Errorf("tag_key and time_key of their own: %v", err)
 	}
 }

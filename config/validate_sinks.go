@@ -203,6 +203,11 @@ func (s3 *S3) validate(s section) {
 		// An object below the threshold goes out in one PutObject.
 		s.invalid("multipart_threshold", "must be at most %v (the largest object one PutObject takes), not %v", MaxPutObject, s3.MultipartThreshold)
 	}
+	if s3.TagKey != "" && s3.TagKey == s3.TimeKey {
+		// Each line would hold the name twice; readers keep the last (the
+		// tag: the time lost), and some refuse the line.
+		s.invalid("tag_key", "%q is time_key too: give each its own name", s3.TagKey)
+	}
 	s.oneOf("sse", s3.SSE, "", SSEAES256, SSEKMS)
 	if s3.KMSKeyID != "" && s3.SSE != SSEKMS {
 		s.invalid("kms_key_id", "needs sse: %s", SSEKMS)
