@@ -70,7 +70,8 @@ const minPartSize = 5 << 20
 
 // partsLargeEnough answers 400 EntityTooSmall, as S3 does, to a
 // CompleteMultipartUpload that names a part other than its last of less
-// than minPartSize, and reports false; the part sizes come from gofakes3
+// than minPartSize (MalformedXML to one that names none, InvalidPartOrder
+// to parts not in ascending order), and reports false; the part sizes come from gofakes3
 // (ListParts), which does not check them. The request's body is read and
 // put back for gofakes3.
 func (s *Server) partsLargeEnough(w http.ResponseWriter, r *http.Request) bool {
@@ -87,7 +88,20 @@ func (s *Server) partsLargeEnough(w http.ResponseWriter, r *http.Request) bool {
 			PartNumber int `xml:"PartNumber"`
 		} `xml:"Part"`
 	}
-	if xml.Unmarshal(body, &req) != nil || len(req.Parts) < 2 {
+	if xml.Unmarshal(body, &req) != nil {
+		return true // gofakes3 answers the malformed request
+	}
+	if len(req.Parts) == 0 {
+		writeError(w, r, http.StatusBadRequest, "MalformedXML", "The XML you provided was not well-formed or did not validate against our published schema")
+		return false
+	}
+	for i := 1; i < len(req.Parts); i++ {
+		if req.Parts[i].PartNumber <= req.Parts[i-1].PartNumber {
+			writeError(w, r, http.StatusBadRequest, "InvalidPartOrder", "The list of parts was not in ascending order. Parts must be ordered by part number.")
+			return false
+		}
+	}
+	if len(req.Parts) < 2 {
 		return true
 	}
 	rec := s.listParts(r, 10000)

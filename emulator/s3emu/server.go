@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -328,6 +329,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if bucket, key := bucketKey(r); s.bucketExists(bucket) && !s.exists(bucket, key) {
 			discardBody(r)
 			writeError(w, r, http.StatusForbidden, "AccessDenied", "Access Denied")
+			return
+		}
+	}
+	if op == "UploadPart" {
+		if n, err := strconv.Atoi(r.URL.Query().Get("partNumber")); err != nil || n < 1 || n > 10000 {
+			discardBody(r)
+			writeError(w, r, http.StatusBadRequest, "InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive")
 			return
 		}
 	}

@@ -402,3 +402,48 @@ func TestCompleteRefusesSmallParts(t *testing.T) {
 		t.Fatalf("complete with the last part alone: %v", err)
 	}
 }
+
+// A completion's parts must be in ascending order and there must be one
+// at least; a part's number is 1 to 10,000: S3's refusals.
+func TestPartOrderAndNumbers(t *testing.T) {
+	srv, cl := start(t, Options{})
+	mustBucket(t, srv, "logs")
+	ctx := context.Background()
+	cr, err := cl.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("logs"), Key: aws.String("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parts []types.CompletedPart
+	for i := range 2 {
+		out, err := cl.UploadPart(ctx, &s3.UploadPartInput{Bucket: aws.String("logs"), Key: aws.String("k"), UploadId: cr.UploadId,
+			PartNumber: aws.Int32(int32(i + 1)), Body: bytes.NewReader(bytes.Repeat([]byte("a"), 5<<20))})
+		if err != nil {
+			t.Fatalf("UploadPart %d: %v", i+1, err)
+		}
+		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(int32(i + 1))})
+	}
+	for _, n := range []int32{0, 10001} {
+		_, err := cl.UploadPart(ctx, &s3.UploadPartInput{Bucket: aws.String("logs"), Key: aws.String("k"), UploadId: cr.UploadId,
+			PartNumber: aws.Int32(n), Body: bytes.NewReader([]byte("x"))})
+		if code(err) != "InvalidArgument" || status(err) != http.StatusBadRequest {
+			t.Errorf("UploadPart number %d: %v, want 400 InvalidArgument", n, err)
+		}
+	}
+	complete := func(parts []types.CompletedPart) error {
+		_, err := cl.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String("logs"), Key: aws.String("k"),
+			UploadId: cr.UploadId, MultipartUpload: &types.CompletedMultipartUpload{Parts: parts}})
+		return err
+	}
+	if err := complete([]types.CompletedPart{parts[1], parts[0]}); code(err) != "InvalidPartOrder" {
+		t.Errorf("parts 2, 1: %v, want InvalidPartOrder", err)
+	}
+	if err := complete([]types.CompletedPart{parts[0], parts[0]}); code(err) != "InvalidPartOrder" {
+		t.Errorf("parts 1, 1: %v, want InvalidPartOrder", err)
+	}
+	if err := complete([]types.CompletedPart{}); code(err) != "MalformedXML" {
+		t.Errorf("no parts: %v, want MalformedXML", err)
+	}
+	if err := complete(parts); err != nil {
+		t.Fatalf("parts 1, 2: %v", err)
+	}
+}
