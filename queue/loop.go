@@ -66,7 +66,6 @@ type loop struct {
 	// most one, so that the commit queue's room for deliveries holds).
 	idlePending bool
 	inflight    int // partitions sending or committing
-	committing  int // of them, committing
 	givenUp     int // deliveries whose commit the stop gave up
 
 	flow // retries, throttling, the concurrency limit, pauses (flow.go)

@@ -79,12 +79,6 @@ func (l *loop) setPhase(p *partition, to phase) {
 	case from.inFlight() && !to.inFlight():
 		l.inflight--
 	}
-	if from == phaseCommitting {
-		l.committing--
-	}
-	if to == phaseCommitting {
-		l.committing++
-	}
 	p.phase = to
 	l.touch(p)
 }
