@@ -74,10 +74,14 @@ func (e *Error) Unwrap() error { return e.Err }
 // partition; a timeout, a connection broken midway or an error answered
 // (a proxy's 502 included) can be one request's own.
 func (e *Error) Unreachable() bool {
-	if e.Class != Retryable {
-		return false
-	}
-	for err := e.Err; ; {
+	return e.Class == Retryable && NoConnection(e.Err)
+}
+
+// NoConnection reports whether err says that no connection to the
+// destination, or to the HTTP proxy in front of it, could be made (see
+// Unreachable): the request never left.
+func NoConnection(err error) bool {
+	for err := err; ; {
 		var op *net.OpError
 		if !errors.As(err, &op) {
 			break
@@ -91,7 +95,7 @@ func (e *Error) Unreachable() bool {
 		err = op.Err
 	}
 	var dns *net.DNSError
-	return errors.As(e.Err, &dns)
+	return errors.As(err, &dns)
 }
 
 // NewRetryable, NewThrottled, NewRecordPermanent and NewSinkPermanent

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"slices"
@@ -212,8 +211,7 @@ const stateTimeout = 5 * time.Second
 // cancelled the dial), whatever error the SDK wraps that in. That is
 // learnt from the requests' connections (connTrace) once the sink's HTTP
 // client is known to report them (a net/http client whose connection was
-// seen, Sink.traceable); until then, from the error: a dial or name
-// lookup that failed.
+// seen, Sink.traceable); until then, from the error (sinks.NoConnection).
 func (s *Sink) putTraced(ctx context.Context, group, stream string, evs []event, body putBody) (_ []sinks.Rejection, mayHaveSent bool, _ error) {
 	var conn atomic.Bool
 	rj, err := s.put(context.WithValue(ctx, connSeenKey{}, &conn), group, stream, evs, body)
@@ -233,7 +231,7 @@ func (s *Sink) mayHaveSent(connected bool, err error) bool {
 	case s.connTraced.Load():
 		return connected
 	default:
-		return !neverConnected(err)
+		return !sinks.NoConnection(err)
 	}
 }
 
@@ -244,14 +242,6 @@ type notLanded struct{ err error }
 
 func (e notLanded) Error() string { return e.err.Error() }
 func (e notLanded) Unwrap() error { return e.err }
-
-// neverConnected reports whether err is a dial or a name lookup that
-// failed: the request never left.
-func neverConnected(err error) bool {
-	var op *net.OpError
-	var dns *net.DNSError
-	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns)
-}
 
 // connSeenKey is the context key of the flag connTrace sets when a
 // request of the call gets a connection.
