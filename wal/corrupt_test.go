@@ -524,3 +524,48 @@ func TestReplaceDamagedFromMemory(t *testing.T) {
 		t.Fatalf("verify after the repair: %v", rep.Problems)
 	}
 }
+
+// A cursor's value damaged in its length, or in its bytes to a position
+// past next_seq, makes Open refuse the file with a CorruptionError (naming
+// it and what saves the records), rather than panic, or let retention
+// delete records no sink passed.
+func TestDamagedCursorValueRefused(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		damage func(t *testing.T, path string, name string, off int64)
+	}{
+		{"length", func(t *testing.T, path, name string, off int64) { xorAt(t, path, off-4, 8^4) }},                        // the element's vsize, before its key
+		{"past next_seq", func(t *testing.T, path, name string, off int64) { xorAt(t, path, off+int64(len(name)), 0x01) }}, // the value's top byte
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			w := openT(t, dir, Options{})
+			const name = "slow-sink-with-a-unique-name"
+			if _, err := w.RegisterCursor(context.Background(), name); err != nil {
+				t.Fatal(err)
+			}
+			for range 5 {
+				appendT(t, w, []Record{{Tag: "a", Body: []byte(`{"m":1}`)}}, "")
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, FileName)
+			offs := findIn(t, path, []byte(name))
+			if len(offs) == 0 {
+				t.Fatal("the cursor's key is not in the file")
+			}
+			for _, off := range offs {
+				c.damage(t, path, name, off)
+			}
+			w, err := Open(dir, Options{})
+			var ce *CorruptionError
+			if err == nil {
+				w.Close()
+			}
+			if !errors.As(err, &ce) || !strings.Contains(err.Error(), name) {
+				t.Fatalf("Open of a WAL with a damaged cursor: %v, want a CorruptionError naming it", err)
+			}
+		})
+	}
+}

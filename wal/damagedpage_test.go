@@ -1,16 +1,20 @@
 package wal
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/logfwd/forwarder/internal/syncbuf"
 )
 
 // A page of garbage inside wal.db (damage the meta pages' checksums do
@@ -213,5 +217,38 @@ func TestDamagedFreelist(t *testing.T) {
 				t.Errorf("Verify: problems %v, want the damaged freelist", rep.Problems)
 			}
 		})
+	}
+}
+
+// A damaged page that compaction at start meets (its copy walks every
+// page) is said, and the file kept as it is: Open does not panic.
+func TestCompactionOverADamagedPage(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	if _, err := w.RegisterCursor(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	appendT(t, w, []Record{{Tag: "a", Body: []byte(`{"m":1}`)}}, "")
+	path, root, pageSize := manyStatePages(t, w, dir)
+	garbage := make([]byte, 64)
+	for i := range garbage {
+		garbage[i] = 0x80 | byte(i*37)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(garbage, root*pageSize+16); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var logs syncbuf.Buffer
+	w, err = Open(dir, Options{CompactMinFileBytes: 1, CompactRatio: 1e9, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatalf("Open with compaction due over a damaged page: %v", err)
+	}
+	w.Close()
+	if out := logs.String(); !strings.Contains(out, "could not compact the file") || !strings.Contains(out, "a page of the file is damaged") {
+		t.Errorf("the damage met by compaction not said:\n%s", out)
 	}
 }

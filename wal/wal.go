@@ -350,23 +350,44 @@ func (w *WAL) load() (state, error) {
 				return err
 			}
 		}
+		// A value of another length, or a cursor past the records, is
+		// damage: read as it stands it would panic, or let retention
+		// delete records no sink passed.
+		damaged := func(what string, k, v []byte) error {
+			return &CorruptionError{Path: w.path, Offset: -1, Err: fmt.Errorf("%s %q holds %x: damaged; forwarder wal dump saves the records", what, k, v)}
+		}
 		if v := meta.Get(keyNextSeq); v != nil {
+			if len(v) != 8 {
+				return damaged("meta", keyNextSeq, v)
+			}
 			st.nextSeq = binary.BigEndian.Uint64(v)
 		}
 		if v := meta.Get(keyBytes); v != nil {
+			if len(v) != 8 {
+				return damaged("meta", keyBytes, v)
+			}
 			st.liveBytes = int64(binary.BigEndian.Uint64(v))
 		}
 		st.firstSeq = st.nextSeq
 		if k, _ := tx.Bucket(bucketEntries).Cursor().First(); k != nil {
+			if len(k) != 8 {
+				return damaged("entry key", k, nil)
+			}
 			st.firstSeq = binary.BigEndian.Uint64(k)
 		}
 		if err := tx.Bucket(bucketCursors).ForEach(func(k, v []byte) error {
+			if len(v) != 8 || binary.BigEndian.Uint64(v) >= st.nextSeq {
+				return damaged(fmt.Sprintf("cursor (next_seq %d)", st.nextSeq), k, v)
+			}
 			st.cursors[string(k)] = binary.BigEndian.Uint64(v)
 			return nil
 		}); err != nil {
 			return err
 		}
 		return tx.Bucket(bucketDropped).ForEach(func(k, v []byte) error {
+			if len(v) != 8 {
+				return damaged("dropped count", k, v)
+			}
 			st.dropped[string(k)] = binary.BigEndian.Uint64(v)
 			return nil
 		})
@@ -473,7 +494,9 @@ func (w *WAL) compact(liveBytes int64) error {
 	if err != nil {
 		return skip(err)
 	}
-	if err := bolt.Compact(dst, w.db, 64<<20); err != nil {
+	// A damaged page met on the way (the copy walks every page) is said,
+	// and the file kept as it is: reads meet it where they did before.
+	if err := damagedPage(w.path, func() error { return bolt.Compact(dst, w.db, 64<<20) }); err != nil {
 		dst.Close()
 		return skip(err)
 	}
