@@ -77,6 +77,23 @@ func dump(out io.Writer, w *wal.WAL, from, limit uint64, skip func(first, last u
 		}
 		recs, err := w.Read(next, int(n), 0)
 		var damage *wal.CorruptionError
+		if errors.As(err, &damage) && damage.FirstSeq == 0 {
+			// A damaged page of the file's tree, no entry's extent known:
+			// the records before it are read in smaller reads, and the
+			// reading goes on where the tree can be read again.
+			if k := readableFrom(w, next, n); k > 0 {
+				recs, err = w.Read(next, int(k), 0)
+			} else {
+				resume := resumeAfter(w, next)
+				skip(next, resume-1, err)
+				skipped++
+				if resume >= w.Stats().NextSeq {
+					return skipped, nil
+				}
+				next = resume
+				continue
+			}
+		}
 		if errors.As(err, &damage) && damage.FirstSeq > next {
 			// Read up to the damaged entry.
 			recs, err = w.Read(next, int(min(n, damage.FirstSeq-next)), 0)
@@ -128,6 +145,51 @@ func dump(out io.Writer, w *wal.WAL, from, limit uint64, skip func(first, last u
 		next = recs[len(recs)-1].Seq + 1
 	}
 	return skipped, nil
+}
+
+// readableFrom is how many records from next, up to n, read without error
+// (0: none), found by halving.
+func readableFrom(w *wal.WAL, next, n uint64) uint64 {
+	lo, hi := uint64(0), n // lo reads; hi does not
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if _, err := w.Read(next, int(mid), 0); err == nil {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// resumeAfter is the first record after next from which a read succeeds
+// (w's next sequence number when none does): past a damaged page, found by
+// steps that double, then halving.
+func resumeAfter(w *wal.WAL, next uint64) uint64 {
+	end := w.Stats().NextSeq
+	reads := func(seq uint64) bool { _, err := w.Read(seq, 1, 0); return err == nil }
+	bad, step := next, uint64(1)
+	for {
+		try := bad + step
+		if try >= end {
+			if !reads(end - 1) {
+				return end
+			}
+			try = end - 1
+		}
+		if reads(try) {
+			for try-bad > 1 { // bad fails, try reads
+				mid := bad + (try-bad)/2
+				if reads(mid) {
+					try = mid
+				} else {
+					bad = mid
+				}
+			}
+			return try
+		}
+		bad, step = try, 2*step
+	}
 }
 
 // errReplaced is what dump says of records a running service replaced by placeholders.
