@@ -252,3 +252,60 @@ func TestCompactionOverADamagedPage(t *testing.T) {
 		t.Errorf("the damage met by compaction not said:\n%s", out)
 	}
 }
+
+// A damaged page the writer meets (the entries' last leaf, which Open does
+// not read, holds garbage) fails the WAL with the damage named: the append
+// gets ErrFatal, and the process does not fault.
+func TestWriterOverADamagedPage(t *testing.T) {
+	dir := t.TempDir()
+	w := openT(t, dir, Options{})
+	body := make([]byte, 1500)
+	rand.Read(body)
+	for range 200 {
+		appendT(t, w, []Record{{Tag: "a", Body: body}}, "")
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, FileName)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var root, ps int64
+	_ = db.View(func(tx *bolt.Tx) error {
+		root, ps = int64(tx.Bucket(bucketEntries).RootPage()), int64(tx.DB().Info().PageSize)
+		return nil
+	})
+	db.Close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := data[root*ps:]
+	if flags := binary.LittleEndian.Uint16(page[8:]); flags != 0x01 {
+		t.Fatalf("the entries' root is no branch: %#x", flags)
+	}
+	count := int(binary.LittleEndian.Uint16(page[10:]))
+	last := int64(binary.LittleEndian.Uint64(page[16+16*(count-1)+8:])) // a branch element: pos, ksize, pgid
+	leaf := data[last*ps:]
+	for i := range int(binary.LittleEndian.Uint16(leaf[10:])) {
+		binary.LittleEndian.PutUint32(leaf[16+16*i+4:], 0x7f000000) // the element's key position: past the page
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err = Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("Open (it reads the first leaf only): %v", err)
+	}
+	defer w.Close()
+	_, err = w.Append(context.Background(), []Record{{Tag: "a", Body: []byte(`{}`)}}, AppendOptions{})
+	var ce *CorruptionError
+	if !errors.Is(err, ErrFatal) || !errors.As(err, &ce) && !strings.Contains(err.Error(), "a page of the file is damaged") {
+		t.Fatalf("an append over a damaged page: %v, want ErrFatal naming the damage", err)
+	}
+	if w.Err() == nil {
+		t.Error("the WAL did not fail")
+	}
+}

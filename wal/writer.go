@@ -442,7 +442,18 @@ func (wr *writer) applyGroup(appends []*appendReq, commits []*commitReq) (room *
 		// committed state in place.
 		before := wr.st
 		wr.st = wr.st.clone()
-		now, later, applied, room, err := wr.apply(wr.tx, appends, commits)
+		var (
+			now     []func()
+			later   []func(error)
+			applied []pendingCommit
+			room    *diskRoom
+		)
+		// A damaged page the writes meet (bbolt panics, or faults in the
+		// mapped file) fails the WAL, named, rather than the process.
+		err := damagedPage(wr.w.path, func() (err error) {
+			now, later, applied, room, err = wr.apply(wr.tx, appends, commits)
+			return err
+		})
 		if err == nil {
 			for _, reply := range now {
 				reply()
@@ -1213,7 +1224,7 @@ func (wr *writer) flush() {
 		return
 	}
 	wr.dirty = false
-	err := wr.commitTx(tx)
+	err := damagedPage(wr.w.path, func() error { return wr.commitTx(tx) })
 	if err == nil {
 		wr.w.commits.Add(1)
 		for name, n := range dropped {
