@@ -120,3 +120,20 @@ sinks:
 		t.Errorf("tag_key and time_key of their own: %v", err)
 	}
 }
+
+// An empty file, or one of comments, is the defaults for the wal commands
+// as for check: no mapping is needed where there is nothing.
+func TestLoadWALTakesAnEmptyFile(t *testing.T) {
+	for _, text := range []string{"", "# only a comment\n", "---\n", "~\n"} {
+		path := t.TempDir() + "/f.yaml"
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(path); err != nil {
+			t.Errorf("%q: Load: %v", text, err)
+		}
+		if cfg, err := LoadWAL(path); err != nil || cfg.DataDir != Default().DataDir {
+			t.Errorf("%q: LoadWAL: %v", text, err)
+		}
+	}
+}

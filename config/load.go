@@ -183,7 +183,8 @@ func LoadWAL(path string) (*Config, error) {
 	used := &yaml.Node{Kind: yaml.MappingNode}
 	var sinks *yaml.Node
 	cfg := Default()
-	if root.Kind != yaml.MappingNode && !(root.Kind == yaml.ScalarNode && root.Tag == "!!null") && !(root.Kind == yaml.DocumentNode && len(root.Content) == 0) {
+	empty := root.Kind == 0 || root.Kind == yaml.ScalarNode && root.Tag == "!!null" || root.Kind == yaml.DocumentNode && len(root.Content) == 0
+	if root.Kind != yaml.MappingNode && !empty { // an empty file is the defaults, as for check
 		// Not a configuration (an environment file given by mistake): its
 		// defaults would point the command at another WAL.
 		c.add(position{root.Line, root.Column}, "expected a mapping at the top level, got %s", describe(root))
