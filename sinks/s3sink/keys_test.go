@@ -19,7 +19,7 @@ import (
 	"github.com/logfwd/forwarder/sinks"
 )
 
-func keySink(t *testing.T, key string, reg prometheus.Registerer) *Sink {
+func keySink(t testing.TB, key string, reg prometheus.Registerer) *Sink {
 	t.Helper()
 	cfg := testConfig("http://127.0.0.1:1")
 	cfg.Key = key
