@@ -230,26 +230,40 @@ func (st *staging) full(cause error, what string) {
 
 // clean removes every file in the directory: what a previous run left of
 // its open objects, whose records the WAL still holds after the cursor.
-// It runs before any record is read.
-func (st *staging) clean() error {
+// It runs before any record is read. What it cannot remove is warned
+// about and left: a stale file is never read (a new object's first piece
+// truncates its file), and staging makes the directory again when it is
+// gone (removed by hand to free the disk while the sink waited to start).
+func (st *staging) clean() {
+	defer func() {
+		st.mu.Lock()
+		clear(st.sizes)
+		st.total = 0
+		st.mu.Unlock()
+		st.m.stagingBytes.Set(0)
+	}()
 	ents, err := os.ReadDir(st.dir)
-	if err != nil {
-		return fmt.Errorf("read staging directory: %w", err)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
 	}
-	removed := 0
+	removed, left := 0, 0
+	var cause error
 	for _, e := range ents {
 		if err := os.RemoveAll(filepath.Join(st.dir, e.Name())); err != nil {
-			return fmt.Errorf("remove stale staging file: %w", err)
+			left++
+			cause = err
+			continue
 		}
 		removed++
 	}
-	st.mu.Lock()
-	clear(st.sizes)
-	st.total = 0
-	st.mu.Unlock()
-	st.m.stagingBytes.Set(0)
 	if removed > 0 {
 		st.log.Info("removed the staged objects a previous run left; their records are read again from the WAL", "dir", st.dir, "files", removed)
 	}
-	return nil
+	if err != nil || left > 0 {
+		if err != nil {
+			cause = err
+		}
+		st.log.Warn("could not remove what a previous run left in S3 staging; the sink starts, and an object whose file is left is written over when it begins",
+			"dir", st.dir, "files_left", left, "error", cause)
+	}
 }

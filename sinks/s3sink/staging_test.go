@@ -309,6 +309,37 @@ func TestStaleStagingRemoved(t *testing.T) {
 	checkOnce(t, readObjects(t, newReader(t, url), "logs/"), []string{"r1", "r2"})
 }
 
+// TestStagingRemovedBeforeStart: a staging directory removed while the
+// sink waited to start (an operator freeing the disk) is no reason to
+// stop the sink: Recover finds nothing to remove, the directory is made
+// again at the first object, and the records are delivered once.
+func TestStagingRemovedBeforeStart(t *testing.T) {
+	_, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.StagingMaxBytes = config.MiB
+	var logged syncBuffer
+	dir := t.TempDir()
+	stage := filepath.Join(dir, "s3-staging", "archive")
+	s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds},
+		Logger: slog.New(slog.NewTextHandler(&logged, nil)), StagingDir: stage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := os.RemoveAll(filepath.Join(dir, "s3-staging")); err != nil {
+		t.Fatal(err)
+	}
+	w := openWAL(t, dir)
+	res := appendRecs(t, w, []wal.Record{rec("app", "r1", time.Now(), 10), rec("app", "r2", time.Now(), 10)})
+	stop := runDrainer(t, w, "archive", s, drainerOptions()) // Recover first: a failure stops the test
+	defer stop()
+	waitCursor(t, w, "archive", res.Last, 10*time.Second)
+	checkOnce(t, readObjects(t, newReader(t, url), "logs/"), []string{"r1", "r2"})
+	if strings.Contains(logged.String(), "level=ERROR") {
+		t.Errorf("log:\n%s", logged.String())
+	}
+}
+
 // walState is a sink state without intents.
 type walState struct{ sinks.State }
 
