@@ -274,13 +274,20 @@ var fsSize = diskfree.Size
 
 // walDiskNeed is the room the WAL's volume needs (README.md, Sizing): the
 // file takes about 1.25 times the live records at wal.max_bytes, beside
-// wal.min_free_bytes kept free and the S3 sinks' staging.
+// wal.min_free_bytes kept free and the S3 sinks' staging, which stops
+// short of twice wal.min_free_bytes (the WAL's appends keep the room
+// between).
 func walDiskNeed(cfg *config.Config) int64 {
 	need := int64(cfg.WAL.MaxBytes) + int64(cfg.WAL.MaxBytes)/4 + int64(cfg.WAL.MinFreeBytes)
+	staged := false
 	for _, s := range cfg.Sinks {
-		if s.S3 != nil {
+		if s.S3 != nil && s.S3.StagingMaxBytes > 0 {
 			need += int64(s.S3.StagingMaxBytes)
+			staged = true
 		}
+	}
+	if staged {
+		need += int64(cfg.WAL.MinFreeBytes)
 	}
 	return need
 }

@@ -822,10 +822,17 @@ func TestLogWALStateWarnsOfASmallVolume(t *testing.T) {
 	cfg := &config.Config{}
 	cfg.WAL.MaxBytes, cfg.WAL.MinFreeBytes = 1<<30, 64<<20
 	cfg.Sinks = []config.Sink{{Name: "archive", Type: config.SinkS3, S3: &config.S3{StagingMaxBytes: 128 << 20}}}
-	need := int64(1<<30 + 1<<28 + 64<<20 + 128<<20)
+	// Staging stops short of twice wal.min_free_bytes: a volume of
+	// this size stages up to staging_max_bytes.
+	need := int64(1<<30 + 1<<28 + 2*64<<20 + 128<<20)
 	if got := walDiskNeed(cfg); got != need {
 		t.Fatalf("walDiskNeed %d, want %d", got, need)
 	}
+	cfg.Sinks[0].S3.StagingMaxBytes = 0
+	if got, want := walDiskNeed(cfg), int64(1<<30+1<<28+64<<20); got != want {
+		t.Fatalf("walDiskNeed without staging %d, want %d", got, want)
+	}
+	cfg.Sinks[0].S3.StagingMaxBytes = 128 << 20
 	old := fsSize
 	defer func() { fsSize = old }()
 	for _, size := range []int64{100 << 20, need - 1, need} {

@@ -608,7 +608,8 @@ func checkMemory(b *bundle) []string {
 
 // checkDataVolume: the volumeClaimTemplate is mounted at data_dir, which is the image's
 // VOLUME and owned by the image's user there, and it holds wal.max_bytes as the WAL file
-// stores it (about 1.25 times) plus wal.min_free_bytes.
+// stores it (about 1.25 times) plus wal.min_free_bytes, twice with S3 staging, and the
+// staging.
 func checkDataVolume(b *bundle) []string {
 	if b.cfg == nil {
 		return []string{"no configuration to compare with"}
@@ -647,8 +648,11 @@ func checkDataVolume(b *bundle) []string {
 		}
 	}
 	need := int64(b.cfg.WAL.MaxBytes)*5/4 + int64(b.cfg.WAL.MinFreeBytes) + staging
+	if staging > 0 {
+		need += int64(b.cfg.WAL.MinFreeBytes) // staging stops short of twice it
+	}
 	if size.Value() < need {
-		p = append(p, fmt.Sprintf("volume of %s: wal.max_bytes %s stored (x1.25) plus min_free_bytes %s plus the S3 sinks' staging_max_bytes (%d bytes) need %s",
+		p = append(p, fmt.Sprintf("volume of %s: wal.max_bytes %s stored (x1.25) plus min_free_bytes %s (twice with staging) plus the S3 sinks' staging_max_bytes (%d bytes) need %s",
 			size.String(), b.cfg.WAL.MaxBytes, b.cfg.WAL.MinFreeBytes, staging, resource.NewQuantity(need, resource.BinarySI)))
 	}
 	return p
