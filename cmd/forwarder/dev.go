@@ -108,6 +108,10 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	if code, done := f.noArgs(pos, stderr); done {
 		return code
 	}
+	if *rate < 1 || *rate > maxDemoRate {
+		fmt.Fprintf(stderr, "forwarder dev: --rate %d: the demo sends 1 to %d records a second\n", *rate, maxDemoRate)
+		return exitUsage
+	}
 	ports, err := newDevPorts(*offset)
 	if err != nil {
 		fmt.Fprintf(stderr, "forwarder dev: %v\n", err)
@@ -300,11 +304,12 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-// demoLogs stores sample Kubernetes pod logs at rate records a second.
+// maxDemoRate is the most records a second --demo sends (one append each).
+const maxDemoRate = 100_000
+
+// demoLogs stores sample Kubernetes pod logs at rate records a second (1 to
+// maxDemoRate).
 func demoLogs(ctx context.Context, r *running, rate int) error {
-	if rate <= 0 {
-		rate = 1
-	}
 	pods := []string{"web-7d9f8b6c4-x2k9p", "web-7d9f8b6c4-q8r4t", "api-5c6d7e8f9-m3n4b", "worker-6b7c8d9e0-z1y2x"}
 	nss := []string{"shop", "shop", "payments", "jobs"}
 	msgs := []string{"GET /api/v1/items 200 12ms", "POST /api/v1/orders 201 48ms", "cache miss key=cart:1234", "job email completed in 1.2s", "upstream timeout, retrying"}

@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,6 +87,16 @@ func TestDevMode(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "dev-data", "wal", wal.FileName)); err != nil {
 		t.Errorf("the running one's WAL: %v", err)
 	}
+	// The runtime's soft memory limit is memory_limit's, as under run.
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", 9880+offset))
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := fmt.Sprintf("go_gc_gomemlimit_bytes %g\n", float64(config.Default().MemoryLimit)); !strings.Contains(string(metrics), want) {
+		t.Errorf("/metrics lacks %q", want)
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:
@@ -164,6 +176,21 @@ func freeDevOffset(t *testing.T) int {
 	}
 	t.Fatal("no port offset with every dev port free")
 	return 0
+}
+
+// A --rate the demo cannot keep is a usage error, before anything starts.
+func TestDevRateOutOfRange(t *testing.T) {
+	for _, rate := range []string{"0", "-5", "100001", "2000000000"} {
+		cmd := exec.Command(bin, "dev", "--demo", "--rate", rate, "--port-offset", strconv.Itoa(freeDevOffset(t)))
+		cmd.Dir = t.TempDir()
+		b, _ := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != exitUsage || !strings.Contains(string(b), "--rate "+rate+": the demo sends 1 to 100000 records a second") {
+			t.Errorf("--rate %s: exit %d, %s", rate, code, b)
+		}
+		if _, err := os.Stat(filepath.Join(cmd.Dir, "dev-data")); err == nil {
+			t.Errorf("--rate %s: dev-data made", rate)
+		}
+	}
 }
 
 // A --reset while a dev port is taken deletes nothing: the start would

@@ -60,9 +60,6 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		w.log(log)
 	}
 	slog.SetDefault(log)
-	// A soft limit: the garbage collector works harder as the heap nears it, so that a
-	// backlog or a burst does not double the memory the way the default pacing would.
-	debug.SetMemoryLimit(int64(cfg.MemoryLimit))
 	return serve(cfg, *configPath, log, nil)
 }
 
@@ -76,6 +73,9 @@ type running struct {
 // serve runs the service until a signal or a failure stops it, and returns the exit status.
 // extras, if set, adds actors that start after the inputs.
 func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(*running) []actor) int {
+	// A soft limit: the garbage collector works harder as the heap nears it, so that a
+	// backlog or a burst does not double the memory the way the default pacing would.
+	debug.SetMemoryLimit(int64(cfg.MemoryLimit))
 	timeout := time.Duration(cfg.ShutdownTimeout)
 	// Subscribed first, so that a signal during a long start (a WAL compaction) is a
 	// clean stop once the group runs.
