@@ -16,6 +16,9 @@ import (
 	"github.com/logfwd/forwarder/wal"
 )
 
+// intervalLoss is what an exit before the WAL's last commit loses with wal.sync: interval.
+const intervalLoss = "wal.sync is interval: records acknowledged since the last commit (up to about one second of them) are lost"
+
 // signalsActor stops the service on SIGTERM or SIGINT. It subscribes to the signals at once,
 // so that a signal that arrives before the group runs is not lost. SIGHUP (a reload, a
 // closed terminal) does not stop it: the configuration is read at start only, which the
@@ -63,7 +66,7 @@ func signalsActor(log *slog.Logger, timeout time.Duration, interval bool) (a act
 						}
 						says := "signal while stopping: exiting now, without waiting for the stop to end; what the sinks had not delivered stays in the WAL and is sent at the next start on this data_dir"
 						if interval {
-							says += "; wal.sync is interval: records acknowledged since the last commit (up to about one second of them) are lost"
+							says += "; " + intervalLoss
 						}
 						log.Warn(says, "signal", sig.String())
 						os.Exit(exitFail)
@@ -89,14 +92,19 @@ var _ durableLog = (*wal.WAL)(nil)
 
 // walActor holds the open WAL: it returns the WAL's fatal error when a commit fails in a way
 // that leaves durability unknown (a failed fsync: never retried, the process must exit), and
-// its stop closes the WAL, last of all.
-func walActor(w durableLog) actor {
+// its stop closes the WAL, last of all. A failure once the stop has begun (stopping: the last
+// commit of wal.sync: interval, made as the sinks' report is written) is the stop's to say:
+// its line (msg="stop wal") says what was lost.
+func walActor(w durableLog, stopping func() bool) actor {
 	var reported atomic.Bool // run returned the WAL's failure
 	return actor{
 		name: "wal",
 		run: func(ctx context.Context) error {
 			select {
 			case <-w.Fatal():
+				if stopping() {
+					return nil
+				}
 				reported.Store(true)
 				if err := w.Err(); err != nil {
 					return err

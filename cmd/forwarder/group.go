@@ -39,6 +39,9 @@ type group struct {
 	failed func(name string, err error)
 	// stopBy is when the stop must be over, once it has begun.
 	stopBy atomic.Pointer[time.Time]
+	// timeoutLoses, when set, is what a stop that outlasts its timeout loses, said with
+	// it (wal.sync: interval: what the WAL's last commit would have made durable).
+	timeoutLoses string
 }
 
 func (g *group) add(a actor) { g.actors = append(g.actors, a) }
@@ -177,6 +180,9 @@ func (g *group) timedOut(timeout time.Duration, pending []string, j int) {
 	for k := j - 1; k >= 0; k-- {
 		waiting = append(waiting, g.actors[k].name)
 	}
-	g.log.Error("shutdown did not finish within shutdown_timeout; exiting without waiting for the rest",
-		"shutdown_timeout", timeout, "waiting_for", waiting)
+	msg := "shutdown did not finish within shutdown_timeout; exiting without waiting for the rest"
+	if g.timeoutLoses != "" {
+		msg += "; " + g.timeoutLoses
+	}
+	g.log.Error(msg, "shutdown_timeout", timeout, "waiting_for", waiting)
 }

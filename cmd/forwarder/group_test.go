@@ -180,6 +180,20 @@ func TestGroupShutdownTimeout(t *testing.T) {
 	if !strings.Contains(logs.String(), want) {
 		t.Errorf("log lacks %q:\n%s", want, logs)
 	}
+
+	// With wal.sync: interval the line says what the exit loses.
+	log, logs = testLogger()
+	g = &group{log: log, timeoutLoses: intervalLoss}
+	g.add(actor{name: "stuck", run: func(context.Context) error {
+		<-release
+		return nil
+	}})
+	g.add(actor{name: "quits", run: func(context.Context) error { return nil }})
+	g.run(context.Background(), 50*time.Millisecond)
+	want = `level=ERROR msg="shutdown did not finish within shutdown_timeout; exiting without waiting for the rest; wal.sync is interval: records acknowledged since the last commit (up to about one second of them) are lost" shutdown_timeout=50ms waiting_for=[stuck]`
+	if !strings.Contains(logs.String(), want) {
+		t.Errorf("log lacks %q:\n%s", want, logs)
+	}
 }
 
 func TestGroupStopTimeout(t *testing.T) {
@@ -242,7 +256,7 @@ func TestWALLastCommitFailsAtStop(t *testing.T) {
 		closeErr: fmt.Errorf("%w: commit: sync wal.db: input/output error", wal.ErrFatal),
 	}
 	g := &group{log: log, failed: reportFailure(log)}
-	g.add(walActor(fw))
+	g.add(walActor(fw, func() bool { return !g.deadline().IsZero() }))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if failed := g.run(ctx, 5*time.Second); !failed {
@@ -258,13 +272,40 @@ func TestWALLastCommitFailsAtStop(t *testing.T) {
 	log, logs = testLogger()
 	fw = &fakeWAL{fatal: make(chan struct{}), closed: make(chan struct{}),
 		err: fmt.Errorf("%w: commit: sync wal.db: input/output error", wal.ErrFatal)}
-	a := walActor(fw)
+	a := walActor(fw, func() bool { return false })
 	if err := a.run(ctx); err != nil {
 		t.Fatalf("run: %v", err)
 	}
 	close(fw.fatal)
 	if err := a.stop(context.Background()); err == nil || !strings.Contains(err.Error(), "records acknowledged since the one before (wal.sync: interval) are lost") {
 		t.Errorf("stop after a failure run did not see: %v", err)
+	}
+}
+
+// TestWALLastCommitFailsInTheLeftoverReport: with wal.sync: interval the last commit is
+// the leftover report's, made in its stop while the WAL actor still runs: its failure is
+// said by the WAL's stop (msg="stop wal", what was lost), every time, not as the WAL actor
+// failing while stopping.
+func TestWALLastCommitFailsInTheLeftoverReport(t *testing.T) {
+	for range 50 {
+		log, logs := testLogger()
+		fw := &fakeWAL{fatal: make(chan struct{}), closed: make(chan struct{}),
+			err: fmt.Errorf("%w: commit: sync wal.db: input/output error", wal.ErrFatal)}
+		g := &group{log: log, failed: reportFailure(log)}
+		g.add(walActor(fw, func() bool { return !g.deadline().IsZero() }))
+		// The leftover report's stop makes the last commit, which fails (Close then
+		// returns nil: the WAL had failed before it).
+		g.add(actor{name: "leftover report", run: func(ctx context.Context) error { <-ctx.Done(); return nil },
+			stop: func(context.Context) error { close(fw.fatal); return nil }})
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if !g.run(ctx, 5*time.Second) {
+			t.Fatal("a failed last commit was not reported as failed")
+		}
+		s := logs.String()
+		if !strings.Contains(s, `msg="stop wal" error="close wal: its last commit failed, so records acknowledged since the one before (wal.sync: interval) are lost`) || strings.Contains(s, "failed while stopping") {
+			t.Fatalf("log:\n%s", s)
+		}
 	}
 }
 
@@ -277,7 +318,7 @@ func TestWALFatalStopsTheService(t *testing.T) {
 		closed: make(chan struct{}),
 	}
 	g := &group{log: log, failed: reportFailure(log)}
-	g.add(walActor(fw))
+	g.add(walActor(fw, func() bool { return !g.deadline().IsZero() }))
 	// A sink whose last commit the failed WAL refused: it fails as it
 	// stops, of the failure already reported.
 	g.add(actor{name: "sink cloudwatch", run: func(ctx context.Context) error {

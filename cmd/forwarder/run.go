@@ -102,7 +102,10 @@ func serve(cfg *config.Config, configPath string, log *slog.Logger, extras func(
 	// Components start in this order and stop in the reverse one: the WAL is closed last.
 	// The admin server joins here when it is built.
 	g := &group{log: log, failed: reportFailure(log)}
-	g.add(walActor(w))
+	if cfg.WAL.Sync == config.SyncInterval {
+		g.timeoutLoses = intervalLoss
+	}
+	g.add(walActor(w, func() bool { return !g.deadline().IsZero() }))
 	g.add(leftoverActor(w, cfg, log))
 	reg := prometheus.NewRegistry()
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "forwarder_build_info",
