@@ -65,8 +65,13 @@ type loop struct {
 	// idlePending: a cursor move of advanceIdle is queued for commit (at
 	// most one, so that the commit queue's room for deliveries holds).
 	idlePending bool
-	inflight    int // partitions sending or committing
-	givenUp     int // deliveries whose commit the stop gave up
+	// staleMarks are delivered marks that drop_oldest's cursor move passed
+	// (dropForced), taken from marks and not yet deleted from the WAL: the
+	// next cursor move's commit deletes them (passMarks), those of
+	// partitions that delivered again since excepted.
+	staleMarks []string
+	inflight   int // partitions sending or committing
+	givenUp    int // deliveries whose commit the stop gave up
 
 	flow // retries, throttling, the concurrency limit, pauses (flow.go)
 
@@ -131,7 +136,13 @@ func newLoop(d *Drainer, cursor uint64, g *guard, old *oldMarks) (*loop, error) 
 	}
 	l.initIndex(time.Now())
 	if err := d.w.ScanState(d.name, []byte(prefixMark), func(k, v []byte) error {
-		if len(v) == 8 {
+		switch {
+		case len(v) != 8:
+		case be64(v) <= cursor:
+			// A mark drop_oldest's cursor move passed, whose deletion the
+			// process did not live to commit (dropForced).
+			l.staleMarks = append(l.staleMarks, string(k[len(prefixMark):]))
+		default:
 			l.marks.set(string(k[len(prefixMark):]), be64(v))
 		}
 		return nil

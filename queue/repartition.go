@@ -430,6 +430,7 @@ func (d *Drainer) loadOldMarks(ctx context.Context, next uint64, forget bool) (*
 // in ops.
 func (l *loop) passMarks(low uint64, ops *wal.Batch) {
 	name := l.d.name
+	l.deleteStaleMarks(ops)
 	l.marks.takeUpTo(low, func(k string) { ops.Delete(name, markKey(k)) })
 	if l.old == nil {
 		return

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/logfwd/forwarder/sinks"
+	"github.com/logfwd/forwarder/wal"
 )
 
 // deliver records p's batch as delivered: rejected records (or, with
@@ -85,6 +86,30 @@ func (l *loop) dropForced(now time.Time) {
 	for _, p := range l.parts {
 		l.dropPart(p, pos, now)
 	}
+	// Marks the cursor passed say nothing any more (no record at or below
+	// it is read again): forgotten now, deleted from the WAL with the next
+	// commit that moves the cursor, or at once when the commit queue has
+	// room for a cursor move of its own.
+	l.marks.takeUpTo(pos, func(k string) { l.staleMarks = append(l.staleMarks, k) })
+	if len(l.staleMarks) > 0 && !l.idlePending && len(l.commits) < cap(l.commits) {
+		req := &commitReq{} // committed as advanceIdle's cursor moves are
+		l.deleteStaleMarks(&req.ops)
+		l.commits <- req // the loop alone sends: there is room
+		l.idlePending = true
+	}
+}
+
+// deleteStaleMarks adds to ops the deletion of the marks dropForced
+// forgot, but for those of partitions that have a mark again (a delivery
+// since, whose commit stores it).
+func (l *loop) deleteStaleMarks(ops *wal.Batch) {
+	for _, k := range l.staleMarks {
+		if _, ok := l.marks.get(k); !ok {
+			ops.Delete(l.d.name, markKey(k))
+		}
+	}
+	clear(l.staleMarks)
+	l.staleMarks = l.staleMarks[:0]
 }
 
 // dropPart forgets p's records up to pos, which the WAL dropped. A batch
