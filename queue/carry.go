@@ -10,24 +10,25 @@ import (
 // carriedRecord reads back a record of p's carry, which held the records
 // from first (0: no carry) up to the batch, that the sink rejected, to
 // dead-letter it: the drainer does not hold carried records. A record the
-// WAL no longer has was dropped and counted already.
-func (l *loop) carriedRecord(p *partition, seq, first, last uint64) (sinks.Record, bool) {
+// WAL no longer has was dropped and counted already: gone reports it, so
+// that it is not counted delivered either.
+func (l *loop) carriedRecord(p *partition, seq, first, last uint64) (_ sinks.Record, ok, gone bool) {
 	if first == 0 || seq < first || seq > last {
 		l.d.log.Error("the sink rejected a record that was not in the batch", "seq", seq)
-		return sinks.Record{}, false
+		return sinks.Record{}, false, false
 	}
 	recs, err := l.d.w.Read(seq, 1, 0)
 	if err != nil || len(recs) == 0 || recs[0].Seq != seq || recs[0].Tag == wal.DamagedTag { // a placeholder: lost, counted
 		l.d.log.Warn("a rejected record is no longer in the WAL to be dead-lettered", "seq", seq, "error", err)
-		return sinks.Record{}, false
+		return sinks.Record{}, false, true
 	}
 	r := recs[0]
 	rec := sinks.Record{Seq: r.Seq, Time: r.Time, Tag: r.Tag, Body: r.Body}
 	if l.d.sink.Partition(&rec) != p.key {
 		l.d.log.Error("the sink rejected a record of another partition", "seq", seq)
-		return sinks.Record{}, false
+		return sinks.Record{}, false, false
 	}
-	return rec, true
+	return rec, true, false
 }
 
 // takeCarry records that the sink took p's batch in without delivering it

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/logfwd/forwarder/sinks"
@@ -346,4 +347,75 @@ func TestCarryGivenUpAfterADrop(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A carried record the sink refuses once drop_oldest has dropped it from
+// the WAL cannot be dead-lettered (it is counted dropped): it is not
+// counted delivered either.
+func TestCarryRefusedRecordDroppedIsNotDelivered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := openWAL(t, wal.Options{MaxBytes: 256 << 10, WhenFull: wal.DropOldest})
+		defer w.Close()
+		s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: 10 * time.Second, Concurrency: 2})
+		s.carryBytes = 1 << 30
+		gate := make(chan struct{})
+		held := false
+		var refused uint64
+		s.setFail(func(b *sinks.Batch) error {
+			if c, ok := b.Carry.(*testCarry); ok && b.Final && !held {
+				held = true
+				<-gate
+				refused = c.recs[0].Seq
+				return partial([]sinks.Rejection{{Seq: refused, Reason: "too_old"}})
+			}
+			return nil
+		})
+		fast := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+		rf := start(w, "fast", fast, Options{})
+		m := NewMetrics(nil)
+		r := start(w, "s", s, Options{RetryMin: time.Second, Metrics: m})
+		appendN(t, w, 100, func(int) string { return "a" }, 200)
+		time.Sleep(15 * time.Second) // MaxAge: the final send is sent, and held
+		synctest.Wait()
+		if !held {
+			t.Fatal("no final send of the carry")
+		}
+		var last uint64
+		for i := 0; i < 40 && w.Stats().Dropped["s"] == 0; i++ {
+			last = appendN(t, w, 200, func(int) string { return "b" }, 200)
+			time.Sleep(time.Second)
+		}
+		if w.Stats().Dropped["s"] == 0 {
+			t.Fatal("nothing dropped for s: the test needs the carry's first record dropped")
+		}
+		close(gate)
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		if pos, _ := w.Cursor("s"); pos != last {
+			t.Errorf("cursor of s at %d, want %d", pos, last)
+		}
+		rf.stop(t)
+		r.stop(t)
+		got, _, _ := s.snapshot()
+		accepted := 0
+		for _, n := range got {
+			accepted += n
+		}
+		if refused == 0 || got[refused] != 0 {
+			t.Fatalf("record %d, refused, accepted %d times by the sink", refused, got[refused])
+		}
+		if first := w.Stats().FirstSeq; refused >= first {
+			t.Fatalf("record %d is still in the WAL (its first is %d): the test needs it dropped", refused, first)
+		}
+		if delivered := int(testutil.ToFloat64(m.Delivered.WithLabelValues("s"))); delivered != accepted {
+			t.Errorf("delivered metric %d, the sink accepted %d", delivered, accepted)
+		}
+		dead := 0
+		if err := DeadLetters(w, "s", func(DeadLetter) error { dead++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if dead != 0 {
+			t.Errorf("%d dead letters of a record the WAL dropped", dead)
+		}
+	})
 }

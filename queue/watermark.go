@@ -47,8 +47,10 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 			seen[rj.Seq] = true
 			if r, ok := bySeq[rj.Seq]; ok {
 				dead(r, rj.Reason)
-			} else if r, ok := l.carriedRecord(p, rj.Seq, carryFirst, last); ok {
+			} else if r, ok, gone := l.carriedRecord(p, rj.Seq, carryFirst, last); ok {
 				dead(&r, rj.Reason)
+			} else if gone {
+				req.records-- // refused, and dropped from the WAL (counted there): not delivered
 			}
 		}
 	}
