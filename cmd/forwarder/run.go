@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -255,9 +256,17 @@ func logWALState(log *slog.Logger, st wal.Stats, cfg *config.Config, configPath 
 			"path", st.Path, "disk_free_bytes", st.DiskFreeBytes, "file_free_bytes", st.FileFreeBytes, "min_free_bytes", cfg.WAL.MinFreeBytes)
 	}
 	if size, ok := fsSize(filepath.Dir(st.Path)); ok {
-		if need := walDiskNeed(cfg); size < need {
+		need := walDiskNeed(cfg)
+		if size < need {
 			log.Warn("the WAL's file system is smaller than wal.max_bytes needs: the disk fills before the WAL reaches max_bytes, and appends then wait for room (wal.min_free_bytes) however little the WAL holds; lower wal.max_bytes or grow the volume",
 				"path", st.Path, "file_system_bytes", size, "needs_bytes", need, "max_bytes", cfg.WAL.MaxBytes, "min_free_bytes", cfg.WAL.MinFreeBytes)
+		} else if room := st.DiskFreeBytes + st.FileBytes + dirBytes(filepath.Join(cfg.DataDir, stagingDirName)); st.DiskFreeBytes >= 0 && room < need {
+			// Large enough, but shared: what else it holds (a root file system's
+			// packages and journal) leaves the WAL less than it may take, and
+			// those writers meet the full disk the WAL leaves at min_free_bytes.
+			log.Warn("the WAL's file system holds other data: its free space, with what the WAL and S3 staging take now, is less than wal.max_bytes needs; in an outage the WAL fills it down to wal.min_free_bytes, and whatever else writes there (on a root file system: the journal, packages) then finds it full; lower wal.max_bytes to fit the room or give the WAL a file system of its own",
+				"path", st.Path, "room_bytes", room, "needs_bytes", need, "disk_free_bytes", st.DiskFreeBytes, "wal_file_bytes", st.FileBytes,
+				"max_bytes", cfg.WAL.MaxBytes, "min_free_bytes", cfg.WAL.MinFreeBytes)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(st.Cursors)) {
@@ -269,6 +278,20 @@ func logWALState(log *slog.Logger, st wal.Stats, cfg *config.Config, configPath 
 			name, shellQuote(name), shellQuote(configPath)),
 			"cursor", name, "position", pos, "records_behind", lag(st, pos))
 	}
+}
+
+// dirBytes is the size of the files under dir (0 when there is none).
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 // fsSize is the size of the file system holding a directory (a variable

@@ -844,6 +844,26 @@ func TestLogWALStateWarnsOfASmallVolume(t *testing.T) {
 			t.Errorf("file system of %d bytes, %d needed: warned %v\n%s", size, need, warned, logs.String())
 		}
 	}
+
+	// Large enough, but holding other data (a root file system): the room is what is
+	// free, with what the WAL file and S3 staging take.
+	fsSize = func(string) (int64, bool) { return 4 * need, true }
+	cfg.DataDir = t.TempDir()
+	staged := filepath.Join(cfg.DataDir, stagingDirName, "archive")
+	if err := os.MkdirAll(staged, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(staged, "obj"), make([]byte, 1000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, free := range []int64{1 << 30, need - 1<<20 - 1000 - 1, need - 1<<20 - 1000, -1} {
+		var logs syncBuffer
+		logWALState(slog.New(slog.NewTextHandler(&logs, nil)), wal.Stats{Path: "/data/wal.db", DiskFreeBytes: free, FileBytes: 1 << 20}, cfg, "c.yaml")
+		warned := strings.Contains(logs.String(), "the WAL's file system holds other data")
+		if want := free >= 0 && free+1<<20+1000 < need; warned != want {
+			t.Errorf("%d bytes free, a WAL file of 1 MiB, 1000 staged, %d needed: warned %v\n%s", free, need, warned, logs.String())
+		}
+	}
 }
 
 // postForward sends n records {"i": 0..n-1} of tag to the forward input at addr with a real
