@@ -6,21 +6,25 @@ import (
 )
 
 // Slots holds an input to max open connections, and keeps connections
-// that have not finished their handshake from crowding out those that
-// have. When every slot is taken, a new connection takes the slot of the
-// oldest connection still in its handshake, which is closed; only when
-// every open connection is past its handshake is the new one refused.
-// nginx does the same when it runs out of worker_connections: it closes
-// the oldest connections that have sent no request yet before refusing
-// new ones. A client thus cannot lock others out by opening connections
-// that never authenticate: each holds a slot only until handshake_timeout
-// or until newer connections need its slot, whichever comes first, and a
-// legitimate client's handshake takes milliseconds.
+// that have not finished their handshake, or that sit idle, from crowding
+// out those at work. When every slot is taken, a new connection takes the
+// slot of the oldest connection still in its handshake, or else of the
+// connection idle the longest (one that marks itself idle between
+// messages: Idle), which is closed; only when every open connection is at
+// work is the new one refused. nginx does the same when it runs out of
+// worker_connections: it closes the oldest connections that have sent no
+// request yet, and idle keep-alive ones, before refusing new ones. A
+// client thus cannot lock others out by opening connections that never
+// authenticate, or by leaving them idle: an idle connection is closed
+// only when a newer one needs its slot, never on a timer (a client that
+// writes without waiting for acks would lose the first message it writes
+// into a connection closed under it).
 type Slots struct {
 	mu      sync.Mutex
 	max     int
 	open    int       // slots held, evicted ones not counted
 	pending list.List // of *Slot: connections in their handshake, oldest first
+	idle    list.List // of *Slot: connections past it that wait for a message, longest first
 }
 
 // NewSlots returns max slots.
@@ -28,29 +32,35 @@ func NewSlots(max int) *Slots { return &Slots{max: max} }
 
 // Slot is one connection's place. It starts in the handshake.
 type Slot struct {
-	s       *Slots
-	elem    *list.Element // in s.pending while in the handshake
-	close   func()
-	evicted bool
-	gone    bool // released or evicted: holds no slot
+	s        *Slots
+	elem     *list.Element // in s.pending while in the handshake
+	idleElem *list.Element // in s.idle while idle
+	close    func()
+	evicted  bool
+	gone     bool // released or evicted: holds no slot
 }
 
 // Take gives a new connection a slot, in its handshake; closeConn closes
 // the connection, should a newer one need its slot before the handshake
-// is over. Take returns nil when every slot is held by a connection past
-// its handshake. evicted reports that an older connection in its handshake
-// was closed to make room.
+// is over or while it is idle. Take returns nil when every slot is held by
+// a connection at work. evicted reports that an older connection, in its
+// handshake or idle, was closed to make room.
 func (s *Slots) Take(closeConn func()) (slot *Slot, evicted bool) {
 	s.mu.Lock()
 	var victim *Slot
 	if s.open >= s.max {
-		front := s.pending.Front()
-		if front == nil {
+		switch {
+		case s.pending.Len() > 0:
+			victim = s.pending.Remove(s.pending.Front()).(*Slot)
+			victim.elem = nil
+		case s.idle.Len() > 0:
+			victim = s.idle.Remove(s.idle.Front()).(*Slot)
+			victim.idleElem = nil
+		default:
 			s.mu.Unlock()
 			return nil, false
 		}
-		victim = s.pending.Remove(front).(*Slot)
-		victim.elem, victim.evicted, victim.gone = nil, true, true
+		victim.evicted, victim.gone = true, true
 		s.open--
 	}
 	slot = &Slot{s: s, close: closeConn}
@@ -75,9 +85,34 @@ func (sl *Slot) Ready() bool {
 	return !sl.evicted
 }
 
+// Idle marks the connection, past its handshake, as waiting for a message
+// (true) or at work again (false): an idle one gives its slot to a new
+// connection when every slot is taken. It reports false when the
+// connection was evicted first. A nil slot (a connection outside Slots)
+// is never evicted.
+func (sl *Slot) Idle(idle bool) bool {
+	if sl == nil {
+		return true
+	}
+	sl.s.mu.Lock()
+	defer sl.s.mu.Unlock()
+	switch {
+	case sl.gone:
+	case idle && sl.idleElem == nil && sl.elem == nil:
+		sl.idleElem = sl.s.idle.PushBack(sl)
+	case !idle && sl.idleElem != nil:
+		sl.s.idle.Remove(sl.idleElem)
+		sl.idleElem = nil
+	}
+	return !sl.evicted
+}
+
 // Evicted reports whether a newer connection took the slot while this one
-// was in its handshake (and closed it).
+// was in its handshake or idle (and closed it).
 func (sl *Slot) Evicted() bool {
+	if sl == nil {
+		return false
+	}
 	sl.s.mu.Lock()
 	defer sl.s.mu.Unlock()
 	return sl.evicted
@@ -95,6 +130,10 @@ func (sl *Slot) Release() {
 	if sl.elem != nil {
 		sl.s.pending.Remove(sl.elem)
 		sl.elem = nil
+	}
+	if sl.idleElem != nil {
+		sl.s.idle.Remove(sl.idleElem)
+		sl.idleElem = nil
 	}
 	sl.s.open--
 }

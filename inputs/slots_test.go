@@ -74,3 +74,48 @@ func TestSlotsConcurrent(t *testing.T) {
 		t.Fatalf("open %d pending %d after every release", s.Open(), s.pending.Len())
 	}
 }
+
+// Idle connections give way after those in their handshake, the one idle
+// the longest first; one at work again, or released, does not.
+func TestSlotsIdle(t *testing.T) {
+	s := NewSlots(3)
+	closed := map[int]bool{}
+	take := func(i int) (*Slot, bool) { return s.Take(func() { closed[i] = true }) }
+	a, _ := take(0)
+	b, _ := take(1)
+	c, _ := take(2)
+	a.Ready()
+	c.Ready()
+	if !a.Idle(true) || !c.Idle(true) || !b.Idle(true) {
+		t.Fatal("Idle of a slot not evicted reported false")
+	}
+	// b is in its handshake (Idle does not change that): it goes first.
+	d, evicted := take(3)
+	if d == nil || !evicted || !closed[1] || closed[0] || closed[2] {
+		t.Fatalf("d %v evicted %v closed %v: want b, in its handshake, closed", d, evicted, closed)
+	}
+	d.Ready()
+	// Then a, idle the longest.
+	e, evicted := take(4)
+	if e == nil || !evicted || !closed[0] || closed[2] || !a.Evicted() || a.Idle(false) {
+		t.Fatalf("e %v evicted %v closed %v: want a closed", e, evicted, closed)
+	}
+	e.Ready()
+	// c at work again, d and e at work: refused.
+	c.Idle(false)
+	if f, evicted := take(5); f != nil || evicted || closed[2] {
+		t.Fatalf("take with every slot at work: %v %v, closed %v", f, evicted, closed)
+	}
+	// d idle, then released: it holds no place in the idle list.
+	d.Idle(true)
+	d.Release()
+	if s.Open() != 2 || s.idle.Len() != 0 {
+		t.Fatalf("open %d, idle %d after a release", s.Open(), s.idle.Len())
+	}
+	if f, evicted := take(6); f == nil || evicted {
+		t.Fatalf("a free slot not given: %v %v", f, evicted)
+	}
+	if s.Open() != 3 || a.Idle(true) {
+		t.Fatalf("open %d", s.Open())
+	}
+}

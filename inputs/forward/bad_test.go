@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -183,15 +184,18 @@ func TestClientThatNeverReadsAcks(t *testing.T) {
 	}
 }
 
+// Connections beyond max_connections are refused when every open one is at
+// work (here: in the middle of a message).
 func TestTooManyConnections(t *testing.T) {
 	cfg := defaultCfg()
 	cfg.MaxConnections = 2
 	f := start(t, cfg, wal.Options{})
 	a, b := f.dial(), f.dial()
-	a.Write(messageMode("t", eventTime(time.Now()), record("a", 1), options("a")))
-	readAck(t, a)
-	b.Write(messageMode("t", eventTime(time.Now()), record("b", 1), options("b")))
-	readAck(t, b)
+	for i, c := range []net.Conn{a, b} {
+		msg := messageMode("t", eventTime(time.Now()), record("a", i), options(fmt.Sprint(i)))
+		c.Write(msg[:len(msg)/2]) // at work: a message has begun
+	}
+	time.Sleep(100 * time.Millisecond) // both begun, as the server sees it
 	c := f.dial()
 	expectClosed(t, c)
 	if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "too_many_connections")); n != 1 {
@@ -203,6 +207,102 @@ func TestTooManyConnections(t *testing.T) {
 	if n := strings.Count(f.logs.String(), "level=WARN msg=\"connection refused: max_connections reached"); n != 1 {
 		t.Fatalf("%d warnings for two refused connections, want 1:\n%s", n, f.logs.String())
 	}
+}
+
+// An idle connection (past its messages, waiting for the next) gives its
+// slot to a new connection when max_connections are open: the one idle the
+// longest is closed, counted as evicted and said; the others go on.
+func TestIdleConnectionGivesWay(t *testing.T) {
+	cfg := defaultCfg()
+	cfg.MaxConnections = 2
+	f := start(t, cfg, wal.Options{})
+	a, b := f.dial(), f.dial()
+	for i, c := range []net.Conn{a, b} {
+		c.Write(messageMode("t", eventTime(time.Now()), record("a", i), options(fmt.Sprint(i))))
+		readAck(t, c)
+		time.Sleep(50 * time.Millisecond) // a idle longer than b
+	}
+	c := f.dial()
+	c.Write(messageMode("t", eventTime(time.Now()), record("c", 2), options("2")))
+	readAck(t, c)
+	expectClosed(t, a)
+	b.Write(messageMode("t", eventTime(time.Now()), record("b", 3), options("3")))
+	readAck(t, b)
+	f.waitRecords(4)
+	waitCount(t, f, "evicted", 1)
+	if n := testutil.ToFloat64(f.metrics.Rejected.WithLabelValues("forward", "too_many_connections")); n != 0 {
+		t.Fatalf("rejected{too_many_connections} = %v", n)
+	}
+	if !strings.Contains(f.logs.String(), "level=WARN msg=\"closed an idle connection to make room for a new one: max_connections is reached") {
+		t.Errorf("log:\n%s", f.logs.String())
+	}
+}
+
+// deadlineConn records the read deadlines the server sets.
+type deadlineConn struct {
+	net.Conn
+	mu   sync.Mutex
+	last time.Time
+	set  int
+}
+
+func (c *deadlineConn) SetReadDeadline(t time.Time) error {
+	c.mu.Lock()
+	c.last, c.set = t, c.set+1
+	c.mu.Unlock()
+	return c.Conn.SetReadDeadline(t)
+}
+
+type deadlineListener struct {
+	net.Listener
+	conns chan *deadlineConn
+}
+
+func (l *deadlineListener) Accept() (net.Conn, error) {
+	nc, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	dc := &deadlineConn{Conn: nc}
+	l.conns <- dc
+	return dc, nil
+}
+
+// A connection between messages waits with no deadline: a client that
+// writes without waiting for acks (fluent-logger-golang without
+// RequestAck) would lose the first message it writes after a quiet spell
+// into a connection the server closed on a timer. Dead peers are TCP
+// keepalive's; idle connections give way at max_connections (above).
+func TestIdleConnectionHasNoDeadline(t *testing.T) {
+	conns := make(chan *deadlineConn, 1)
+	f := start(t, defaultCfg(), wal.Options{}, func(s *Server) {
+		listen := s.listen
+		s.listen = func(network, address string) (net.Listener, error) {
+			ln, err := listen(network, address)
+			return &deadlineListener{Listener: ln, conns: conns}, err
+		}
+	})
+	c := f.dial()
+	c.Write(messageMode("t", eventTime(time.Now()), record("a", 1), options("a")))
+	readAck(t, c)
+	sc := <-conns
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		sc.mu.Lock()
+		last, set := sc.last, sc.set
+		sc.mu.Unlock()
+		if set >= 2 && last.IsZero() {
+			break // the wait for the next message
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the read deadline between messages is %v (%d set)", last, set)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	c.Write(messageMode("t", eventTime(time.Now()), record("a", 2), options("b")))
+	readAck(t, c)
+	f.waitRecords(2)
 }
 
 func TestHandshake(t *testing.T) {

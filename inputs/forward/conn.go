@@ -132,7 +132,7 @@ func (c *conn) readUntil(t time.Time) bool {
 	if c.ended {
 		return false
 	}
-	if linger := time.Now().Add(shutdownLinger); c.gone && !c.busy && t.After(linger) {
+	if linger := time.Now().Add(shutdownLinger); c.gone && !c.busy && (t.IsZero() || t.After(linger)) {
 		t = linger
 	}
 	c.nc.SetReadDeadline(t)
@@ -199,6 +199,12 @@ func (c *conn) serve(ctx, storeCtx context.Context) {
 		if err != nil {
 			var bm *badMessage
 			switch {
+			case c.slot.Evicted():
+				if n, ok := c.s.rejects.Allow("evicted_idle", time.Now()); ok {
+					c.s.log.Warn("closed an idle connection to make room for a new one: max_connections is reached; raise it if these are real clients (each client node keeps connections to every replica)",
+						"remote", c.remote, "max_connections", c.s.cfg.MaxConnections, "same_reason_not_logged_in_last_minute", n)
+				}
+				c.s.p.Metrics.Rejected.WithLabelValues("forward", "evicted").Inc() // once said
 			case errors.As(err, &bm):
 				c.reject(bm.reason, bm)
 			case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
@@ -327,17 +333,21 @@ func (c *conn) write(b []byte) error {
 	return err
 }
 
-// within is deadline, or the handshake's deadline when that is sooner.
+// within is deadline (zero: none), or the handshake's deadline when that
+// is sooner.
 func (c *conn) within(deadline time.Time) time.Time {
-	if !c.handshakeBy.IsZero() && c.handshakeBy.Before(deadline) {
+	if !c.handshakeBy.IsZero() && (deadline.IsZero() || c.handshakeBy.Before(deadline)) {
 		return c.handshakeBy
 	}
 	return deadline
 }
 
 // errEvicted is a handshake cut short because a newer connection needed
-// its slot (inputs.Slots).
-var errEvicted = errors.New("closed in the handshake: max_connections reached and a new connection took its slot")
+// its slot (inputs.Slots); errEvictedIdle, an idle connection's wait.
+var (
+	errEvicted     = errors.New("closed in the handshake: max_connections reached and a new connection took its slot")
+	errEvictedIdle = errors.New("closed while idle: max_connections reached and a new connection took its slot")
+)
 
 // countingConn counts the bytes read from a connection.
 type countingConn struct {
@@ -450,9 +460,18 @@ func (c *conn) next() ([]byte, error) {
 		max, limit = maxHandshakeBytes, "the handshake's limit"
 	}
 	c.drop()
-	deadline := c.within(time.Now().Add(idleTimeout))
+	// Between messages a connection waits with no deadline but the
+	// handshake's: a client that writes without waiting for acks would
+	// lose the first message it writes into a connection closed under it
+	// after a quiet spell. A dead peer is found by TCP keepalive; an idle
+	// connection gives its slot to a new one when max_connections are open
+	// (inputs.Slots).
+	deadline := c.within(time.Time{})
 	if c.closing() {
 		deadline = time.Now().Add(shutdownLinger) // what is still in the socket, then no more
+	}
+	if c.handshakeBy.IsZero() && c.start == len(c.buf) && !c.slot.Idle(true) {
+		return nil, errEvictedIdle
 	}
 	started := false
 	empty := 0 // reads in a row that returned nothing and no error
@@ -461,6 +480,7 @@ func (c *conn) next() ([]byte, error) {
 			if !started {
 				// A message has begun: it must arrive whole within messageTimeout.
 				started = true
+				c.slot.Idle(false)
 				deadline = c.within(time.Now().Add(messageTimeout))
 				c.msgBy = deadline
 				c.setBusy(true) // a stopping server lets it finish
@@ -599,8 +619,11 @@ func (c *conn) reserve(n int, deadline time.Time) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	err := c.hold.Grow(ctx, int64(n))
 	switch {
 	case err == nil:

@@ -28,8 +28,12 @@
 // (reason handshake_timeout), with a PING of at most 64 KiB. Until it is,
 // the connection gives way to a new one when max_connections are open: the
 // oldest connection still in its handshake is closed (reason evicted,
-// inputs.Slots); a new connection is refused only when every open one is
-// past its handshake.
+// inputs.Slots); then the one idle the longest (waiting for a message,
+// nothing of one read: reason evicted); a new connection is refused only
+// when every open one is at work. An idle connection is never closed on a
+// timer: a client that writes without waiting for acks would lose the
+// first message it writes into it after a quiet spell; TCP keepalive finds
+// peers that are gone.
 //
 // What a connection holds of messages — the bytes read, the entries of a
 // CompressedPackedForward payload as they come out of the decompressor (a
@@ -57,9 +61,8 @@
 // arrive whole within a minute of its first byte — closes that connection
 // with one log line (remote address, what was wrong, where) and a count
 // in forwarder_input_rejected_total; nothing of that message is stored and
-// other connections are not affected. Connections idle for ten minutes are
-// closed, connections beyond max_connections at once (see above for those
-// in their handshake). An accept that fails
+// other connections are not affected. Connections beyond max_connections
+// are closed at once (see above for those in their handshake and idle). An accept that fails
 // for a reason that passes (no file descriptor left) is retried with a
 // pause and counted (inputs.RetryAccept), never fatal. UDP heartbeats are
 // not answered (answering is optional).

@@ -22,7 +22,6 @@ const maxHandshakeBytes = 64 << 10
 
 // Timeouts of a connection. Variables so that tests can shorten them.
 var (
-	idleTimeout    = 10 * time.Minute // between messages
 	messageTimeout = time.Minute      // from a message's first byte to its last
 	writeTimeout   = 30 * time.Second // for an ack or a handshake reply
 	drainTimeout   = 5 * time.Second  // at shutdown, for connections that are still reading
