@@ -24,7 +24,11 @@ all: build
 mods:
 	$(GO) mod download
 
-# What the tests need besides: Debian packages (apt-get, as root).
+# What the tests need besides: Debian packages (apt-get, as root), and npm's
+# @fluent-org/logger in NODE_CLIENT_DIR (inputs/forward's tests read the same default).
+NODE_CLIENT_DIR ?= $(HOME)/.cache/forwarder-tests/node
+NODE_CLIENT_VERSION = 1.0.10
+export NODE_CLIENT_DIR
 deps: mods
 	@# An independent forward client for the tests: Debian's python3-fluent-logger.
 	@/usr/bin/python3 -c 'import fluent.sender' 2>/dev/null || \
@@ -38,6 +42,12 @@ deps: mods
 	@# fusermount3, for internal/faultfs's power-cut tests when mount(2) itself is refused.
 	@command -v fusermount3 >/dev/null 2>&1 || \
 		{ apt-get install -y fuse3 || { apt-get update && apt-get install -y fuse3; }; }
+	@# A third independent forward client, with the handshake: npm's @fluent-org/logger,
+	@# installed where inputs/forward's tests look for it.
+	@command -v npm >/dev/null 2>&1 || \
+		{ apt-get install -y nodejs npm || { apt-get update && apt-get install -y nodejs npm; }; }
+	@test -f $(NODE_CLIENT_DIR)/node_modules/@fluent-org/logger/package.json || \
+		npm install --silent --no-audit --no-fund --prefix $(NODE_CLIENT_DIR) @fluent-org/logger@$(NODE_CLIENT_VERSION)
 
 build: mods
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/forwarder

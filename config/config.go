@@ -82,6 +82,10 @@ type Forward struct {
 	// MaxRecordsPerMessage bounds the records of one message (entries of Forward and
 	// PackedForward messages, once decompressed): a message with more is bad input.
 	MaxRecordsPerMessage int `yaml:"max_records_per_message"`
+	// SelfHostname is the name the handshake's PONG gives (Fluentd's <security>
+	// self_hostname); empty: the host name. Fluentd's out_forward and @fluent-org/logger
+	// refuse a PONG that names their own host.
+	SelfHostname string `yaml:"self_hostname"`
 }
 
 // User is a username and password for the forward handshake.

@@ -503,6 +503,8 @@ var badConfigs = []struct {
 		`4: inputs.forward.handshake_timeout: must be greater than 0, not 0s`,
 		`5: inputs.forward.max_records_per_message: must be at least 1, not 0`,
 	}},
+	{"self_hostname.yaml", []string{`3: inputs.forward.self_hostname: needs shared_key: it is the name the handshake it enables gives`}},
+	{"self_hostname_control.yaml", []string{`4: inputs.forward.self_hostname: at most 255 bytes of valid UTF-8 without control characters`}},
 	{"http_limits.yaml", []string{
 		`3: inputs.http.max_connections: must be at least 1, not 0`,
 		`4: inputs.http.read_header_timeout: must be greater than 0, not 0s`,

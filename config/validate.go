@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Validate checks c against the rules of each section and returns every problem found, as
@@ -90,6 +92,14 @@ func (f *Forward) validate(s section) {
 	atLeast(s, "max_connections", f.MaxConnections, 1)
 	s.positive("handshake_timeout", f.HandshakeTimeout)
 	atLeast(s, "max_records_per_message", f.MaxRecordsPerMessage, 1)
+	if f.SelfHostname != "" {
+		switch {
+		case f.SharedKey == "":
+			s.invalid("self_hostname", "needs shared_key: it is the name the handshake it enables gives")
+		case len(f.SelfHostname) > 255 || !utf8.ValidString(f.SelfHostname) || strings.ContainsFunc(f.SelfHostname, unicode.IsControl):
+			s.invalid("self_hostname", "at most 255 bytes of valid UTF-8 without control characters")
+		}
+	}
 }
 
 func (h *HTTP) validate(s section) {

@@ -185,3 +185,97 @@ func TestTLSMessagesBeforeClose(t *testing.T) {
 		t.Fatalf("%v messages counted as truncated", n)
 	}
 }
+
+// nodeClient runs npm's @fluent-org/logger (make deps installs it in
+// NODE_CLIENT_DIR, by default ~/.cache/forwarder-tests/node): 20 records
+// with acks to port, in mode, with shared_key key and the client host name
+// host when key is set. It returns what the script printed: OK once every
+// record was acknowledged.
+func nodeClient(t *testing.T, port, mode, host, key string) string {
+	t.Helper()
+	dir := os.Getenv("NODE_CLIENT_DIR")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".cache", "forwarder-tests", "node")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@fluent-org", "logger", "package.json")); err != nil {
+		t.Fatalf("npm's @fluent-org/logger is not in %s (make deps installs it: npm install --prefix %s @fluent-org/logger): %v", dir, dir, err)
+	}
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatalf("node is not on PATH (make deps installs Debian's nodejs): %v", err)
+	}
+	script := `
+const FluentLogger = require('@fluent-org/logger');
+const [port, mode, host, key] = process.argv.slice(1);
+const opts = {socket: {host: '127.0.0.1', port: +port, timeout: 3000}, ack: {}, eventMode: mode, flushInterval: 10};
+if (key) opts.security = {clientHostname: host, sharedKey: key};
+const c = new FluentLogger.FluentClient('node', opts);
+c.socketOn('error', e => { console.log('SOCKERR', e && e.message); process.exit(0); });
+setTimeout(() => { console.log('TIMEOUT'); process.exit(0); }, 8000);
+(async () => {
+  try {
+    const ps = [];
+    for (let i = 0; i < 20; i++) ps.push(c.emit('app', {i}));
+    await Promise.all(ps);
+    console.log('OK');
+  } catch (e) { console.log('ERR', e && e.message); }
+  await c.shutdown().catch(() => {});
+  process.exit(0);
+})();
+`
+	cmd := exec.Command("node", "-e", script, port, mode, host, key)
+	cmd.Env = append(os.Environ(), "NODE_PATH="+filepath.Join(dir, "node_modules"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node client: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// npm's @fluent-org/logger, every mode, with acks, plain and with the
+// handshake. Like Fluentd's out_forward it refuses a PONG that names its
+// own host (a sidecar in the same pod): the input says so, and
+// inputs.forward.self_hostname names the input otherwise.
+func TestNodeFluentLogger(t *testing.T) {
+	host, _ := os.Hostname()
+	for _, mode := range []string{"Message", "Forward", "PackedForward", "CompressedPackedForward"} {
+		for _, key := range []string{"", "s3cret"} {
+			t.Run(fmt.Sprintf("%s key %v", mode, key != ""), func(t *testing.T) {
+				cfg := defaultCfg()
+				cfg.SharedKey = key
+				f := start(t, cfg, wal.Options{})
+				_, port, _ := net.SplitHostPort(f.addr())
+				if out := nodeClient(t, port, mode, "client-host", key); out != "OK" {
+					t.Fatalf("node client: %s\nlog:\n%s", out, f.logs.String())
+				}
+				for i, r := range f.waitRecords(20) {
+					if r.Tag != "node.app" || string(r.Body) != fmt.Sprintf(`{"i":%d}`, i) {
+						t.Fatalf("record %d: %q %s", i, r.Tag, r.Body)
+					}
+				}
+			})
+		}
+	}
+	t.Run("same host", func(t *testing.T) {
+		cfg := defaultCfg()
+		cfg.SharedKey = "s3cret"
+		f := start(t, cfg, wal.Options{})
+		_, port, _ := net.SplitHostPort(f.addr())
+		if out := nodeClient(t, port, "Forward", host, "s3cret"); out == "OK" {
+			t.Fatalf("the client took a PONG naming its own host: %s", out)
+		}
+		if n := len(f.records()); n != 0 {
+			t.Fatalf("%d records stored", n)
+		}
+		if !strings.Contains(f.logs.String(), `level=WARN msg="the client's PING names the same host as this input's PONG`) {
+			t.Errorf("no warning naming self_hostname:\n%s", f.logs.String())
+		}
+		cfg.SelfHostname = "forwarder-0"
+		f = start(t, cfg, wal.Options{})
+		_, port, _ = net.SplitHostPort(f.addr())
+		if out := nodeClient(t, port, "Forward", host, "s3cret"); out != "OK" {
+			t.Fatalf("node client with self_hostname set: %s\nlog:\n%s", out, f.logs.String())
+		}
+		f.waitRecords(20)
+	})
+}

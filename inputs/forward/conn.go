@@ -413,6 +413,14 @@ func (c *conn) handshake() error {
 		if refused != nil {
 			return refused
 		}
+		if h.clientHost == c.s.hostname {
+			// Accepted here, but Fluentd's out_forward and @fluent-org/logger
+			// refuse a PONG that names their own host, and close quietly.
+			if n, ok := c.s.rejects.Allow("same_hostname", time.Now()); ok {
+				c.s.log.Warn("the client's PING names the same host as this input's PONG: Fluentd's out_forward and @fluent-org/logger refuse such a PONG and close the connection (a sidecar in the same pod shares the host name); set inputs.forward.self_hostname to another name",
+					"remote", c.remote, "hostname", h.clientHost, "same_reason_not_logged_in_last_minute", n)
+			}
+		}
 	}
 	c.handshakeBy = time.Time{}
 	c.nc.SetDeadline(time.Time{})

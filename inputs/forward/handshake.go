@@ -30,6 +30,8 @@ type handshake struct {
 	hostname  string
 	nonce     []byte
 	authSalt  []byte // empty when no users are configured
+	// clientHost is the hostname an accepted PING gave.
+	clientHost string
 }
 
 func newHandshake(cfg config.Forward, hostname string) (*handshake, error) {
@@ -90,6 +92,7 @@ func (h *handshake) ping(msg []byte) (pong []byte, refused error) {
 			return h.pong(false, "username/password mismatch", salt), fmt.Errorf("username/password mismatch for user %q (client hostname %q)", user, hostname)
 		}
 	}
+	h.clientHost = string(hostname)
 	return h.pong(true, "", salt), nil
 }
 

@@ -62,7 +62,10 @@ type Server struct {
 
 // New returns a forward input for cfg that stores into p.
 func New(cfg config.Forward, p *inputs.Pipeline, log *slog.Logger) *Server {
-	host, _ := os.Hostname()
+	host := cfg.SelfHostname
+	if host == "" {
+		host, _ = os.Hostname()
+	}
 	if cfg.MaxConnections <= 0 {
 		cfg.MaxConnections = 1024
 	}
