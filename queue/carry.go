@@ -18,8 +18,12 @@ func (l *loop) carriedRecord(p *partition, seq, first, last uint64) (_ sinks.Rec
 		return sinks.Record{}, false, false
 	}
 	recs, err := l.d.w.Read(seq, 1, 0)
-	if err != nil || len(recs) == 0 || recs[0].Seq != seq || recs[0].Tag == wal.DamagedTag { // a placeholder: lost, counted
-		l.d.log.Warn("a rejected record is no longer in the WAL to be dead-lettered", "seq", seq, "error", err)
+	if err != nil {
+		l.d.log.Warn("a rejected record could not be read from the WAL to be dead-lettered", "seq", seq, "error", err)
+		return sinks.Record{}, false, false
+	}
+	if len(recs) == 0 || recs[0].Seq != seq || recs[0].Tag == wal.DamagedTag { // dropped, or a placeholder: lost, counted
+		l.d.log.Warn("a rejected record is no longer in the WAL to be dead-lettered", "seq", seq)
 		return sinks.Record{}, false, true
 	}
 	r := recs[0]

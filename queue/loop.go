@@ -175,7 +175,8 @@ func (l *loop) run(ctx context.Context) error {
 	defer giveUpWaits()
 	defer l.stopCatchUp()
 	l.wg.Add(2)
-	go func() { defer l.wg.Done(); l.read(readCtx, l.readPos, l.in, 0) }()
+	from := l.readPos // read here: the loop moves it on (dropForced) as the reader starts
+	go func() { defer l.wg.Done(); l.read(readCtx, from, l.in, 0) }()
 	go func() { defer l.wg.Done(); l.commitLoop(commitCtx, waitCtx) }()
 
 	d.setState(func(s *Status) { s.State = StateRunning; s.Cursor = l.cursor })
