@@ -36,6 +36,7 @@ type Slot struct {
 	elem     *list.Element // in s.pending while in the handshake
 	idleElem *list.Element // in s.idle while idle
 	close    func()
+	wake     func() // evicts an idle connection (OnIdleEviction); nil: close
 	evicted  bool
 	gone     bool // released or evicted: holds no slot
 }
@@ -56,6 +57,9 @@ func (s *Slots) Take(closeConn func()) (slot *Slot, evicted bool) {
 		case s.idle.Len() > 0:
 			victim = s.idle.Remove(s.idle.Front()).(*Slot)
 			victim.idleElem = nil
+			if victim.wake != nil {
+				victim.close = victim.wake
+			}
 		default:
 			s.mu.Unlock()
 			return nil, false
@@ -83,6 +87,19 @@ func (sl *Slot) Ready() bool {
 		sl.elem = nil
 	}
 	return !sl.evicted
+}
+
+// OnIdleEviction sets how the connection is told that a new one took its
+// slot while it was idle, in place of closing it: an idle connection may
+// have bytes of a message in its socket that it has not read yet, which a
+// close would reset. wake must make it finish what it reads and close.
+func (sl *Slot) OnIdleEviction(wake func()) {
+	if sl == nil {
+		return
+	}
+	sl.s.mu.Lock()
+	defer sl.s.mu.Unlock()
+	sl.wake = wake
 }
 
 // Idle marks the connection, past its handshake, as waiting for a message

@@ -4,6 +4,7 @@ import (
 	"crypto/sha512"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math"
 	"math/rand"
 	"net"
@@ -236,6 +237,39 @@ func TestIdleConnectionGivesWay(t *testing.T) {
 	if !strings.Contains(f.logs.String(), "level=WARN msg=\"closed an idle connection to make room for a new one: max_connections is reached") {
 		t.Errorf("log:\n%s", f.logs.String())
 	}
+}
+
+// An idle connection that gives way is not closed under its client: what
+// the client writes within shutdownLinger of the eviction (a message the
+// socket held as the new connection came) is read, stored and
+// acknowledged, and the connection then ends with the client's read seeing
+// its end, not a reset that would lose what it sent.
+func TestIdleConnectionEvictedFinishesAMessage(t *testing.T) {
+	old := shutdownLinger
+	shutdownLinger = 3 * time.Second
+	t.Cleanup(func() { shutdownLinger = old })
+	cfg := defaultCfg()
+	cfg.MaxConnections = 2
+	f := start(t, cfg, wal.Options{})
+	a, b := f.dial(), f.dial()
+	for i, c := range []net.Conn{a, b} {
+		c.Write(messageMode("t", eventTime(time.Now()), record("a", i), options(fmt.Sprint(i))))
+		readAck(t, c)
+		time.Sleep(50 * time.Millisecond) // a idle longer than b
+	}
+	c := f.dial()
+	c.Write(messageMode("t", eventTime(time.Now()), record("c", 2), options("2")))
+	readAck(t, c) // a was told to give way before c was served
+	a.Write(messageMode("t", eventTime(time.Now()), record("a", 3), options("3")))
+	if id := readAck(t, a); id != "3" {
+		t.Fatalf("ack %q", id)
+	}
+	a.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := a.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("the evicted connection's end: %d bytes, %v; want EOF", n, err)
+	}
+	f.waitRecords(4)
+	waitCount(t, f, "evicted", 1)
 }
 
 // deadlineConn records the read deadlines the server sets.

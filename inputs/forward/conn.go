@@ -76,6 +76,10 @@ func (s *Server) newConn(nc net.Conn, slot *inputs.Slot) *conn {
 	c := &conn{s: s, nc: nc, raw: raw, remote: nc.RemoteAddr().String(), slot: slot, hold: hold,
 		dec: decoder{maxUnpacked: 4 * max, maxRecords: s.cfg.MaxRecordsPerMessage, now: time.Now, hold: hold}}
 	c.buf = c.own[:0]
+	// Evicted while idle, it stops as at a stop of the server: what is in
+	// its socket is read for shutdownLinger (a message begun is finished,
+	// stored and acknowledged), then it closes without a reset.
+	slot.OnIdleEviction(c.stopReading)
 	if s.tls != nil || s.cfg.SharedKey != "" {
 		c.handshakeBy = time.Now().Add(time.Duration(s.cfg.HandshakeTimeout))
 	} else {
@@ -88,7 +92,7 @@ func (s *Server) newConn(nc net.Conn, slot *inputs.Slot) *conn {
 // the next message: what its client wrote before the listener closed may
 // still be in the socket, and is read, stored and acknowledged, not
 // dropped; then the connection closes.
-const shutdownLinger = 250 * time.Millisecond
+var shutdownLinger = 250 * time.Millisecond // a variable for tests
 
 // fluentBitEmptyChunk is the chunk id Fluent Bit's forward output sends
 // with every message in Message mode (a Tag built from the records, with
