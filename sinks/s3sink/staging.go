@@ -235,12 +235,20 @@ func (st *staging) full(cause error, what string) {
 // truncates its file), and staging makes the directory again when it is
 // gone (removed by hand to free the disk while the sink waited to start).
 func (st *staging) clean() {
+	// Files left count against staging_max_bytes, as they take the disk:
+	// under their paths, so that an object staged there again counts once.
+	leftSizes := map[string]int64{}
 	defer func() {
 		st.mu.Lock()
 		clear(st.sizes)
 		st.total = 0
+		for path, n := range leftSizes {
+			st.sizes[path] = n
+			st.total += n
+		}
+		total := st.total
 		st.mu.Unlock()
-		st.m.stagingBytes.Set(0)
+		st.m.stagingBytes.Set(float64(total))
 	}()
 	ents, err := os.ReadDir(st.dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -249,9 +257,13 @@ func (st *staging) clean() {
 	removed, left := 0, 0
 	var cause error
 	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(st.dir, e.Name())); err != nil {
+		path := filepath.Join(st.dir, e.Name())
+		if err := os.RemoveAll(path); err != nil {
 			left++
 			cause = err
+			if info, err := os.Lstat(path); err == nil && info.Mode().IsRegular() {
+				leftSizes[path] = info.Size()
+			}
 			continue
 		}
 		removed++

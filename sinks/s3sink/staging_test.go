@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -337,6 +338,45 @@ func TestStagingRemovedBeforeStart(t *testing.T) {
 	checkOnce(t, readObjects(t, newReader(t, url), "logs/"), []string{"r1", "r2"})
 	if strings.Contains(logged.String(), "level=ERROR") {
 		t.Errorf("log:\n%s", logged.String())
+	}
+}
+
+// TestStaleStagingLeftOnAReadOnlyDisk: what a previous run left and start
+// cannot remove (the file system is read-only) is warned about, the sink
+// starts, and the files count against staging_max_bytes, as they take the
+// disk.
+func TestStaleStagingLeftOnAReadOnlyDisk(t *testing.T) {
+	_, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.StagingMaxBytes = config.MiB
+	mnt := tmpfstest.Mount(t, "1m")
+	stage := filepath.Join(mnt, "archive")
+	var logged syncBuffer
+	reg := prometheus.NewRegistry()
+	s, err := New(context.Background(), "archive", cfg, Options{Hostname: "host1", AWS: &aws.Config{Credentials: testCreds},
+		Logger: slog.New(slog.NewTextHandler(&logged, nil)), StagingDir: stage, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := os.WriteFile(filepath.Join(stage, "0123456789abcdef0123456789abcdef"), make([]byte, 1000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("", mnt, "", syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+		t.Fatalf("remount read-only: %v", err)
+	}
+	defer syscall.Mount("", mnt, "", syscall.MS_REMOUNT, "")
+	if err := s.Recover(context.Background(), &walState{}); err != nil {
+		t.Fatalf("Recover with staged files it cannot remove: %v", err)
+	}
+	if !strings.Contains(logged.String(), "could not remove what a previous run left in S3 staging") || !strings.Contains(logged.String(), "files_left=1") {
+		t.Errorf("log:\n%s", logged.String())
+	}
+	if got := s.staging.bytes(); got != 1000 {
+		t.Errorf("staging counts %d bytes, want the 1000 left", got)
+	}
+	if got := testutil.ToFloat64(s.m.stagingBytes); got != 1000 {
+		t.Errorf("forwarder_s3_staging_bytes %v, want 1000", got)
 	}
 }
 
