@@ -58,7 +58,9 @@ func (l *loop) deliver(p *partition, rejected []sinks.Rejection, deleteState [][
 		req.ops.Delete(d.name, stateKey(k))
 	}
 	low := l.lowWatermark()
-	if last > low {
+	// A mark at or below the cursor says nothing (drop_oldest may have
+	// moved the cursor past a batch in flight: dropForced).
+	if last > max(low, l.cursor) {
 		req.ops.Put(d.name, markKey(p.key), u64(last))
 		l.marks.set(p.key, last)
 	} else if _, ok := l.marks.get(p.key); ok {
