@@ -151,11 +151,14 @@ type Sink struct {
 
 // S3 configures a sink that writes JSON-lines objects to Amazon S3 or a compatible service.
 type S3 struct {
-	Bucket             string            `yaml:"bucket"`
-	Region             string            `yaml:"region"`              // empty: the AWS SDK's default
-	Endpoint           string            `yaml:"endpoint"`            // a local or S3-compatible service
-	PathStyle          bool              `yaml:"path_style"`          // path-style addressing, for local services
-	Key                string            `yaml:"key"`                 // object key template; contains ${seq} or ${uuid}
+	Bucket    string `yaml:"bucket"`
+	Region    string `yaml:"region"`     // empty: the AWS SDK's default
+	Endpoint  string `yaml:"endpoint"`   // a local or S3-compatible service
+	PathStyle bool   `yaml:"path_style"` // path-style addressing, for local services
+	Key       string `yaml:"key"`        // object key template; contains ${seq} or ${uuid}
+	// KeyFromEnv: key referred to an environment variable (${env.POD_NAME}), which
+	// can keep each replica's keys apart as ${hostname} does.
+	KeyFromEnv         bool              `yaml:"-"`
 	Compression        string            `yaml:"compression"`         // CompressionGzip, CompressionZstd or CompressionNone
 	CompressionLevel   int               `yaml:"compression_level"`   // gzip 1-9; zstd 1-4 (fastest to best)
 	MaxObjectBytes     Size              `yaml:"max_object_bytes"`    // uncompressed bytes per object
@@ -175,10 +178,13 @@ type S3 struct {
 
 // CloudWatch configures a sink that sends events to Amazon CloudWatch Logs.
 type CloudWatch struct {
-	Region               string            `yaml:"region"`                 // empty: the AWS SDK's default
-	Endpoint             string            `yaml:"endpoint"`               // a local or compatible service
-	LogGroup             string            `yaml:"log_group"`              // template
-	LogStream            string            `yaml:"log_stream"`             // template
+	Region    string `yaml:"region"`     // empty: the AWS SDK's default
+	Endpoint  string `yaml:"endpoint"`   // a local or compatible service
+	LogGroup  string `yaml:"log_group"`  // template
+	LogStream string `yaml:"log_stream"` // template
+	// NamesFromEnv: log_group or log_stream referred to an environment variable
+	// (${env.POD_NAME}), which can name each replica's streams as ${hostname} does.
+	NamesFromEnv         bool              `yaml:"-"`
 	Fallback             string            `yaml:"fallback"`               // rendered for a missing field without a default
 	CreateGroup          bool              `yaml:"create_group"`           // create missing log groups
 	CreateStream         bool              `yaml:"create_stream"`          // create missing log streams

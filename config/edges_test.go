@@ -137,3 +137,46 @@ func TestLoadWALTakesAnEmptyFile(t *testing.T) {
 		}
 	}
 }
+
+// Names and keys that take a variable's value (a pod's name from the
+// downward API) are marked as such: they can keep replicas apart as
+// ${hostname} does. A tag named key, or a value elsewhere, does not mark.
+func TestTemplatesFromEnvAreMarked(t *testing.T) {
+	t.Setenv("POD", "forwarder-0")
+	cfg := load(t, `
+sinks:
+  - name: a
+    type: s3
+    bucket: my-logs
+    region: us-east-1
+    key: "logs/${env.POD}/${seq}.json.gz"
+  - name: b
+    type: s3
+    bucket: my-logs
+    region: us-east-1
+    key: "other/${seq}.json.gz"
+    tags: {key: "${env.POD}"}
+  - name: c
+    type: cloudwatch
+    region: us-east-1
+    log_group: g
+    log_stream: "${tag}-${env.POD}"
+  - name: d
+    type: cloudwatch
+    region: "${env.POD}"
+    log_group: g
+    log_stream: s
+`)
+	if s := cfg.Sinks[0].S3; !s.KeyFromEnv || s.Key != "logs/forwarder-0/${seq}.json.gz" {
+		t.Errorf("a: KeyFromEnv %v, key %q", s.KeyFromEnv, s.Key)
+	}
+	if cfg.Sinks[1].S3.KeyFromEnv {
+		t.Error("b: KeyFromEnv set by a tag named key")
+	}
+	if !cfg.Sinks[2].CloudWatch.NamesFromEnv {
+		t.Error("c: NamesFromEnv not set")
+	}
+	if cfg.Sinks[3].CloudWatch.NamesFromEnv {
+		t.Error("d: NamesFromEnv set by the region")
+	}
+}

@@ -66,6 +66,12 @@ func expandEnv(c *checker, n *yaml.Node) (unexpanded map[*yaml.Node]bool) {
 			unexpanded[n] = true
 			return
 		}
+		if template && strings.Contains(n.Value, "${env.") {
+			if c.envTemplates == nil {
+				c.envTemplates = map[*yaml.Node]bool{}
+			}
+			c.envTemplates[n] = true
+		}
 		n.Value = value
 	}
 	at := atTop

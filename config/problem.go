@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // Problem is one thing wrong with a configuration file, at the line (and column) where it is.
@@ -54,7 +56,11 @@ type checker struct {
 	pos      map[string]position // where each key was found, by path ("wal.sync", "sinks[0].bucket")
 	failed   map[string]bool     // paths whose value could not be read; already reported
 	emptyEnv map[position]string // keys whose values referred to variables and came out empty
-	problems Problems
+	// envTemplates are the template values (a sink's key, log_group, log_stream) that
+	// referred to environment variables: per-replica names by another means than
+	// ${hostname} (a pod's name from the downward API).
+	envTemplates map[*yaml.Node]bool
+	problems     Problems
 }
 
 func newChecker(file string, pos map[string]position) *checker {

@@ -32,6 +32,14 @@ func (d *decoder) decodeSink(sink *Sink, n *yaml.Node, path string) {
 		case "match":
 			d.decodeMatch(sink, value, s)
 		default:
+			if d.envTemplates[value] {
+				switch {
+				case sink.CloudWatch != nil && (key.Value == "log_group" || key.Value == "log_stream"):
+					sink.CloudWatch.NamesFromEnv = true
+				case sink.S3 != nil && key.Value == "key":
+					sink.S3.KeyFromEnv = true
+				}
+			}
 			return d.decodeSinkTypeKey(sink, key, value, s)
 		}
 		return true

@@ -426,7 +426,7 @@ func TestCheckWarnsAboutSharedKeyWhiteSpace(t *testing.T) {
 // share streams) and about two sinks writing to one destination.
 func TestCheckWarnsAboutSharedDestinations(t *testing.T) {
 	t.Parallel()
-	const noHost = "warning: sinks[pods].log_stream has no ${hostname}"
+	const noHost = "warning: sinks[pods]: neither log_group nor log_stream has ${hostname}"
 	const twice = "warning: sinks[archive2] writes where sinks[archive] does"
 	for _, c := range []struct {
 		name, sinks string
@@ -434,7 +434,11 @@ func TestCheckWarnsAboutSharedDestinations(t *testing.T) {
 	}{
 		{"stream without hostname", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${tag}\"}\n", []string{noHost}},
 		{"stream with hostname", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${tag}-${hostname}\"}\n", nil},
+		{"group with hostname", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: \"g-${hostname}\", log_stream: \"${tag}\"}\n", nil},
+		// A pod's name from the downward API keeps replicas apart as well.
+		{"stream from the environment", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${tag}-${env.POD_NAME}\"}\n", nil},
 		{"two sinks, one key", "  - {name: archive2, type: s3, region: r, bucket: test-bucket, endpoint: \"http://127.0.0.1:1\"}\n", []string{twice}},
+		{"a key from the environment", "  - {name: archive2, type: s3, region: r, bucket: test-bucket, endpoint: \"http://127.0.0.1:1\", key: \"other/${env.POD_NAME}-${seq}.json.gz\"}\n", nil},
 		{"two sinks, two keys", "  - {name: archive2, type: s3, region: r, bucket: test-bucket, endpoint: \"http://127.0.0.1:1\", key: \"other/${hostname}-${seq}.json.gz\"}\n", nil},
 		// A name per minute or second of event time: a creation call each.
 		{"stream per second", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${hostname}-%Y%m%d%H%M%S\"}\n",
@@ -442,7 +446,7 @@ func TestCheckWarnsAboutSharedDestinations(t *testing.T) {
 		{"stream per hour", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${hostname}-%Y%m%d%H\"}\n", nil},
 	} {
 		path, _ := writeConfig(t, inputsYAML, adminYAML, sinkYAML, c.sinks)
-		r := forwarderCmd(t, "check", "-c", path)
+		r := forwarderCmdEnv(t, append([]string{"POD_NAME=forwarder-0"}, awsEnv...), "check", "-c", path)
 		if r.code != exitOK {
 			t.Errorf("%s: exit %d, stderr %q", c.name, r.code, r.stderr)
 			continue

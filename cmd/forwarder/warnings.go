@@ -114,8 +114,8 @@ func configWarnings(cfg *config.Config) []warning {
 					ws = append(ws, warning{fmt.Sprintf("sinks[%s].%s has %%M or %%S: every minute (second) of event time names a new %s, each made with a creation call paced at create_rate a second; use %%Y, %%m, %%d or %%H at most", s.Name, key, strings.ReplaceAll(key, "_", " ")), "sink", s.Name})
 				}
 			}
-			if !usesHostname(s.CloudWatch.LogStream) {
-				ws = append(ws, warning{fmt.Sprintf("sinks[%s].log_stream has no ${hostname}: replicas sharing the log group would write the same streams, and a stream with two writers loses the exactly-once guarantee after a crash (README: Guarantees); put ${hostname} in the stream", s.Name), "sink", s.Name})
+			if !perReplicaStreams(s.CloudWatch) {
+				ws = append(ws, warning{fmt.Sprintf("sinks[%s]: neither log_group nor log_stream has ${hostname} (or an ${env.NAME} of the replica's own): replicas would write the same streams, so a call whose answer is lost (a crash, a timeout) is sent again rather than read back, and may be stored twice (README: Guarantees); put ${hostname} in the stream for exactly once", s.Name), "sink", s.Name})
 			}
 		}
 		if first, ok := dest[d]; ok && d != "" {
@@ -128,7 +128,7 @@ func configWarnings(cfg *config.Config) []warning {
 				ws = append(ws, warning{fmt.Sprintf("sinks[%s].key ends in %q, but the objects are compressed with %s: readers that pick the codec by the extension (Athena, Spark, zcat) would fail to read them; end the key in %q", s.Name, ext, s.S3.Compression, ".json"+want), "sink", s.Name})
 			}
 		}
-		if s.S3 != nil && !perReplicaKey(s.S3.Key) {
+		if s.S3 != nil && !perReplicaKey(s.S3) {
 			ws = append(ws, warning{fmt.Sprintf("sinks[%s].key has neither ${hostname} nor ${uuid}, so its keys are this forwarder's alone only while no other forwarder writes to bucket %s: "+
 				"replicas sharing the bucket would render the same keys for their own records, and the conditional writes would then pause the second writer "+
 				"(nothing is overwritten; its records wait in its WAL until the key changes); put ${hostname} in the key", s.Name, s.S3.Bucket), "sink", s.Name})
@@ -148,6 +148,13 @@ func keyExtension(key string) string {
 	return ""
 }
 
+// perReplicaStreams reports whether a CloudWatch sink's names keep replicas apart: its
+// log group or its log stream holds ${hostname}, or an environment variable's value (a
+// pod's name from the downward API), which is taken to be the replica's own.
+func perReplicaStreams(cw *config.CloudWatch) bool {
+	return usesHostname(cw.LogGroup) || usesHostname(cw.LogStream) || cw.NamesFromEnv
+}
+
 // usesHostname reports whether a name template holds ${hostname}. A template that does not
 // parse is reported by validation, not here.
 func usesHostname(src string) bool {
@@ -156,11 +163,12 @@ func usesHostname(src string) bool {
 }
 
 // perReplicaKey reports whether an S3 key template renders keys no other forwarder
-// renders: with ${hostname} (each replica has its own) or ${uuid}. A template that does
+// renders: with ${hostname} (each replica has its own), an environment variable's value
+// (taken to be the replica's own) or ${uuid}. A template that does
 // not parse is reported by validation, not here.
-func perReplicaKey(key string) bool {
-	t, err := template.Parse(key, template.Options{AllowSeq: true})
-	return err != nil || t.UsesHostname() || t.UsesUUID()
+func perReplicaKey(s3 *config.S3) bool {
+	t, err := template.Parse(s3.Key, template.Options{AllowSeq: true})
+	return err != nil || t.UsesHostname() || t.UsesUUID() || s3.KeyFromEnv
 }
 
 // loopback reports whether a listen address is reachable from this machine only.
