@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -259,9 +260,22 @@ func (tl tally) String() string {
 }
 
 // inPodStream is where the usual configuration puts a record: group
-// /e2e/NS, stream POD.
+// /e2e/NS, stream POD-HOST (podStream: the forwarder's ${hostname}, so that
+// each stream has one writer and calls in doubt are read back).
 func inPodStream(id string, c cwCopy) bool {
-	return c.Group == "/e2e/"+c.NS && c.Stream == c.Pod
+	return c.Group == "/e2e/"+c.NS && c.Stream == c.Pod+"-"+e2eHost()
+}
+
+// podStream is the usual log_stream, a stream per pod and forwarder host.
+const podStream = "${record.pod}-${hostname}"
+
+// e2eHost is this machine's host name, which the forwarders render as ${hostname}.
+func e2eHost() string {
+	h, err := os.Hostname()
+	if err != nil {
+		panic(err)
+	}
+	return h
 }
 
 // account compares the ledger with what the sinks hold. s3Sink and cwSink

@@ -14,7 +14,7 @@ import (
 func slowSinks(e *env) []string {
 	return []string{
 		strings.Replace(strings.Replace(s3Sink("archive", e.s3URL, bucket), "max_object_age: 1s", "max_object_age: 5m", 1), "max_object_bytes: 256KiB", "max_object_bytes: 64MiB", 1),
-		strings.Replace(cwSink("cloudwatch", e.cwURL, "${record.pod}"), "flush_interval: 200ms", "flush_interval: 1m", 1),
+		strings.Replace(cwSink("cloudwatch", e.cwURL, podStream), "flush_interval: 200ms", "flush_interval: 1m", 1),
 	}
 }
 

@@ -31,7 +31,7 @@ func TestFleet(t *testing.T) {
 		s3 := strings.Replace(s3Sink("archive", s3URL, bucket), "max_object_age: 1s", "max_object_age: 2s", 1) +
 			"    key: \"logs/${tag}/%Y/%m/%d/${env.REPLICA}-${seq}.json.gz\"\n"
 		f := newForwarder(t, fwdConfig{DataDir: filepath.Join(t.TempDir(), name), Forward: freeAddr(t), HTTP: freeAddr(t), Admin: freeAddr(t),
-			ShutdownTimeout: "20s", DrainOnShutdown: true, Sinks: []string{s3, cwSink("cloudwatch", cwURL, "${record.pod}")}})
+			ShutdownTimeout: "20s", DrainOnShutdown: true, Sinks: []string{s3, cwSink("cloudwatch", cwURL, "${record.pod}-${env.REPLICA}")}})
 		f.env = []string{"REPLICA=" + name}
 		f.start()
 		fleet = append(fleet, f)
@@ -86,7 +86,12 @@ func TestFleet(t *testing.T) {
 			maps.Copy(dead[sink], m)
 		}
 	}
-	tl := account(led.snapshot(), readS3(t, s3URL, bucket), readCW(t, cwURL), dead, "archive", "cloudwatch", inPodStream)
+	// A stream per pod and replica: ${env.REPLICA} keeps them apart, as
+	// ${hostname} would on machines of their own.
+	inReplicaStream := func(id string, c cwCopy) bool {
+		return c.Group == "/e2e/"+c.NS && strings.HasPrefix(c.Stream, c.Pod+"-forwarder-")
+	}
+	tl := account(led.snapshot(), readS3(t, s3URL, bucket), readCW(t, cwURL), dead, "archive", "cloudwatch", inReplicaStream)
 	t.Logf("3 replicas, one killed, one scaled in: %v; clients: %v", tl, fwd)
 	check(t, tl, 1)
 	if fwd.Failovers == 0 {

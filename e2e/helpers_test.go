@@ -146,7 +146,7 @@ func newConfig(t *testing.T, dataDir, s3URL, cwURL string) fwdConfig {
 	return fwdConfig{
 		DataDir: dataDir,
 		Forward: freeAddr(t), HTTP: freeAddr(t), Admin: freeAddr(t),
-		Sinks: []string{s3Sink("archive", s3URL, bucket), cwSink("cloudwatch", cwURL, "${record.pod}")},
+		Sinks: []string{s3Sink("archive", s3URL, bucket), cwSink("cloudwatch", cwURL, podStream)},
 	}
 }
 

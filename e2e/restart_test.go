@@ -13,7 +13,7 @@ import (
 //   - phase 1a: sent and delivered by both sinks;
 //   - phase 1b: sent while S3 and CloudWatch Logs refuse every request, so
 //     they are still in the WAL at the stop;
-//   - phase 2: sent after the restart, with log_stream "${record.pod}-v2" and
+//   - phase 2: sent after the restart, with log_stream "${record.pod}-${hostname}-v2" and
 //     a new sink "archive2" (another bucket).
 //
 // Everything acknowledged is in the first bucket exactly once and in
@@ -64,7 +64,7 @@ func TestRestartWithChangedConfig(t *testing.T) {
 	cfg := e.f.cfg
 	cfg.Sinks = []string{
 		s3Sink("archive", e.s3URL, bucket),
-		cwSink("cloudwatch", e.cwURL, "${record.pod}-v2"),
+		cwSink("cloudwatch", e.cwURL, podStream+"-v2"),
 		s3Sink("archive2", e.s3URL, bucket2),
 	}
 	e.f.setConfig(cfg)
@@ -76,9 +76,9 @@ func TestRestartWithChangedConfig(t *testing.T) {
 	led := e.led.snapshot()
 	s3r, s3r2, cw := readS3(t, e.s3URL, bucket), readS3(t, e.s3URL, bucket2), readCW(t, e.cwURL)
 	placed := func(id string, c cwCopy) bool {
-		stream := c.Pod + "-v2"
+		stream := c.Pod + "-" + e2eHost() + "-v2"
 		if strings.HasPrefix(id, "r1a") {
-			stream = c.Pod
+			stream = c.Pod + "-" + e2eHost()
 		}
 		return c.Group == "/e2e/"+c.NS && c.Stream == stream
 	}

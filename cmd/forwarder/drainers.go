@@ -60,7 +60,8 @@ type sinkDeps struct {
 // sinkBuilders make a sink's destination from its configuration, by sink type.
 var sinkBuilders = map[string]func(ctx context.Context, s config.Sink, d sinkDeps) (sinks.Sink, error){
 	config.SinkCloudWatch: func(ctx context.Context, s config.Sink, d sinkDeps) (sinks.Sink, error) {
-		return cloudwatch.New(ctx, s.Name, *s.CloudWatch, cloudwatch.Options{Hostname: d.hostname, Logger: d.log, Registerer: d.reg})
+		return cloudwatch.New(ctx, s.Name, *s.CloudWatch, cloudwatch.Options{Hostname: d.hostname, Logger: d.log, Registerer: d.reg,
+			SharedStreams: !perReplicaStreams(s.CloudWatch)})
 	},
 	config.SinkS3: func(ctx context.Context, s config.Sink, d sinkDeps) (sinks.Sink, error) {
 		return s3sink.New(ctx, s.Name, *s.S3, s3sink.Options{Hostname: d.hostname, Logger: d.log, Registerer: d.reg,

@@ -231,6 +231,15 @@ func (s *Sink) resolve(ctx context.Context, st sinks.State, in *intent, route fu
 		}
 		return resultUnresolved, len(call), nil
 	}
+	if s.shared {
+		// Another forwarder may write the stream (Options.SharedStreams):
+		// its identical events would pass for this call's in a read-back.
+		s.sharedSaid.Do(func() {
+			s.log.Info("a call in doubt is sent again without reading the stream back: the stream names have no ${hostname}, so another forwarder may write the same streams, and its identical events would pass for the call's (a loss); events of a call that landed are stored twice",
+				"sink", s.name, "group", in.Group, "stream", in.Stream)
+		})
+		return resultUnresolved, len(call), s.forget(ctx, st, in)
+	}
 	// Settle counts from the call's start; at most settle from now, should
 	// the clock have gone back since.
 	settle := time.Duration(s.cfg.Settle)

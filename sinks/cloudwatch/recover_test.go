@@ -263,7 +263,7 @@ func (e *env) restart(cfg config.CloudWatch) *syncbuf.Buffer {
 	buf := &syncbuf.Buffer{}
 	e.reg = prometheus.NewRegistry()
 	sink, err := New(context.Background(), "cw", cfg, Options{Hostname: "host1", AWS: staticAWS(), Registerer: e.reg,
-		Logger: slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+		Logger: slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), SharedStreams: e.shared})
 	if err != nil {
 		e.t.Fatal(err)
 	}

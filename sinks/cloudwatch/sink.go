@@ -48,6 +48,12 @@ type Options struct {
 	// (tests point it at a local service with static credentials).
 	AWS *aws.Config
 	Now func() time.Time
+	// SharedStreams: the names do not keep replicas apart (neither log_group
+	// nor log_stream holds ${hostname}), so another forwarder may write the
+	// same streams. A call in doubt is then sent again, not read back: the
+	// other writer's identical events would pass for the call's, and its
+	// records would be lost. At least once, rather than exactly once.
+	SharedStreams bool
 }
 
 // Sink is the CloudWatch Logs sink.
@@ -95,6 +101,9 @@ type Sink struct {
 	intents intents // intents of calls in the sink's state
 	reads   *limiter
 	creates *creation // pace and throttling of creation calls (create.go)
+	// shared: Options.SharedStreams; sharedSaid, the line saying so, once.
+	shared     bool
+	sharedSaid sync.Once
 	// noRead is set once GetLogEvents was refused (AccessDenied): calls in
 	// doubt are then sent again, for the rest of the run.
 	noRead atomic.Bool
@@ -131,7 +140,7 @@ type metrics struct {
 
 // New builds the sink for sink configuration name/cfg.
 func New(ctx context.Context, name string, cfg config.CloudWatch, opts Options) (*Sink, error) {
-	s := &Sink{name: name, hostname: opts.Hostname, cfg: cfg, log: opts.Logger, now: opts.Now,
+	s := &Sink{name: name, hostname: opts.Hostname, cfg: cfg, log: opts.Logger, now: opts.Now, shared: opts.SharedStreams,
 		tokens: newLRU(100000), known: newLRU(100000), last: newLRU(maxPriorStreams)}
 	if cfg.ReadRate <= 0 {
 		cfg.ReadRate = 10 // config's default, for a configuration not made by package config

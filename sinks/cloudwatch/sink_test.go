@@ -55,6 +55,8 @@ type env struct {
 	sink *Sink
 	// drainLogs is what the drainers of runUntil log.
 	drainLogs syncbuf.Buffer
+	// shared is Options.SharedStreams of the sinks restart makes.
+	shared bool
 }
 
 func newEnv(t testing.TB, mod func(*config.CloudWatch)) *env {

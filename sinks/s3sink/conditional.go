@@ -70,7 +70,7 @@ func (s *Sink) settle(ctx context.Context, in *intent, refused error) error {
 	return sinks.NewSinkPermanent(codeKeyTaken, &actionError{
 		msg: fmt.Sprintf("bucket %s already holds another writer's object under key %q (PreconditionFailed: the key exists, with other bytes than this sink's): "+
 			"forwarders sharing the bucket render the same keys; put ${hostname} or another per-replica field in sinks[%s].key and restart "+
-			"(replicas whose WALs began in the same second number their records alike; if this sink was renamed, it started over from the oldest record of the WAL and meets what it wrote under its old name: give it back that name, or change the key; two sinks of one configuration whose matches overlap must not share a bucket and key); "+
+			"(replicas number their records from the second their WALs began, one a record: their numbers meet sooner or later; if this sink was renamed, it started over from the oldest record of the WAL and meets what it wrote under its old name: give it back that name, or change the key; two sinks of one configuration whose matches overlap must not share a bucket and key); "+
 			"nothing was overwritten, and the records wait in the WAL", s.bucketOf(in), in.Key, s.name),
 		code: codeKeyTaken, err: refused,
 	})
