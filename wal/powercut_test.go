@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/logfwd/forwarder/internal/diskfree"
 	"github.com/logfwd/forwarder/internal/faultfs"
 	"github.com/logfwd/forwarder/internal/racedetect"
 	"github.com/logfwd/forwarder/internal/testseed"
@@ -195,6 +196,9 @@ func powerCutEveryOpenSync(t *testing.T, rng *rand.Rand, tally *powerTally, prep
 	// How many fsyncs the open makes, uncut.
 	restore()
 	m := faultfs.Start(t, backing)
+	if kind := diskfree.Network(m.Dir); kind != "fuse" {
+		t.Errorf("diskfree.Network of a faultfs mount: %q, want fuse", kind) // run warns of such a data_dir
+	}
 	child := startPowerOpenChild(t, m.Dir)
 	if l := child.next(t); l != "OPENED" {
 		t.Fatalf("child: %q", l)

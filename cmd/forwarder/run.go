@@ -255,6 +255,10 @@ func logWALState(log *slog.Logger, st wal.Stats, cfg *config.Config, configPath 
 		log.Warn("the WAL's disk has less free than wal.min_free_bytes: appends will wait, and the inputs push back on clients, until the sinks deliver what the WAL holds or space is freed on the file system",
 			"path", st.Path, "disk_free_bytes", st.DiskFreeBytes, "file_free_bytes", st.FileFreeBytes, "min_free_bytes", cfg.WAL.MinFreeBytes)
 	}
+	if kind := fsNetwork(filepath.Dir(st.Path)); kind != "" {
+		log.Warn("the WAL is on a network or FUSE file system: its lock (flock) may not keep a second forwarder on another machine out of the same file, and what an fsync makes durable is that file system's to say; give each forwarder a local volume of its own (Kubernetes: ReadWriteOnce, never shared)",
+			"path", st.Path, "file_system", kind)
+	}
 	if size, ok := fsSize(filepath.Dir(st.Path)); ok {
 		need := walDiskNeed(cfg)
 		if size < need {
@@ -293,6 +297,10 @@ func dirBytes(dir string) int64 {
 	})
 	return n
 }
+
+// fsNetwork names the file system holding a directory when it is a network or FUSE one
+// (a variable for tests).
+var fsNetwork = diskfree.Network
 
 // fsSize is the size of the file system holding a directory (a variable
 // for tests).

@@ -866,6 +866,22 @@ func TestLogWALStateWarnsOfASmallVolume(t *testing.T) {
 	}
 }
 
+// A WAL on a network or FUSE file system gets a warning at start: the lock and the
+// fsyncs are that file system's.
+func TestLogWALStateWarnsOfANetworkFileSystem(t *testing.T) {
+	old := fsNetwork
+	defer func() { fsNetwork = old }()
+	for _, kind := range []string{"", "nfs"} {
+		fsNetwork = func(string) string { return kind }
+		var logs syncBuffer
+		logWALState(slog.New(slog.NewTextHandler(&logs, nil)), wal.Stats{Path: "/data/wal.db", DiskFreeBytes: -1}, config.Default(), "c.yaml")
+		warned := strings.Contains(logs.String(), `the WAL is on a network or FUSE file system`) && strings.Contains(logs.String(), "file_system="+kind)
+		if warned != (kind != "") {
+			t.Errorf("file system %q: warned %v\n%s", kind, warned, logs.String())
+		}
+	}
+}
+
 // postForward sends n records {"i": 0..n-1} of tag to the forward input at addr with a real
 // forward client, each acknowledged.
 func postForward(t *testing.T, addr, tag string, n int) {
