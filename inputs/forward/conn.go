@@ -482,8 +482,17 @@ func (c *conn) next() ([]byte, error) {
 	if c.closing() {
 		deadline = time.Now().Add(shutdownLinger) // what is still in the socket, then no more
 	}
-	if c.handshakeBy.IsZero() && c.start == len(c.buf) && !c.slot.Idle(true) {
-		return nil, errEvictedIdle
+	if c.handshakeBy.IsZero() {
+		// Given way while idle (inputs.Slots), a connection finishes the one
+		// message its socket held or its client wrote within shutdownLinger,
+		// and no other: a client that streams on is not served above
+		// max_connections.
+		if c.slot.Evicted() {
+			return nil, errEvictedIdle
+		}
+		if c.start == len(c.buf) {
+			c.slot.Idle(true)
+		}
 	}
 	started := false
 	empty := 0 // reads in a row that returned nothing and no error
