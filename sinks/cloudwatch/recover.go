@@ -147,7 +147,11 @@ func (s *Sink) Recover(ctx context.Context, st sinks.State) error {
 			// Sent again without knowing whether they had landed.
 			args, level = append(args, "cannot_rebuild", u), slog.LevelWarn
 		}
-		s.log.Log(ctx, level, "resolved PutLogEvents calls an earlier run left in doubt (a crash, or a stop that cut them short), by reading their streams back", args...)
+		msg := "resolved PutLogEvents calls an earlier run left in doubt (a crash, or a stop that cut them short), by reading their streams back"
+		if s.shared {
+			msg = "resolved PutLogEvents calls an earlier run left in doubt (a crash, or a stop that cut them short): sent again, not read back (names replicas may share)"
+		}
+		s.log.Log(ctx, level, msg, args...)
 	}
 	return firstErr
 }
