@@ -156,9 +156,10 @@ type S3 struct {
 	Endpoint  string `yaml:"endpoint"`   // a local or S3-compatible service
 	PathStyle bool   `yaml:"path_style"` // path-style addressing, for local services
 	Key       string `yaml:"key"`        // object key template; contains ${seq} or ${uuid}
-	// KeyFromEnv: key referred to an environment variable (${env.POD_NAME}), which
-	// can keep each replica's keys apart as ${hostname} does.
-	KeyFromEnv         bool              `yaml:"-"`
+	// KeyEnv are the values of the environment variables key referred to
+	// (${env.POD_NAME}): one that holds the host name keeps each replica's keys apart
+	// as ${hostname} does.
+	KeyEnv             []string          `yaml:"-"`
 	Compression        string            `yaml:"compression"`         // CompressionGzip, CompressionZstd or CompressionNone
 	CompressionLevel   int               `yaml:"compression_level"`   // gzip 1-9; zstd 1-4 (fastest to best)
 	MaxObjectBytes     Size              `yaml:"max_object_bytes"`    // uncompressed bytes per object
@@ -182,9 +183,10 @@ type CloudWatch struct {
 	Endpoint  string `yaml:"endpoint"`   // a local or compatible service
 	LogGroup  string `yaml:"log_group"`  // template
 	LogStream string `yaml:"log_stream"` // template
-	// NamesFromEnv: log_group or log_stream referred to an environment variable
-	// (${env.POD_NAME}), which can name each replica's streams as ${hostname} does.
-	NamesFromEnv         bool              `yaml:"-"`
+	// NamesEnv are the values of the environment variables log_group and log_stream
+	// referred to (${env.POD_NAME}): one that holds the host name names each replica's
+	// streams as ${hostname} does.
+	NamesEnv             []string          `yaml:"-"`
 	Fallback             string            `yaml:"fallback"`               // rendered for a missing field without a default
 	CreateGroup          bool              `yaml:"create_group"`           // create missing log groups
 	CreateStream         bool              `yaml:"create_stream"`          // create missing log streams

@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -139,10 +140,12 @@ func TestLoadWALTakesAnEmptyFile(t *testing.T) {
 }
 
 // Names and keys that take a variable's value (a pod's name from the
-// downward API) are marked as such: they can keep replicas apart as
-// ${hostname} does. A tag named key, or a value elsewhere, does not mark.
-func TestTemplatesFromEnvAreMarked(t *testing.T) {
+// downward API) keep the values they took: one that holds the host name
+// keeps replicas apart as ${hostname} does. A tag named key, a value
+// elsewhere, or $${env.X} (text) does not count.
+func TestTemplatesFromEnvKeepTheirValues(t *testing.T) {
 	t.Setenv("POD", "forwarder-0")
+	t.Setenv("CLUSTER", "prod")
 	cfg := load(t, `
 sinks:
   - name: a
@@ -160,23 +163,23 @@ sinks:
     type: cloudwatch
     region: us-east-1
     log_group: g
-    log_stream: "${tag}-${env.POD}"
+    log_stream: "${tag}-${env.POD}-${env.CLUSTER}-$${env.CLUSTER}"
   - name: d
     type: cloudwatch
     region: "${env.POD}"
     log_group: g
     log_stream: s
 `)
-	if s := cfg.Sinks[0].S3; !s.KeyFromEnv || s.Key != "logs/forwarder-0/${seq}.json.gz" {
-		t.Errorf("a: KeyFromEnv %v, key %q", s.KeyFromEnv, s.Key)
+	if s := cfg.Sinks[0].S3; !slices.Equal(s.KeyEnv, []string{"forwarder-0"}) || s.Key != "logs/forwarder-0/${seq}.json.gz" {
+		t.Errorf("a: KeyEnv %q, key %q", s.KeyEnv, s.Key)
 	}
-	if cfg.Sinks[1].S3.KeyFromEnv {
-		t.Error("b: KeyFromEnv set by a tag named key")
+	if v := cfg.Sinks[1].S3.KeyEnv; v != nil {
+		t.Errorf("b: KeyEnv %q from a tag named key", v)
 	}
-	if !cfg.Sinks[2].CloudWatch.NamesFromEnv {
-		t.Error("c: NamesFromEnv not set")
+	if v := cfg.Sinks[2].CloudWatch.NamesEnv; !slices.Equal(v, []string{"forwarder-0", "prod"}) {
+		t.Errorf("c: NamesEnv %q", v)
 	}
-	if cfg.Sinks[3].CloudWatch.NamesFromEnv {
-		t.Error("d: NamesFromEnv set by the region")
+	if v := cfg.Sinks[3].CloudWatch.NamesEnv; v != nil {
+		t.Errorf("d: NamesEnv %q from the region", v)
 	}
 }

@@ -66,11 +66,13 @@ func expandEnv(c *checker, n *yaml.Node) (unexpanded map[*yaml.Node]bool) {
 			unexpanded[n] = true
 			return
 		}
-		if template && strings.Contains(n.Value, "${env.") {
-			if c.envTemplates == nil {
-				c.envTemplates = map[*yaml.Node]bool{}
+		if template {
+			if refs := envRefValues(n.Value, os.LookupEnv); len(refs) > 0 {
+				if c.envTemplates == nil {
+					c.envTemplates = map[*yaml.Node][]string{}
+				}
+				c.envTemplates[n] = refs
 			}
-			c.envTemplates[n] = true
 		}
 		n.Value = value
 	}
@@ -80,6 +82,28 @@ func expandEnv(c *checker, n *yaml.Node) (unexpanded map[*yaml.Node]bool) {
 	}
 	walk(n, at, false) // an alias is visited where its anchor is, so each scalar is expanded once
 	return unexpanded
+}
+
+// envRefValues returns the values of the variables s refers to with ${env.NAME} (not
+// $${env.NAME}, which is text).
+func envRefValues(s string, lookup func(string) (string, bool)) []string {
+	var out []string
+	for i := 0; i < len(s); i++ {
+		switch {
+		case strings.HasPrefix(s[i:], "$$"):
+			i++
+		case strings.HasPrefix(s[i:], "${env."):
+			end := strings.IndexByte(s[i:], '}')
+			if end < 0 {
+				return out
+			}
+			if v, ok := lookup(s[i+len("${env.") : i+end]); ok {
+				out = append(out, v)
+			}
+			i += end
+		}
+	}
+	return out
 }
 
 // templateText escapes a value for a template, where it is taken as text.

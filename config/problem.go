@@ -57,9 +57,9 @@ type checker struct {
 	failed   map[string]bool     // paths whose value could not be read; already reported
 	emptyEnv map[position]string // keys whose values referred to variables and came out empty
 	// envTemplates are the template values (a sink's key, log_group, log_stream) that
-	// referred to environment variables: per-replica names by another means than
-	// ${hostname} (a pod's name from the downward API).
-	envTemplates map[*yaml.Node]bool
+	// referred to environment variables, with the variables' values: names that may be
+	// per replica by another means than ${hostname} (a pod's name from the downward API).
+	envTemplates map[*yaml.Node][]string
 	problems     Problems
 }
 

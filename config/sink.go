@@ -32,12 +32,12 @@ func (d *decoder) decodeSink(sink *Sink, n *yaml.Node, path string) {
 		case "match":
 			d.decodeMatch(sink, value, s)
 		default:
-			if d.envTemplates[value] {
+			if refs := d.envTemplates[value]; len(refs) > 0 {
 				switch {
 				case sink.CloudWatch != nil && (key.Value == "log_group" || key.Value == "log_stream"):
-					sink.CloudWatch.NamesFromEnv = true
+					sink.CloudWatch.NamesEnv = append(sink.CloudWatch.NamesEnv, refs...)
 				case sink.S3 != nil && key.Value == "key":
-					sink.S3.KeyFromEnv = true
+					sink.S3.KeyEnv = append(sink.S3.KeyEnv, refs...)
 				}
 			}
 			return d.decodeSinkTypeKey(sink, key, value, s)

@@ -32,7 +32,9 @@ func TestFleet(t *testing.T) {
 			"    key: \"logs/${tag}/%Y/%m/%d/${env.REPLICA}-${seq}.json.gz\"\n"
 		f := newForwarder(t, fwdConfig{DataDir: filepath.Join(t.TempDir(), name), Forward: freeAddr(t), HTTP: freeAddr(t), Admin: freeAddr(t),
 			ShutdownTimeout: "20s", DrainOnShutdown: true, Sinks: []string{s3, cwSink("cloudwatch", cwURL, "${record.pod}-${env.REPLICA}")}})
-		f.env = []string{"REPLICA=" + name}
+		// A pod's name from the downward API holds its host name; here the
+		// replicas share one, and REPLICA tells them apart beside it.
+		f.env = []string{"REPLICA=" + e2eHost() + "-" + name}
 		f.start()
 		fleet = append(fleet, f)
 		addrs = append(addrs, f.cfg.Forward)
@@ -89,7 +91,7 @@ func TestFleet(t *testing.T) {
 	// A stream per pod and replica: ${env.REPLICA} keeps them apart, as
 	// ${hostname} would on machines of their own.
 	inReplicaStream := func(id string, c cwCopy) bool {
-		return c.Group == "/e2e/"+c.NS && strings.HasPrefix(c.Stream, c.Pod+"-forwarder-")
+		return c.Group == "/e2e/"+c.NS && strings.HasPrefix(c.Stream, c.Pod+"-"+e2eHost()+"-forwarder-")
 	}
 	tl := account(led.snapshot(), readS3(t, s3URL, bucket), readCW(t, cwURL), dead, "archive", "cloudwatch", inReplicaStream)
 	t.Logf("3 replicas, one killed, one scaled in: %v; clients: %v", tl, fwd)

@@ -435,8 +435,10 @@ func TestCheckWarnsAboutSharedDestinations(t *testing.T) {
 		{"stream without hostname", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${tag}\"}\n", []string{noHost}},
 		{"stream with hostname", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${tag}-${hostname}\"}\n", nil},
 		{"group with hostname", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: \"g-${hostname}\", log_stream: \"${tag}\"}\n", nil},
-		// A pod's name from the downward API keeps replicas apart as well.
+		// A pod's name from the downward API (its host name) keeps replicas apart as
+		// well; a variable that holds something else does not.
 		{"stream from the environment", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${tag}-${env.POD_NAME}\"}\n", nil},
+		{"stream from a shared variable", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${tag}-${env.CLUSTER}\"}\n", []string{noHost}},
 		{"two sinks, one key", "  - {name: archive2, type: s3, region: r, bucket: test-bucket, endpoint: \"http://127.0.0.1:1\"}\n", []string{twice}},
 		{"a key from the environment", "  - {name: archive2, type: s3, region: r, bucket: test-bucket, endpoint: \"http://127.0.0.1:1\", key: \"other/${env.POD_NAME}-${seq}.json.gz\"}\n", nil},
 		{"two sinks, two keys", "  - {name: archive2, type: s3, region: r, bucket: test-bucket, endpoint: \"http://127.0.0.1:1\", key: \"other/${hostname}-${seq}.json.gz\"}\n", nil},
@@ -446,7 +448,8 @@ func TestCheckWarnsAboutSharedDestinations(t *testing.T) {
 		{"stream per hour", "  - {name: pods, type: cloudwatch, region: us-east-1, log_group: g, log_stream: \"${hostname}-%Y%m%d%H\"}\n", nil},
 	} {
 		path, _ := writeConfig(t, inputsYAML, adminYAML, sinkYAML, c.sinks)
-		r := forwarderCmdEnv(t, append([]string{"POD_NAME=forwarder-0"}, awsEnv...), "check", "-c", path)
+		host, _ := os.Hostname()
+		r := forwarderCmdEnv(t, append([]string{"POD_NAME=" + host, "CLUSTER=prod"}, awsEnv...), "check", "-c", path)
 		if r.code != exitOK {
 			t.Errorf("%s: exit %d, stderr %q", c.name, r.code, r.stderr)
 			continue

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -149,10 +150,24 @@ func keyExtension(key string) string {
 }
 
 // perReplicaStreams reports whether a CloudWatch sink's names keep replicas apart: its
-// log group or its log stream holds ${hostname}, or an environment variable's value (a
-// pod's name from the downward API), which is taken to be the replica's own.
+// log group or its log stream holds ${hostname}, or an environment variable's value
+// that holds the host name (a pod's name from the downward API is its host name).
 func perReplicaStreams(cw *config.CloudWatch) bool {
-	return usesHostname(cw.LogGroup) || usesHostname(cw.LogStream) || cw.NamesFromEnv
+	return usesHostname(cw.LogGroup) || usesHostname(cw.LogStream) || holdsHostname(cw.NamesEnv)
+}
+
+// holdsHostname reports whether one of values holds this machine's host name.
+func holdsHostname(values []string) bool {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return false
+	}
+	for _, v := range values {
+		if strings.Contains(v, host) {
+			return true
+		}
+	}
+	return false
 }
 
 // usesHostname reports whether a name template holds ${hostname}. A template that does not
@@ -164,11 +179,11 @@ func usesHostname(src string) bool {
 
 // perReplicaKey reports whether an S3 key template renders keys no other forwarder
 // renders: with ${hostname} (each replica has its own), an environment variable's value
-// (taken to be the replica's own) or ${uuid}. A template that does
+// that holds the host name, or ${uuid}. A template that does
 // not parse is reported by validation, not here.
 func perReplicaKey(s3 *config.S3) bool {
 	t, err := template.Parse(s3.Key, template.Options{AllowSeq: true})
-	return err != nil || t.UsesHostname() || t.UsesUUID() || s3.KeyFromEnv
+	return err != nil || t.UsesHostname() || t.UsesUUID() || holdsHostname(s3.KeyEnv)
 }
 
 // loopback reports whether a listen address is reachable from this machine only.
