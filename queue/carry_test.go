@@ -279,6 +279,66 @@ func drainedAfter(t *testing.T, w *wal.WAL, r *running, s *testSink, last uint64
 	}
 }
 
+// droppedUnderACarry is what carryHeldThroughADrop leaves: the WAL, the
+// sink, its metrics, the cursor right after the drop and the last record.
+type droppedUnderACarry struct {
+	w            *wal.WAL
+	s            *testSink
+	m            *Metrics
+	cursor, last uint64
+}
+
+// carryHeldThroughADrop runs a sink that carries what it takes in and
+// holds the final send of its first carry until drop_oldest has dropped
+// records of it (a sink that keeps up makes the drops fall on this one),
+// then answers that send with answer and lets the drainer run until the
+// cursor reaches the last record.
+func carryHeldThroughADrop(t *testing.T, answer func(c *testCarry) error) droppedUnderACarry {
+	t.Helper()
+	w := openWAL(t, wal.Options{MaxBytes: 256 << 10, WhenFull: wal.DropOldest})
+	t.Cleanup(func() { w.Close() })
+	s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: 10 * time.Second, Concurrency: 2})
+	s.carryBytes = 1 << 30
+	gate := make(chan struct{})
+	held := false
+	s.setFail(func(b *sinks.Batch) error {
+		if c, ok := b.Carry.(*testCarry); ok && b.Final && !held {
+			held = true
+			<-gate
+			return answer(c)
+		}
+		return nil
+	})
+	fast := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
+	rf := start(w, "fast", fast, Options{})
+	m := NewMetrics(nil)
+	r := start(w, "s", s, Options{RetryMin: time.Second, Metrics: m})
+	appendN(t, w, 100, func(int) string { return "a" }, 200)
+	time.Sleep(15 * time.Second) // MaxAge: the final send is sent, and held
+	synctest.Wait()
+	if !held {
+		t.Fatal("no final send of the carry")
+	}
+	var last uint64
+	for i := 0; i < 40 && w.Stats().Dropped["s"] == 0; i++ {
+		last = appendN(t, w, 200, func(int) string { return "b" }, 200)
+		time.Sleep(time.Second)
+	}
+	cursor, _ := w.Cursor("s")
+	if w.Stats().Dropped["s"] == 0 || cursor < 1 {
+		t.Fatalf("nothing dropped for s (cursor %d): the test needs the carry's first records dropped", cursor)
+	}
+	close(gate)
+	time.Sleep(2 * time.Minute)
+	synctest.Wait()
+	if pos, _ := w.Cursor("s"); pos != last {
+		t.Errorf("cursor of s at %d, want %d", pos, last)
+	}
+	rf.stop(t)
+	r.stop(t)
+	return droppedUnderACarry{w: w, s: s, m: m, cursor: cursor, last: last}
+}
+
 // A carry given up after a send that failed while drop_oldest dropped its
 // first records (the sink refused the carried batch, or could no longer
 // deliver the carry: sinks.ErrCarryLost) is read again from past the
@@ -295,51 +355,10 @@ func TestCarryGivenUpAfterADrop(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				w := openWAL(t, wal.Options{MaxBytes: 256 << 10, WhenFull: wal.DropOldest})
-				defer w.Close()
-				s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: 10 * time.Second, Concurrency: 2})
-				s.carryBytes = 1 << 30
-				gate := make(chan struct{})
-				held := false
-				s.setFail(func(b *sinks.Batch) error {
-					if b.Carry != nil && b.Final && !held {
-						held = true
-						<-gate
-						return c.err
-					}
-					return nil
-				})
-				// A sink that keeps up, so that drop_oldest drops for "s" alone.
-				fast := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
-				rf := start(w, "fast", fast, Options{})
-				r := start(w, "s", s, Options{RetryMin: time.Second})
-				appendN(t, w, 100, func(int) string { return "a" }, 200)
-				time.Sleep(15 * time.Second) // MaxAge: the final send is sent, and held
-				synctest.Wait()
-				if !held {
-					t.Fatal("no final send of the carry")
-				}
-				var last uint64
-				for i := 0; i < 40 && w.Stats().Dropped["s"] == 0; i++ {
-					last = appendN(t, w, 200, func(int) string { return "b" }, 200)
-					time.Sleep(time.Second)
-				}
-				dropped := w.Stats().Dropped["s"]
-				cursor, _ := w.Cursor("s")
-				if dropped == 0 || cursor < 1 {
-					t.Fatalf("nothing dropped for s (cursor %d): the test needs the carry's first records dropped", cursor)
-				}
-				close(gate)
-				time.Sleep(2 * time.Minute)
-				synctest.Wait()
-				if pos, _ := w.Cursor("s"); pos != last {
-					t.Errorf("cursor of s at %d, want %d", pos, last)
-				}
-				rf.stop(t)
-				r.stop(t)
-				s.check(t)
-				got, _, _ := s.snapshot()
-				for seq := cursor + 1; seq <= last; seq++ {
+				d := carryHeldThroughADrop(t, func(*testCarry) error { return c.err })
+				d.s.check(t)
+				got, _, _ := d.s.snapshot()
+				for seq := d.cursor + 1; seq <= d.last; seq++ {
 					if got[seq] != 1 {
 						t.Fatalf("record %d delivered %d times, want once", seq, got[seq])
 					}
@@ -354,49 +373,12 @@ func TestCarryGivenUpAfterADrop(t *testing.T) {
 // counted delivered either.
 func TestCarryRefusedRecordDroppedIsNotDelivered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := openWAL(t, wal.Options{MaxBytes: 256 << 10, WhenFull: wal.DropOldest})
-		defer w.Close()
-		s := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: 10 * time.Second, Concurrency: 2})
-		s.carryBytes = 1 << 30
-		gate := make(chan struct{})
-		held := false
 		var refused uint64
-		s.setFail(func(b *sinks.Batch) error {
-			if c, ok := b.Carry.(*testCarry); ok && b.Final && !held {
-				held = true
-				<-gate
-				refused = c.recs[0].Seq
-				return partial([]sinks.Rejection{{Seq: refused, Reason: "too_old"}})
-			}
-			return nil
+		d := carryHeldThroughADrop(t, func(c *testCarry) error {
+			refused = c.recs[0].Seq
+			return partial([]sinks.Rejection{{Seq: refused, Reason: "too_old"}})
 		})
-		fast := newTestSink(sinks.Limits{MaxRecords: 100, MaxBytes: 1 << 20, MaxAge: time.Second, Concurrency: 4})
-		rf := start(w, "fast", fast, Options{})
-		m := NewMetrics(nil)
-		r := start(w, "s", s, Options{RetryMin: time.Second, Metrics: m})
-		appendN(t, w, 100, func(int) string { return "a" }, 200)
-		time.Sleep(15 * time.Second) // MaxAge: the final send is sent, and held
-		synctest.Wait()
-		if !held {
-			t.Fatal("no final send of the carry")
-		}
-		var last uint64
-		for i := 0; i < 40 && w.Stats().Dropped["s"] == 0; i++ {
-			last = appendN(t, w, 200, func(int) string { return "b" }, 200)
-			time.Sleep(time.Second)
-		}
-		if w.Stats().Dropped["s"] == 0 {
-			t.Fatal("nothing dropped for s: the test needs the carry's first record dropped")
-		}
-		close(gate)
-		time.Sleep(2 * time.Minute)
-		synctest.Wait()
-		if pos, _ := w.Cursor("s"); pos != last {
-			t.Errorf("cursor of s at %d, want %d", pos, last)
-		}
-		rf.stop(t)
-		r.stop(t)
-		got, _, _ := s.snapshot()
+		got, _, _ := d.s.snapshot()
 		accepted := 0
 		for _, n := range got {
 			accepted += n
@@ -404,14 +386,14 @@ func TestCarryRefusedRecordDroppedIsNotDelivered(t *testing.T) {
 		if refused == 0 || got[refused] != 0 {
 			t.Fatalf("record %d, refused, accepted %d times by the sink", refused, got[refused])
 		}
-		if first := w.Stats().FirstSeq; refused >= first {
+		if first := d.w.Stats().FirstSeq; refused >= first {
 			t.Fatalf("record %d is still in the WAL (its first is %d): the test needs it dropped", refused, first)
 		}
-		if delivered := int(testutil.ToFloat64(m.Delivered.WithLabelValues("s"))); delivered != accepted {
+		if delivered := int(testutil.ToFloat64(d.m.Delivered.WithLabelValues("s"))); delivered != accepted {
 			t.Errorf("delivered metric %d, the sink accepted %d", delivered, accepted)
 		}
 		dead := 0
-		if err := DeadLetters(w, "s", func(DeadLetter) error { dead++; return nil }); err != nil {
+		if err := DeadLetters(d.w, "s", func(DeadLetter) error { dead++; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if dead != 0 {

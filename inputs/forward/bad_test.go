@@ -210,14 +210,15 @@ func TestTooManyConnections(t *testing.T) {
 	}
 }
 
-// An idle connection (past its messages, waiting for the next) gives its
-// slot to a new connection when max_connections are open: the one idle the
-// longest is closed, counted as evicted and said; the others go on.
-func TestIdleConnectionGivesWay(t *testing.T) {
+// twoIdleThenOneMore opens a server of max_connections 2, two connections
+// that each send a message and wait, a idle longer than b, then a third
+// that sends a message and gets its ack: a gave way to it.
+func twoIdleThenOneMore(t *testing.T) (f *fixture, a, b net.Conn) {
+	t.Helper()
 	cfg := defaultCfg()
 	cfg.MaxConnections = 2
-	f := start(t, cfg, wal.Options{})
-	a, b := f.dial(), f.dial()
+	f = start(t, cfg, wal.Options{})
+	a, b = f.dial(), f.dial()
 	for i, c := range []net.Conn{a, b} {
 		c.Write(messageMode("t", eventTime(time.Now()), record("a", i), options(fmt.Sprint(i))))
 		readAck(t, c)
@@ -226,6 +227,14 @@ func TestIdleConnectionGivesWay(t *testing.T) {
 	c := f.dial()
 	c.Write(messageMode("t", eventTime(time.Now()), record("c", 2), options("2")))
 	readAck(t, c)
+	return f, a, b
+}
+
+// An idle connection (past its messages, waiting for the next) gives its
+// slot to a new connection when max_connections are open: the one idle the
+// longest is closed, counted as evicted and said; the others go on.
+func TestIdleConnectionGivesWay(t *testing.T) {
+	f, a, b := twoIdleThenOneMore(t)
 	expectClosed(t, a)
 	b.Write(messageMode("t", eventTime(time.Now()), record("b", 3), options("3")))
 	readAck(t, b)
@@ -249,18 +258,7 @@ func TestIdleConnectionEvictedFinishesAMessage(t *testing.T) {
 	old := shutdownLinger
 	shutdownLinger = 3 * time.Second
 	t.Cleanup(func() { shutdownLinger = old })
-	cfg := defaultCfg()
-	cfg.MaxConnections = 2
-	f := start(t, cfg, wal.Options{})
-	a, b := f.dial(), f.dial()
-	for i, c := range []net.Conn{a, b} {
-		c.Write(messageMode("t", eventTime(time.Now()), record("a", i), options(fmt.Sprint(i))))
-		readAck(t, c)
-		time.Sleep(50 * time.Millisecond) // a idle longer than b
-	}
-	c := f.dial()
-	c.Write(messageMode("t", eventTime(time.Now()), record("c", 2), options("2")))
-	readAck(t, c) // a was told to give way before c was served
+	f, a, _ := twoIdleThenOneMore(t) // a was told to give way before the third was served
 	// Three messages at once: the first is finished, the others are not
 	// served above max_connections (never acknowledged: sent again).
 	var three []byte
