@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -30,8 +31,14 @@ const metaSHA256 = "forwarder-sha256"
 // holds another writer's object.
 const codeKeyTaken = "PreconditionFailed"
 
+// metaRecords is the user metadata (x-amz-meta-forwarder-records) that
+// says how many records, one a line, the object holds: what a reader of
+// the object must count (a reader that stops after the first gzip member
+// counts fewer).
+const metaRecords = "forwarder-records"
+
 func objectMetadata(in *intent) map[string]string {
-	return map[string]string{metaSHA256: in.SHA256}
+	return map[string]string{metaSHA256: in.SHA256, metaRecords: strconv.Itoa(in.Records)}
 }
 
 // preconditionFailed reports whether err is S3's refusal of

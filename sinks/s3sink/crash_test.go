@@ -429,7 +429,8 @@ func testCrashExactlyOnce(t *testing.T, staged bool) {
 }
 
 // checkIntentBytes checks that every object under prefix holds the bytes
-// its intent recorded, which the object's metadata repeats.
+// its intent recorded, which the object's metadata repeats, and as many
+// lines, read through every member, as its metadata says it holds records.
 func checkIntentBytes(t *testing.T, srv *s3emu.Server, prefix string) {
 	t.Helper()
 	objs, err := srv.Objects(bucket)
@@ -447,6 +448,17 @@ func checkIntentBytes(t *testing.T, srv *s3emu.Server, prefix string) {
 		sum := sha256.Sum256(body)
 		if got, want := hex.EncodeToString(sum[:]), o.Metadata[metaSHA256]; got != want {
 			t.Errorf("object %s has SHA-256 %s, its intent recorded %s", o.Key, got, want)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			t.Fatalf("object %s: %v", o.Key, err)
+		}
+		lines, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatalf("object %s: %v", o.Key, err)
+		}
+		if got, want := strconv.Itoa(bytes.Count(lines, []byte("\n"))), o.Metadata[metaRecords]; got != want {
+			t.Errorf("object %s holds %s lines, its metadata says %q records", o.Key, got, want)
 		}
 	}
 }

@@ -24,7 +24,9 @@
 // sink (at most an eighth of max_object_bytes of lines, and 8 MiB) is
 // compressed on its own, and the object is its members one after the
 // other, which gzip and zstd readers (gzip -d, zcat, Go's compress/gzip,
-// zstd -d) read as one stream. Between batches the object is carried
+// zstd -d) read as one stream; some readers stop after the first member
+// (README.md, S3), and x-amz-meta-forwarder-records says how many records
+// an object holds, to check them. Between batches the object is carried
 // (sinks.Outcome.Carry): the drainer holds it, counted against the sink's
 // memory share, and keeps the cursor before its records. Its members are
 // staged (see Staging) or, without staging, held in the carry. Each
