@@ -44,7 +44,8 @@
 // application/x-ndjson, Content-Encoding gzip or zstd (none: absent), the
 // sink's sse, kms_key_id, storage_class, acl and tags (x-amz-tagging), the
 // user metadata x-amz-meta-forwarder-sha256 (the hex SHA-256 of the
-// object's bytes, see Conditional writes), and
+// object's bytes, see Conditional writes) and x-amz-meta-forwarder-records
+// (its records, one a line), and
 // an integrity checksum S3 verifies: x-amz-checksum-sha256 on PutObject
 // (the same SHA-256 is the SigV4 payload hash, so the SDK does not hash the
 // object again), Content-MD5 on each part of a multipart upload. Objects above
