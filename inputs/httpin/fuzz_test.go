@@ -83,6 +83,7 @@ func FuzzScanner(f *testing.F) {
 	for _, s := range []string{
 		`{"a":[1,-2.5e+3,true,false,null,"x\u00e9\n"],"b":{}}`, ` [ 1 , 2 ] `, `"\ud800"`, `0`, `-0.0E-0`,
 		`01`, `1.`, `.5`, `+1`, `"a` + "\x01" + `"`, `{"a" 1}`, `[1,]`, `{,}`, `tru`, `nul`, "\"\xff\"", `{"a":1}x`, "",
+		`[nan,-inf,Infinity]`, `{"a":nanx}`, `-Infinit`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -97,6 +98,14 @@ func FuzzScanner(f *testing.F) {
 			}
 		}
 		if errors.Is(err, errTooDeep) {
+			return
+		}
+		if err == nil && s.nonFiniteSeen > 0 {
+			// Beyond JSON: nan, inf and the like, written as null (nonFinite).
+			var want bytes.Buffer
+			if err := json.Compact(&want, s.out); err != nil || !bytes.Equal(s.out, want.Bytes()) {
+				t.Fatalf("%q: with %d non-finite numbers, wrote %q: not compact JSON (%v)", data, s.nonFiniteSeen, s.out, err)
+			}
 			return
 		}
 		if valid := json.Valid(data); (err == nil) != valid {

@@ -118,6 +118,9 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 			// connection was closed under it, no fault of the client's.
 			s.shuttingDown(w, r)
 		case isBody:
+			if be.status == http.StatusServiceUnavailable {
+				w.Header().Set("Retry-After", "1")
+			}
 			s.reject(w, r, be.status, be.reason, be.Error())
 		case s.budgetRefused(w, r, err):
 		default:
@@ -209,6 +212,12 @@ func (s *Server) store(w http.ResponseWriter, r *http.Request, routed bool, id w
 	if stats.invalidUTF8 > 0 && unrouted == 0 && !res.Duplicate {
 		s.p.Metrics.InvalidUTF8.WithLabelValues(input).Add(float64(stats.invalidUTF8))
 	}
+	if stats.nonFinite > 0 && unrouted == 0 && !res.Duplicate {
+		if k, ok := s.rejects.Allow("non_finite", time.Now()); ok {
+			s.log.Info("numbers written nan, inf, NaN or Infinity (not JSON; Fluent Bit writes them so) stored as null, as the forward input stores NaN and infinities",
+				"remote", r.RemoteAddr, "path", r.URL.Path, "values", stats.nonFinite, "same_reason_not_logged_in_last_minute", k)
+		}
+	}
 	if stats.badTime > 0 && unrouted == 0 && !res.Duplicate {
 		s.p.Metrics.BadTime.WithLabelValues(input).Add(float64(stats.badTime))
 		s.noteBadTime(r, stats)
@@ -270,7 +279,11 @@ func (s *Server) storeFailed(w http.ResponseWriter, r *http.Request, err error) 
 		// Nobody reads this answer; it is for the count and the log.
 		s.reject(w, r, http.StatusServiceUnavailable, reasonCanceled, "request canceled")
 	default:
-		s.rejectErr(w, r, http.StatusInternalServerError, reasonWALError, "the WAL failed to store the records", err)
+		// 503, not 500: nothing was stored, and log clients retry a 503
+		// (Fluentd's out_http retries no 500 by default); the service
+		// stops, and the retry goes to another replica or to its restart.
+		w.Header().Set("Retry-After", "1")
+		s.rejectErr(w, r, http.StatusServiceUnavailable, reasonWALError, "the WAL failed to store the records", err)
 	}
 }
 

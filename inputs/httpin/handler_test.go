@@ -516,8 +516,8 @@ func TestAppendErrors(t *testing.T) {
 		status int
 		reason string
 	}{
-		{fmt.Errorf("commit: %w", wal.ErrFatal), 500, "wal_error"},
-		{errors.New("something else"), 500, "wal_error"},
+		{fmt.Errorf("commit: %w", wal.ErrFatal), 503, "wal_error"},
+		{errors.New("something else"), 503, "wal_error"},
 		{fmt.Errorf("%w: disk", wal.ErrNoSpace), 503, "wal_full"},
 		{fmt.Errorf("%w: 9 bytes", wal.ErrTooLarge), 413, "too_large"},
 		{wal.ErrClosed, 503, "shutting_down"},

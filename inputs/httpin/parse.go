@@ -18,6 +18,7 @@ type parseStats struct {
 	invalidUTF8 int    // records whose invalid UTF-8 was replaced with U+FFFD
 	badTime     int    // records whose time field is no time: stored with the time of arrival
 	badTimeWhy  string // the first of them: where, and what
+	nonFinite   int    // numbers written nan, inf, NaN or Infinity, stored as null
 }
 
 // badRequest is a body refused as a whole: nothing of it is stored.
@@ -123,6 +124,7 @@ func parseInto(buf *[]byte, data []byte, tag, timeField string, now time.Time, l
 	for i, sp := range p.spans {
 		recs[i] = wal.Record{Time: sp.time, Tag: tag, Body: p.s.out[sp.start:sp.end:sp.end]}
 	}
+	p.stats.nonFinite = p.s.nonFiniteSeen
 	return recs, p.stats, nil
 }
 

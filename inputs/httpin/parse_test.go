@@ -145,3 +145,29 @@ func TestBodyWaitsForMemoryWhenItGrows(t *testing.T) {
 	}
 	releaseBuf(hold, b)
 }
+
+// Numbers that are not finite, as Fluent Bit (nan, -nan, inf, -inf) and
+// Python's json (NaN, Infinity, -Infinity) write them, are stored as null
+// and counted, not the whole request refused; such words anywhere else
+// (unfinished, or as a record) are still bad input.
+func TestParseNonFiniteNumbers(t *testing.T) {
+	body := "{\"a\":nan,\"b\":-nan}\n{\"c\":[inf,-inf, NaN ,Infinity,-Infinity],\"d\":{\"e\":-NaN}}\n{\"ok\":1.5,\"n\":null}\n"
+	recs, stats, err := parseBody([]byte(body), "t", "time", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`{"a":null,"b":null}`, `{"c":[null,null,null,null,null],"d":{"e":null}}`, `{"ok":1.5,"n":null}`}
+	for i, r := range recs {
+		if string(r.Body) != want[i] {
+			t.Errorf("record %d: %s, want %s", i, r.Body, want[i])
+		}
+	}
+	if len(recs) != 3 || stats.nonFinite != 8 {
+		t.Errorf("%d records, %d non-finite counted; want 3 and 8", len(recs), stats.nonFinite)
+	}
+	for _, bad := range []string{`{"a":nanx}`, `{"a":infinity}`, `{"a":-na}`, `{"a":Nan}`, "nan\n", `{"a":+inf}`} {
+		if _, _, err := parseBody([]byte(bad), "t", "time", time.Now()); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+}

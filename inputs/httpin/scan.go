@@ -38,6 +38,8 @@ type scanner struct {
 	timeStart int  // offset in out of the time field's value; -1: none seen
 	timeEnd   int  // end of that value
 	nonASCII  bool // a string held a byte >= 0x80 since the caller reset it
+	// nonFiniteSeen counts the non-finite numbers read as null (nonFinite).
+	nonFiniteSeen int
 }
 
 func (s *scanner) skipSpace() {
@@ -64,15 +66,55 @@ func (s *scanner) value(depth int) error {
 	case c == '"':
 		return s.str()
 	case c == '-' || c >= '0' && c <= '9':
+		if s.nonFinite() {
+			return nil
+		}
 		return s.number()
 	case c == 't':
 		return s.literal("true")
 	case c == 'f':
 		return s.literal("false")
 	case c == 'n':
+		if s.nonFinite() {
+			return nil
+		}
 		return s.literal("null")
+	case c == 'N' || c == 'i' || c == 'I':
+		if s.nonFinite() {
+			return nil
+		}
 	}
 	return s.badChar(s.pos, "looking for beginning of value")
+}
+
+// nonFiniteWords are how senders write a number that is not finite where
+// JSON has none: Fluent Bit (printf's %g: nan, -nan, inf, -inf) and
+// Python's json (NaN, Infinity, -Infinity).
+var nonFiniteWords = []string{"nan", "-nan", "inf", "-inf", "NaN", "-NaN", "Infinity", "-Infinity"}
+
+// nonFinite reads one of nonFiniteWords at s.pos, whole (a delimiter or the
+// end after it), as null, as the forward input writes NaN and infinities:
+// a sender's one such value would otherwise make its whole request bad
+// input. It reports whether it read one.
+func (s *scanner) nonFinite() bool {
+	rest := s.data[s.pos:]
+	for _, w := range nonFiniteWords {
+		if len(rest) < len(w) || string(rest[:len(w)]) != w {
+			continue
+		}
+		if len(rest) > len(w) {
+			switch rest[len(w)] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+			default:
+				continue
+			}
+		}
+		s.out = append(s.out, "null"...)
+		s.pos += len(w)
+		s.nonFiniteSeen++
+		return true
+	}
+	return false
 }
 
 // object scans the object at s.pos, which is at depth (1: a record).
