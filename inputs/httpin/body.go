@@ -91,9 +91,8 @@ func classify(err error, raw *errReader, tooLarge *bodyError) error {
 		return tooLarge
 	case raw.err != nil && isTimeout(raw.err):
 		// A body slower than the request's time (a slow link): not bad
-		// input; 408 is what clients send again.
-		// 503, not 408: log clients retry a 503 (Fluentd's out_http and
-		// Logstash retry no 408 by default, and would drop the request).
+		// input. 503, not 408: log clients retry a 503 (Fluentd's out_http
+		// and Logstash retry no 408 by default, and would drop it).
 		return &bodyError{http.StatusServiceUnavailable, reasonReadTimeout, fmt.Errorf("read body: it did not arrive whole in time (%s): %w", raw.deadline.explain(), raw.err)}
 	case raw.err != nil && raw.err != io.EOF:
 		return &bodyError{http.StatusBadRequest, reasonReadError, fmt.Errorf("read body: %w", raw.err)}
