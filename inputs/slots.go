@@ -10,7 +10,8 @@ import (
 // out those at work. When every slot is taken, a new connection takes the
 // slot of the oldest connection still in its handshake, or else of the
 // connection idle the longest (one that marks itself idle between
-// messages: Idle), which is closed; only when every open connection is at
+// messages: Idle), which is closed (or told to finish what its socket
+// holds and close: OnIdleEviction); only when every open connection is at
 // work is the new one refused. nginx does the same when it runs out of
 // worker_connections: it closes the oldest connections that have sent no
 // request yet, and idle keep-alive ones, before refusing new ones. A
@@ -48,17 +49,18 @@ type Slot struct {
 // handshake or idle, was closed to make room.
 func (s *Slots) Take(closeConn func()) (slot *Slot, evicted bool) {
 	s.mu.Lock()
-	var victim *Slot
+	var evict func() // how the victim is told: closed, or woken (OnIdleEviction)
 	if s.open >= s.max {
+		var victim *Slot
 		switch {
 		case s.pending.Len() > 0:
 			victim = s.pending.Remove(s.pending.Front()).(*Slot)
-			victim.elem = nil
+			victim.elem, evict = nil, victim.close
 		case s.idle.Len() > 0:
 			victim = s.idle.Remove(s.idle.Front()).(*Slot)
-			victim.idleElem = nil
+			victim.idleElem, evict = nil, victim.close
 			if victim.wake != nil {
-				victim.close = victim.wake
+				evict = victim.wake
 			}
 		default:
 			s.mu.Unlock()
@@ -71,10 +73,10 @@ func (s *Slots) Take(closeConn func()) (slot *Slot, evicted bool) {
 	slot.elem = s.pending.PushBack(slot)
 	s.open++
 	s.mu.Unlock()
-	if victim != nil {
-		victim.close()
+	if evict != nil {
+		evict()
 	}
-	return slot, victim != nil
+	return slot, evict != nil
 }
 
 // Ready marks the connection as past its handshake: its slot is its own
