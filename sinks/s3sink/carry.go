@@ -32,6 +32,7 @@ type openObject struct {
 	lines int64  // uncompressed bytes of the members
 	max   int64  // max_object_bytes
 	crc   uint32 // CRC-32C of their lines
+	gzcrc uint32 // CRC-32 (gzip's) of them: a one-stream gzip object's trailer
 	mem   int
 	stage *staging // where path is staged
 }
@@ -70,6 +71,14 @@ func (o *openObject) Room() int { return int(max(o.max-o.lines, 0)) }
 
 func (o *openObject) staged() bool { return o != nil && o.path != "" }
 
+// chain is what o (nil: none yet) hands its next member.
+func (o *openObject) chain() chain {
+	if o == nil {
+		return chain{}
+	}
+	return chain{crc: o.crc, gzcrc: o.gzcrc, after: true}
+}
+
 // members lists the records of each member, for the intent.
 func (o *openObject) members() []int {
 	out := make([]int, len(o.counts))
@@ -94,7 +103,7 @@ func (o *openObject) with(m member, first, last uint64, maxBytes int) *openObjec
 		counts: append(o.counts, int32(m.records)),
 		bodies: append(o.bodies, m.body),
 		size:   o.size + int64(len(m.body)),
-		lines:  o.lines + m.lines, max: o.max, crc: m.crc,
+		lines:  o.lines + m.lines, max: o.max, crc: m.crc, gzcrc: m.gzcrc,
 		mem: o.mem + cap(m.body) + memberOverhead,
 	}
 }
@@ -117,7 +126,7 @@ func (o *openObject) withStaged(m member, first, last uint64, maxBytes int, path
 		first: o.first, last: last, records: o.records + m.records,
 		counts: append(o.counts, int32(m.records)),
 		path:   o.path, size: o.size + int64(len(m.body)), hash: state,
-		lines: o.lines + m.lines, max: o.max, crc: m.crc,
+		lines: o.lines + m.lines, max: o.max, crc: m.crc, gzcrc: m.gzcrc,
 		mem: o.mem + stagedMemberOverhead, stage: o.stage,
 	}, nil
 }

@@ -23,17 +23,22 @@
 // An object is built member by member: each batch the drainer hands the
 // sink (at most an eighth of max_object_bytes of lines, and 8 MiB) is
 // compressed on its own, and the object is its members one after the
-// other, which gzip and zstd readers (gzip -d, zcat, Go's compress/gzip,
-// zstd -d) read as one stream; some readers stop after the first member
-// (README.md, S3), and x-amz-meta-forwarder-records says how many records
-// an object holds, to check them. Between batches the object is carried
+// other. A gzip object is one gzip stream: its header, each member raw
+// deflate ended by a sync flush (a fresh dictionary each), then an empty
+// final block and the trailer (CRC-32 and length of all the lines), so
+// that readers that stop after a first gzip member (README.md, S3) read
+// it whole; objects of intents made before (encoding.OneStream false) are
+// rebuilt as they were, gzip members one after the other. zstd objects are
+// frames one after the other. x-amz-meta-forwarder-records says how many
+// records an object holds, to check a reader. Between batches the object is carried
 // (sinks.Outcome.Carry): the drainer holds it, counted against the sink's
 // memory share, and keeps the cursor before its records. Its members are
 // staged (see Staging) or, without staging, held in the carry. Each
 // member depends on its lines and nothing else:
 //
-//   - gzip (github.com/klauspost/compress/gzip) at compression_level 1-9:
-//     a member, its header with no name, no modification time, OS 255;
+//   - gzip (github.com/klauspost/compress/flate) at compression_level 1-9:
+//     raw deflate ended by a sync flush, after the header (no name, no
+//     modification time, OS 255) for the first;
 //   - zstd (github.com/klauspost/compress/zstd) at compression_level 1-4
 //     (fastest to best): a frame from a single encoder goroutine, with a
 //     content checksum;

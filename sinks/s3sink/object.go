@@ -3,6 +3,7 @@ package s3sink
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"hash/crc32"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 
@@ -34,6 +36,11 @@ type encoding struct {
 	Level       int    `json:"level"`
 	TimeKey     string `json:"time_key"`
 	TagKey      string `json:"tag_key"`
+	// OneStream: a gzip object is one gzip stream (one header, the members
+	// as raw deflate each ended by a sync flush, one trailer), not gzip
+	// members one after the other, which some readers stop after the first
+	// of. Intents made before it have false, and rebuild their objects so.
+	OneStream bool `json:"one_stream,omitempty"`
 }
 
 // object is a built object: its bytes and what an intent records of them.
@@ -55,6 +62,7 @@ type encoder struct {
 	enc   encoding
 	liner *liner
 	gz    sync.Pool // *gzip.Writer
+	fl    sync.Pool // *flate.Writer, for one-stream gzip objects
 	zs    sync.Pool // *zstd.Encoder
 	bufs  sync.Pool // *[]byte of chunkSize+
 	// outs: compressed members' buffers (see compressScratch), two kept
@@ -99,14 +107,17 @@ func (e *encoder) contentEncoding() string {
 // size is what r adds to an object before compression: its line and newline.
 func (e *encoder) size(r *sinks.Record) int { return e.liner.lineLen(r) + 1 }
 
-// member is one compressed stream of an object's lines (a gzip member, a
-// zstd frame, or the lines themselves): an object is its members one
-// after the other, which gzip and zstd readers read as one stream.
+// member is one compressed piece of an object's lines: a zstd frame, the
+// lines themselves, a gzip member, or, in a gzip object written as one
+// stream (encoding.OneStream), raw deflate ended by a sync flush, the
+// first one after the gzip header: an object is its members one after the
+// other (and, in one stream, the trailer: encoder.trailer).
 type member struct {
 	body    []byte
 	records int
 	lines   int64  // uncompressed bytes
 	crc     uint32 // CRC-32C of the object's lines up to the end of this member
+	gzcrc   uint32 // CRC-32 (gzip's) of them, for a one-stream gzip object's trailer
 	// scratch, when set, is the encoder's buffer that body lies in: body
 	// is valid until release or own.
 	scratch *bytes.Buffer
@@ -134,14 +145,47 @@ func (m *member) release() {
 	m.scratch, m.enc = nil, nil
 }
 
+// chain is what an object's members before one hand it: the CRC-32C and
+// gzip's CRC-32 of the lines so far, and whether there were any (the
+// first member of a one-stream gzip object begins with the header). The
+// zero chain is a first member's.
+type chain struct {
+	crc, gzcrc uint32
+	after      bool
+}
+
+// next is the chain after m.
+func (m *member) next() chain { return chain{crc: m.crc, gzcrc: m.gzcrc, after: true} }
+
+// oneStream reports whether the encoder writes gzip objects as one stream.
+func (e *encoder) oneStream() bool {
+	return e.enc.OneStream && e.enc.Compression == config.CompressionGzip
+}
+
+// gzipHeader is the header of a one-stream gzip object: no name, no time,
+// no extra flags, OS unknown (as Go's gzip writes it).
+var gzipHeader = []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff}
+
+// trailer is what ends an object after its members: for a one-stream gzip
+// object, an empty final deflate block and the gzip trailer (the CRC-32
+// and the length of all the lines, gzcrc and lines); nil otherwise.
+func (e *encoder) trailer(gzcrc uint32, lines int64) []byte {
+	if !e.oneStream() {
+		return nil
+	}
+	t := []byte{0x03, 0x00} // a final block, fixed codes, holding only the end
+	t = binary.LittleEndian.AppendUint32(t, gzcrc)
+	return binary.LittleEndian.AppendUint32(t, uint32(lines))
+}
+
 // build encodes recs as one object of one member. The bytes are a pure
 // function of the records and the encoding.
 func (e *encoder) build(recs []sinks.Record) (*object, error) {
-	m, err := e.compress(recs, 0)
+	m, err := e.compress(recs, chain{})
 	if err != nil {
 		return nil, err
 	}
-	return join([]member{m}), nil
+	return e.join([]member{m}), nil
 }
 
 // buildSplit encodes recs as an object of members of counts[i] records
@@ -152,30 +196,35 @@ func (e *encoder) buildSplit(recs []sinks.Record, counts []int) (*object, error)
 		return e.build(recs)
 	}
 	ms := make([]member, 0, len(counts))
-	var crc uint32
+	var ch chain
 	for _, n := range counts {
 		if n <= 0 || n > len(recs) {
 			return nil, fmt.Errorf("member of %d records where %d are left", n, len(recs))
 		}
-		m, err := e.compress(recs[:n], crc)
+		m, err := e.compress(recs[:n], ch)
 		if err != nil {
 			return nil, err
 		}
-		ms, crc, recs = append(ms, m), m.crc, recs[n:]
+		ms, ch, recs = append(ms, m), m.next(), recs[n:]
 	}
 	if len(recs) > 0 {
 		return nil, fmt.Errorf("%d records left after the members", len(recs))
 	}
-	return join(ms), nil
+	return e.join(ms), nil
 }
 
-// join makes an object of members.
-func join(ms []member) *object {
+// join makes an object of members, and its trailer.
+func (e *encoder) join(ms []member) *object {
 	o := &object{}
-	if len(ms) == 1 {
+	for _, m := range ms {
+		o.lines += m.lines
+		o.linesCRC32 = m.crc
+	}
+	trailer := e.trailer(ms[len(ms)-1].gzcrc, o.lines)
+	if len(ms) == 1 && trailer == nil {
 		o.body = ms[0].body
 	} else {
-		n := 0
+		n := len(trailer)
 		for _, m := range ms {
 			n += len(m.body)
 		}
@@ -183,10 +232,7 @@ func join(ms []member) *object {
 		for _, m := range ms {
 			o.body = append(o.body, m.body...)
 		}
-	}
-	for _, m := range ms {
-		o.lines += m.lines
-		o.linesCRC32 = m.crc
+		o.body = append(o.body, trailer...)
 	}
 	o.size = int64(len(o.body))
 	sum := sha256.Sum256(o.body)
@@ -195,10 +241,10 @@ func join(ms []member) *object {
 }
 
 // compress encodes recs as one member: a JSON line per record, compressed.
-// crc is the CRC-32C of the object's lines before these. The member owns
-// its body.
-func (e *encoder) compress(recs []sinks.Record, crc uint32) (member, error) {
-	m, err := e.compressScratch(recs, crc)
+// ch is what the object's members before it hand it. The member owns its
+// body.
+func (e *encoder) compress(recs []sinks.Record, ch chain) (member, error) {
+	m, err := e.compressScratch(recs, ch)
 	m.own()
 	return m, err
 }
@@ -207,7 +253,8 @@ func (e *encoder) compress(recs []sinks.Record, crc uint32) (member, error) {
 // from member to member: the member's body is valid until its release or
 // own (a staged member is written to its file and dropped, and needs no
 // copy of its own).
-func (e *encoder) compressScratch(recs []sinks.Record, crc uint32) (member, error) {
+func (e *encoder) compressScratch(recs []sinks.Record, ch chain) (member, error) {
+	crc, gzcrc := ch.crc, ch.gzcrc
 	out, _ := e.outs.Get()
 	if out == nil {
 		out = new(bytes.Buffer)
@@ -231,8 +278,24 @@ func (e *encoder) compressScratch(recs []sinks.Record, crc uint32) (member, erro
 	}()
 	var w io.Writer = out
 	var finish func() error
-	switch e.enc.Compression {
-	case config.CompressionGzip:
+	switch {
+	case e.oneStream():
+		if !ch.after {
+			out.Write(gzipHeader)
+		}
+		fw, _ := e.fl.Get().(*flate.Writer)
+		if fw == nil {
+			var err error
+			if fw, err = flate.NewWriter(out, e.enc.Level); err != nil {
+				return member{}, err
+			}
+		} else {
+			fw.Reset(out)
+		}
+		// A sync flush, not a close: the stream goes on in the next member
+		// (a fresh dictionary), and ends with the trailer.
+		w, finish = fw, func() error { err := fw.Flush(); fw.Reset(io.Discard); e.fl.Put(fw); return err }
+	case e.enc.Compression == config.CompressionGzip:
 		gw, _ := e.gz.Get().(*gzip.Writer)
 		if gw == nil {
 			var err error
@@ -244,7 +307,7 @@ func (e *encoder) compressScratch(recs []sinks.Record, crc uint32) (member, erro
 		}
 		// The header stays the zero one: no name, no modification time.
 		w, finish = gw, func() error { err := gw.Close(); gw.Reset(io.Discard); e.gz.Put(gw); return err }
-	case config.CompressionZstd:
+	case e.enc.Compression == config.CompressionZstd:
 		zw, _ := e.zs.Get().(*zstd.Encoder)
 		if zw == nil {
 			var err error
@@ -274,9 +337,13 @@ func (e *encoder) compressScratch(recs []sinks.Record, crc uint32) (member, erro
 		lines int64
 		err   error
 	)
+	oneStream := e.oneStream()
 	flush := func() {
 		if err == nil && len(buf) > 0 {
 			crc = crc32.Update(crc, castagnoli, buf)
+			if oneStream {
+				gzcrc = crc32.Update(gzcrc, crc32.IEEETable, buf)
+			}
 			lines += int64(len(buf))
 			_, err = w.Write(buf)
 		}
@@ -301,7 +368,7 @@ func (e *encoder) compressScratch(recs []sinks.Record, crc uint32) (member, erro
 		return member{}, fmt.Errorf("compress object: %w", err)
 	}
 	ok = true
-	return member{body: out.Bytes(), records: len(recs), lines: lines, crc: crc, scratch: out, enc: e}, nil
+	return member{body: out.Bytes(), records: len(recs), lines: lines, crc: crc, gzcrc: gzcrc, scratch: out, enc: e}, nil
 }
 
 // touchAhead is how many records touchBodies brings into the cache at once.

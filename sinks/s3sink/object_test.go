@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"runtime"
 	"strings"
 	"sync"
@@ -128,7 +129,7 @@ func TestScratchOutlivesCollections(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := manyRecs(5000, 200)
-	m, err := e.compressScratch(recs, 0)
+	m, err := e.compressScratch(recs, chain{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestScratchOutlivesCollections(t *testing.T) {
 	runtime.GC()
 	runtime.GC()
 	runtime.GC()
-	m, err = e.compressScratch(recs, 0)
+	m, err = e.compressScratch(recs, chain{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,4 +146,58 @@ func TestScratchOutlivesCollections(t *testing.T) {
 		t.Fatal("a member after three collections was compressed into a new buffer")
 	}
 	m.release()
+}
+
+// A gzip object built of several pieces is one gzip stream (one header,
+// the pieces, one trailer): a reader that stops after the first gzip member
+// (Java's GZIPInputStream over a network stream, Python's zlib) reads it
+// whole. An intent made before (OneStream false) rebuilds its object as
+// it was: gzip members one after the other.
+func TestGzipObjectIsOneStream(t *testing.T) {
+	recs := manyRecs(3000, 200)
+	one, err := newEncoder(encoding{Compression: config.CompressionGzip, Level: 1, OneStream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	members, err := newEncoder(encoding{Compression: config.CompressionGzip, Level: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole := func(e *encoder, counts []int) (firstMemberLines, allLines int, o *object) {
+		o, err := e.buildSplit(recs, counts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(o.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr.Multistream(false)
+		first, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := decompress(t, "gzip", o.body)
+		return bytes.Count(first, []byte("\n")), bytes.Count(all, []byte("\n")), o
+	}
+	for _, counts := range [][]int{nil, {1000, 2000}, {1000, 1000, 1000}} {
+		first, all, o := whole(one, counts)
+		if first != len(recs) || all != len(recs) {
+			t.Errorf("one stream of %v: the first member holds %d lines, the object %d; want %d", counts, first, all, len(recs))
+		}
+		if pieces, err := gzipPieces(o.body); err != nil || pieces != max(len(counts), 1) {
+			t.Errorf("one stream of %v: %d pieces (%v)", counts, pieces, err)
+		}
+		if o.size != int64(len(o.body)) || o.lines == 0 {
+			t.Errorf("one stream of %v: size %d of %d bytes, %d bytes of lines", counts, o.size, len(o.body), o.lines)
+		}
+	}
+	first, all, old := whole(members, []int{1000, 2000})
+	if first != 1000 || all != len(recs) {
+		t.Errorf("members: the first holds %d lines, the object %d; want 1000 and %d", first, all, len(recs))
+	}
+	_, _, now := whole(one, []int{1000, 2000})
+	if old.sha256 == now.sha256 || old.lines != now.lines || old.linesCRC32 != now.linesCRC32 {
+		t.Errorf("the two formats: same bytes %v, lines %d and %d", old.sha256 == now.sha256, old.lines, now.lines)
+	}
 }

@@ -172,7 +172,8 @@ func New(ctx context.Context, name string, cfg config.S3, opts Options) (*Sink, 
 	if err != nil {
 		return nil, err
 	}
-	enc, err := newEncoder(encoding{Compression: cfg.Compression, Level: cfg.CompressionLevel, TimeKey: cfg.TimeKey, TagKey: cfg.TagKey})
+	enc, err := newEncoder(encoding{Compression: cfg.Compression, Level: cfg.CompressionLevel, TimeKey: cfg.TimeKey, TagKey: cfg.TagKey,
+		OneStream: cfg.Compression == config.CompressionGzip})
 	if err != nil {
 		return nil, err
 	}
@@ -381,11 +382,7 @@ func (s *Sink) Send(ctx context.Context, b *sinks.Batch) (sinks.Outcome, error) 
 	}
 	var m *member
 	if len(b.Records) > 0 {
-		var crc uint32
-		if open != nil {
-			crc = open.crc
-		}
-		mb, err := s.enc.compressScratch(b.Records, crc)
+		mb, err := s.enc.compressScratch(b.Records, open.chain())
 		if err != nil {
 			return sinks.Outcome{}, sinks.NewRetryable("encode", err)
 		}
@@ -483,20 +480,28 @@ func (s *Sink) carry(open *openObject, m *member, partition string, first, last 
 
 // finishing is the object open (nil: none) with m (nil: none) as its last
 // member, and the records of each member. The bytes of a staged object
-// stay in its file: only m is held.
+// stay in its file: only m, and the object's trailer, are held.
 func (s *Sink) finishing(open *openObject, m *member) (*object, []int, error) {
-	switch {
-	case open == nil:
-		return join([]member{*m}), []int{m.records}, nil
-	case !open.staged():
+	if open == nil {
+		return s.enc.join([]member{*m}), []int{m.records}, nil
+	}
+	lines, gzcrc := open.lines, open.gzcrc
+	if m != nil {
+		lines, gzcrc = lines+m.lines, m.gzcrc
+	}
+	trailer := s.enc.trailer(gzcrc, lines)
+	if !open.staged() {
 		// The members are not joined: the object is read from them in turn
 		// (bodyOf), its SHA-256 taken over them in turn.
-		obj := &object{parts: make([][]byte, 0, len(open.bodies)+1), lines: open.lines, linesCRC32: open.crc}
+		obj := &object{parts: make([][]byte, 0, len(open.bodies)+2), lines: open.lines, linesCRC32: open.crc}
 		obj.parts = append(obj.parts, open.bodies...)
 		counts := open.members()
 		if m != nil {
 			obj.parts, counts = append(obj.parts, m.body), append(counts, m.records)
 			obj.lines, obj.linesCRC32 = open.lines+m.lines, m.crc
+		}
+		if trailer != nil {
+			obj.parts = append(obj.parts, trailer)
 		}
 		h := sha256.New()
 		for _, p := range obj.parts {
@@ -509,9 +514,13 @@ func (s *Sink) finishing(open *openObject, m *member) (*object, []int, error) {
 	obj := &object{size: open.size, lines: open.lines, linesCRC32: open.crc}
 	counts := open.members()
 	if m != nil {
-		obj.tail, obj.size, obj.lines, obj.linesCRC32 = m.body, open.size+int64(len(m.body)), open.lines+m.lines, m.crc
+		obj.tail, obj.lines, obj.linesCRC32 = m.body, open.lines+m.lines, m.crc
 		counts = append(counts, m.records)
 	}
+	if trailer != nil {
+		obj.tail = append(obj.tail[:len(obj.tail):len(obj.tail)], trailer...)
+	}
+	obj.size = open.size + int64(len(obj.tail))
 	sum, err := open.sum(obj.tail)
 	if err != nil {
 		return nil, nil, err

@@ -147,7 +147,7 @@ func TestManyPartitionsStayOpen(t *testing.T) {
 			t.Errorf("object %s holds %d records, want all %d of its tag", o.Key, len(o.Lines), perTag)
 			break
 		}
-		if m, err := gzipMembers(o.Body); err != nil {
+		if m, err := gzipPieces(o.Body); err != nil {
 			t.Fatalf("%s: %v", o.Key, err)
 		} else if m > 1 {
 			multi++
@@ -451,7 +451,7 @@ func TestDiscardedObjectLeavesStaging(t *testing.T) {
 		wal.Record{Seq: 2, Time: time.Now().UnixNano(), Tag: "app", Body: []byte(`{"id":"b"}`)})
 	var open *openObject
 	for i := range recs {
-		m, err := s.enc.compress(recs[i:i+1], 0)
+		m, err := s.enc.compress(recs[i:i+1], open.chain())
 		if err != nil {
 			t.Fatal(err)
 		}
