@@ -89,6 +89,7 @@ func parseInto(buf *[]byte, data []byte, tag, timeField string, now time.Time, l
 		now: now.UnixNano(),
 		lim: lim,
 	}
+	p.s.grow = p.growOut
 	defer func() {
 		*buf = p.s.out
 		lim.hold.Release(int64(cap(p.spans)) * spanSize)

@@ -171,3 +171,29 @@ func TestParseNonFiniteNumbers(t *testing.T) {
 		}
 	}
 }
+
+// "null" is longer than "nan" and "inf": a body of them grows past its own
+// length, and what it grows to is reserved from the budget like the rest.
+func TestParseNonFiniteGrowsWithinTheBudget(t *testing.T) {
+	const n = 16381 // a body of 64 KiB: a buffer class of its own length, no room to spare
+	body := []byte(`{"a":[inf` + strings.Repeat(",inf", n) + `] }`)
+	if inputs.BufClass(len(body)) != len(body) {
+		t.Fatalf("a body of %d bytes gets a buffer of %d: the test needs one of its length", len(body), inputs.BufClass(len(body)))
+	}
+	budget := inputs.NewBudget(1<<20, nil)
+	hold := budget.Hold(input)
+	defer hold.ReleaseAll()
+	var buf []byte
+	recs, stats, err := parseInto(&buf, body, "t", "time", time.Now(), limits{hold: hold})
+	if err != nil || len(recs) != 1 || stats.nonFinite != n+1 {
+		t.Fatalf("%d records, %d non-finite, %v", len(recs), stats.nonFinite, err)
+	}
+	if want := len(body) - 1 + n + 1; len(recs[0].Body) != want { // the space compacted away
+		t.Fatalf("record of %d bytes, want %d", len(recs[0].Body), want)
+	}
+	if held := hold.Held(); int64(cap(buf)) > held {
+		t.Errorf("a buffer of %d bytes, %d held from the budget", cap(buf), held)
+	}
+	releaseRecords(hold, recs)
+	releaseBuf(hold, buf)
+}

@@ -40,6 +40,9 @@ type scanner struct {
 	nonASCII  bool // a string held a byte >= 0x80 since the caller reset it
 	// nonFiniteSeen counts the non-finite numbers read as null (nonFinite).
 	nonFiniteSeen int
+	// grow makes room in out for n more bytes (from the inputs' budget);
+	// nil: out grows as append grows it.
+	grow func(n int) error
 }
 
 func (s *scanner) skipSpace() {
@@ -66,8 +69,10 @@ func (s *scanner) value(depth int) error {
 	case c == '"':
 		return s.str()
 	case c == '-' || c >= '0' && c <= '9':
-		if s.nonFinite() {
-			return nil
+		if c == '-' && s.pos+1 < len(s.data) && !isDigit(s.data[s.pos+1]) {
+			if ok, err := s.nonFinite(); ok || err != nil {
+				return err
+			}
 		}
 		return s.number()
 	case c == 't':
@@ -75,13 +80,13 @@ func (s *scanner) value(depth int) error {
 	case c == 'f':
 		return s.literal("false")
 	case c == 'n':
-		if s.nonFinite() {
-			return nil
+		if ok, err := s.nonFinite(); ok || err != nil {
+			return err
 		}
 		return s.literal("null")
 	case c == 'N' || c == 'i' || c == 'I':
-		if s.nonFinite() {
-			return nil
+		if ok, err := s.nonFinite(); ok || err != nil {
+			return err
 		}
 	}
 	return s.badChar(s.pos, "looking for beginning of value")
@@ -95,8 +100,10 @@ var nonFiniteWords = []string{"nan", "-nan", "inf", "-inf", "NaN", "-NaN", "Infi
 // nonFinite reads one of nonFiniteWords at s.pos, whole (a delimiter or the
 // end after it), as null, as the forward input writes NaN and infinities:
 // a sender's one such value would otherwise make its whole request bad
-// input. It reports whether it read one.
-func (s *scanner) nonFinite() bool {
+// input. It reports whether it read one. "null" is longer than "nan" and
+// "inf": out is grown first (grow) when the rest of the body would no
+// longer fit, as compacting never needs otherwise.
+func (s *scanner) nonFinite() (bool, error) {
 	rest := s.data[s.pos:]
 	for _, w := range nonFiniteWords {
 		if len(rest) < len(w) || string(rest[:len(w)]) != w {
@@ -109,12 +116,17 @@ func (s *scanner) nonFinite() bool {
 				continue
 			}
 		}
+		if need := len(s.out) + len("null") + len(rest) - len(w); need > cap(s.out) && s.grow != nil {
+			if err := s.grow(need - len(s.out)); err != nil {
+				return false, err
+			}
+		}
 		s.out = append(s.out, "null"...)
 		s.pos += len(w)
 		s.nonFiniteSeen++
-		return true
+		return true, nil
 	}
-	return false
+	return false, nil
 }
 
 // object scans the object at s.pos, which is at depth (1: a record).
