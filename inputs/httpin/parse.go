@@ -258,6 +258,9 @@ func (p *parser) record() error {
 	t := p.now
 	if s.timeStart >= 0 {
 		ns, ok, err := eventTime(s.out[s.timeStart:s.timeEnd])
+		if s.timeNonFinite {
+			err = errors.New("not a finite number")
+		}
 		switch {
 		case err != nil:
 			// Not bad input: the record is kept (its field as sent, in

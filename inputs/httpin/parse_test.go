@@ -165,6 +165,13 @@ func TestParseNonFiniteNumbers(t *testing.T) {
 	if len(recs) != 3 || stats.nonFinite != 8 {
 		t.Errorf("%d records, %d non-finite counted; want 3 and 8", len(recs), stats.nonFinite)
 	}
+	// A time field of nan is no time: the record takes the time of
+	// arrival, and is counted as such.
+	now := time.Unix(1700000000, 0)
+	recs, stats, err = parseBody([]byte(`{"time":nan,"a":1}`+"\n"+`{"time":null}`), "t", "time", now)
+	if err != nil || len(recs) != 2 || recs[0].Time != now.UnixNano() || stats.badTime != 1 || !strings.Contains(stats.badTimeWhy, "not a finite number") {
+		t.Errorf("a time of nan: %d records, time %d, bad_time %d (%q), %v", len(recs), recs[0].Time, stats.badTime, stats.badTimeWhy, err)
+	}
 	for _, bad := range []string{`{"a":nanx}`, `{"a":infinity}`, `{"a":-na}`, `{"a":Nan}`, "nan\n", `{"a":+inf}`} {
 		if _, _, err := parseBody([]byte(bad), "t", "time", time.Now()); err == nil {
 			t.Errorf("%s: accepted", bad)

@@ -38,8 +38,10 @@ type scanner struct {
 	timeStart int  // offset in out of the time field's value; -1: none seen
 	timeEnd   int  // end of that value
 	nonASCII  bool // a string held a byte >= 0x80 since the caller reset it
-	// nonFiniteSeen counts the non-finite numbers read as null (nonFinite).
+	// nonFiniteSeen counts the non-finite numbers read as null (nonFinite);
+	// timeNonFinite: the time field's value was one (null now, no time).
 	nonFiniteSeen int
+	timeNonFinite bool
 	// grow makes room in out for n more bytes (from the inputs' budget);
 	// nil: out grows as append grows it.
 	grow func(n int) error
@@ -164,12 +166,13 @@ func (s *scanner) object(depth int) error {
 		s.out = append(s.out, ':')
 		s.pos++
 		s.skipSpace()
-		valueStart := len(s.out)
+		valueStart, nonFinite := len(s.out), s.nonFiniteSeen
 		if err := s.value(depth); err != nil {
 			return err
 		}
 		if isTime {
 			s.timeStart, s.timeEnd = valueStart, len(s.out)
+			s.timeNonFinite = s.nonFiniteSeen != nonFinite
 		}
 		s.skipSpace()
 		if s.pos >= len(s.data) {
