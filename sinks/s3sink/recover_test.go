@@ -1,6 +1,7 @@
 package s3sink
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -118,6 +119,16 @@ func TestRecoverUsesTheIntentsSettings(t *testing.T) {
 	got, err := srv.Get(bucket, key)
 	if err != nil || string(got) != string(body) {
 		t.Errorf("object %s: %d bytes (%v), want the %d first uploaded", key, len(got), err, len(body))
+	}
+	// Labelled with the compression it was built with, not the sink's now.
+	objs, err := srv.Objects(bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.Key == key && o.ContentEncoding != config.CompressionGzip {
+			t.Errorf("object %s: Content-Encoding %q, want gzip", key, o.ContentEncoding)
+		}
 	}
 }
 
@@ -489,5 +500,51 @@ func TestRouterRefusesAnotherTypesPartitioning(t *testing.T) {
 	}
 	if _, err := s.Router(s.Partitioning(), nil); err != nil {
 		t.Fatalf("its own: %v", err)
+	}
+}
+
+// An interrupted upload of a version before one-stream gzip objects (its
+// intent has no one_stream) is finished, after the upgrade, with the bytes
+// it was begun with: gzip members one after the other, as its intent's
+// SHA-256 says.
+func TestRecoverOldGzipIntent(t *testing.T) {
+	srv, url := startEmu(t)
+	cfg := testConfig(url)
+	cfg.Key = "oldgzip/${tag}/${seq}"
+	s := newTestSink(t, cfg)
+	recs := batchRecs("a", 300)
+	st := newMemState(recs)
+	old, err := newEncoder(encoding{Compression: config.CompressionGzip, Level: 1, TimeKey: cfg.TimeKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := old.buildSplit(recs, []int{100, 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Partition(&recs[0])
+	in := &intent{Version: intentVersion, Partition: p, First: recs[0].Seq, Last: recs[len(recs)-1].Seq, Records: len(recs),
+		KeyTemplate: cfg.Key, Hostname: "host1", KeyRules: keyRulesSanitised, Encoding: old.enc, Members: []int{100, 200}, Bucket: bucket}
+	in.Key = objectKey(p, in.First, "")
+	in.setObject(obj)
+	raw, err := json.Marshal(in)
+	if err != nil || bytes.Contains(raw, []byte("one_stream")) {
+		t.Fatalf("an old intent: %s, %v", raw, err)
+	}
+	if err := st.Put(context.Background(), intentKey(in.Key), raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Recover(context.Background(), st); err != nil {
+		t.Fatal(err)
+	}
+	got, err := srv.Get(bucket, in.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, obj.body) {
+		t.Error("the recovered object is not the old format's bytes")
+	}
+	if m, err := gzipMembers(got); m != 2 || err != nil {
+		t.Errorf("%d gzip members (%v), want the old format's 2", m, err)
 	}
 }

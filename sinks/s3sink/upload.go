@@ -23,6 +23,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/logfwd/forwarder/config"
 	"github.com/logfwd/forwarder/sinks"
 )
 
@@ -89,7 +90,7 @@ func (s *Sink) putObject(ctx context.Context, in *intent, body *io.SectionReader
 		IfNoneMatch:    aws.String("*"),
 		Metadata:       objectMetadata(in),
 	}
-	s.objectHeaders(&put.ContentType, &put.ContentEncoding, &put.ServerSideEncryption, &put.SSEKMSKeyId,
+	s.objectHeaders(in, &put.ContentType, &put.ContentEncoding, &put.ServerSideEncryption, &put.SSEKMSKeyId,
 		&put.StorageClass, &put.ACL, &put.Tagging)
 	if _, err := s.api.PutObject(cctx, put, withPayloadHash(in.SHA256)); err != nil {
 		return fmt.Errorf("put object %q: %w", in.Key, err)
@@ -115,12 +116,14 @@ func withPayloadHash(hexSum string) func(*s3.Options) {
 	}
 }
 
-// objectHeaders fills what every object carries: type, encoding,
-// encryption, storage class, ACL, tags.
-func (s *Sink) objectHeaders(ctype, cenc **string, sse *types.ServerSideEncryption, kms **string,
+// objectHeaders fills what every object carries: type, encoding (the
+// intent's: an interrupted upload finished after the sink's compression
+// changed is of the compression it was built with), encryption, storage
+// class, ACL, tags.
+func (s *Sink) objectHeaders(in *intent, ctype, cenc **string, sse *types.ServerSideEncryption, kms **string,
 	class *types.StorageClass, acl *types.ObjectCannedACL, tagging **string) {
 	*ctype = aws.String(contentType)
-	if e := s.enc.contentEncoding(); e != "" {
+	if e := in.Encoding.Compression; e != "" && e != config.CompressionNone {
 		*cenc = aws.String(e)
 	}
 	*sse = types.ServerSideEncryption(s.cfg.SSE)
@@ -169,7 +172,7 @@ func (s *Sink) partBounds(n int64) [][2]int64 {
 
 func (s *Sink) uploadParts(ctx context.Context, st sinks.State, ik []byte, in *intent, body *io.SectionReader) error {
 	create := &s3.CreateMultipartUploadInput{Bucket: aws.String(s.bucketOf(in)), Key: aws.String(in.Key), Metadata: objectMetadata(in)}
-	s.objectHeaders(&create.ContentType, &create.ContentEncoding, &create.ServerSideEncryption, &create.SSEKMSKeyId,
+	s.objectHeaders(in, &create.ContentType, &create.ContentEncoding, &create.ServerSideEncryption, &create.SSEKMSKeyId,
 		&create.StorageClass, &create.ACL, &create.Tagging)
 	if in.createLost {
 		// An earlier attempt's creation may have landed with its answer
