@@ -130,7 +130,9 @@ func (m *member) own() {
 	if m.scratch == nil {
 		return
 	}
-	m.body = bytes.Clone(m.body)
+	// Room for a one-stream gzip object's trailer, which the last member
+	// is finished with (Sink.finishing) without copying it again.
+	m.body = append(make([]byte, 0, len(m.body)+trailerLen), m.body...)
 	m.release()
 }
 
@@ -163,8 +165,11 @@ func (e *encoder) oneStream() bool {
 }
 
 // gzipHeader is the header of a one-stream gzip object: no name, no time,
-// no extra flags, OS unknown (as Go's gzip writes it).
+// no extra flags (XFL 0, where Go's gzip writes a level's), OS unknown.
 var gzipHeader = []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff}
+
+// trailerLen is the length of a one-stream gzip object's trailer.
+const trailerLen = 10
 
 // trailer is what ends an object after its members: for a one-stream gzip
 // object, an empty final deflate block and the gzip trailer (the CRC-32

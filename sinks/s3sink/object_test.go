@@ -38,11 +38,13 @@ func TestObjectRoundTrips(t *testing.T) {
 	for _, enc := range []encoding{
 		{Compression: config.CompressionGzip, Level: 1, TimeKey: "@timestamp"},
 		{Compression: config.CompressionGzip, Level: 9, TimeKey: "@timestamp", TagKey: "tag"},
+		{Compression: config.CompressionGzip, Level: 1, TimeKey: "@timestamp", OneStream: true},
+		{Compression: config.CompressionGzip, Level: 9, TimeKey: "@timestamp", OneStream: true},
 		{Compression: config.CompressionZstd, Level: 1, TimeKey: "@timestamp"},
 		{Compression: config.CompressionZstd, Level: 4},
 		{Compression: config.CompressionNone, TimeKey: "t"},
 	} {
-		t.Run(fmt.Sprintf("%s-%d", enc.Compression, enc.Level), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s-%d-%v", enc.Compression, enc.Level, enc.OneStream), func(t *testing.T) {
 			e, err := newEncoder(enc)
 			if err != nil {
 				t.Fatal(err)

@@ -518,7 +518,8 @@ func (s *Sink) finishing(open *openObject, m *member) (*object, []int, error) {
 		counts = append(counts, m.records)
 	}
 	if trailer != nil {
-		obj.tail = append(obj.tail[:len(obj.tail):len(obj.tail)], trailer...)
+		// m owns its body, with room for the trailer (member.own).
+		obj.tail = append(obj.tail, trailer...)
 	}
 	obj.size = open.size + int64(len(obj.tail))
 	sum, err := open.sum(obj.tail)
