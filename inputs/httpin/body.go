@@ -1,6 +1,7 @@
 package httpin
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -8,33 +9,66 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/klauspost/compress/zlib"
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/logfwd/forwarder/inputs"
 )
 
 var errTooLarge = errors.New("body too large")
 
-// contentEncoding reports whether the body is gzip, or an error naming an
+// The body encodings the input reads (Content-Encoding): none, gzip, zstd,
+// and deflate, which HTTP defines as zlib (RFC 1950).
+const (
+	encIdentity = ""
+	encGzip     = "gzip"
+	encZstd     = "zstd"
+	encDeflate  = "deflate"
+)
+
+// contentEncoding returns the body's encoding, or an error naming an
 // encoding this input does not read.
-func contentEncoding(h http.Header) (gzipped bool, err error) {
+func contentEncoding(h http.Header) (string, error) {
 	values := h.Values("Content-Encoding")
 	switch len(values) {
 	case 0:
-		return false, nil
+		return encIdentity, nil
 	case 1:
 	default:
-		return false, fmt.Errorf("Content-Encoding %q not supported: send identity or gzip", strings.Join(values, ", "))
+		return "", fmt.Errorf("Content-Encoding %q not supported: send one of identity, gzip, zstd or deflate", strings.Join(values, ", "))
 	}
 	switch enc := strings.TrimSpace(values[0]); {
 	case enc == "" || strings.EqualFold(enc, "identity"):
-		return false, nil
+		return encIdentity, nil
 	case strings.EqualFold(enc, "gzip") || strings.EqualFold(enc, "x-gzip"):
-		return true, nil
+		return encGzip, nil
+	case strings.EqualFold(enc, "zstd"):
+		return encZstd, nil
+	case strings.EqualFold(enc, "deflate"):
+		return encDeflate, nil
 	default:
-		return false, fmt.Errorf("Content-Encoding %q not supported: send identity or gzip", clip([]byte(enc)))
+		return "", fmt.Errorf("Content-Encoding %q not supported: send one of identity, gzip, zstd or deflate", clip([]byte(enc)))
 	}
 }
+
+// zstdDecoderBytes is what a zstd decoder holds besides its window (its
+// block buffers, with one goroutine and low memory), and zlibReaderBytes
+// what a zlib reader holds (its 32 KiB window and tables): held from the
+// inputs' budget while a body is decoded, with a zstd frame's window.
+const (
+	zstdDecoderBytes = 512 << 10
+	zlibReaderBytes  = 80 << 10
+)
+
+// maxZstdWindow is the largest window a zstd body's frames may ask for
+// (zstd's default levels use at most 8 MiB).
+const maxZstdWindow = 8 << 20
+
+// zstdDecoders are the input's zstd decoders, reused.
+var zstdDecoders sync.Pool // *zstd.Decoder
 
 // bodyError is a body that could not be read whole.
 type bodyError struct {
@@ -52,7 +86,7 @@ func (e *bodyError) Error() string { return e.err.Error() }
 // memoryWait in all (waitBudget) or until ctx ends: an error that is
 // inputs.ErrOverBudget or inputs.ErrNoRoom says so. deadline moves the
 // connection's read deadline while the body keeps arriving.
-func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, gzipped bool, limit int64, hold *inputs.Hold, deadline *bodyDeadline, memoryWait time.Duration) ([]byte, error) {
+func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, enc string, limit int64, hold *inputs.Hold, deadline *bodyDeadline, memoryWait time.Duration) ([]byte, error) {
 	waits := &waitBudget{left: memoryWait}
 	tooLarge := &bodyError{http.StatusRequestEntityTooLarge, reasonTooLarge,
 		fmt.Errorf("body larger than %d bytes", limit)}
@@ -60,27 +94,92 @@ func readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, gzipp
 		return nil, tooLarge
 	}
 	raw := &errReader{r: http.MaxBytesReader(w, r.Body, limit), deadline: deadline}
-	if !gzipped {
-		b, err := readAll(ctx, raw, limit, r.ContentLength, hold, waits)
-		return b, classify(err, raw, tooLarge)
+	switch enc {
+	case encZstd:
+		return readZstd(ctx, raw, limit, hold, waits, tooLarge)
+	case encDeflate:
+		if err := waits.grow(ctx, hold, zlibReaderBytes); err != nil {
+			return nil, err
+		}
+		defer hold.Release(zlibReaderBytes)
+		zr, err := zlib.NewReader(raw)
+		if err == io.EOF && raw.err == io.EOF {
+			return nil, nil // an empty body
+		}
+		if err != nil {
+			return nil, classify(err, raw, tooLarge, enc)
+		}
+		defer zr.Close()
+		b, err := readAll(ctx, zr, limit, -1, hold, waits)
+		return b, classify(err, raw, tooLarge, enc)
+	case encGzip:
+		zr, err := inputs.GetGzip(raw)
+		if err == io.EOF && raw.err == io.EOF {
+			return nil, nil // an empty body
+		}
+		if err != nil {
+			return nil, classify(err, raw, tooLarge, enc)
+		}
+		defer inputs.PutGzip(zr)
+		// gzip.Reader reads concatenated members (multistream) by default.
+		b, err := readAll(ctx, zr, limit, -1, hold, waits)
+		return b, classify(err, raw, tooLarge, enc)
 	}
-	zr, err := inputs.GetGzip(raw)
-	if err == io.EOF && raw.err == io.EOF {
+	b, err := readAll(ctx, raw, limit, r.ContentLength, hold, waits)
+	return b, classify(err, raw, tooLarge, enc)
+}
+
+// readZstd reads a zstd body (one or more frames). The first frame's
+// window, which every frame must keep within, is held from the inputs'
+// budget while it decodes, with what the decoder holds besides.
+func readZstd(ctx context.Context, raw *errReader, limit int64, hold *inputs.Hold, waits *waitBudget, tooLarge *bodyError) ([]byte, error) {
+	br := bufio.NewReaderSize(raw, zstd.HeaderMaxSize)
+	head, err := br.Peek(zstd.HeaderMaxSize)
+	if len(head) == 0 && err == io.EOF && raw.err == io.EOF {
 		return nil, nil // an empty body
 	}
-	if err != nil {
-		return nil, classify(err, raw, tooLarge)
+	if len(head) < zstd.HeaderMaxSize && err != io.EOF {
+		return nil, classify(err, raw, tooLarge, encZstd)
 	}
-	defer inputs.PutGzip(zr)
-	// gzip.Reader reads concatenated members (multistream) by default.
+	var h zstd.Header
+	if err := h.Decode(head); err != nil {
+		return nil, classify(err, raw, tooLarge, encZstd)
+	}
+	window := h.WindowSize
+	if h.SingleSegment { // the frame's content is its window
+		window = h.FrameContentSize
+	}
+	window = max(window, zstd.MinWindowSize)
+	if window > maxZstdWindow {
+		return nil, classify(fmt.Errorf("a zstd window of %d bytes, at most %d", window, maxZstdWindow), raw, tooLarge, encZstd)
+	}
+	if err := waits.grow(ctx, hold, int64(window)+zstdDecoderBytes); err != nil {
+		return nil, err
+	}
+	defer hold.Release(int64(window) + zstdDecoderBytes)
+	zr, _ := zstdDecoders.Get().(*zstd.Decoder)
+	if zr == nil {
+		if zr, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true)); err != nil {
+			return nil, fmt.Errorf("zstd decoder: %w", err)
+		}
+	}
+	defer func() {
+		zr.Reset(nil) // holds nothing of the body
+		zstdDecoders.Put(zr)
+	}()
+	// Both bound a frame's window when streaming (MaxMemory that of a
+	// frame of one segment).
+	if err := zr.ResetWithOptions(br, zstd.WithDecoderMaxWindow(window), zstd.WithDecoderMaxMemory(window)); err != nil {
+		return nil, classify(err, raw, tooLarge, encZstd)
+	}
 	b, err := readAll(ctx, zr, limit, -1, hold, waits)
-	return b, classify(err, raw, tooLarge)
+	return b, classify(err, raw, tooLarge, encZstd)
 }
 
 // classify names the failure: the raw body over the limit or the
 // decompressed one (413), no room in the inputs' budget (as it is), the
-// connection (a read error), or the gzip data.
-func classify(err error, raw *errReader, tooLarge *bodyError) error {
+// connection (a read error), or the compressed data (of encoding enc).
+func classify(err error, raw *errReader, tooLarge *bodyError, enc string) error {
 	var maxErr *http.MaxBytesError
 	switch {
 	case err == nil:
@@ -97,7 +196,7 @@ func classify(err error, raw *errReader, tooLarge *bodyError) error {
 	case raw.err != nil && raw.err != io.EOF:
 		return &bodyError{http.StatusBadRequest, reasonReadError, fmt.Errorf("read body: %w", raw.err)}
 	default:
-		return &bodyError{http.StatusBadRequest, reasonMalformed, fmt.Errorf("invalid gzip data: %w", err)}
+		return &bodyError{http.StatusBadRequest, reasonMalformed, fmt.Errorf("invalid %s data: %w", enc, err)}
 	}
 }
 

@@ -81,7 +81,7 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, http.StatusBadRequest, reasonBadTag, msg)
 		return
 	}
-	gzipped, err := contentEncoding(r.Header)
+	enc, err := contentEncoding(r.Header)
 	if err != nil {
 		s.reject(w, r, http.StatusUnsupportedMediaType, reasonEncoding, err.Error())
 		return
@@ -102,7 +102,7 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 	hold := s.p.Budget.Hold(input)
 	defer hold.ReleaseAll()
 	deadline := newBodyDeadline(w, time.Now(), s.bodyIdle, s.bodyMax, s.bodyRate)
-	body, err := readBody(r.Context(), w, r, gzipped, int64(s.cfg.MaxBodyBytes), hold, deadline, s.memoryWait)
+	body, err := readBody(r.Context(), w, r, enc, int64(s.cfg.MaxBodyBytes), hold, deadline, s.memoryWait)
 	if err == nil {
 		// Read whole: the deadline has nothing more to bound. (A body not
 		// read whole keeps it: net/http reads what is left of it after

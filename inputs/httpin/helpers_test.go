@@ -3,6 +3,7 @@ package httpin
 import (
 	"bytes"
 	"compress/gzip"
+	"compress/zlib"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -23,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
@@ -248,6 +250,26 @@ func gzipped(parts ...string) []byte {
 		zw.Write([]byte(p))
 		zw.Close()
 	}
+	return buf.Bytes()
+}
+
+// zstdCompressed compresses each part as a zstd frame of its own.
+func zstdCompressed(parts ...string) []byte {
+	var buf bytes.Buffer
+	for _, p := range parts {
+		zw, _ := zstd.NewWriter(&buf)
+		zw.Write([]byte(p))
+		zw.Close()
+	}
+	return buf.Bytes()
+}
+
+// zlibCompressed is s in zlib (HTTP's deflate).
+func zlibCompressed(s string) []byte {
+	var buf bytes.Buffer
+	zw := zlib.NewWriter(&buf)
+	zw.Write([]byte(s))
+	zw.Close()
 	return buf.Bytes()
 }
 

@@ -475,7 +475,7 @@ func TestBadInputQuiet(t *testing.T) {
 	e.post("/v1/logs/app", []byte(`{"a":`), auth...)
 	e.post("/v1/logs/app", []byte(`{"b":`), auth...) // the same reason again
 	e.post("/v1/logs/app", bytes.Repeat([]byte("x"), 5000), auth...)
-	e.post("/v1/logs/app", []byte(`{"a":1}`), append(auth, "Content-Encoding", "zstd")...)
+	e.post("/v1/logs/app", []byte(`{"a":1}`), append(auth, "Content-Encoding", "br")...)
 	e.do(http.MethodDelete, "/v1/logs/app", nil)
 
 	if r := e.post("/v1/logs/app", []byte(`{"still":"serving"}`), auth...); r.status != 200 {
