@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/logfwd/forwarder/config"
@@ -576,5 +577,37 @@ func TestDiskFullPushesBack(t *testing.T) {
 	}
 	if n := e.rejected("wal_full"); n != 1 {
 		t.Errorf("rejected{reason=wal_full} = %v, want 1", n)
+	}
+}
+
+// A zstd body's frame window is held from the inputs' budget while it is
+// decoded: one asking for more than a request may hold is refused as over
+// the budget, not decoded outside it; one over 8 MiB is refused outright.
+func TestZstdWindowIsHeld(t *testing.T) {
+	frame := func(window int) []byte {
+		var buf bytes.Buffer
+		zw, err := zstd.NewWriter(&buf, zstd.WithWindowSize(window), zstd.WithSingleSegment(false), zstd.WithEncoderConcurrency(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		zw.Write([]byte(`{"a":1}`))
+		zw.Flush() // a streamed frame: its header names the window, not the content's size
+		zw.Close()
+		var h zstd.Header
+		if err := h.Decode(buf.Bytes()); err != nil || h.WindowSize != uint64(window) {
+			t.Fatalf("a frame of window %d: %d (%v)", window, h.WindowSize, err)
+		}
+		return buf.Bytes()
+	}
+	e := newEnv(t, withBudget(4<<20))
+	if r := e.post("/v1/logs/app", frame(1<<20), "Content-Encoding", "zstd"); r.status != 200 {
+		t.Errorf("a window of 1 MiB: %d %s", r.status, r.body)
+	}
+	if r := e.post("/v1/logs/app", frame(8<<20), "Content-Encoding", "zstd"); r.status != 413 || !strings.Contains(r.body, "memory") {
+		t.Errorf("a window of 8 MiB in a budget of 4 MiB: %d %s, want 413 over the budget", r.status, r.body)
+	}
+	e = newEnv(t)
+	if r := e.post("/v1/logs/app", frame(16<<20), "Content-Encoding", "zstd"); r.status != 400 || !strings.Contains(r.body, "at most 8388608") {
+		t.Errorf("a window of 16 MiB: %d %s, want 400", r.status, r.body)
 	}
 }
