@@ -1,12 +1,14 @@
 package httpin
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -25,7 +27,8 @@ const (
 	reasonBadTag         = "bad_tag"              // missing, too long, or with control characters
 	reasonTooLarge       = "too_large"            // over max_body_bytes, raw or decompressed, or over wal.max_bytes
 	reasonUnauth         = "unauthorized"         // missing or wrong bearer token
-	reasonEncoding       = "unsupported_encoding" // a Content-Encoding other than gzip
+	reasonEncoding       = "unsupported_encoding" // a Content-Encoding other than gzip, zstd, deflate
+	reasonOTLP           = "otlp"                 // an OpenTelemetry (OTLP) export, which the input does not take
 	reasonWALFull        = "wal_full"             // no room in the WAL in time, or no space on disk
 	reasonWALError       = "wal_error"            // the WAL failed or is closed
 	reasonStoreTimeout   = "store_timeout"        // the WAL, not full, did not take the records in time (a slow disk)
@@ -72,6 +75,10 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 		// connection is dropped without one: a handler that returned
 		// would be answered 200, which the client takes for stored.
 		panic(http.ErrAbortHandler)
+	}
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == "application/x-protobuf" || ct == "application/protobuf" {
+		s.reject(w, r, http.StatusUnsupportedMediaType, reasonOTLP, otlpRefused)
+		return
 	}
 	tag := r.PathValue("tag")
 	if tag == "" {
@@ -126,6 +133,12 @@ func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
 		default:
 			s.reject(w, r, http.StatusBadRequest, reasonReadError, err.Error())
 		}
+		return
+	}
+	if bytes.HasPrefix(bytes.TrimLeft(body, " \t\r\n"), []byte(`{"resourceLogs"`)) {
+		// OTLP in JSON would be stored as one record, the whole export.
+		releaseBuf(hold, body)
+		s.reject(w, r, http.StatusUnsupportedMediaType, reasonOTLP, otlpRefused)
 		return
 	}
 	var id wal.AppendOptions
@@ -251,6 +264,9 @@ func (s *Server) noteBadTime(r *http.Request, stats parseStats) {
 	s.log.Warn("records whose time field is not a time the input reads were stored with the time of arrival (the field is kept in the record as sent); counted in forwarder_input_bad_time_records_total",
 		"field", s.cfg.TimeField, "records", n, "interval", time.Minute, "example", stats.badTimeWhy, "remote", r.RemoteAddr, "path", r.URL.Path)
 }
+
+// otlpRefused is the answer to an OpenTelemetry (OTLP/HTTP) export.
+const otlpRefused = "OTLP (OpenTelemetry) exports are not taken here: send NDJSON or JSON records to /v1/logs/{tag}, or use the Collector's Fluent forward exporter"
 
 // storeFailed answers a failed append; nothing of the request was
 // acknowledged, and the client may send it again (with the same

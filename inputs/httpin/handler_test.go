@@ -185,6 +185,12 @@ func TestResponses(t *testing.T) {
 			status: 415, resp: `{"error":"Content-Encoding \"br\" not supported: send one of identity, gzip, zstd or deflate"}`, reason: "unsupported_encoding"},
 		{name: "snappy", headers: []string{"Content-Encoding", "snappy"}, body: []byte(`{"a":1}`),
 			status: 415, reason: "unsupported_encoding"},
+		// The OpenTelemetry Collector's otlphttp exporter: its default path,
+		// protobuf; or JSON, which would be stored as one record.
+		{name: "otlp protobuf", path: "/v1/logs", headers: []string{"Content-Type", "application/x-protobuf"}, body: []byte("\x0a\x02\x08\x01"),
+			status: 415, respHas: "OTLP (OpenTelemetry) exports are not taken here", reason: "otlp"},
+		{name: "otlp json", headers: []string{"Content-Type", "application/json"}, body: []byte(` {"resourceLogs":[{"scopeLogs":[]}]}`),
+			status: 415, respHas: "OTLP (OpenTelemetry) exports are not taken here", reason: "otlp"},
 		{name: "deflate not zlib", headers: []string{"Content-Encoding", "deflate"}, body: []byte(`{"a":1}`),
 			status: 400, reason: "malformed"},
 		{name: "zstd not zstd", headers: []string{"Content-Encoding", "zstd"}, body: []byte(`{"a":1}`),
